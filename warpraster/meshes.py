@@ -78,9 +78,7 @@ def as_vec3_array(x, name: str, device=None) -> wp.array:
                 raise ValueError(f"{name} must be contiguous")
             grad = None
             if x.requires_grad and x.grad is not None:
-                grad = wp.array(
-                    ptr=x.grad.ptr, dtype=wp.vec3, shape=(x.shape[0],), device=x.device
-                )
+                grad = wp.array(ptr=x.grad.ptr, dtype=wp.vec3, shape=(x.shape[0],), device=x.device)
             out = wp.array(ptr=x.ptr, dtype=wp.vec3, shape=(x.shape[0],), device=x.device)
             out._ref = x  # keep the owner alive
             if grad is not None:
@@ -209,8 +207,7 @@ def _validate_topology(n_verts: int, faces, first, count, nb):
         )
     if int(ci.sum()) != faces.shape[0]:
         raise ValueError(
-            f"num_faces_per_mesh adds up to {int(ci.sum())} faces, but faces has "
-            f"{faces.shape[0]}"
+            f"num_faces_per_mesh adds up to {int(ci.sum())} faces, but faces has {faces.shape[0]}"
         )
     na = nb.numpy()
     if na.size and (na.min() < -1 or na.max() >= faces.shape[0]):

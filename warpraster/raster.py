@@ -297,7 +297,9 @@ class RasterWorkspace:
             by, bx = binning.bin_grid(h, w, self.bin_size)
             self.bin_count = wp.zeros((self.num_meshes, by, bx), dtype=wp.int32, device=self.device)
             self.bin_faces = wp.empty(
-                (self.num_meshes, by, bx, self.max_faces_per_bin), dtype=wp.int32, device=self.device
+                (self.num_meshes, by, bx, self.max_faces_per_bin),
+                dtype=wp.int32,
+                device=self.device,
             )
         else:
             self.max_faces_per_bin = 0

@@ -1,0 +1,705 @@
+"""Near-plane clipping and frustum culling on the device, and the map back to source faces.
+
+This is PyTorch3D's ``pytorch3d/renderer/mesh/clip.py`` as Warp kernels that never
+read device data on the host, so a render that clips can be captured in a graph.
+
+Every face of the packed input falls in one of PyTorch3D's cases:
+
+* **keep**: no vertex behind ``z_clip_value`` and not culled: copied unchanged;
+* **drop**: all three vertices behind the plane, or culled by the frustum test;
+* **triangle**: two vertices behind: replaced by the smaller triangle
+  ``(p4, p5, p1)`` where ``p1`` is the vertex in front and ``p4``/``p5`` the
+  crossings of edges ``p1->p2`` and ``p1->p3`` (``p2, p3`` follow ``p1`` in the
+  face's vertex order);
+* **quad**: one vertex (``p1``) behind: the quad in front is split into
+  ``t1 = (p4, p2, p5)`` and ``t2 = (p5, p2, p3)``, marked as each other's neighbour.
+
+Output order is PyTorch3D's: the clipped list is the original face order with
+dropped faces removed and each quad's ``t2`` right after its ``t1`` (an exclusive
+scan of 0/1/2 outputs per face). Meshes stay contiguous and in order, so mesh n
+owns ``[first[n], first[n] + count[n])`` of the clipped list.
+
+The crossings are ``p = p1 * (1 - w) + q * w`` with ``w = (p1.z - c) / (p1.z - q.z)``;
+with ``perspective_correct`` their x, y are interpolated on ``xy * z`` and divided
+by ``c`` (x, y are NDC, z is view depth). As in PyTorch3D, the weight of the
+``p1->p3`` crossing is detached (no gradient flows through it), the ``p1->p2`` one
+is not.
+
+Frustum culling (``cull_to_frustum``) has two rules (:class:`FrustumCullRule`);
+the default reproduces PyTorch3D 0.7.9 exactly, including its indexing slip.
+
+Memory layout of :class:`ClipBuffers` for V vertices and F faces: the clipped
+vertices are the V input vertices followed by two slots per input face
+(``V + 2f`` holds ``p4``, ``V + 2f + 1`` holds ``p5`` of face f, when it is
+clipped); the clipped faces have capacity ``2F``. Slots past the clipped total
+hold the degenerate face (0, 0, 0), which no mesh range covers.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import warp as wp
+
+from .fragments import Fragments
+from .meshes import PackedMeshes
+from .raster import (
+    RasterWorkspace,
+    default_bin_size,
+    default_max_faces_per_bin,
+    rasterize_packed,
+)
+
+__all__ = [
+    "ClipBuffers",
+    "ClipWorkspace",
+    "FrustumCullRule",
+    "clip_faces",
+    "rasterize_clipped",
+    "unclip_fragments",
+]
+
+
+class FrustumCullRule(enum.IntEnum):
+    """Which faces ``cull_to_frustum`` removes (the frustum is x, y in [-1, 1]).
+
+    Culling only saves work when it is right; both rules keep the z clipping as is.
+    """
+
+    PYTORCH3D = 1
+    """PyTorch3D 0.7.9 (issue #1936): ``face_verts[:, axis]`` picks a *vertex*, not a
+    coordinate, so a face is dropped when vertex 0 has x, y and z all < -1 or all > 1,
+    or vertex 1 has x, y and z all < -1 or all > 1. It can drop visible faces and keep
+    faces wholly outside. The default, for parity."""
+
+    PLANES = 2
+    """The intended rule: drop a face when all three vertices have x < -1, or all x > 1,
+    or all y < -1, or all y > 1. Note that on the long side of a non-square image the
+    NDC range exceeds [-1, 1], so this too can drop visible faces there."""
+
+
+# Face cases (values are stored in ClipBuffers.face_case).
+_DROP = wp.constant(0)
+_KEEP = wp.constant(1)
+_TRIANGLE = wp.constant(3)
+_QUAD = wp.constant(4)
+
+
+# ----------------------------------------------------------------------------- kernels
+@wp.func
+def _all_beyond(v: wp.vec3, lo: float, hi: float) -> bool:
+    """PyTorch3D 0.7.9's test of one vertex: all of x, y, z < lo, or all > hi."""
+    below = v[0] < lo and v[1] < lo and v[2] < lo
+    above = v[0] > hi and v[1] > hi and v[2] > hi
+    return below or above
+
+
+@wp.func
+def _outside_planes(v0: wp.vec3, v1: wp.vec3, v2: wp.vec3) -> bool:
+    """All three vertices beyond the same side of the square x, y in [-1, 1]."""
+    left = v0[0] < -1.0 and v1[0] < -1.0 and v2[0] < -1.0
+    right = v0[0] > 1.0 and v1[0] > 1.0 and v2[0] > 1.0
+    top = v0[1] < -1.0 and v1[1] < -1.0 and v2[1] < -1.0
+    bottom = v0[1] > 1.0 and v1[1] > 1.0 and v2[1] > 1.0
+    return left or right or top or bottom
+
+
+@wp.func
+def _crossing_weight(p1: wp.vec3, q: wp.vec3, clip: float) -> float:
+    """w such that p1.z * (1 - w) + q.z * w = clip (PyTorch3D's float32 operations)."""
+    return (p1[2] - clip) / (p1[2] - q[2])
+
+
+@wp.kernel(enable_backward=False)
+def _classify_faces(
+    verts: wp.array(dtype=wp.vec3),
+    faces: wp.array2d(dtype=wp.int32),
+    z_clip: float,
+    do_z_clip: int,
+    cull_rule: int,
+    face_case: wp.array(dtype=wp.int32),
+    face_pivot: wp.array(dtype=wp.int32),
+    face_w3: wp.array(dtype=wp.float32),
+    counts: wp.array(dtype=wp.int32),
+):
+    """Per input face: case, pivot vertex p1, the detached p1->p3 weight, output count."""
+    f = wp.tid()
+    v0 = verts[faces[f, 0]]
+    v1 = verts[faces[f, 1]]
+    v2 = verts[faces[f, 2]]
+    culled = False
+    if cull_rule == 1:
+        culled = _all_beyond(v0, -1.0, 1.0) or _all_beyond(v1, -1.0, 1.0)
+    elif cull_rule == 2:
+        culled = _outside_planes(v0, v1, v2)
+    b0 = int(0)
+    b1 = int(0)
+    b2 = int(0)
+    if do_z_clip != 0:
+        b0 = wp.where(v0[2] < z_clip, 1, 0)
+        b1 = wp.where(v1[2] < z_clip, 1, 0)
+        b2 = wp.where(v2[2] < z_clip, 1, 0)
+    behind = b0 + b1 + b2
+    case = _KEEP
+    pivot = int(0)
+    if culled or behind == 3:
+        case = _DROP
+    elif behind == 2:
+        case = _TRIANGLE
+        # p1 is the one vertex in front of the plane.
+        pivot = wp.where(b0 == 0, 0, wp.where(b1 == 0, 1, 2))
+    elif behind == 1:
+        case = _QUAD
+        # p1 is the one vertex behind the plane.
+        pivot = wp.where(b0 == 1, 0, wp.where(b1 == 1, 1, 2))
+    w3 = float(0.0)
+    if case == _TRIANGLE or case == _QUAD:
+        p1 = verts[faces[f, pivot]]
+        p3 = verts[faces[f, (pivot + 2) % 3]]
+        w3 = _crossing_weight(p1, p3, z_clip)
+    face_case[f] = case
+    face_pivot[f] = pivot
+    face_w3[f] = w3
+    counts[f] = wp.where(case == _QUAD, 2, wp.where(case == _DROP, 0, 1))
+
+
+@wp.kernel(enable_backward=False)
+def _write_topology(
+    faces: wp.array2d(dtype=wp.int32),
+    face_case: wp.array(dtype=wp.int32),
+    face_pivot: wp.array(dtype=wp.int32),
+    offsets: wp.array(dtype=wp.int32),
+    num_verts: int,
+    num_faces: int,
+    clipped_faces: wp.array2d(dtype=wp.int32),
+    clipped_to_unclipped: wp.array(dtype=wp.int32),
+    neighbor: wp.array(dtype=wp.int32),
+):
+    """One thread per clipped slot s in [0, 2F): slot s < F also scatters input face s;
+    slots at or past the clipped total get the unused-slot values."""
+    s = wp.tid()
+    if s < num_faces:
+        f = s
+        case = face_case[f]
+        o = offsets[f]
+        i1 = face_pivot[f]
+        i2 = (i1 + 1) % 3
+        i3 = (i1 + 2) % 3
+        p4 = num_verts + 2 * f
+        p5 = p4 + 1
+        if case == _KEEP:
+            clipped_faces[o, 0] = faces[f, 0]
+            clipped_faces[o, 1] = faces[f, 1]
+            clipped_faces[o, 2] = faces[f, 2]
+            clipped_to_unclipped[o] = f
+            neighbor[o] = -1
+        elif case == _TRIANGLE:
+            clipped_faces[o, 0] = p4
+            clipped_faces[o, 1] = p5
+            clipped_faces[o, 2] = faces[f, i1]
+            clipped_to_unclipped[o] = f
+            neighbor[o] = -1
+        elif case == _QUAD:
+            clipped_faces[o, 0] = p4
+            clipped_faces[o, 1] = faces[f, i2]
+            clipped_faces[o, 2] = p5
+            clipped_faces[o + 1, 0] = p5
+            clipped_faces[o + 1, 1] = faces[f, i2]
+            clipped_faces[o + 1, 2] = faces[f, i3]
+            clipped_to_unclipped[o] = f
+            clipped_to_unclipped[o + 1] = f
+            neighbor[o] = o + 1
+            neighbor[o + 1] = o
+    if s >= offsets[num_faces]:
+        clipped_faces[s, 0] = 0
+        clipped_faces[s, 1] = 0
+        clipped_faces[s, 2] = 0
+        clipped_to_unclipped[s] = -1
+        neighbor[s] = -1
+
+
+@wp.kernel(enable_backward=False)
+def _mesh_ranges(
+    first: wp.array(dtype=wp.int32),
+    count: wp.array(dtype=wp.int32),
+    offsets: wp.array(dtype=wp.int32),
+    clipped_first: wp.array(dtype=wp.int32),
+    clipped_count: wp.array(dtype=wp.int32),
+):
+    n = wp.tid()
+    a = offsets[first[n]]
+    clipped_first[n] = a
+    clipped_count[n] = offsets[first[n] + count[n]] - a
+
+
+@wp.kernel
+def _copy_verts(src: wp.array(dtype=wp.vec3), dst: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    dst[i] = src[i]
+
+
+@wp.func
+def _crossing(p1: wp.vec3, q: wp.vec3, w: float, clip: float, perspective: int) -> wp.vec3:
+    """The point of edge p1->q at weight w; x, y perspective-correct if asked."""
+    p = p1 * (1.0 - w) + q * w
+    x = (p1[0] * p1[2] * (1.0 - w) + q[0] * q[2] * w) / clip
+    y = (p1[1] * p1[2] * (1.0 - w) + q[1] * q[2] * w) / clip
+    return wp.where(perspective != 0, wp.vec3(x, y, p[2]), p)
+
+
+@wp.func
+def _bary2(i: int, j: int, wi: float, wj: float) -> wp.vec3:
+    """Barycentric vector with wi at slot i, wj at slot j (i != j), 0 elsewhere."""
+    return wp.vec3(
+        wp.where(i == 0, wi, wp.where(j == 0, wj, 0.0)),
+        wp.where(i == 1, wi, wp.where(j == 1, wj, 0.0)),
+        wp.where(i == 2, wi, wp.where(j == 2, wj, 0.0)),
+    )
+
+
+@wp.kernel
+def _clip_geometry(
+    verts: wp.array(dtype=wp.vec3),
+    faces: wp.array2d(dtype=wp.int32),
+    face_case: wp.array(dtype=wp.int32),
+    face_pivot: wp.array(dtype=wp.int32),
+    face_w3: wp.array(dtype=wp.float32),
+    offsets: wp.array(dtype=wp.int32),
+    z_clip: float,
+    perspective: int,
+    clipped_verts: wp.array(dtype=wp.vec3),
+    conversion: wp.array(dtype=wp.mat33),
+):
+    """Per input face, straight-line: the new vertices p4, p5 and the barycentric
+    conversion matrix of each output face (column k = the original-face barycentrics
+    of the clipped face's vertex k). Differentiable in ``verts``; ``face_w3`` is a
+    plain (no-grad) input, which is how the p1->p3 weight is detached."""
+    f = wp.tid()
+    case = face_case[f]
+    o = offsets[f]
+    nv = verts.shape[0]
+    if case == _KEEP:
+        conversion[o] = wp.identity(n=3, dtype=wp.float32)
+    elif case == _TRIANGLE or case == _QUAD:
+        i1 = face_pivot[f]
+        i2 = (i1 + 1) % 3
+        i3 = (i1 + 2) % 3
+        p1 = verts[faces[f, i1]]
+        p2 = verts[faces[f, i2]]
+        p3 = verts[faces[f, i3]]
+        w2 = _crossing_weight(p1, p2, z_clip)
+        w3 = face_w3[f]
+        clipped_verts[nv + 2 * f] = _crossing(p1, p2, w2, z_clip, perspective)
+        clipped_verts[nv + 2 * f + 1] = _crossing(p1, p3, w3, z_clip, perspective)
+        b4 = _bary2(i1, i2, 1.0 - w2, w2)
+        b5 = _bary2(i1, i3, 1.0 - w3, w3)
+        if case == _TRIANGLE:
+            conversion[o] = wp.matrix_from_cols(b4, b5, _bary2(i1, i2, 1.0, 0.0))
+        else:
+            b2 = _bary2(i2, i1, 1.0, 0.0)
+            conversion[o] = wp.matrix_from_cols(b4, b2, b5)
+            conversion[o + 1] = wp.matrix_from_cols(b5, b2, _bary2(i3, i1, 1.0, 0.0))
+
+
+@wp.kernel
+def _unclip(
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    bary: wp.array4d(dtype=wp.vec3),
+    clipped_to_unclipped: wp.array(dtype=wp.int32),
+    conversion: wp.array(dtype=wp.mat33),
+    out_pix_to_face: wp.array4d(dtype=wp.int32),
+    out_bary: wp.array4d(dtype=wp.vec3),
+):
+    n, y, x, k = wp.tid()
+    p = pix_to_face[n, y, x, k]
+    b = bary[n, y, x, k]
+    if p >= 0:
+        out_pix_to_face[n, y, x, k] = clipped_to_unclipped[p]
+        out_bary[n, y, x, k] = conversion[p] * b
+    else:
+        out_pix_to_face[n, y, x, k] = -1
+        out_bary[n, y, x, k] = b
+
+
+# ----------------------------------------------------------------------------- buffers
+class ClipBuffers:
+    """Device buffers of one clipping configuration, allocated once and reused.
+
+    For V input vertices, F input faces and N meshes. Outputs of :func:`clip_faces`
+    (the clipped list has at most 2F faces):
+
+    Attributes:
+        verts: vec3 (V + 2F,): input vertices, then each input face f's crossings at
+            ``V + 2f`` (p4) and ``V + 2f + 1`` (p5). Carries gradients.
+        faces: int32 (2F, 3): clipped faces, indices into ``verts``.
+        mesh_to_face_first_idx: int32 (N,): first clipped face of each mesh.
+        num_faces_per_mesh: int32 (N,): clipped faces of each mesh.
+        clipped_faces_neighbor_idx: int32 (2F,): the other half of a split quad, -1 none.
+        faces_clipped_to_unclipped_idx: int32 (2F,): input face of each clipped face
+            (-1 past the clipped total).
+        barycentric_conversion: mat33 (2F,): ``b_original = M @ b_clipped`` (identity
+            for unchanged faces). Carries gradients.
+        num_clipped_faces: int32 (1,): the clipped total (a view; read it only
+            outside a captured graph).
+        packed: the clipped list as a :class:`~warpraster.meshes.PackedMeshes`.
+
+    One :func:`clip_faces` call overwrites them: keep one buffers object per call
+    recorded on a ``wp.Tape``.
+    """
+
+    def __init__(
+        self,
+        num_verts: int,
+        num_faces: int,
+        num_meshes: int,
+        device=None,
+        *,
+        requires_grad: bool = True,
+    ):
+        for name, value in (
+            ("num_verts", num_verts),
+            ("num_faces", num_faces),
+            ("num_meshes", num_meshes),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        self.device = wp.get_device(device)
+        self.num_verts = num_verts
+        self.num_faces = num_faces
+        self.num_meshes = num_meshes
+        self.requires_grad = bool(requires_grad)
+        v, f, n, d = num_verts, num_faces, num_meshes, self.device
+        cap = 2 * f
+        self.verts = wp.zeros(v + cap, dtype=wp.vec3, device=d, requires_grad=self.requires_grad)
+        self.faces = wp.zeros((cap, 3), dtype=wp.int32, device=d)
+        self.mesh_to_face_first_idx = wp.zeros(n, dtype=wp.int32, device=d)
+        self.num_faces_per_mesh = wp.zeros(n, dtype=wp.int32, device=d)
+        self.clipped_faces_neighbor_idx = wp.full(cap, -1, dtype=wp.int32, device=d)
+        self.faces_clipped_to_unclipped_idx = wp.full(cap, -1, dtype=wp.int32, device=d)
+        self.barycentric_conversion = wp.zeros(
+            cap, dtype=wp.mat33, device=d, requires_grad=self.requires_grad
+        )
+        # Scratch: per input face, and the scan (counts[F] stays 0, so offsets[F] = total).
+        self.face_case = wp.zeros(f, dtype=wp.int32, device=d)
+        self.face_pivot = wp.zeros(f, dtype=wp.int32, device=d)
+        self.face_w3 = wp.zeros(f, dtype=wp.float32, device=d)
+        self.counts = wp.zeros(f + 1, dtype=wp.int32, device=d)
+        self.offsets = wp.zeros(f + 1, dtype=wp.int32, device=d)
+        self.num_clipped_faces = self.offsets[f:]
+        self.packed = PackedMeshes(
+            self.verts,
+            self.faces,
+            self.mesh_to_face_first_idx,
+            self.num_faces_per_mesh,
+            self.clipped_faces_neighbor_idx,
+        )
+
+
+def _check_array(arr, name: str, dtype, ndim: int, shape, device) -> None:
+    if not isinstance(arr, wp.array):
+        raise TypeError(f"{name} must be a wp.array, got {type(arr).__name__}")
+    if arr.dtype != dtype or arr.ndim != ndim:
+        raise TypeError(
+            f"{name} must be a {ndim}-d wp.array of {wp.types.type_repr(dtype)}, "
+            f"got {arr.ndim}-d of {wp.types.type_repr(arr.dtype)}"
+        )
+    if shape is not None and tuple(arr.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(arr.shape)}")
+    if wp.get_device(arr.device) != device:
+        raise ValueError(f"{name} is on {arr.device}, the clip buffers on {device}")
+
+
+def clip_faces(
+    verts: wp.array,
+    faces: wp.array,
+    mesh_to_face_first_idx: wp.array,
+    num_faces_per_mesh: wp.array,
+    *,
+    z_clip_value: float | None,
+    cull_to_frustum: bool,
+    perspective_correct: bool,
+    buffers: ClipBuffers,
+    frustum_cull_rule: FrustumCullRule = FrustumCullRule.PYTORCH3D,
+) -> ClipBuffers:
+    """Clips faces at ``z = z_clip_value`` and culls them to the frustum, on the device.
+
+    No host read and no allocation: the call can be captured in a graph. Launches
+    recorded on an enclosing ``wp.Tape`` make ``buffers.verts`` and
+    ``buffers.barycentric_conversion`` differentiable w.r.t. ``verts``.
+
+    Args:
+        verts: vec3 (V,): x, y in NDC, z = view depth.
+        faces: int32 (F, 3): packed, global vertex indices (assumed in range).
+        mesh_to_face_first_idx: int32 (N,) on the device: first face of each mesh.
+        num_faces_per_mesh: int32 (N,) on the device: faces of each mesh (ranges
+            contiguous, ascending, disjoint, as for the rasterizer).
+        z_clip_value: keep the part of each face with ``z >= z_clip_value``; None
+            clips nothing.
+        cull_to_frustum: drop faces outside the frustum (see ``frustum_cull_rule``).
+        perspective_correct: interpolate the crossings' x, y on ``xy * z``.
+        buffers: made for (V, F, N) on the same device.
+        frustum_cull_rule: :class:`FrustumCullRule`; PyTorch3D's by default.
+
+    Returns:
+        ``buffers``, filled (see :class:`ClipBuffers`).
+
+    Raises:
+        TypeError, ValueError: wrong types, shapes, devices or settings.
+    """
+    d = buffers.device
+    v, f, n = buffers.num_verts, buffers.num_faces, buffers.num_meshes
+    _check_array(verts, "verts", wp.vec3, 1, (v,), d)
+    _check_array(faces, "faces", wp.int32, 2, (f, 3), d)
+    _check_array(mesh_to_face_first_idx, "mesh_to_face_first_idx", wp.int32, 1, (n,), d)
+    _check_array(num_faces_per_mesh, "num_faces_per_mesh", wp.int32, 1, (n,), d)
+    if z_clip_value is not None:
+        z_clip_value = float(z_clip_value)
+        if z_clip_value != z_clip_value or abs(z_clip_value) == float("inf"):
+            raise ValueError(f"z_clip_value must be finite or None, got {z_clip_value}")
+        if perspective_correct and z_clip_value == 0.0:
+            raise ValueError("z_clip_value must be nonzero with perspective_correct")
+    rule = FrustumCullRule(frustum_cull_rule)
+    cull = int(rule) if cull_to_frustum else 0
+    clip = 0.0 if z_clip_value is None else z_clip_value
+
+    if f > 0:
+        wp.launch(
+            _classify_faces,
+            dim=f,
+            inputs=[verts, faces, clip, int(z_clip_value is not None), cull],
+            outputs=[buffers.face_case, buffers.face_pivot, buffers.face_w3, buffers.counts],
+            device=d,
+            record_tape=False,
+        )
+    wp.utils.array_scan(buffers.counts, buffers.offsets, inclusive=False)
+    if f > 0:
+        wp.launch(
+            _write_topology,
+            dim=2 * f,
+            inputs=[faces, buffers.face_case, buffers.face_pivot, buffers.offsets, v, f],
+            outputs=[
+                buffers.faces,
+                buffers.faces_clipped_to_unclipped_idx,
+                buffers.clipped_faces_neighbor_idx,
+            ],
+            device=d,
+            record_tape=False,
+        )
+    if n > 0:
+        wp.launch(
+            _mesh_ranges,
+            dim=n,
+            inputs=[mesh_to_face_first_idx, num_faces_per_mesh, buffers.offsets],
+            outputs=[buffers.mesh_to_face_first_idx, buffers.num_faces_per_mesh],
+            device=d,
+            record_tape=False,
+        )
+    if v > 0:
+        wp.launch(_copy_verts, dim=v, inputs=[verts], outputs=[buffers.verts], device=d)
+    if f > 0:
+        wp.launch(
+            _clip_geometry,
+            dim=f,
+            inputs=[
+                verts,
+                faces,
+                buffers.face_case,
+                buffers.face_pivot,
+                buffers.face_w3,
+                buffers.offsets,
+                clip,
+                int(bool(perspective_correct)),
+            ],
+            outputs=[buffers.verts, buffers.barycentric_conversion],
+            device=d,
+        )
+    return buffers
+
+
+def unclip_fragments(
+    pix_to_face: wp.array,
+    bary_coords: wp.array,
+    buffers: ClipBuffers,
+    out_pix_to_face: wp.array,
+    out_bary_coords: wp.array,
+) -> None:
+    """Maps fragments of the clipped faces back to the input faces.
+
+    ``out_pix_to_face`` gets the input-face index (-1 stays -1); ``out_bary_coords``
+    the barycentrics w.r.t. the input face's vertices (``M @ b``, unchanged for
+    faces that were not clipped and for empty slots). ``zbuf`` and ``dists`` need no
+    conversion: they are those of the clipped sub-triangle, as in PyTorch3D.
+    Differentiable in ``bary_coords`` and ``buffers.barycentric_conversion`` when
+    recorded on a ``wp.Tape``.
+
+    Args:
+        pix_to_face: int32 (N, H, W, K), indices into ``buffers.faces``.
+        bary_coords: vec3 (N, H, W, K).
+        buffers: the :class:`ClipBuffers` the fragments were rasterized from.
+        out_pix_to_face: int32 (N, H, W, K); must not alias ``pix_to_face``.
+        out_bary_coords: vec3 (N, H, W, K); must not alias ``bary_coords``.
+    """
+    d = buffers.device
+    shape = tuple(pix_to_face.shape)
+    _check_array(pix_to_face, "pix_to_face", wp.int32, 4, None, d)
+    _check_array(bary_coords, "bary_coords", wp.vec3, 4, shape, d)
+    _check_array(out_pix_to_face, "out_pix_to_face", wp.int32, 4, shape, d)
+    _check_array(out_bary_coords, "out_bary_coords", wp.vec3, 4, shape, d)
+    if out_pix_to_face.ptr == pix_to_face.ptr or out_bary_coords.ptr == bary_coords.ptr:
+        raise ValueError("unclip_fragments needs output arrays distinct from its inputs")
+    wp.launch(
+        _unclip,
+        dim=shape,
+        inputs=[
+            pix_to_face,
+            bary_coords,
+            buffers.faces_clipped_to_unclipped_idx,
+            buffers.barycentric_conversion,
+        ],
+        outputs=[out_pix_to_face, out_bary_coords],
+        device=d,
+    )
+
+
+# ----------------------------------------------------------------------------- render path
+class ClipWorkspace:
+    """Everything a clipped render allocates, made once and reused.
+
+    Holds the :class:`ClipBuffers`, a :class:`~warpraster.raster.RasterWorkspace`
+    for the 2F-face clipped list, and the final :class:`Fragments` (whose
+    ``pix_to_face`` / ``bary_coords`` refer to the input faces; ``zbuf`` and
+    ``dists`` are the raster workspace's arrays).
+    """
+
+    def __init__(
+        self,
+        *,
+        num_verts: int,
+        num_faces: int,
+        num_meshes: int,
+        image_size,
+        faces_per_pixel: int,
+        bin_size: int,
+        max_faces_per_bin: int | None = None,
+        device=None,
+        requires_grad: bool = False,
+    ):
+        device = wp.get_device(device)
+        self.clip = ClipBuffers(
+            num_verts, num_faces, num_meshes, device, requires_grad=requires_grad
+        )
+        if max_faces_per_bin is None:
+            # PyTorch3D sizes bins from the unclipped face count.
+            max_faces_per_bin = default_max_faces_per_bin(num_faces)
+        self.raster = RasterWorkspace(
+            num_meshes=num_meshes,
+            num_faces=2 * num_faces,
+            image_size=image_size,
+            faces_per_pixel=faces_per_pixel,
+            bin_size=bin_size,
+            max_faces_per_bin=max_faces_per_bin,
+            device=device,
+            requires_grad=requires_grad,
+        )
+        inner = self.raster.fragments
+        self.fragments = Fragments(
+            pix_to_face=wp.full(inner.shape, -1, dtype=wp.int32, device=device),
+            zbuf=inner.zbuf,
+            bary_coords=wp.zeros(
+                inner.shape, dtype=wp.vec3, device=device, requires_grad=requires_grad
+            ),
+            dists=inner.dists,
+            _overflow=inner._overflow,
+        )
+
+    def matches(
+        self, *, num_verts, num_faces, num_meshes, image_size, faces_per_pixel, bin_size, device
+    ):
+        return (
+            self.clip.num_verts == num_verts
+            and self.clip.num_faces == num_faces
+            and self.raster.matches(
+                num_meshes=num_meshes,
+                num_faces=2 * num_faces,
+                image_size=image_size,
+                faces_per_pixel=faces_per_pixel,
+                bin_size=bin_size,
+                device=device,
+            )
+        )
+
+
+def rasterize_clipped(
+    meshes: PackedMeshes,
+    *,
+    image_size: tuple[int, int],
+    blur_radius: float,
+    faces_per_pixel: int,
+    bin_size: int | None,
+    max_faces_per_bin: int | None,
+    perspective_correct: bool,
+    clip_barycentric_coords: bool,
+    cull_backfaces: bool,
+    z_clip_value: float | None,
+    cull_to_frustum: bool,
+    workspace: ClipWorkspace | None = None,
+    frustum_cull_rule: FrustumCullRule = FrustumCullRule.PYTORCH3D,
+) -> Fragments:
+    """Clip, rasterize the clipped list, map the fragments back: PyTorch3D's clipped path.
+
+    ``meshes`` is validated input (its ``clipped_faces_neighbor_idx`` is replaced by
+    the clipper's, as in PyTorch3D). The returned fragments index the input faces;
+    ``zbuf`` and ``dists`` are those of the clipped sub-triangles.
+    """
+    h, w = image_size
+    if bin_size is None:
+        bin_size = default_bin_size(h, w)
+    config = dict(
+        num_verts=meshes.num_verts,
+        num_faces=meshes.num_faces,
+        num_meshes=meshes.num_meshes,
+        image_size=(h, w),
+        faces_per_pixel=faces_per_pixel,
+        bin_size=int(bin_size),
+    )
+    if workspace is None:
+        workspace = ClipWorkspace(
+            **config,
+            max_faces_per_bin=max_faces_per_bin,
+            device=meshes.device,
+            requires_grad=meshes.verts.requires_grad,
+        )
+    elif not isinstance(workspace, ClipWorkspace):
+        raise TypeError(
+            "with z_clip_value or cull_to_frustum, workspace must be a ClipWorkspace, "
+            f"got {type(workspace).__name__}"
+        )
+    elif not workspace.matches(**config, device=meshes.device):
+        raise ValueError(
+            "workspace was made for another configuration (vertices, faces, meshes, "
+            "image size, faces_per_pixel, bin_size or device differ)"
+        )
+    clipped = clip_faces(
+        meshes.verts,
+        meshes.faces,
+        meshes.mesh_to_face_first_idx,
+        meshes.num_faces_per_mesh,
+        z_clip_value=z_clip_value,
+        cull_to_frustum=cull_to_frustum,
+        perspective_correct=perspective_correct,
+        buffers=workspace.clip,
+        frustum_cull_rule=frustum_cull_rule,
+    )
+    inner = rasterize_packed(
+        clipped.packed,
+        workspace.raster,
+        blur_radius=blur_radius,
+        perspective_correct=perspective_correct,
+        clip_barycentric_coords=clip_barycentric_coords,
+        cull_backfaces=cull_backfaces,
+    )
+    out = workspace.fragments
+    unclip_fragments(
+        inner.pix_to_face, inner.bary_coords, clipped, out.pix_to_face, out.bary_coords
+    )
+    return out
