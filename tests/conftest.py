@@ -1,5 +1,7 @@
 """Shared pytest fixtures: the Warp devices every test runs on."""
 
+import os
+
 import pytest
 import warp as wp
 
@@ -8,6 +10,11 @@ wp.init()
 
 
 def _devices():
+    """`cpu` and, when present, `cuda:0`; or the comma-separated list in
+    WARPRASTER_TEST_DEVICES (e.g. `cuda:0` on a GPU machine without Warp's CPU compiler)."""
+    chosen = os.environ.get("WARPRASTER_TEST_DEVICES")
+    if chosen:
+        return [d.strip() for d in chosen.split(",") if d.strip()]
     devs = ["cpu"]
     if wp.is_cuda_available():
         devs.append("cuda:0")

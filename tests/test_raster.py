@@ -338,10 +338,10 @@ def test_mismatched_devices_raise():
         wr.rasterize_meshes(verts, faces, first, count, image_size=8)
 
 
-def test_zero_copy_views_of_warp_inputs_share_gradients():
+def test_zero_copy_views_of_warp_inputs_share_gradients(device):
     v, f, first, count = _ok_scene()
-    flat = wp.array(v, dtype=wp.float32, requires_grad=True, device="cpu")  # (V, 3) float32
-    tri = wp.array(f, dtype=wp.vec3i, device="cpu")
+    flat = wp.array(v, dtype=wp.float32, requires_grad=True, device=device)  # (V, 3) float32
+    tri = wp.array(f, dtype=wp.vec3i, device=device)
     tape = wp.Tape()
     with tape:
         fr = wr.rasterize_meshes(flat, tri, first, count, image_size=16, faces_per_pixel=1)
