@@ -9,6 +9,7 @@ import pytest
 import warp as wp
 from np_reference import rasterize_reference
 from p3d_cases import camera_case_names, case_params, load_case, raster_args, raw_case_names
+from p3d_compare import compare_with_case
 
 import warpraster as wr
 from warpraster.primitives import ico_sphere
@@ -35,19 +36,12 @@ def _run(args: dict, device, **kw) -> dict:
 
 
 def _assert_matches_p3d(out: dict, case: dict):
-    p2f, ref = out["pix_to_face"], case["pix_to_face"]
-    agree = (p2f == ref).mean()
-    # The issue allows 0.1% of slots to differ on exact ties; every raw case
-    # currently matches on all slots, so any difference is a regression.
-    assert agree == 1.0, f"{case['name']}: pix_to_face agrees on {agree:.5%} of slots"
-    valid = ref >= 0
-    for key in ("zbuf", "dists"):
-        np.testing.assert_allclose(out[key][valid], case[key][valid], atol=ATOL, rtol=1e-5)
-        assert (out[key][~valid] == -1).all()
-    np.testing.assert_allclose(
-        out["bary_coords"][valid], case["bary_coords"][valid], atol=ATOL, rtol=1e-5
-    )
-    assert (out["bary_coords"][~valid] == -1).all()
+    """The issue's parity rule (see tests/p3d_compare.py for every tolerance):
+    pix_to_face equal on >= 99.9% of slots with each difference explained by a
+    float tie, float outputs within 1e-5 scaled by the magnitude of their terms."""
+    stats = compare_with_case(out, case)
+    # Every raw case currently matches on every slot (cpu and cuda); keep it so.
+    assert stats["slot_mismatches"] == 0, stats
 
 
 @pytest.mark.parametrize("bin_size", [0, 8, 16, None])
