@@ -22,7 +22,12 @@ import numpy as np
 import warp as wp
 
 from . import binning
-from .fragments import Fragments, allocate_fragments, recompute_fragments
+from .fragments import (
+    DeterministicBackward,
+    Fragments,
+    allocate_fragments,
+    recompute_fragments,
+)
 from .geometry import (
     EPS,
     barycentric,
@@ -263,7 +268,9 @@ class RasterWorkspace:
     A render call that is given a workspace allocates nothing and reads nothing
     back to the host, so it can be captured in a CUDA graph. The fragments it
     returns are this workspace's output arrays: keep one workspace per frame
-    recorded on a tape (a later call overwrites them).
+    recorded on a tape (a later call overwrites them). With ``deterministic``
+    the backward to the vertices is atomic-free and bit-identical run after run
+    (:class:`~warpraster.fragments.DeterministicBackward`, extra buffers).
     """
 
     def __init__(
@@ -277,6 +284,7 @@ class RasterWorkspace:
         max_faces_per_bin: int | None = None,
         device=None,
         requires_grad: bool = False,
+        deterministic: bool = False,
     ):
         h, w = parse_image_size(image_size)
         self.device = wp.get_device(device)
@@ -309,6 +317,12 @@ class RasterWorkspace:
             self.num_meshes, h, w, self.faces_per_pixel, self.device, self.requires_grad
         )
         self.fragments._overflow = self.overflow if self.bin_size > 0 else None
+        self.deterministic = bool(deterministic)
+        self.deterministic_backward = (
+            DeterministicBackward(self.fragments.shape, self.num_faces, self.device)
+            if self.deterministic
+            else None
+        )
 
     def matches(self, *, num_meshes, num_faces, image_size, faces_per_pixel, bin_size, device):
         return (
@@ -363,6 +377,7 @@ def rasterize_meshes(
     cull_to_frustum: bool = False,
     workspace: RasterWorkspace | None = None,
     validate: bool = True,
+    deterministic: bool = False,
 ) -> Fragments:
     """Rasterizes a packed batch of triangle meshes, as PyTorch3D's ``rasterize_meshes``.
 
@@ -401,6 +416,9 @@ def rasterize_meshes(
             call allocates nothing; without, one is made for this call.
         validate: check face indices and offsets on the host (a device read).
             Pass False in a captured loop once the topology has been checked.
+        deterministic: atomic-free backward, bit-identical gradients run after
+            run (slower, more memory). A given workspace must have been made
+            with ``deterministic=True``.
 
     Returns:
         :class:`Fragments` (``pix_to_face``, ``zbuf``, ``bary_coords``, ``dists``).
@@ -428,6 +446,8 @@ def rasterize_meshes(
             f"faces_per_pixel={k} with {n} images of {h}x{w} needs more than 2**31 slots"
         )
     if z_clip_value is not None or cull_to_frustum:
+        if deterministic:
+            raise ValueError("deterministic=True is not supported with z clipping / culling yet")
         from .clip import rasterize_clipped  # noqa: PLC0415 - optional path
 
         return rasterize_clipped(
@@ -456,6 +476,7 @@ def rasterize_meshes(
             max_faces_per_bin=max_faces_per_bin,
             device=meshes.device,
             requires_grad=meshes.verts.requires_grad,
+            deterministic=deterministic,
         )
     elif not workspace.matches(
         num_meshes=n,
@@ -469,6 +490,8 @@ def rasterize_meshes(
             "workspace was made for another configuration (meshes, faces, image size, "
             "faces_per_pixel, bin_size or device differ)"
         )
+    elif deterministic and not workspace.deterministic:
+        raise ValueError("deterministic=True needs a workspace made with deterministic=True")
     return rasterize_packed(
         meshes,
         workspace,
@@ -560,5 +583,6 @@ def rasterize_packed(
         out,
         perspective_correct=perspective_correct,
         clip_barycentric_coords=clip_barycentric_coords,
+        deterministic=ws.deterministic_backward,
     )
     return out
