@@ -227,14 +227,14 @@ def _view_to_ndc(
 @wp.kernel
 def _project_kernel(
     verts: wp.array(dtype=wp.vec3),
+    R: wp.array(dtype=wp.mat33),
+    T: wp.array(dtype=wp.vec3),
     vert_to_mesh: wp.array(dtype=wp.int32),
     per_vertex_camera: int,
     num_cameras: int,
     kind: int,
     degrees: int,
     in_ndc: int,
-    R: wp.array(dtype=wp.mat33),
-    T: wp.array(dtype=wp.vec3),
     znear: wp.array(dtype=float),
     zfar: wp.array(dtype=float),
     aspect_ratio: wp.array(dtype=float),
@@ -517,6 +517,7 @@ class CamerasBase:
             "vec2": wp.zeros(1, dtype=wp.vec2, device=self.device),
             "vec3": wp.zeros(1, dtype=wp.vec3, device=self.device),
             "focal": wp.zeros((1, 1), dtype=wp.float32, device=self.device),
+            "index": wp.zeros(1, dtype=wp.int32, device=self.device),
         }
         self._image_size_cache: dict[tuple, wp.array] = {}
 
@@ -654,7 +655,7 @@ class CamerasBase:
                 raise ValueError(
                     f"vert_to_mesh is required with {self._n} cameras (one camera per mesh)"
                 )
-            v2m = as_index_array(np.zeros(0, dtype=np.int32), "vert_to_mesh", self.device)
+            v2m = self._dummy["index"]
         else:
             if isinstance(vert_to_mesh, np.ndarray) and vert_to_mesh.size:
                 lo, hi = int(vert_to_mesh.min()), int(vert_to_mesh.max())
@@ -663,6 +664,7 @@ class CamerasBase:
                         f"vert_to_mesh holds values in [{lo}, {hi}], outside [0, {self._n - 1}]"
                     )
             v2m = as_index_array(vert_to_mesh, "vert_to_mesh", self.device, length=n_verts)
+        per_vertex_camera = int(vert_to_mesh is not None and self._n > 1)
         needs_grad = v.requires_grad or self.requires_grad()
         if out is None:
             out = wp.empty(n_verts, dtype=wp.vec3, device=self.device, requires_grad=needs_grad)
@@ -680,6 +682,23 @@ class CamerasBase:
                 )
         if n_verts == 0:
             return out
+        wp.launch(
+            _project_kernel,
+            dim=n_verts,
+            inputs=[
+                v,
+                self.R,
+                self.T,
+                v2m,
+                per_vertex_camera,
+                self._n,
+                self._kind,
+                *self._projection_inputs(image_size),
+            ],
+            outputs=[out],
+            device=self.device,
+        )
+        return out
         inputs = self._projection_inputs(image_size)
         wp.launch(
             _project_kernel,
@@ -700,3 +719,555 @@ class CamerasBase:
             device=self.device,
         )
         return out
+
+
+_R_DEFAULT = np.eye(3)[None]
+_T_DEFAULT = np.zeros((1, 3))
+
+
+class FoVPerspectiveCameras(CamerasBase):
+    """Perspective cameras given by a field of view (OpenGL-style frustum), as PyTorch3D's.
+
+    The frustum is symmetric: ``max_y = tan(fov / 2) * znear``,
+    ``max_x = max_y * aspect_ratio`` map to NDC +1. ``aspect_ratio`` is the *pixel*
+    aspect ratio: keep 1.0 for square pixels and set the image shape in the
+    rasterizer (the shorter side spans NDC [-1, 1]).
+
+    Args:
+        znear, zfar: near / far planes, (N,) or scalar; ``0 < znear < zfar``.
+        aspect_ratio: pixel aspect ratio (> 0), (N,) or scalar.
+        fov: vertical field of view, (N,) or scalar, in (0, 180) degrees
+            (or (0, pi) radians with ``degrees=False``).
+        degrees: whether ``fov`` is in degrees.
+        R: (N, 3, 3) world -> view rotations (``X_view = X_world @ R + T``).
+        T: (N, 3) translations.
+        device: Warp device (default: that of the Warp array arguments, else
+            Warp's default device).
+        requires_grad: make the copies of NumPy inputs of the differentiable
+            parameters (R, T, fov, aspect_ratio) track gradients.
+
+    Each argument may be a Python number/sequence, a NumPy array or a float32
+    Warp array (used zero-copy; see the module docstring).
+
+    Raises:
+        TypeError, ValueError: naming the argument (shapes, batch sizes, devices,
+            non-finite values, znear <= 0, zfar <= znear, fov out of range,
+            aspect_ratio <= 0, R not a rotation).
+    """
+
+    _kind = _KIND_FOV_PERSPECTIVE
+    _SPEC = {
+        "znear": ("scalar", False),
+        "zfar": ("scalar", False),
+        "aspect_ratio": ("scalar", True),
+        "fov": ("scalar", True),
+        "R": ("mat33", True),
+        "T": ("vec3", True),
+    }
+
+    def __init__(
+        self,
+        znear=1.0,
+        zfar=100.0,
+        aspect_ratio=1.0,
+        fov=60.0,
+        degrees: bool = True,
+        R=_R_DEFAULT,
+        T=_T_DEFAULT,
+        device=None,
+        *,
+        requires_grad: bool = False,
+    ):
+        self.degrees = bool(degrees)
+        values = {"znear": znear, "zfar": zfar, "aspect_ratio": aspect_ratio, "fov": fov}
+        self._setup({**values, "R": R, "T": T}, device=device, requires_grad=requires_grad)
+        h = self._host
+        if (h["znear"] <= 0).any():
+            raise ValueError(
+                f"znear must be > 0 for a perspective camera, got {h['znear'].tolist()}"
+            )
+        if (h["zfar"] <= h["znear"]).any():
+            raise ValueError(
+                f"zfar must be > znear, got zfar={h['zfar'].tolist()}, znear={h['znear'].tolist()}"
+            )
+        if (h["aspect_ratio"] <= 0).any():
+            raise ValueError(f"aspect_ratio must be > 0, got {h['aspect_ratio'].tolist()}")
+        top = 180.0 if self.degrees else math.pi
+        if ((h["fov"] <= 0) | (h["fov"] >= top)).any():
+            unit = "degrees" if self.degrees else "radians (degrees=False)"
+            raise ValueError(f"fov must be in (0, {top:g}) {unit}, got {h['fov'].tolist()}")
+
+    def is_perspective(self) -> bool:
+        return True
+
+
+class FoVOrthographicCameras(CamerasBase):
+    """Orthographic cameras given by a view box, as PyTorch3D's.
+
+    NDC x = ``(2 x_view / (max_x - min_x)) * scale_x - (max_x + min_x) / (max_x - min_x)``,
+    y likewise; depth is the view z.
+
+    Args:
+        znear, zfar: near / far planes, (N,) or scalar; ``zfar > znear``.
+        max_y, min_y, max_x, min_x: view box, (N,) or scalar; ``max != min``.
+        scale_xyz: (N, 3) scale of each axis (differentiable).
+        R, T, device, requires_grad: as :class:`FoVPerspectiveCameras`
+            (differentiable parameters: R, T, scale_xyz).
+
+    The positional order is PyTorch3D's (``znear, zfar, max_y, min_y, max_x, min_x,
+    scale_xyz, R, T``); pass keywords.
+    """
+
+    _kind = _KIND_FOV_ORTHOGRAPHIC
+    _SPEC = {
+        "znear": ("scalar", False),
+        "zfar": ("scalar", False),
+        "max_y": ("scalar", False),
+        "min_y": ("scalar", False),
+        "max_x": ("scalar", False),
+        "min_x": ("scalar", False),
+        "scale_xyz": ("vec3", True),
+        "R": ("mat33", True),
+        "T": ("vec3", True),
+    }
+
+    def __init__(
+        self,
+        znear=1.0,
+        zfar=100.0,
+        max_y=1.0,
+        min_y=-1.0,
+        max_x=1.0,
+        min_x=-1.0,
+        scale_xyz=((1.0, 1.0, 1.0),),
+        R=_R_DEFAULT,
+        T=_T_DEFAULT,
+        device=None,
+        *,
+        requires_grad: bool = False,
+    ):
+        values = {
+            "znear": znear,
+            "zfar": zfar,
+            "max_y": max_y,
+            "min_y": min_y,
+            "max_x": max_x,
+            "min_x": min_x,
+            "scale_xyz": scale_xyz,
+            "R": R,
+            "T": T,
+        }
+        self._setup(values, device=device, requires_grad=requires_grad)
+        h = self._host
+        if (h["zfar"] <= h["znear"]).any():
+            raise ValueError(
+                f"zfar must be > znear, got zfar={h['zfar'].tolist()}, znear={h['znear'].tolist()}"
+            )
+        for lo, hi in (("min_x", "max_x"), ("min_y", "max_y")):
+            if (h[lo] == h[hi]).any():
+                raise ValueError(
+                    f"{hi} must differ from {lo}, got {h[hi].tolist()} and {h[lo].tolist()}"
+                )
+
+    def is_perspective(self) -> bool:
+        return False
+
+
+class PerspectiveCameras(CamerasBase):
+    """Pinhole cameras given by focal length and principal point, as PyTorch3D's.
+
+    In NDC (``in_ndc=True``, the default): NDC x = ``fx * x_view / z_view + px``,
+    y likewise. In screen space (``in_ndc=False``, ``image_size`` required): focal
+    length and principal point are in pixels, the principal point measured from
+    the top-left corner of the image; x, y map to NDC through PyTorch3D's
+    principal-point fix and screen -> NDC transform, so that
+    NDC x = ``(fx * x_view / z_view - px + W / 2) / (min(H, W) / 2)``.
+
+    Args:
+        focal_length: scalar, (N,), (N, 1) or (N, 2) ``(fx, fy)``; nonzero
+            (differentiable). Stored as (N, 2) for NumPy input.
+        principal_point: (N, 2) ``(px, py)`` (differentiable).
+        R, T, device, requires_grad: as :class:`FoVPerspectiveCameras`.
+        in_ndc: whether focal length and principal point are in NDC units.
+        image_size: (H, W) or (N, 2); required when ``in_ndc=False``.
+
+    The camera has no ``znear``: :meth:`get_znear` returns None, and so the
+    rasterizer's default ``z_clip_value`` is None (as PyTorch3D's).
+    """
+
+    _kind = _KIND_PERSPECTIVE
+    _SPEC = {
+        "focal_length": ("focal", True),
+        "principal_point": ("vec2", True),
+        "R": ("mat33", True),
+        "T": ("vec3", True),
+    }
+
+    def __init__(
+        self,
+        focal_length=1.0,
+        principal_point=((0.0, 0.0),),
+        R=_R_DEFAULT,
+        T=_T_DEFAULT,
+        device=None,
+        in_ndc: bool = True,
+        image_size=None,
+        *,
+        requires_grad: bool = False,
+    ):
+        self._in_ndc = bool(in_ndc)
+        values = {"focal_length": focal_length, "principal_point": principal_point, "R": R, "T": T}
+        self._setup(values, device=device, requires_grad=requires_grad)
+        if (self._host["focal_length"] == 0).any():
+            raise ValueError(
+                f"focal_length must be nonzero, got {self._host['focal_length'].tolist()}"
+            )
+        if image_size is None:
+            if not self._in_ndc:
+                raise ValueError(
+                    "image_size=(H, W) is required for a screen-space camera (in_ndc=False)"
+                )
+            self.image_size = None
+            self._image_size_host = None
+        else:
+            rows = _image_size_rows(image_size)
+            if rows.shape[0] not in (1, self._n):
+                raise ValueError(
+                    f"image_size has {rows.shape[0]} rows, but there are {self._n} cameras "
+                    "(must be 1 or N)"
+                )
+            self._image_size_host = rows
+            self.image_size = wp.array(rows.astype(np.float32), dtype=wp.vec2, device=self.device)
+
+    def is_perspective(self) -> bool:
+        return True
+
+    def in_ndc(self) -> bool:
+        return self._in_ndc
+
+    def get_image_size(self) -> np.ndarray | None:
+        """(B, 2) float64 rows of (H, W) given at construction, or None."""
+        return None if self._image_size_host is None else self._image_size_host.copy()
+
+    def _image_size_array(self, image_size) -> wp.array:
+        if self._in_ndc:
+            return self._dummy["vec2"]
+        if image_size is None:
+            return self.image_size
+        rows = _image_size_rows(image_size)
+        if rows.shape[0] not in (1, self._n):
+            raise ValueError(
+                f"image_size has {rows.shape[0]} rows, but there are {self._n} cameras"
+            )
+        key = tuple(rows.ravel().tolist())
+        if key not in self._image_size_cache:
+            self._image_size_cache[key] = wp.array(
+                rows.astype(np.float32), dtype=wp.vec2, device=self.device
+            )
+        return self._image_size_cache[key]
+
+    def _ndc_intrinsics(self) -> tuple[np.ndarray, np.ndarray]:
+        """(N, 2) NDC focal length and principal point, float64 (reads them back)."""
+        f = self.focal_length.numpy().astype(np.float64)
+        f = np.broadcast_to(f[:, [0, -1]], (self._n, 2))
+        p = np.broadcast_to(self.principal_point.numpy().astype(np.float64), (self._n, 2))
+        if self._in_ndc:
+            return f, p
+        hw = np.broadcast_to(self._image_size_host, (self._n, 2))
+        scale = hw.min(axis=1, keepdims=True) / 2.0
+        c0 = hw[:, ::-1] / 2.0
+        return f / scale, -(p - c0) / scale
+
+
+# ----------------------------------------------------------------------------- look-at
+def _rows(x, name: str, width: int | None) -> np.ndarray:
+    if _is_torch(x):
+        raise TypeError(f"{name} is a torch tensor: pass NumPy or Warp arrays")
+    if isinstance(x, wp.array):
+        x = x.numpy()
+    a = np.asarray(x, dtype=np.float64)
+    if width is None:
+        if a.ndim > 1:
+            raise ValueError(f"{name} must be a scalar or have shape (N,), got {a.shape}")
+        a = a.reshape(-1)
+    else:
+        if a.ndim == 1 and a.shape[0] == width:
+            a = a[None]
+        if a.ndim != 2 or a.shape[1] != width:
+            raise ValueError(f"{name} must have shape (N, {width}) or ({width},), got {a.shape}")
+    if a.shape[0] < 1:
+        raise ValueError(f"{name} must not be empty")
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name} must be finite")
+    return a
+
+
+def _broadcast_rows(named: dict[str, np.ndarray]) -> list[np.ndarray]:
+    n = max(a.shape[0] for a in named.values())
+    for name, a in named.items():
+        if a.shape[0] not in (1, n):
+            sizes = ", ".join(f"{k}: {v.shape[0]}" for k, v in named.items())
+            raise ValueError(f"{name} does not broadcast ({sizes}); each must have 1 or N rows")
+    return [np.broadcast_to(a, (n, *a.shape[1:])) for a in named.values()]
+
+
+def _normalize(v: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    # torch.nn.functional.normalize: v / max(|v|, eps)
+    return v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), eps)
+
+
+def look_at_rotation(camera_position, at=((0, 0, 0),), up=((0, 1, 0),)) -> np.ndarray:
+    """(N, 3, 3) float32 world -> view rotations of cameras at ``camera_position``
+    looking at ``at`` with world up ``up`` (PyTorch3D's ``look_at_rotation``).
+
+    Each argument is (3,), (1, 3) or (N, 3). The view z axis points from the camera
+    to ``at``; x = up x z; y = z x x; R holds them as columns.
+
+    Raises:
+        ValueError: bad shapes, or a camera whose ``up`` is (nearly) parallel to
+            its viewing direction or that sits at ``at`` (no rotation is defined;
+            PyTorch3D returns a degenerate matrix there).
+    """
+    c, a, u = _broadcast_rows(
+        {
+            "camera_position": _rows(camera_position, "camera_position", 3),
+            "at": _rows(at, "at", 3),
+            "up": _rows(up, "up", 3),
+        }
+    )
+    z = _normalize(a - c)
+    x = _normalize(np.cross(u, z))
+    y = _normalize(np.cross(z, x))
+    is_close = np.all(np.abs(x) <= 5e-3, axis=1, keepdims=True)
+    if is_close.any():
+        x = np.where(is_close, _normalize(np.cross(y, z)), x)
+    R = np.stack([x, y, z], axis=2)
+    bad = np.abs(np.einsum("nij,nkj->nik", R, R) - np.eye(3)).max(axis=(1, 2)) >= ROTATION_TOLERANCE
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"no look-at rotation for camera {i}: up={u[i].tolist()} is parallel to the viewing "
+            f"direction {(a[i] - c[i]).tolist()} (or the camera is at `at`)"
+        )
+    return R.astype(np.float32)
+
+
+def look_at_view_transform(
+    dist=1.0,
+    elev=0.0,
+    azim=0.0,
+    degrees: bool = True,
+    eye=None,
+    at=((0, 0, 0),),
+    up=((0, 1, 0),),
+) -> tuple[np.ndarray, np.ndarray]:
+    """World -> view (R, T) of cameras looking at ``at``, as PyTorch3D's.
+
+    The camera sits at ``eye`` if given, else at spherical coordinates around
+    ``at``: ``dist * (cos(elev) sin(azim), sin(elev), cos(elev) cos(azim))``
+    (elev from the xz-plane, azim from +z towards +x).
+
+    Args:
+        dist, elev, azim: scalars or (N,); angles in degrees unless ``degrees=False``.
+        degrees: unit of ``elev`` and ``azim``.
+        eye: (N, 3) or (3,) camera positions; overrides dist/elev/azim.
+        at: (N, 3) or (3,) look-at points.
+        up: (N, 3) or (3,) world up directions.
+
+    Returns:
+        ``(R, T)``: float32 NumPy arrays (N, 3, 3) and (N, 3), computed in float64.
+
+    Raises:
+        ValueError: shapes that do not broadcast, non-finite values, or a degenerate
+            view (see :func:`look_at_rotation`).
+    """
+    if eye is not None:
+        c, a, u = _broadcast_rows(
+            {"eye": _rows(eye, "eye", 3), "at": _rows(at, "at", 3), "up": _rows(up, "up", 3)}
+        )
+    else:
+        d, e, z, a, u = _broadcast_rows(
+            {
+                "dist": _rows(dist, "dist", None),
+                "elev": _rows(elev, "elev", None),
+                "azim": _rows(azim, "azim", None),
+                "at": _rows(at, "at", 3),
+                "up": _rows(up, "up", 3),
+            }
+        )
+        if degrees:
+            e = np.deg2rad(e)
+            z = np.deg2rad(z)
+        c = np.stack([d * np.cos(e) * np.sin(z), d * np.sin(e), d * np.cos(e) * np.cos(z)], 1) + a
+    R = look_at_rotation(c, a, u).astype(np.float64)
+    # T = -R^T C (column form), i.e. the camera centre maps to the view origin.
+    T = -np.einsum("nji,nj->ni", R, c)
+    return R.astype(np.float32), T.astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- OpenCV
+def _batched(x, name: str, inner: tuple[int, ...]) -> np.ndarray:
+    if _is_torch(x):
+        raise TypeError(f"{name} is a torch tensor: pass NumPy or Warp arrays")
+    if isinstance(x, wp.array):
+        x = x.numpy()
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim != 1 + len(inner) or a.shape[1:] != inner:
+        want = "(N" + "".join(f", {d}" for d in inner) + ")"
+        raise ValueError(f"{name} must have shape {want}, got {a.shape}")
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name} must be finite")
+    return a
+
+
+def cameras_from_opencv_projection(
+    R, tvec, camera_matrix, image_size, *, device=None, requires_grad: bool = False
+) -> PerspectiveCameras:
+    """NDC :class:`PerspectiveCameras` equal to OpenCV pinhole cameras (PyTorch3D's rule).
+
+    OpenCV maps a world point X to ``x_cam = R X + tvec`` and pixel
+    ``(u, v) = (fx x/z + cx, fy y/z + cy)`` (+x right, +y down, the image
+    spanning [0, W] x [0, H]). The result sends X to NDC with
+    ``u = W/2 - s x_ndc``, ``v = H/2 - s y_ndc``, ``s = min(H, W) / 2``.
+
+    Args:
+        R: (N, 3, 3) OpenCV world -> camera rotations.
+        tvec: (N, 3) OpenCV translations.
+        camera_matrix: (N, 3, 3) intrinsics ``[[fx, 0, cx], [0, fy, cy], [0, 0, 1]]``
+            (no skew).
+        image_size: (N, 2) or (H, W), in pixels.
+        device, requires_grad: as :class:`PerspectiveCameras`.
+
+    Returns:
+        :class:`PerspectiveCameras` with ``in_ndc=True`` and ``image_size`` set.
+
+    Raises:
+        ValueError: shapes, batch sizes, skew or a last row other than (0, 0, 1),
+            R not a rotation.
+    """
+    R = _batched(R, "R", (3, 3))
+    tvec = _batched(tvec, "tvec", (3,))
+    K = _batched(camera_matrix, "camera_matrix", (3, 3))
+    hw = _image_size_rows(image_size)
+    R, tvec, K, hw = _broadcast_rows({"R": R, "tvec": tvec, "camera_matrix": K, "image_size": hw})
+    if (K[:, 0, 1] != 0).any() or (K[:, 1, 0] != 0).any():
+        raise ValueError("camera_matrix has skew (K[0, 1] or K[1, 0] nonzero): not supported")
+    if not np.array_equal(K[:, 2], np.broadcast_to([0.0, 0.0, 1.0], K[:, 2].shape)):
+        raise ValueError("camera_matrix must have last row (0, 0, 1)")
+    focal = np.stack([K[:, 0, 0], K[:, 1, 1]], axis=1)
+    pp = K[:, :2, 2]
+    wh = hw[:, ::-1]
+    scale = wh.min(axis=1, keepdims=True) / 2.0
+    c0 = wh / 2.0
+    R_p3d = R.transpose(0, 2, 1).copy()
+    R_p3d[:, :, :2] *= -1.0
+    T_p3d = tvec.copy()
+    T_p3d[:, :2] *= -1.0
+    return PerspectiveCameras(
+        focal_length=focal / scale,
+        principal_point=-(pp - c0) / scale,
+        R=R_p3d,
+        T=T_p3d,
+        device=device,
+        image_size=hw,
+        requires_grad=requires_grad,
+    )
+
+
+def opencv_from_cameras_projection(
+    cameras: CamerasBase, image_size
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """OpenCV ``(R, tvec, camera_matrix)`` of pinhole cameras (inverse of
+    :func:`cameras_from_opencv_projection`).
+
+    Accepts :class:`PerspectiveCameras` (NDC or screen space; a screen-space
+    camera is first converted to NDC with its own ``image_size``) and
+    :class:`FoVPerspectiveCameras` (whose NDC focal length is the (0, 0) and
+    (1, 1) entries of its view -> NDC matrix, principal point 0).
+
+    Args:
+        cameras: the cameras (N).
+        image_size: (N, 2) or (H, W) of the OpenCV image, in pixels.
+
+    Returns:
+        float32 NumPy ``R`` (N, 3, 3), ``tvec`` (N, 3), ``camera_matrix`` (N, 3, 3).
+
+    Raises:
+        TypeError: an orthographic camera (no pinhole model).
+    """
+    if isinstance(cameras, PerspectiveCameras):
+        focal, p0 = cameras._ndc_intrinsics()
+    elif isinstance(cameras, FoVPerspectiveCameras):
+        m = cameras.get_view_to_ndc_matrix().astype(np.float64)
+        focal = np.stack([m[:, 0, 0], m[:, 1, 1]], axis=1)
+        p0 = np.stack([m[:, 2, 0], m[:, 2, 1]], axis=1)
+    else:
+        raise TypeError(
+            f"cameras must be PerspectiveCameras or FoVPerspectiveCameras, got "
+            f"{type(cameras).__name__}"
+        )
+    n = len(cameras)
+    hw = _image_size_rows(image_size)
+    if hw.shape[0] not in (1, n):
+        raise ValueError(f"image_size has {hw.shape[0]} rows, but there are {n} cameras")
+    wh = np.broadcast_to(hw, (n, 2))[:, ::-1]
+    R_p3d = np.broadcast_to(cameras.R.numpy().reshape(-1, 3, 3), (n, 3, 3)).astype(np.float64)
+    T_p3d = np.broadcast_to(cameras.T.numpy().reshape(-1, 3), (n, 3)).astype(np.float64)
+    R_p3d = R_p3d.copy()
+    R_p3d[:, :, :2] *= -1.0
+    tvec = T_p3d.copy()
+    tvec[:, :2] *= -1.0
+    scale = wh.min(axis=1, keepdims=True) / 2.0
+    c0 = wh / 2.0
+    K = np.zeros((n, 3, 3))
+    K[:, 0, 0] = focal[:, 0] * scale[:, 0]
+    K[:, 1, 1] = focal[:, 1] * scale[:, 0]
+    K[:, :2, 2] = -p0 * scale + c0
+    K[:, 2, 2] = 1.0
+    return (
+        R_p3d.transpose(0, 2, 1).astype(np.float32),
+        tvec.astype(np.float32),
+        K.astype(np.float32),
+    )
+
+
+# ----------------------------------------------------------------------------- batches
+def vert_to_mesh_from_faces(
+    faces, mesh_to_face_first_idx, num_faces_per_mesh, num_verts: int, *, out=None, device=None
+) -> wp.array:
+    """(V,) int32 mesh index of every vertex, from the packed faces, on the device.
+
+    A vertex takes the index of the mesh whose faces use it; vertices used by no
+    face get 0 (they are projected, but never drawn). No host read-back: usable
+    in a captured graph when ``out`` is given. Packed meshes do not share
+    vertices; if they do, the vertex takes one of them.
+
+    Args:
+        faces: (F, 3) int32 packed faces (``wp.array2d`` or ``vec3i``, or NumPy).
+        mesh_to_face_first_idx, num_faces_per_mesh: (N,) per-mesh face ranges.
+        num_verts: V.
+        out: optional (V,) int32 output buffer.
+        device: device for NumPy inputs (default: that of ``faces`` if it is a
+            Warp array, else Warp's default device).
+    """
+    if device is None and isinstance(faces, wp.array):
+        device = faces.device
+    f = as_faces_array(faces, "faces", device)
+    device = f.device
+    first = as_index_array(mesh_to_face_first_idx, "mesh_to_face_first_idx", device)
+    count = as_index_array(num_faces_per_mesh, "num_faces_per_mesh", device, length=first.shape[0])
+    if out is None:
+        out = wp.zeros(int(num_verts), dtype=wp.int32, device=device)
+    else:
+        out = as_index_array(out, "out", device, length=int(num_verts))
+        out.zero_()
+    if f.shape[0] > 0 and int(num_verts) > 0:
+        wp.launch(
+            _vert_to_mesh_kernel,
+            dim=f.shape[0],
+            inputs=[f, first, count, first.shape[0]],
+            outputs=[out],
+            device=device,
+            record_tape=False,
+        )
+    return out
