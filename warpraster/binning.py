@@ -1,10 +1,14 @@
-"""Coarse pass: per-(image, bin) lists of the faces whose bounding box touches the bin.
+"""Coarse pass: compacted per-(image, tile) lists of the faces whose bounding box
+touches the tile.
 
-Bins are ``bin_size`` x ``bin_size`` pixel tiles. Each list has a fixed capacity
-``max_faces_per_bin``; its counter keeps counting past the capacity, so the fine
-pass sees that a bin overflowed and falls back to all faces of the mesh for that
-bin's pixels: the output stays exact whatever the capacity. The number of
-overflowed bins is counted on the device for the caller to read afterwards.
+Three launches, no host reads: count the (face, tile) pairs per tile, an
+exclusive prefix sum of the counts gives each tile's start in one flat list,
+then every face writes itself into the tiles it touches. The list has a fixed
+capacity; a tile whose entries do not fit (or exceed ``max_faces_per_bin``) is
+"overflowed": the fine pass then tests all faces of the mesh for that tile's
+pixels, so the output stays exact whatever the capacity. Faces within a list
+are in no particular order; the fine pass's queue is a total order on
+(depth, face index), so the order does not change the result.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ wp.set_module_options({"enable_backward": False})
 @wp.func
 def ndc_span_to_pixels(lo: float, hi: float, s1: int, s2: int) -> wp.vec2i:
     """Conservative range of pixel indices (counted from the +NDC end) whose centres
-    may lie in [lo, hi] on an axis of ``s1`` pixels; (1, 0) when empty.
+    may lie in [lo, hi] on an axis of ``s1`` pixels; (1, 0) or wider-than-empty
+    when there are none.
 
     One pixel of margin on each side absorbs float rounding: the fine pass
     re-tests the exact bounding box, so a superset is all that is needed here.
@@ -35,54 +40,111 @@ def ndc_span_to_pixels(lo: float, hi: float, s1: int, s2: int) -> wp.vec2i:
     return wp.vec2i(i0, i1)
 
 
+@wp.func
+def face_tiles(bb: wp.vec4, height: int, width: int, tile_size: int) -> wp.vec4i:
+    """(ty0, ty1, tx0, tx1) inclusive tile range of a face bbox; ty0 > ty1 if none."""
+    # bbox = (xmin, ymin, xmax, ymax); pixel indices count from the +NDC end,
+    # so column xi = W - 1 - i and row yi = H - 1 - j.
+    sx = ndc_span_to_pixels(bb[0], bb[2], width, height)
+    sy = ndc_span_to_pixels(bb[1], bb[3], height, width)
+    if sx[0] > sx[1] or sy[0] > sy[1] or not (bb[0] <= bb[2]):
+        return wp.vec4i(1, 0, 1, 0)
+    return wp.vec4i(
+        (height - 1 - sy[1]) // tile_size,
+        (height - 1 - sy[0]) // tile_size,
+        (width - 1 - sx[1]) // tile_size,
+        (width - 1 - sx[0]) // tile_size,
+    )
+
+
 @wp.kernel
-def _coarse_bin(
+def _count_tiles(
     face_mesh: wp.array(dtype=wp.int32),
     face_bbox: wp.array(dtype=wp.vec4),
     height: int,
     width: int,
-    bin_size: int,
-    max_faces_per_bin: int,
-    bin_count: wp.array3d(dtype=wp.int32),
-    bin_faces: wp.array4d(dtype=wp.int32),
-    overflow: wp.array(dtype=wp.int32),
+    tile_size: int,
+    tiles_y: int,
+    tiles_x: int,
+    tile_count: wp.array(dtype=wp.int32),
 ):
     f = wp.tid()
     m = face_mesh[f]
     if m < 0:
         return
-    bb = face_bbox[f]
-    # bbox = (xmin, ymin, xmax, ymax); pixel indices count from the +NDC end,
-    # so column xi = W - 1 - i and row yi = H - 1 - j.
-    sx = ndc_span_to_pixels(bb[0], bb[2], width, height)
-    sy = ndc_span_to_pixels(bb[1], bb[3], height, width)
-    if sx[0] > sx[1] or sy[0] > sy[1]:
+    r = face_tiles(face_bbox[f], height, width, tile_size)
+    base = m * tiles_y * tiles_x
+    for ty in range(r[0], r[1] + 1):
+        for tx in range(r[2], r[3] + 1):
+            wp.atomic_add(tile_count, base + ty * tiles_x + tx, 1)
+
+
+@wp.kernel
+def _fill_tiles(
+    face_mesh: wp.array(dtype=wp.int32),
+    face_bbox: wp.array(dtype=wp.vec4),
+    height: int,
+    width: int,
+    tile_size: int,
+    tiles_y: int,
+    tiles_x: int,
+    tile_offset: wp.array(dtype=wp.int32),
+    tile_cursor: wp.array(dtype=wp.int32),
+    tile_faces: wp.array(dtype=wp.int32),
+):
+    f = wp.tid()
+    m = face_mesh[f]
+    if m < 0:
         return
-    bx0 = (width - 1 - sx[1]) // bin_size
-    bx1 = (width - 1 - sx[0]) // bin_size
-    by0 = (height - 1 - sy[1]) // bin_size
-    by1 = (height - 1 - sy[0]) // bin_size
-    for by in range(by0, by1 + 1):
-        for bx in range(bx0, bx1 + 1):
-            slot = wp.atomic_add(bin_count, m, by, bx, 1)
-            if slot < max_faces_per_bin:
-                bin_faces[m, by, bx, slot] = f
-            elif slot == max_faces_per_bin:
-                wp.atomic_add(overflow, 0, 1)
+    r = face_tiles(face_bbox[f], height, width, tile_size)
+    base = m * tiles_y * tiles_x
+    capacity = tile_faces.shape[0]
+    for ty in range(r[0], r[1] + 1):
+        for tx in range(r[2], r[3] + 1):
+            t = base + ty * tiles_x + tx
+            pos = tile_offset[t] + wp.atomic_add(tile_cursor, t, 1)
+            if pos < capacity:
+                tile_faces[pos] = f
 
 
-def bin_grid(height: int, width: int, bin_size: int) -> tuple[int, int]:
-    """Number of bins along (y, x)."""
-    return (height + bin_size - 1) // bin_size, (width + bin_size - 1) // bin_size
+def tile_grid(height: int, width: int, tile_size: int) -> tuple[int, int]:
+    """Number of tiles along (y, x)."""
+    return (height + tile_size - 1) // tile_size, (width + tile_size - 1) // tile_size
 
 
-def coarse_bin(face_mesh, face_bbox, height, width, bin_size, bin_count, bin_faces, overflow):
-    """Fills the per-bin face lists (counters and overflow flag must be zeroed first)."""
+def default_capacity(num_faces: int, num_tiles: int) -> int:
+    """Entries of the flat list when no per-tile cap is given: room for every face
+    touching ~8 tiles; scenes of larger faces overflow some tiles, which then run
+    the exact fallback (no slower than the naive pass for those pixels)."""
+    return max(8 * num_faces + 4 * num_tiles, 1024)
+
+
+def coarse_bin(
+    face_mesh,
+    face_bbox,
+    height: int,
+    width: int,
+    tile_size: int,
+    tile_count,
+    tile_offset,
+    tile_cursor,
+    tile_faces,
+):
+    """Fills the compacted per-tile face lists. Capturable: no host reads."""
+    ty, tx = tile_grid(height, width, tile_size)
+    device = face_mesh.device
+    nf = face_mesh.shape[0]
+    tile_count.zero_()
+    tile_cursor.zero_()
+    args = [face_mesh, face_bbox, height, width, tile_size, ty, tx]
+    wp.launch(_count_tiles, dim=nf, inputs=args, outputs=[tile_count], device=device,
+              record_tape=False)  # fmt: skip
+    wp.utils.array_scan(tile_count, tile_offset, inclusive=False)
     wp.launch(
-        _coarse_bin,
-        dim=face_mesh.shape[0],
-        inputs=[face_mesh, face_bbox, height, width, bin_size, bin_faces.shape[3]],
-        outputs=[bin_count, bin_faces, overflow],
-        device=face_mesh.device,
+        _fill_tiles,
+        dim=nf,
+        inputs=[*args, tile_offset],
+        outputs=[tile_cursor, tile_faces],
+        device=device,
         record_tape=False,
     )

@@ -46,6 +46,13 @@ _INT32_MAX = 2**31 - 1
 
 
 # ----------------------------------------------------------------------------- kernels
+_FAR = wp.constant(3.0e38)  # empty queue slot depth (above any real depth)
+_NO_FACE = wp.constant(2147483647)  # empty queue slot face (sorts after every face)
+#: Largest K served by a register queue; larger K use the queue in the output arrays.
+REGISTER_QUEUE_MAX_K = 16
+_REGISTER_BUCKETS = (1, 2, 4, 8, 16)
+
+
 @wp.func
 def _finite3(v: wp.vec3) -> bool:
     return wp.isfinite(v[0]) and wp.isfinite(v[1]) and wp.isfinite(v[2])
@@ -62,10 +69,13 @@ def _setup_faces(
     cull_backfaces: int,
     face_mesh: wp.array(dtype=wp.int32),
     face_bbox: wp.array(dtype=wp.vec4),
+    face_verts: wp.array(dtype=wp.mat33),
 ):
-    """Per face: owning mesh (-1 if the face can never be drawn) and blur-grown bbox."""
+    """Triangle setup, once per face: owning mesh (-1 if never drawn), blur-grown
+    bbox (empty for faces never drawn) and a copy of the three vertices."""
     f = wp.tid()
     face_mesh[f] = -1
+    face_bbox[f] = wp.vec4(_FAR, _FAR, -_FAR, -_FAR)
     # Owning mesh: the last non-empty mesh whose range starts at or before f.
     lo = int(0)
     hi = num_meshes - 1
@@ -105,16 +115,17 @@ def _setup_faces(
         wp.max(wp.max(v0[0], v1[0]), v2[0]) + r,
         wp.max(wp.max(v0[1], v1[1]), v2[1]) + r,
     )
+    face_verts[f] = wp.matrix_from_rows(v0, v1, v2)  # rows: the vertices
     face_mesh[f] = m
 
 
 @wp.struct
 class _Pass:
-    verts: wp.array(dtype=wp.vec3)
-    faces: wp.array2d(dtype=wp.int32)
-    neighbor: wp.array(dtype=wp.int32)
-    face_mesh: wp.array(dtype=wp.int32)
+    """Everything a raster pass reads (one struct keeps the kernel signatures short)."""
+
     face_bbox: wp.array(dtype=wp.vec4)
+    face_verts: wp.array(dtype=wp.mat33)
+    neighbor: wp.array(dtype=wp.int32)
     mesh_first: wp.array(dtype=wp.int32)
     mesh_count: wp.array(dtype=wp.int32)
     height: int
@@ -123,114 +134,242 @@ class _Pass:
     blur_radius: float
     perspective: int
     clip_bary: int
-    pix_to_face: wp.array4d(dtype=wp.int32)
-    zq: wp.array4d(dtype=wp.float32)
+    # bins ("tiles"): compacted per-tile face lists, see binning.py
+    naive: int
+    tile_size: int
+    tiles_y: int
+    tiles_x: int
+    tile_count: wp.array(dtype=wp.int32)
+    tile_offset: wp.array(dtype=wp.int32)
+    tile_faces: wp.array(dtype=wp.int32)
+    max_per_tile: int
+    overflow: wp.array(dtype=wp.int32)
+    # outputs, viewed as (N * H * W, K)
+    pix_to_face: wp.array2d(dtype=wp.int32)
+    zq: wp.array2d(dtype=wp.float32)
 
 
 @wp.func
-def _test_face(ps: _Pass, f: int, n: int, p: wp.vec2):
-    """(hit, z, unsigned squared distance) of face f at pixel centre p of image n."""
+def _test_face(ps: _Pass, f: int, p: wp.vec2):
+    """(hit, z, squared distance or -1 if not computed) of face f at pixel centre p.
+
+    Same decisions as PyTorch3D's kernel, in an order that stops early: bbox,
+    inside test, depth; the edge distance only when the pixel is outside and
+    blur could still keep it.
+    """
     hit = False
     z = float(0.0)
-    dist = float(0.0)
-    if ps.face_mesh[f] == n:
-        bb = ps.face_bbox[f]
-        if not (p[0] > bb[2] or p[0] < bb[0] or p[1] > bb[3] or p[1] < bb[1]):
-            v0 = ps.verts[ps.faces[f, 0]]
-            v1 = ps.verts[ps.faces[f, 1]]
-            v2 = ps.verts[ps.faces[f, 2]]
-            a = wp.vec2(v0[0], v0[1])
-            b = wp.vec2(v1[0], v1[1])
-            c = wp.vec2(v2[0], v2[1])
-            bary = barycentric(p, a, b, c)
-            if ps.perspective != 0:
-                bary = perspective_correct(bary, v0[2], v1[2], v2[2])
-            inside = is_inside(bary)
+    dist = float(-1.0)
+    bb = ps.face_bbox[f]
+    if not (p[0] > bb[2] or p[0] < bb[0] or p[1] > bb[3] or p[1] < bb[1]):
+        m = ps.face_verts[f]
+        a = wp.vec2(m[0, 0], m[0, 1])
+        b = wp.vec2(m[1, 0], m[1, 1])
+        c = wp.vec2(m[2, 0], m[2, 1])
+        bary = barycentric(p, a, b, c)
+        if ps.perspective != 0:
+            bary = perspective_correct(bary, m[0, 2], m[1, 2], m[2, 2])
+        inside = is_inside(bary)
+        if inside or ps.blur_radius > 0.0:
             if ps.clip_bary != 0:
                 bary = clip_barycentric(bary)
-            z = bary[0] * v0[2] + bary[1] * v1[2] + bary[2] * v2[2]
+            z = bary[0] * m[0, 2] + bary[1] * m[1, 2] + bary[2] * m[2, 2]
             if z >= 0.0:
-                dist = point_triangle_dist2(p, a, b, c)
-                hit = inside or dist < ps.blur_radius
+                if inside:
+                    hit = True
+                else:
+                    dist = point_triangle_dist2(p, a, b, c)
+                    hit = dist < ps.blur_radius
     return hit, z, dist
 
 
 @wp.func
-def _consider(ps: _Pass, f: int, n: int, yi: int, xi: int, p: wp.vec2, size: int) -> int:
-    """Offers face f to the pixel's queue; returns the new queue size."""
-    hit, z, dist = _test_face(ps, f, n, p)
+def _face_dist(ps: _Pass, f: int, p: wp.vec2) -> float:
+    m = ps.face_verts[f]
+    return point_triangle_dist2(
+        p, wp.vec2(m[0, 0], m[0, 1]), wp.vec2(m[1, 0], m[1, 1]), wp.vec2(m[2, 0], m[2, 1])
+    )
+
+
+@wp.func
+def _neighbour_wins(ps: _Pass, f: int, p: wp.vec2, dist: float) -> bool:
+    """Near-plane clipping splits a face into two halves marked as neighbours: of
+    the two covering a pixel only the one nearer in xy is kept (ties: lower index)."""
+    g = ps.neighbor[f]
+    wins = False
+    if g >= 0:
+        hit_g, z_g, dist_g = _test_face(ps, g, p)
+        if hit_g:
+            d_f = dist
+            if d_f < 0.0:
+                d_f = _face_dist(ps, f, p)
+            if dist_g < 0.0:
+                dist_g = _face_dist(ps, g, p)
+            wins = dist_g < d_f or (dist_g == d_f and g < f)
+    return wins
+
+
+@wp.func
+def _before(za: float, fa: int, zb: float, fb: int) -> bool:
+    """The queue's order: ascending depth, exact ties by ascending face index."""
+    return za < zb or (za == zb and fa < fb)
+
+
+@wp.func
+def _locate_tile_pixel(ps: _Pass, tid: int) -> wp.vec4i:
+    """Thread -> (image, tile, row, column): consecutive threads sweep one tile,
+    so a thread block reads the same face list (cache broadcast)."""
+    t = ps.tile_size
+    tt = t * t
+    local = tid % tt
+    tile = tid // tt
+    per_image = ps.tiles_y * ps.tiles_x
+    n = tile // per_image
+    tile_in_image = tile - n * per_image
+    yi = (tile_in_image // ps.tiles_x) * t + local // t
+    xi = (tile_in_image % ps.tiles_x) * t + local % t
+    return wp.vec4i(n, tile, yi, xi)
+
+
+@wp.func
+def _face_range(ps: _Pass, n: int, tile: int, first_pixel: bool) -> wp.vec3i:
+    """(begin, end, indirect) of the faces to test for a tile: its list, or all
+    faces of the mesh when the pass is naive or the list overflowed."""
+    if ps.naive == 0:
+        count = ps.tile_count[tile]
+        start = ps.tile_offset[tile]
+        if count <= ps.max_per_tile and start + count <= ps.tile_faces.shape[0]:
+            return wp.vec3i(start, start + count, 1)
+        if first_pixel:
+            wp.atomic_add(ps.overflow, 0, 1)
+    first = ps.mesh_first[n]
+    return wp.vec3i(first, first + ps.mesh_count[n], 0)
+
+
+def _make_register_kernel(kc: int):
+    """Fine/naive pass whose queue of ``kc`` slots lives in registers (kc <= 16).
+
+    Serves every K <= kc: the first K slots of a top-kc queue are the top-K.
+    """
+    qf_t = wp.types.vector(length=kc, dtype=wp.float32)
+    qi_t = wp.types.vector(length=kc, dtype=wp.int32)
+
+    def raster_register_queue(ps: _Pass):
+        loc = _locate_tile_pixel(ps, wp.tid())
+        n = loc[0]
+        yi = loc[2]
+        xi = loc[3]
+        if yi >= ps.height or xi >= ps.width:
+            return
+        p = pixel_centre(yi, xi, ps.height, ps.width)
+        rng = _face_range(ps, n, loc[1], yi % ps.tile_size == 0 and xi % ps.tile_size == 0)
+        qz = qf_t(_FAR)
+        qf = qi_t(_NO_FACE)
+        for j in range(rng[0], rng[1]):
+            f = j
+            if rng[2] != 0:
+                f = ps.tile_faces[j]
+            hit, z, dist = _test_face(ps, f, p)
+            if hit and _before(z, f, qz[kc - 1], qf[kc - 1]):
+                if not _neighbour_wins(ps, f, p, dist):
+                    # Sorted insertion, unrolled: shift larger entries up by one.
+                    for s in range(kc - 1, 0, -1):
+                        if _before(z, f, qz[s - 1], qf[s - 1]):
+                            qz[s] = qz[s - 1]
+                            qf[s] = qf[s - 1]
+                        elif _before(z, f, qz[s], qf[s]):
+                            qz[s] = z
+                            qf[s] = f
+                    if _before(z, f, qz[0], qf[0]):
+                        qz[0] = z
+                        qf[0] = f
+        q = (n * ps.height + yi) * ps.width + xi
+        for s in range(kc):
+            if s < ps.faces_per_pixel:
+                face = qf[s]
+                if face == _NO_FACE:
+                    face = -1
+                ps.pix_to_face[q, s] = face
+
+    return wp.kernel(raster_register_queue, enable_backward=False, module="unique")
+
+
+_REGISTER_KERNELS: dict[int, wp.Kernel] = {}
+
+
+def _register_kernel(k: int) -> wp.Kernel:
+    kc = next(b for b in _REGISTER_BUCKETS if b >= k)
+    if kc not in _REGISTER_KERNELS:
+        _REGISTER_KERNELS[kc] = _make_register_kernel(kc)
+    return _REGISTER_KERNELS[kc]
+
+
+@wp.func
+def _offer(ps: _Pass, q: int, f: int, p: wp.vec2, size: int) -> int:
+    """Offers face f to the queue held in row q of the output arrays (any K)."""
+    hit, z, dist = _test_face(ps, f, p)
     if not hit:
         return size
     k = ps.faces_per_pixel
     if size == k:
-        zl = ps.zq[n, yi, xi, k - 1]
-        if z > zl or (z == zl and f > ps.pix_to_face[n, yi, xi, k - 1]):
+        if not _before(z, f, ps.zq[q, k - 1], ps.pix_to_face[q, k - 1]):
             return size
-    # A face split in two by near-plane clipping: of the two halves covering the
-    # pixel only the one nearer in xy is kept (ties: the lower index).
-    g = ps.neighbor[f]
-    if g >= 0:
-        hit_g, z_g, dist_g = _test_face(ps, g, n, p)
-        if hit_g and (dist_g < dist or (dist_g == dist and g < f)):
-            return size
+    if _neighbour_wins(ps, f, p, dist):
+        return size
     pos = size
     if size == k:
         pos = k - 1
     else:
         size += 1
     while pos > 0:
-        zp = ps.zq[n, yi, xi, pos - 1]
-        fp = ps.pix_to_face[n, yi, xi, pos - 1]
-        if zp > z or (zp == z and fp > f):
-            ps.zq[n, yi, xi, pos] = zp
-            ps.pix_to_face[n, yi, xi, pos] = fp
+        zp = ps.zq[q, pos - 1]
+        fp = ps.pix_to_face[q, pos - 1]
+        if _before(z, f, zp, fp):
+            ps.zq[q, pos] = zp
+            ps.pix_to_face[q, pos] = fp
             pos -= 1
         else:
             break
-    ps.zq[n, yi, xi, pos] = z
-    ps.pix_to_face[n, yi, xi, pos] = f
+    ps.zq[q, pos] = z
+    ps.pix_to_face[q, pos] = f
     return size
 
 
-@wp.func
-def _finish(ps: _Pass, n: int, yi: int, xi: int, size: int):
-    for j in range(size, ps.faces_per_pixel):
-        ps.pix_to_face[n, yi, xi, j] = -1
+@wp.kernel
+def _raster_output_queue(ps: _Pass):
+    """Fine/naive pass for any K: the sorted queue lives in the output rows."""
+    loc = _locate_tile_pixel(ps, wp.tid())
+    n = loc[0]
+    yi = loc[2]
+    xi = loc[3]
+    if yi >= ps.height or xi >= ps.width:
+        return
+    p = pixel_centre(yi, xi, ps.height, ps.width)
+    rng = _face_range(ps, n, loc[1], yi % ps.tile_size == 0 and xi % ps.tile_size == 0)
+    q = (n * ps.height + yi) * ps.width + xi
+    size = int(0)
+    for j in range(rng[0], rng[1]):
+        f = j
+        if rng[2] != 0:
+            f = ps.tile_faces[j]
+        size = _offer(ps, q, f, p, size)
+    for s in range(size, ps.faces_per_pixel):
+        ps.pix_to_face[q, s] = -1
 
 
 @wp.kernel
-def _raster_naive(ps: _Pass):
-    n, yi, xi = wp.tid()
-    p = pixel_centre(yi, xi, ps.height, ps.width)
+def _raster_naive_at(ps: _Pass, pixels: wp.array(dtype=wp.vec3i)):
+    """Naive pass for a list of (image, row, column) pixels; row i of the outputs."""
+    i = wp.tid()
+    px = pixels[i]
+    n = px[0]
+    p = pixel_centre(px[1], px[2], ps.height, ps.width)
     first = ps.mesh_first[n]
     size = int(0)
     for f in range(first, first + ps.mesh_count[n]):
-        size = _consider(ps, f, n, yi, xi, p, size)
-    _finish(ps, n, yi, xi, size)
-
-
-@wp.kernel
-def _raster_fine(
-    ps: _Pass,
-    bin_size: int,
-    bin_count: wp.array3d(dtype=wp.int32),
-    bin_faces: wp.array4d(dtype=wp.int32),
-):
-    n, yi, xi = wp.tid()
-    p = pixel_centre(yi, xi, ps.height, ps.width)
-    by = yi // bin_size
-    bx = xi // bin_size
-    count = bin_count[n, by, bx]
-    size = int(0)
-    if count > bin_faces.shape[3]:
-        # Overflowed list: exact fallback over every face of the mesh.
-        first = ps.mesh_first[n]
-        for f in range(first, first + ps.mesh_count[n]):
-            size = _consider(ps, f, n, yi, xi, p, size)
-    else:
-        for j in range(count):
-            size = _consider(ps, bin_faces[n, by, bx, j], n, yi, xi, p, size)
-    _finish(ps, n, yi, xi, size)
+        size = _offer(ps, i, f, p, size)
+    for s in range(size, ps.faces_per_pixel):
+        ps.pix_to_face[i, s] = -1
 
 
 # ----------------------------------------------------------------------------- settings
@@ -297,22 +436,32 @@ class RasterWorkspace:
         f_alloc = max(self.num_faces, 1)
         self.face_mesh = wp.empty(f_alloc, dtype=wp.int32, device=self.device)
         self.face_bbox = wp.empty(f_alloc, dtype=wp.vec4, device=self.device)
+        self.face_verts = wp.empty(f_alloc, dtype=wp.mat33, device=self.device)
         self.overflow = wp.zeros(1, dtype=wp.int32, device=self.device)
+        # The naive pass runs the same kernels over 16 x 16 pixel tiles (one thread
+        # block reads the same face at the same time) without face lists.
+        self.tile_size = self.bin_size if self.bin_size > 0 else 16
+        self.tiles_y, self.tiles_x = binning.tile_grid(h, w, self.tile_size)
+        num_tiles = self.num_meshes * self.tiles_y * self.tiles_x
         if self.bin_size > 0:
             if max_faces_per_bin is None:
-                max_faces_per_bin = default_max_faces_per_bin(self.num_faces)
-            self.max_faces_per_bin = int(max_faces_per_bin)
-            by, bx = binning.bin_grid(h, w, self.bin_size)
-            self.bin_count = wp.zeros((self.num_meshes, by, bx), dtype=wp.int32, device=self.device)
-            self.bin_faces = wp.empty(
-                (self.num_meshes, by, bx, self.max_faces_per_bin),
-                dtype=wp.int32,
-                device=self.device,
-            )
+                self.max_faces_per_bin = max(self.num_faces, 1)
+                capacity = binning.default_capacity(self.num_faces, num_tiles)
+            else:
+                self.max_faces_per_bin = int(max_faces_per_bin)
+                capacity = min(
+                    num_tiles * self.max_faces_per_bin,
+                    binning.default_capacity(self.num_faces, num_tiles),
+                )
+            self.tile_count = wp.zeros(num_tiles, dtype=wp.int32, device=self.device)
+            self.tile_offset = wp.zeros(num_tiles, dtype=wp.int32, device=self.device)
+            self.tile_cursor = wp.zeros(num_tiles, dtype=wp.int32, device=self.device)
+            self.tile_faces = wp.zeros(capacity, dtype=wp.int32, device=self.device)
         else:
             self.max_faces_per_bin = 0
-            self.bin_count = None
-            self.bin_faces = None
+            self.tile_count = self.tile_offset = self.tile_cursor = self.tile_faces = wp.zeros(
+                1, dtype=wp.int32, device=self.device
+            )
         self.fragments = allocate_fragments(
             self.num_meshes, h, w, self.faces_per_pixel, self.device, self.requires_grad
         )
@@ -534,28 +683,15 @@ def rasterize_packed(
                 blur_radius,
                 int(cull_backfaces),
             ],
-            outputs=[ws.face_mesh, ws.face_bbox],
+            outputs=[ws.face_mesh, ws.face_bbox, ws.face_verts],
             device=device,
             record_tape=False,
         )
-    ps = _Pass()
-    ps.verts = meshes.verts
-    ps.faces = meshes.faces
-    ps.neighbor = meshes.clipped_faces_neighbor_idx
-    ps.face_mesh = ws.face_mesh
-    ps.face_bbox = ws.face_bbox
-    ps.mesh_first = meshes.mesh_to_face_first_idx
-    ps.mesh_count = meshes.num_faces_per_mesh
-    ps.height = h
-    ps.width = w
-    ps.faces_per_pixel = ws.faces_per_pixel
-    ps.blur_radius = blur_radius
-    ps.perspective = int(perspective_correct)
-    ps.clip_bary = int(clip_barycentric_coords)
-    ps.pix_to_face = out.pix_to_face
-    ps.zq = out.zbuf
+    ps = _make_pass(
+        meshes, ws, blur_radius, perspective_correct, clip_barycentric_coords, out.pix_to_face,
+        out.zbuf,
+    )  # fmt: skip
     if ws.bin_size > 0:
-        ws.bin_count.zero_()
         ws.overflow.zero_()
         if meshes.num_faces > 0:
             binning.coarse_bin(
@@ -563,20 +699,26 @@ def rasterize_packed(
                 ws.face_bbox,
                 h,
                 w,
-                ws.bin_size,
-                ws.bin_count,
-                ws.bin_faces,
-                ws.overflow,
+                ws.tile_size,
+                ws.tile_count,
+                ws.tile_offset,
+                ws.tile_cursor,
+                ws.tile_faces,
             )
-        wp.launch(
-            _raster_fine,
-            dim=(n, h, w),
-            inputs=[ps, ws.bin_size, ws.bin_count, ws.bin_faces],
-            device=device,
-            record_tape=False,
-        )
-    else:
-        wp.launch(_raster_naive, dim=(n, h, w), inputs=[ps], device=device, record_tape=False)
+        else:
+            ws.tile_count.zero_()
+            ws.tile_offset.zero_()
+    k = ws.faces_per_pixel
+    kernel = _register_kernel(k) if k <= REGISTER_QUEUE_MAX_K else _raster_output_queue
+    threads = n * ws.tiles_y * ws.tiles_x * ws.tile_size * ws.tile_size
+    wp.launch(
+        kernel,
+        dim=threads,
+        inputs=[ps],
+        device=device,
+        record_tape=False,
+        block_dim=min(ws.tile_size * ws.tile_size, 256),
+    )
     recompute_fragments(
         meshes.verts,
         meshes.faces,
@@ -586,3 +728,57 @@ def rasterize_packed(
         deterministic=ws.deterministic_backward,
     )
     return out
+
+
+def _make_pass(meshes, ws, blur_radius, perspective_correct, clip_bary, pix_to_face, zq) -> _Pass:
+    n, h, w, k = ws.fragments.shape
+    ps = _Pass()
+    ps.face_bbox = ws.face_bbox
+    ps.face_verts = ws.face_verts
+    ps.neighbor = meshes.clipped_faces_neighbor_idx
+    ps.mesh_first = meshes.mesh_to_face_first_idx
+    ps.mesh_count = meshes.num_faces_per_mesh
+    ps.height = h
+    ps.width = w
+    ps.faces_per_pixel = k
+    ps.blur_radius = blur_radius
+    ps.perspective = int(perspective_correct)
+    ps.clip_bary = int(clip_bary)
+    ps.naive = int(ws.bin_size == 0)
+    ps.tile_size = ws.tile_size
+    ps.tiles_y = ws.tiles_y
+    ps.tiles_x = ws.tiles_x
+    ps.tile_count = ws.tile_count
+    ps.tile_offset = ws.tile_offset
+    ps.tile_faces = ws.tile_faces
+    ps.max_per_tile = max(ws.max_faces_per_bin, 1)
+    ps.overflow = ws.overflow
+    ps.pix_to_face = pix_to_face.reshape((-1, k))
+    ps.zq = zq.reshape((-1, k))
+    return ps
+
+
+def rasterize_naive_at(
+    meshes: PackedMeshes,
+    workspace: RasterWorkspace,
+    pixels: wp.array,
+    *,
+    blur_radius: float,
+    perspective_correct: bool,
+    clip_barycentric_coords: bool,
+) -> wp.array:
+    """``pix_to_face`` rows (M, K) of the naive pass at M (image, row, column) pixels.
+
+    A check for fast paths: reuses the face setup that the last
+    :func:`rasterize_packed` call on ``workspace`` left (same meshes and flags).
+    """
+    k = workspace.faces_per_pixel
+    m = pixels.shape[0]
+    p2f = wp.empty((m, k), dtype=wp.int32, device=workspace.device)
+    zq = wp.empty((m, k), dtype=wp.float32, device=workspace.device)
+    ps = _make_pass(
+        meshes, workspace, blur_radius, perspective_correct, clip_barycentric_coords, p2f, zq
+    )
+    wp.launch(_raster_naive_at, dim=m, inputs=[ps, pixels], device=workspace.device,
+              record_tape=False)  # fmt: skip
+    return p2f
