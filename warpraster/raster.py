@@ -388,11 +388,15 @@ def parse_image_size(image_size) -> tuple[int, int]:
 
 
 def default_bin_size(height: int, width: int) -> int:
-    """PyTorch3D's CUDA heuristic: 8 up to 64 px, then 2**max(ceil(log2(max side)) - 4, 4)."""
-    m = max(height, width)
-    if m <= 64:
-        return 8
-    return 2 ** max(int(math.ceil(math.log2(m))) - 4, 4)
+    """Bin (tile) size used when ``bin_size=None``: 8 pixels.
+
+    Measured on an H200 with the benchmark scenes (icospheres of 5k to 1.3M
+    faces, 128 to 1024 pixels, K = 1 to 8): 8 px tiles beat 16 and 32 px on
+    every scene, by 1.2x to 2.5x. Small tiles keep each tile's face list short;
+    the coarse pass's extra (face, tile) pairs cost less than the fine pass saves.
+    """
+    del height, width
+    return 8
 
 
 def default_max_faces_per_bin(num_faces: int) -> int:

@@ -1,0 +1,281 @@
+"""Benchmark: icosphere scenes, forward and forward + backward, on one Warp device.
+
+``python -m warpraster.bench [--device cuda:0] [--json out.json] [--runs 20]``
+
+Scenes are generated in code: unit icospheres of radius 0.8 in NDC centred near
+z = 2, N copies jittered by up to 0.15, blur 0 unless stated. Times are medians
+of ``--runs`` timed calls after warm-up (CUDA events on a GPU, wall clock on the
+CPU). Every scene checks its own answer first: the timed (binned) output must
+equal the naive pass on a random subsample of pixels, so a fast wrong kernel
+cannot win. Memory: the workspace's buffers, and the device memory-pool high
+water mark of one call where Warp reports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import warp as wp
+
+from .meshes import pack_meshes
+from .primitives import ico_sphere
+from .raster import RasterWorkspace, default_bin_size, rasterize_naive_at, rasterize_packed
+
+
+@dataclass
+class Scene:
+    name: str
+    level: int
+    copies: int
+    height: int
+    width: int
+    k: int
+    blur: float = 0.0
+    target_ms: float | None = None  # the issue's forward target on an H200
+
+
+GPU_SCENES = [
+    Scene("ico5x8_512_k8", 5, 8, 512, 512, 8, target_ms=0.42),
+    Scene("ico5x8_512_k1", 5, 8, 512, 512, 1, target_ms=0.33),
+    Scene("ico6x8_512_k1", 6, 8, 512, 512, 1, target_ms=0.52),
+    Scene("ico4x32_256_k8", 4, 32, 256, 256, 8, target_ms=0.44),
+    Scene("ico7x1_1024_k1", 7, 1, 1024, 1024, 1, target_ms=0.46),
+    Scene("ico8x1_1024_k1", 8, 1, 1024, 1024, 1, target_ms=1.22),
+    Scene("ico5x8_1024x512_k8_blur", 5, 8, 512, 1024, 8, blur=1e-5),
+    Scene("sim_2k_x64_128_k4", 0, 64, 128, 128, 4),  # level 0 marks the 2k-face mesh
+]
+CPU_SCENES = [
+    Scene("ico4x1_256_k1", 4, 1, 256, 256, 1),
+    Scene("ico4x1_256_k8", 4, 1, 256, 256, 8),
+    Scene("ico5x1_256_k8", 5, 1, 256, 256, 8),
+]
+
+
+def make_scene(scene: Scene, seed: int = 0):
+    """Packed NDC vertices / faces / offsets / counts of a benchmark scene."""
+    rng = np.random.default_rng(seed)
+    if scene.level == 0:
+        v, f = ico_sphere(3)  # 1280 faces ...
+        v2, f2 = ico_sphere(2)  # ... + 320 + 320 + 80 = 2000 faces: a "2k-face" body
+        v3, f3 = ico_sphere(1)
+        parts = [(v, f), (v2 * 0.5 + [0.3, 0.2, -0.2], f2), (v2 * 0.4 - [0.3, 0.3, 0.1], f2)]
+        parts.append((v3 * 0.3 + [0.0, -0.4, 0.3], f3))
+        vs, fs, off = [], [], 0
+        for pv, pf in parts:
+            vs.append(pv)
+            fs.append(pf + off)
+            off += len(pv)
+        v, f = np.concatenate(vs).astype(np.float32), np.concatenate(fs).astype(np.int32)
+    else:
+        v, f = ico_sphere(scene.level)
+    verts, faces = [], []
+    for i in range(scene.copies):
+        shift = rng.uniform(-0.15, 0.15, 3) + np.array([0.0, 0.0, 2.0])
+        verts.append(v * 0.8 + shift)
+        faces.append(f + i * len(v))
+    nf = len(f)
+    first = np.arange(scene.copies, dtype=np.int32) * nf
+    count = np.full(scene.copies, nf, np.int32)
+    return (
+        np.concatenate(verts).astype(np.float32),
+        np.concatenate(faces).astype(np.int32),
+        first,
+        count,
+    )
+
+
+def _timer(device):
+    if device.is_cuda:
+
+        def timed(fn):
+            start = wp.Event(device, enable_timing=True)
+            end = wp.Event(device, enable_timing=True)
+            wp.record_event(start)
+            fn()
+            wp.record_event(end)
+            wp.synchronize_event(end)
+            return wp.get_event_elapsed_time(start, end)
+
+    else:
+
+        def timed(fn):
+            t0 = time.perf_counter()
+            fn()
+            wp.synchronize_device(device)
+            return (time.perf_counter() - t0) * 1e3
+
+    return timed
+
+
+def _nbytes(*arrays) -> int:
+    return int(sum(a.capacity for a in arrays if a is not None))
+
+
+def run_scene(
+    scene: Scene, device, runs: int, bin_size=None, check_pixels: int = 2048, profile_kernels=False
+) -> dict:
+    v, f, first, count = make_scene(scene)
+    verts = wp.array(v, dtype=wp.vec3, device=device, requires_grad=True)
+    meshes = pack_meshes(verts, wp.array(f, dtype=wp.int32, device=device), first, count)
+    h, w = scene.height, scene.width
+    bs = default_bin_size(h, w) if bin_size is None else bin_size
+    ws = RasterWorkspace(
+        num_meshes=scene.copies,
+        num_faces=len(f),
+        image_size=(h, w),
+        faces_per_pixel=scene.k,
+        bin_size=bs,
+        device=device,
+        requires_grad=True,
+    )
+    kw = dict(
+        blur_radius=scene.blur,
+        perspective_correct=False,
+        clip_barycentric_coords=False,
+        cull_backfaces=False,
+    )
+    frags = rasterize_packed(meshes, ws, **kw)  # warm-up: compiles, loads
+
+    # Self-check: the timed path against the naive pass on a pixel subsample.
+    rng = np.random.default_rng(1)
+    m = min(check_pixels, scene.copies * h * w)
+    pix = np.stack(
+        [rng.integers(0, scene.copies, m), rng.integers(0, h, m), rng.integers(0, w, m)], 1
+    ).astype(np.int32)
+    ref = rasterize_naive_at(
+        meshes,
+        ws,
+        wp.array(pix, dtype=wp.vec3i, device=device),
+        blur_radius=scene.blur,
+        perspective_correct=False,
+        clip_barycentric_coords=False,
+    ).numpy()
+    got = frags.pix_to_face.numpy()[pix[:, 0], pix[:, 1], pix[:, 2]]
+    mismatches = int((got != ref).any(-1).sum())
+    covered = float((frags.pix_to_face.numpy()[..., 0] >= 0).mean())
+
+    timed = _timer(device)
+    fwd = [timed(lambda: rasterize_packed(meshes, ws, **kw)) for _ in range(runs)]
+
+    # Upstream gradients seeded once (a loss kernel would write them); each timed
+    # run is forward + backward, with only the vertex gradient zeroed in between.
+    tape = wp.Tape()
+    with tape:
+        out = rasterize_packed(meshes, ws, **kw)
+    out.zbuf.grad.fill_(1.0)
+    out.dists.grad.fill_(0.5)
+    out.bary_coords.grad.fill_(wp.vec3(0.25, -0.5, 0.75))
+
+    def fwd_bwd():
+        t = wp.Tape()  # a fresh tape: Tape.reset() would also zero the seeded gradients
+        with t:
+            rasterize_packed(meshes, ws, **kw)
+        verts.grad.zero_()
+        t.backward()
+
+    fwd_bwd()
+    both = [timed(fwd_bwd) for _ in range(runs)]
+    profile = None
+    if profile_kernels and device.is_cuda:
+        wp.synchronize_device(device)
+        wp.timing_begin(cuda_filter=wp.TIMING_KERNEL | wp.TIMING_MEMSET)
+        for _ in range(5):
+            fwd_bwd()
+        results = wp.timing_end()
+        profile = {}
+        for r in results:
+            profile[r.name] = profile.get(r.name, 0.0) + r.elapsed / 5
+    peak = None
+    if device.is_cuda and hasattr(wp, "get_mempool_used_mem_high"):
+        try:
+            wp.synchronize_device(device)
+            base = wp.get_mempool_used_mem_current(device)
+            wp.reset_mempool_used_mem_high(device) if hasattr(
+                wp, "reset_mempool_used_mem_high"
+            ) else None
+            rasterize_packed(meshes, ws, **kw)
+            wp.synchronize_device(device)
+            peak = int(wp.get_mempool_used_mem_high(device) - base)
+        except Exception:  # noqa: BLE001 - memory stats are best effort
+            peak = None
+    fr = ws.fragments
+    ws_bytes = _nbytes(
+        ws.face_mesh, ws.face_bbox, ws.face_verts, ws.tile_count, ws.tile_offset,
+        ws.tile_cursor, ws.tile_faces,
+    )  # fmt: skip
+    out_bytes = _nbytes(fr.pix_to_face, fr.zbuf, fr.bary_coords, fr.dists)
+    return {
+        **asdict(scene),
+        "faces": int(len(f)),
+        "bin_size": bs,
+        "device": str(device),
+        "fwd_ms": statistics.median(fwd),
+        "fwd_bwd_ms": statistics.median(both),
+        "bwd_ms": statistics.median(both) - statistics.median(fwd),
+        "runs": runs,
+        "check_pixels": m,
+        "check_mismatches": mismatches,
+        "coverage": covered,
+        "overflowed_bins": fr.overflowed_bins(),
+        "workspace_bytes": ws_bytes,
+        "output_bytes": out_bytes,
+        "peak_pool_bytes_per_call": peak,
+        "kernel_ms": profile,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m warpraster.bench", description=__doc__)
+    ap.add_argument("--device", default=None, help="Warp device (default: Warp's default)")
+    ap.add_argument("--runs", type=int, default=20, help="timed runs per scene (median)")
+    ap.add_argument("--json", default="bench.json", help="where to write the results")
+    ap.add_argument("--scenes", default=None, help="comma-separated scene names (default: all)")
+    ap.add_argument("--bin-size", type=int, default=None, help="override the bin size")
+    ap.add_argument("--profile", action="store_true", help="per-kernel times (CUDA)")
+    args = ap.parse_args(argv)
+    wp.config.quiet = True
+    wp.config.log_level = getattr(wp, "LOG_WARNING", 30)  # no per-module load lines
+    wp.init()
+    device = wp.get_device(args.device)
+    scenes = GPU_SCENES if device.is_cuda else CPU_SCENES
+    if args.scenes:
+        wanted = set(args.scenes.split(","))
+        scenes = [s for s in GPU_SCENES + CPU_SCENES if s.name in wanted]
+    rows = []
+    head = (
+        f"{'scene':<26}{'faces':>9}{'bin':>5}{'fwd ms':>10}{'fwd+bwd':>10}{'bwd':>9}"
+        f"{'target':>8}{'check':>7}{'ws MB':>8}{'out MB':>8}"
+    )
+    print(f"warpraster bench on {device} ({getattr(device, 'name', '')})")
+    print(head)
+    for sc in scenes:
+        r = run_scene(sc, device, args.runs, bin_size=args.bin_size, profile_kernels=args.profile)
+        rows.append(r)
+        tgt = f"{sc.target_ms:.2f}" if sc.target_ms else "-"
+        ok = "ok" if r["check_mismatches"] == 0 else f"{r['check_mismatches']}!"
+        print(
+            f"{sc.name:<26}{r['faces']:>9}{r['bin_size']:>5}{r['fwd_ms']:>10.3f}"
+            f"{r['fwd_bwd_ms']:>10.3f}{r['bwd_ms']:>9.3f}{tgt:>8}{ok:>7}"
+            f"{r['workspace_bytes'] / 2**20:>8.1f}{r['output_bytes'] / 2**20:>8.1f}",
+            flush=True,
+        )
+        if r["kernel_ms"]:
+            for name, ms in sorted(r["kernel_ms"].items(), key=lambda kv: -kv[1]):
+                print(f"    {ms:8.3f} ms  {name}")
+    with open(args.json, "w", encoding="utf-8") as fh:
+        json.dump(rows, fh, indent=1)
+    bad = [r["name"] for r in rows if r["check_mismatches"]]
+    if bad:
+        print(f"SELF-CHECK FAILED (binned != naive) for: {', '.join(bad)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
