@@ -21,8 +21,6 @@ Keys are ``int32`` in ``[0, num_keys]``; ``num_keys`` marks an entry to drop.
 
 from __future__ import annotations
 
-from typing import Any
-
 import warp as wp
 
 wp.set_module_options({"enable_backward": False})
@@ -32,86 +30,90 @@ wp.set_module_options({"enable_backward": False})
 DEFAULT_CHUNK = 64
 
 
-@wp.kernel
-def _segment_level(
-    keys: wp.array(dtype=wp.int32),
-    vals: wp.array(dtype=Any),
-    order: wp.array(dtype=wp.int32),
-    indirect: int,
-    length: int,
-    chunk: int,
-    num_keys: int,
-    final: int,
-    accumulate: int,
-    out: wp.array(dtype=Any),
-    next_keys: wp.array(dtype=wp.int32),
-    next_vals: wp.array(dtype=Any),
-):
-    """One level of the segmented sum; thread j reduces entries [j*chunk, (j+1)*chunk).
+def _make_segment_level(value_type):
+    """The level kernel for one value type.
 
-    Keys wholly inside the chunk are complete and written to ``out``. The first
-    and last key of the chunk may continue in a neighbouring chunk: their partial
-    sums go to the next level (slots 2j and 2j+1), which is again sorted by key.
-    With ``final`` set there is one chunk and every key is written to ``out``.
-    Entry i's value is ``vals[order[i]]`` if ``indirect`` else ``vals[i]``.
+    One concrete kernel per type, each with its own key, rather than one generic
+    kernel with overloads (or closures sharing a name): Warp 1.19's cpu graph
+    capture finds a replayed kernel by (module, key), so two variants with one
+    key captured in the same graph replay as the same variant.
     """
-    j = wp.tid()
-    start = j * chunk
-    end = wp.min(start + chunk, length)
-    zero = type(vals[0])()
-    if final == 0:
-        next_keys[2 * j] = num_keys
-        next_vals[2 * j] = zero
-        next_keys[2 * j + 1] = num_keys
-        next_vals[2 * j + 1] = zero
-    i = start
-    seg = int(0)
-    while i < end:
-        key = keys[i]
-        if key >= num_keys:
-            break  # sorted: the rest of the chunk is dropped entries
-        src = i
-        if indirect != 0:
-            src = order[i]
-        acc = vals[src]
-        i += 1
+
+    def _segment_level(
+        keys: wp.array(dtype=wp.int32),
+        vals: wp.array(dtype=value_type),
+        order: wp.array(dtype=wp.int32),
+        indirect: int,
+        length: int,
+        chunk: int,
+        num_keys: int,
+        final: int,
+        accumulate: int,
+        out: wp.array(dtype=value_type),
+        next_keys: wp.array(dtype=wp.int32),
+        next_vals: wp.array(dtype=value_type),
+    ):
+        """One level of the segmented sum; thread j reduces entries [j*chunk, (j+1)*chunk).
+
+        Keys wholly inside the chunk are complete and written to ``out``. The
+        first and last key of the chunk may continue in a neighbouring chunk:
+        their partial sums go to the next level (slots 2j and 2j+1), which is
+        again sorted by key. With ``final`` set there is one chunk and every key
+        is written to ``out``. Entry i's value is ``vals[order[i]]`` if
+        ``indirect`` else ``vals[i]``.
+        """
+        j = wp.tid()
+        start = j * chunk
+        end = wp.min(start + chunk, length)
+        zero = value_type()
+        if final == 0:
+            next_keys[2 * j] = num_keys
+            next_vals[2 * j] = zero
+            next_keys[2 * j + 1] = num_keys
+            next_vals[2 * j + 1] = zero
+        i = start
+        seg = int(0)
         while i < end:
-            if keys[i] != key:
-                break
+            key = keys[i]
+            if key >= num_keys:
+                break  # sorted: the rest of the chunk is dropped entries
             src = i
             if indirect != 0:
                 src = order[i]
-            acc = acc + vals[src]
+            acc = vals[src]
             i += 1
-        first = seg == 0
-        last = i == end
-        if final != 0 or not (first or last):
-            if accumulate != 0:
-                out[key] = out[key] + acc
+            while i < end:
+                if keys[i] != key:
+                    break
+                src = i
+                if indirect != 0:
+                    src = order[i]
+                acc = acc + vals[src]
+                i += 1
+            first = seg == 0
+            last = i == end
+            if final != 0 or not (first or last):
+                if accumulate != 0:
+                    out[key] = out[key] + acc
+                else:
+                    out[key] = acc
+            elif first:
+                next_keys[2 * j] = key
+                next_vals[2 * j] = acc
+                if last:
+                    # One key fills the whole chunk: the last slot carries it
+                    # with 0 so the next level stays sorted and counts it once.
+                    next_keys[2 * j + 1] = key
             else:
-                out[key] = acc
-        elif first:
-            next_keys[2 * j] = key
-            next_vals[2 * j] = acc
-            if last:
-                # One key fills the whole chunk: the last slot carries it with 0
-                # so the next level stays sorted and counts it once.
                 next_keys[2 * j + 1] = key
-        else:
-            next_keys[2 * j + 1] = key
-            next_vals[2 * j + 1] = acc
-        seg += 1
+                next_vals[2 * j + 1] = acc
+            seg += 1
+
+    _segment_level.__qualname__ = f"_segment_level_{value_type.__name__}"
+    return wp.kernel(_segment_level)
 
 
-for _t in (wp.vec3, wp.mat33):
-    wp.overload(
-        _segment_level,
-        {
-            "vals": wp.array(dtype=_t),
-            "out": wp.array(dtype=_t),
-            "next_vals": wp.array(dtype=_t),
-        },
-    )
+_SEGMENT_LEVEL = {t: _make_segment_level(t) for t in (wp.vec3, wp.mat33)}
 
 
 def _levels(length: int, chunk: int) -> list[int]:
@@ -139,6 +141,8 @@ class SortedSegmentSum:
     def __init__(self, count: int, dtype, device=None, chunk: int = DEFAULT_CHUNK):
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
+        if dtype not in _SEGMENT_LEVEL:
+            raise TypeError(f"dtype must be wp.vec3 or wp.mat33, got {dtype}")
         if chunk < 4:
             raise ValueError(f"chunk must be >= 4, got {chunk}")
         self.count = int(count)
@@ -175,7 +179,7 @@ class SortedSegmentSum:
             final = level == len(self.sizes) - 1
             nk, nv = bufs[level % 2]
             wp.launch(
-                _segment_level,
+                _SEGMENT_LEVEL[self.dtype],
                 dim=(length + self.chunk - 1) // self.chunk,
                 inputs=[
                     keys,
