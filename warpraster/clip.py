@@ -38,17 +38,14 @@ hold the degenerate face (0, 0, 0), which no mesh range covers.
 from __future__ import annotations
 
 import enum
+import operator
 
 import warp as wp
 
-from .fragments import Fragments
-from .meshes import PackedMeshes
-from .raster import (
-    RasterWorkspace,
-    default_bin_size,
-    default_max_faces_per_bin,
-    rasterize_packed,
-)
+# PyTorch3D computes the crossings as separately rounded float32 operations; without
+# FMA contraction CUDA gives those same bits (and the same as the cpu device), so the
+# rasterizer's depth ties between clipped faces break the same way everywhere.
+wp.set_module_options({"fuse_fp": False, "deterministic": wp.DeterministicMode.RUN_TO_RUN})
 
 __all__ = [
     "ClipBuffers",
@@ -341,7 +338,8 @@ class ClipBuffers:
             for unchanged faces). Carries gradients.
         num_clipped_faces: int32 (1,): the clipped total (a view; read it only
             outside a captured graph).
-        packed: the clipped list as a :class:`~warpraster.meshes.PackedMeshes`.
+        packed: the clipped list as a :class:`~warpraster.meshes.PackedMeshes` (a
+            view of these arrays).
 
     One :func:`clip_faces` call overwrites them: keep one buffers object per call
     recorded on a ``wp.Tape``.
@@ -356,19 +354,23 @@ class ClipBuffers:
         *,
         requires_grad: bool = True,
     ):
+        sizes = []
         for name, value in (
             ("num_verts", num_verts),
             ("num_faces", num_faces),
             ("num_meshes", num_meshes),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            try:
+                size = operator.index(value)
+            except TypeError:
+                raise TypeError(f"{name} must be an int, got {value!r}") from None
+            if isinstance(value, bool) or size < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+            sizes.append(size)
         self.device = wp.get_device(device)
-        self.num_verts = num_verts
-        self.num_faces = num_faces
-        self.num_meshes = num_meshes
+        self.num_verts, self.num_faces, self.num_meshes = sizes
         self.requires_grad = bool(requires_grad)
-        v, f, n, d = num_verts, num_faces, num_meshes, self.device
+        v, f, n, d = *sizes, self.device
         cap = 2 * f
         self.verts = wp.zeros(v + cap, dtype=wp.vec3, device=d, requires_grad=self.requires_grad)
         self.faces = wp.zeros((cap, 3), dtype=wp.int32, device=d)
@@ -386,7 +388,13 @@ class ClipBuffers:
         self.counts = wp.zeros(f + 1, dtype=wp.int32, device=d)
         self.offsets = wp.zeros(f + 1, dtype=wp.int32, device=d)
         self.num_clipped_faces = self.offsets[f:]
-        self.packed = PackedMeshes(
+
+    @property
+    def packed(self):
+        """The clipped list as the rasterizer's :class:`~warpraster.meshes.PackedMeshes`."""
+        from .meshes import PackedMeshes  # noqa: PLC0415 - the clipper itself needs only warp
+
+        return PackedMeshes(
             self.verts,
             self.faces,
             self.mesh_to_face_first_idx,
@@ -452,6 +460,11 @@ def clip_faces(
     _check_array(faces, "faces", wp.int32, 2, (f, 3), d)
     _check_array(mesh_to_face_first_idx, "mesh_to_face_first_idx", wp.int32, 1, (n,), d)
     _check_array(num_faces_per_mesh, "num_faces_per_mesh", wp.int32, 1, (n,), d)
+    if verts.requires_grad and not buffers.requires_grad:
+        raise ValueError(
+            "verts requires grad but the clip buffers were made with requires_grad=False: "
+            "its gradients would be silently dropped"
+        )
     if z_clip_value is not None:
         z_clip_value = float(z_clip_value)
         if z_clip_value != z_clip_value or abs(z_clip_value) == float("inf"):
@@ -584,6 +597,9 @@ class ClipWorkspace:
         device=None,
         requires_grad: bool = False,
     ):
+        from .fragments import Fragments  # noqa: PLC0415 - see rasterize_clipped
+        from .raster import RasterWorkspace, default_max_faces_per_bin  # noqa: PLC0415
+
         device = wp.get_device(device)
         self.clip = ClipBuffers(
             num_verts, num_faces, num_meshes, device, requires_grad=requires_grad
@@ -630,7 +646,7 @@ class ClipWorkspace:
 
 
 def rasterize_clipped(
-    meshes: PackedMeshes,
+    meshes,
     *,
     image_size: tuple[int, int],
     blur_radius: float,
@@ -644,13 +660,17 @@ def rasterize_clipped(
     cull_to_frustum: bool,
     workspace: ClipWorkspace | None = None,
     frustum_cull_rule: FrustumCullRule = FrustumCullRule.PYTORCH3D,
-) -> Fragments:
+):
     """Clip, rasterize the clipped list, map the fragments back: PyTorch3D's clipped path.
 
     ``meshes`` is validated input (its ``clipped_faces_neighbor_idx`` is replaced by
     the clipper's, as in PyTorch3D). The returned fragments index the input faces;
     ``zbuf`` and ``dists`` are those of the clipped sub-triangles.
     """
+    # The raster modules are imported here, not at the top: raster.py imports this
+    # module lazily for its clipped path, and the clipper proper needs only warp.
+    from .raster import default_bin_size, rasterize_packed  # noqa: PLC0415
+
     h, w = image_size
     if bin_size is None:
         bin_size = default_bin_size(h, w)

@@ -1,0 +1,677 @@
+"""Near-plane clipping and frustum culling (warpraster.clip) against a float64 NumPy
+clipper written here from PyTorch3D's semantics, against PyTorch3D's own numbers
+(case p12), against finite differences, and under graph capture."""
+
+from __future__ import annotations
+
+import np_reference
+import numpy as np
+import pytest
+import warp as wp
+from p3d_cases import load_case, raster_args
+
+from warpraster.clip import (
+    ClipBuffers,
+    FrustumCullRule,
+    clip_faces,
+    unclip_fragments,
+)
+from warpraster.raster import rasterize_meshes
+
+P12 = "p12_cam_persp_near_clip"
+
+# float32 vs float64: every clipped quantity is a handful of float32 operations on
+# values of size <= ~20 (x*z/c with |x| <= 3, |z| <= 3, c = 0.5), so a few ulps
+# of 20 (~2e-6) is the expected error; 2e-5 leaves margin for the one division by
+# (p1.z - q.z), whose relative error grows as the edge gets parallel to the plane.
+POS_ATOL = 2e-5
+POS_RTOL = 2e-5
+
+
+# ----------------------------------------------------------------------------- NumPy oracle
+def np_clip(
+    verts,
+    faces,
+    first,
+    count,
+    *,
+    z_clip,
+    cull,
+    perspective_correct,
+    rule=FrustumCullRule.PYTORCH3D,
+    w3=None,
+    dtype=np.float64,
+):
+    """PyTorch3D's clip_faces in float64, face by face.
+
+    ``dtype=np.float32`` evaluates every operation in float32 in PyTorch3D's order
+    (NumPy rounds each one, no fused multiply-add): the bits PyTorch3D computes.
+
+    ``w3`` (per input face) replaces the p1->p3 crossing weight: finite differences
+    with it held fixed give the gradient PyTorch3D computes (it detaches that weight).
+
+    Returns a dict: face_verts (Fc, 3, 3), conversion (Fc, 3, 3) with
+    ``b_original = conversion @ b_clipped``, face_map (Fc,), neighbor (Fc,),
+    first (N,), count (N,), case (F,) (0 drop, 1 keep, 3 triangle, 4 quad), w3 (F,).
+    """
+    verts = np.asarray(verts).astype(dtype)
+    # The kernel compares and interpolates with the float32 value of the plane.
+    c = None if z_clip is None else dtype(np.float32(z_clip))
+    one = dtype(1)
+    eye = np.eye(3, dtype=dtype)
+    face_verts, conversion, face_map, neighbor = [], [], [], []
+    cases = np.zeros(len(faces), dtype=np.int64)
+    w3_used = np.zeros(len(faces), dtype=dtype)
+    out_first = np.zeros(len(first), dtype=np.int64)
+    out_count = np.zeros(len(first), dtype=np.int64)
+    start_of_face = {}
+
+    def crossing(p, q, w):
+        x = p * (one - w) + q * w
+        if perspective_correct:
+            x[:2] = (p[:2] * p[2] * (one - w) + q[:2] * q[2] * w) / c
+        return x
+
+    for f, tri in enumerate(faces):
+        start_of_face[f] = len(face_verts)
+        P = verts[tri]
+        culled = False
+        if cull and rule == FrustumCullRule.PYTORCH3D:
+            # PyTorch3D 0.7.9 tests vertex 0 (left/right) and vertex 1 (top/bottom),
+            # all three of its coordinates against the plane value.
+            culled = any(np.all(P[j] < -1) or np.all(P[j] > 1) for j in (0, 1))
+        elif cull:
+            culled = any(np.all(P[:, a] < -1) or np.all(P[:, a] > 1) for a in (0, 1))
+        behind = P[:, 2] < c if c is not None else np.zeros(3, dtype=bool)
+        nb = int(behind.sum())
+        if culled or nb == 3:
+            continue
+        if nb == 0:
+            cases[f] = 1
+            face_verts.append(P.copy())
+            conversion.append(eye.copy())
+            face_map.append(f)
+            neighbor.append(-1)
+            continue
+        # p1: the vertex alone on its side of the plane; p2, p3 follow it.
+        i1 = int(np.flatnonzero(behind == (nb == 1))[0])
+        i2, i3 = (i1 + 1) % 3, (i1 + 2) % 3
+        p1, p2, p3 = P[i1], P[i2], P[i3]
+        wa = (p1[2] - c) / (p1[2] - p2[2])
+        wb = (p1[2] - c) / (p1[2] - p3[2]) if w3 is None else dtype(w3[f])
+        w3_used[f] = wb
+        p4, p5 = crossing(p1, p2, wa), crossing(p1, p3, wb)
+        b4 = (one - wa) * eye[i1] + wa * eye[i2]
+        b5 = (one - wb) * eye[i1] + wb * eye[i3]
+        if nb == 2:
+            cases[f] = 3
+            face_verts.append(np.stack([p4, p5, p1]))
+            conversion.append(np.stack([b4, b5, eye[i1]], axis=1))
+            face_map.append(f)
+            neighbor.append(-1)
+        else:
+            cases[f] = 4
+            k = len(face_verts)
+            face_verts += [np.stack([p4, p2, p5]), np.stack([p5, p2, p3])]
+            conversion += [
+                np.stack([b4, eye[i2], b5], axis=1),
+                np.stack([b5, eye[i2], eye[i3]], axis=1),
+            ]
+            face_map += [f, f]
+            neighbor += [k + 1, k]
+    start_of_face[len(faces)] = len(face_verts)
+    for n, (a, m) in enumerate(zip(first, count, strict=True)):
+        out_first[n] = start_of_face[int(a)]
+        out_count[n] = start_of_face[int(a) + int(m)] - out_first[n]
+    return {
+        "face_verts": np.array(face_verts).reshape(-1, 3, 3),
+        "conversion": np.array(conversion).reshape(-1, 3, 3),
+        "face_map": np.array(face_map, dtype=np.int64),
+        "neighbor": np.array(neighbor, dtype=np.int64),
+        "first": out_first,
+        "count": out_count,
+        "case": cases,
+        "w3": w3_used,
+    }
+
+
+# ----------------------------------------------------------------------------- helpers
+def random_batch(rng, faces_per_mesh, *, z_range=(-2.0, 3.0), avoid=None):
+    """Packed random soup: per mesh its own vertices; x, y in [-3, 3] so that
+    frustum culling triggers, z over ``z_range`` so that many faces straddle the plane.
+    ``avoid=(c, gap)`` keeps every z at least ``gap`` away from c."""
+    verts, faces, first, count = [], [], [], []
+    nv_total = nf_total = 0
+    for nf in faces_per_mesh:
+        nv = nf + 2 if nf else 2  # a mesh with no faces may still have vertices
+        v = rng.uniform(-3.0, 3.0, size=(nv, 3))
+        v[:, 2] = rng.uniform(*z_range, size=nv)
+        if avoid is not None:
+            c, gap = avoid
+            near = np.abs(v[:, 2] - c) < gap
+            v[near, 2] += 3 * gap * np.sign(v[near, 2] - c + 1e-12)
+        tri = np.array([rng.choice(nv, 3, replace=False) for _ in range(nf)]).reshape(-1, 3)
+        verts.append(v)
+        faces.append(tri + nv_total)
+        first.append(nf_total)
+        count.append(nf)
+        nv_total += nv
+        nf_total += nf
+    return (
+        np.concatenate(verts).astype(np.float32),
+        np.concatenate(faces).astype(np.int32),
+        np.array(first, dtype=np.int32),
+        np.array(count, dtype=np.int32),
+    )
+
+
+def to_device(verts, faces, first, count, device, requires_grad=False):
+    return (
+        wp.array(verts, dtype=wp.vec3, device=device, requires_grad=requires_grad),
+        wp.array(faces, dtype=wp.int32, device=device),
+        wp.array(first, dtype=wp.int32, device=device),
+        wp.array(count, dtype=wp.int32, device=device),
+    )
+
+
+def clipped_numpy(buf):
+    """The clipped list read back: face_verts (Fc,3,3) and the per-face arrays."""
+    total = int(buf.num_clipped_faces.numpy()[0])
+    verts = buf.verts.numpy()
+    faces = buf.faces.numpy()
+    return {
+        "total": total,
+        "faces": faces,
+        "face_verts": verts[faces[:total]],
+        "conversion": buf.barycentric_conversion.numpy()[:total],
+        "face_map": buf.faces_clipped_to_unclipped_idx.numpy(),
+        "neighbor": buf.clipped_faces_neighbor_idx.numpy(),
+        "first": buf.mesh_to_face_first_idx.numpy(),
+        "count": buf.num_faces_per_mesh.numpy(),
+    }
+
+
+# Heterogeneous batch: empty meshes at the start, in the middle and at the end.
+BATCH = [0, 23, 1, 0, 40, 9, 0]
+
+SETTINGS = [
+    pytest.param(0.5, False, FrustumCullRule.PYTORCH3D, id="zclip"),
+    pytest.param(0.5, True, FrustumCullRule.PYTORCH3D, id="zclip+cull_pt3d"),
+    pytest.param(0.5, True, FrustumCullRule.PLANES, id="zclip+cull_planes"),
+    pytest.param(None, True, FrustumCullRule.PYTORCH3D, id="cull_pt3d"),
+    pytest.param(None, True, FrustumCullRule.PLANES, id="cull_planes"),
+]
+
+
+# ----------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("perspective_correct", [False, True])
+@pytest.mark.parametrize(("z_clip", "cull", "rule"), SETTINGS)
+def test_clip_matches_numpy_reference(device, z_clip, cull, rule, perspective_correct):
+    rng = np.random.default_rng(1)  # >= 8 culls per rule, >= 15 triangle and quad clips
+    verts, faces, first, count = random_batch(rng, BATCH)
+    buf = ClipBuffers(len(verts), len(faces), len(first), device)
+    # Run twice on different scenes: the second call must not see the first's data.
+    for trial in range(2):
+        if trial:
+            verts, faces, first, count = random_batch(rng, BATCH)
+        clip_faces(
+            *to_device(verts, faces, first, count, device),
+            z_clip_value=z_clip,
+            cull_to_frustum=cull,
+            perspective_correct=perspective_correct,
+            buffers=buf,
+            frustum_cull_rule=rule,
+        )
+        ref = np_clip(
+            verts,
+            faces,
+            first,
+            count,
+            z_clip=z_clip,
+            cull=cull,
+            perspective_correct=perspective_correct,
+            rule=rule,
+        )
+        # The scene exercises what the setting can do.
+        cases = np.bincount(ref["case"], minlength=5)
+        if cull:
+            assert cases[0] >= 3, cases
+        if z_clip is not None:
+            assert cases[3] >= 5 and cases[4] >= 5, cases
+
+        got = clipped_numpy(buf)
+        total = len(ref["face_map"])
+        assert got["total"] == total
+        np.testing.assert_array_equal(got["first"], ref["first"])
+        np.testing.assert_array_equal(got["count"], ref["count"])
+        np.testing.assert_array_equal(got["face_map"][:total], ref["face_map"])
+        np.testing.assert_array_equal(got["neighbor"][:total], ref["neighbor"])
+        np.testing.assert_allclose(
+            got["face_verts"], ref["face_verts"], rtol=POS_RTOL, atol=POS_ATOL
+        )
+        np.testing.assert_allclose(
+            got["conversion"], ref["conversion"], rtol=POS_RTOL, atol=POS_ATOL
+        )
+        # Bit for bit what PyTorch3D's float32 operations give (the clip module is
+        # compiled without FMA contraction, so on CUDA too).
+        f32 = np_clip(
+            verts,
+            faces,
+            first,
+            count,
+            z_clip=z_clip,
+            cull=cull,
+            perspective_correct=perspective_correct,
+            rule=rule,
+            dtype=np.float32,
+        )
+        np.testing.assert_array_equal(got["face_verts"], f32["face_verts"])
+        np.testing.assert_array_equal(got["conversion"], f32["conversion"])
+        # Unchanged faces reference the input vertices themselves (bitwise equal).
+        keep = ref["case"][ref["face_map"]] == 1
+        np.testing.assert_array_equal(got["faces"][:total][keep], faces[ref["face_map"][keep]])
+        # Unused capacity: the degenerate face (0, 0, 0), no source, no neighbour.
+        assert (got["faces"][total:] == 0).all()
+        assert (got["face_map"][total:] == -1).all()
+        assert (got["neighbor"][total:] == -1).all()
+
+
+def test_pytorch3d_cull_rule_is_per_vertex(device):
+    """PyTorch3D 0.7.9 culls on vertex 0/1's three coordinates, not on an axis (#1936)."""
+    verts = np.array(
+        [
+            [1.5, 1.2, 1.1],  # all of x, y, z > 1
+            [0.0, 0.0, 2.0],
+            [0.2, 0.1, 2.0],
+            [-3.0, 0.0, 2.0],  # x < -1 on every vertex of face 2 ...
+            [-3.0, 0.5, 2.0],
+            [-3.5, 0.2, 2.0],
+        ],
+        dtype=np.float32,
+    )
+    # face 0: vertex 0 beyond -> culled by PyTorch3D although it reaches the centre;
+    # face 1: same vertex, but as vertex 2 -> kept; face 2: wholly left -> only PLANES culls.
+    faces = np.array([[0, 1, 2], [1, 2, 0], [3, 4, 5]], dtype=np.int32)
+    first, count = np.array([0], np.int32), np.array([3], np.int32)
+    expect = {FrustumCullRule.PYTORCH3D: [1, 2], FrustumCullRule.PLANES: [0, 1]}
+    for rule, kept in expect.items():
+        buf = ClipBuffers(6, 3, 1, device)
+        clip_faces(
+            *to_device(verts, faces, first, count, device),
+            z_clip_value=None,
+            cull_to_frustum=True,
+            perspective_correct=False,
+            buffers=buf,
+            frustum_cull_rule=rule,
+        )
+        got = clipped_numpy(buf)
+        assert got["face_map"][: got["total"]].tolist() == kept, rule
+
+
+def test_everything_dropped_and_empty_input(device):
+    verts = np.array([[0, 0, 0.1], [1, 0, 0.2], [0, 1, 0.3]], dtype=np.float32)
+    faces = np.array([[0, 1, 2], [2, 1, 0]], dtype=np.int32)
+    buf = ClipBuffers(3, 2, 2, device)
+    clip_faces(
+        *to_device(verts, faces, np.array([0, 1], np.int32), np.array([1, 1], np.int32), device),
+        z_clip_value=0.5,
+        cull_to_frustum=False,
+        perspective_correct=True,
+        buffers=buf,
+    )
+    got = clipped_numpy(buf)
+    assert got["total"] == 0
+    assert got["first"].tolist() == [0, 0] and got["count"].tolist() == [0, 0]
+
+    buf = ClipBuffers(0, 0, 1, device)
+    empty = to_device(
+        np.zeros((0, 3), np.float32),
+        np.zeros((0, 3), np.int32),
+        np.zeros(1, np.int32),
+        np.zeros(1, np.int32),
+        device,
+    )
+    clip_faces(
+        *empty, z_clip_value=0.5, cull_to_frustum=True, perspective_correct=False, buffers=buf
+    )
+    assert int(buf.num_clipped_faces.numpy()[0]) == 0
+    assert buf.num_faces_per_mesh.numpy().tolist() == [0]
+
+
+def test_bad_arguments_are_named(device):
+    verts, faces, first, count = random_batch(np.random.default_rng(0), [4, 3])
+    buf = ClipBuffers(len(verts), len(faces), len(first), device)
+    args = list(to_device(verts, faces, first, count, device))
+    kw = dict(z_clip_value=0.5, cull_to_frustum=False, perspective_correct=True, buffers=buf)
+    bad_faces = wp.array(faces.astype(np.int64), dtype=wp.int64, device=device)
+    with pytest.raises(TypeError, match="faces"):
+        clip_faces(args[0], bad_faces, *args[2:], **kw)
+    with pytest.raises(ValueError, match="verts"):
+        clip_faces(args[0][:-1], *args[1:], **kw)
+    with pytest.raises(ValueError, match="z_clip_value"):
+        clip_faces(*args, **{**kw, "z_clip_value": float("nan")})
+    with pytest.raises(ValueError, match="num_verts"):
+        ClipBuffers(-1, 2, 1, device)
+    no_grad = ClipBuffers(len(verts), len(faces), len(first), device, requires_grad=False)
+    grad_verts = wp.array(verts, dtype=wp.vec3, device=device, requires_grad=True)
+    with pytest.raises(ValueError, match="requires_grad"):
+        clip_faces(grad_verts, *args[1:], **{**kw, "buffers": no_grad})
+
+
+@pytest.mark.parametrize("perspective_correct", [False, True])
+def test_unclip_matches_numpy(device, perspective_correct):
+    rng = np.random.default_rng(3)
+    verts, faces, first, count = random_batch(rng, [30, 0, 25])
+    buf = ClipBuffers(len(verts), len(faces), len(first), device)
+    clip_faces(
+        *to_device(verts, faces, first, count, device),
+        z_clip_value=0.5,
+        cull_to_frustum=True,
+        perspective_correct=perspective_correct,
+        buffers=buf,
+    )
+    ref = np_clip(
+        verts, faces, first, count, z_clip=0.5, cull=True, perspective_correct=perspective_correct
+    )
+    total = len(ref["face_map"])
+    shape = (3, 5, 4, 2)
+    p2f = rng.integers(-1, total, size=shape).astype(np.int32)
+    bary = rng.uniform(-0.5, 1.5, size=shape + (3,)).astype(np.float32)
+    out_p = wp.empty(shape, dtype=wp.int32, device=device)
+    out_b = wp.empty(shape, dtype=wp.vec3, device=device)
+    unclip_fragments(
+        wp.array(p2f, dtype=wp.int32, device=device),
+        wp.array(bary, dtype=wp.vec3, device=device),
+        buf,
+        out_p,
+        out_b,
+    )
+    valid = p2f >= 0
+    expect_p = np.where(valid, ref["face_map"][np.maximum(p2f, 0)], -1)
+    expect_b = np.einsum("...ij,...j->...i", ref["conversion"][np.maximum(p2f, 0)], bary)
+    expect_b = np.where(valid[..., None], expect_b, bary)
+    np.testing.assert_array_equal(out_p.numpy(), expect_p)
+    # |b| <= 1.5 and the conversion entries are in [0, 1]: a few float32 ulps.
+    np.testing.assert_allclose(out_b.numpy().reshape(expect_b.shape), expect_b, atol=1e-6)
+
+
+@pytest.mark.parametrize("perspective_correct", [False, True])
+def test_gradients_match_finite_differences(device, perspective_correct):
+    """d/dverts of sum(G * clipped face verts) + sum(Gb * unclip(b)), with the
+    p1->p3 weight held fixed as PyTorch3D does (it detaches it)."""
+    rng = np.random.default_rng(11)
+    verts, faces, first, count = random_batch(rng, [6, 5], z_range=(-0.8, 1.8), avoid=(0.5, 0.05))
+    # Gentle x, y keep the perspective crossings (x*z/c) O(1).
+    verts[:, :2] *= 0.4
+    V, F = len(verts), len(faces)
+    persp = perspective_correct
+    ref0 = np_clip(verts, faces, first, count, z_clip=0.5, cull=False, perspective_correct=persp)
+    total = len(ref0["face_map"])
+    assert (ref0["case"] == 3).sum() >= 2 and (ref0["case"] == 4).sum() >= 2
+    gfv = rng.integers(-8, 9, size=(total, 3, 3)) / 8
+    bq = rng.uniform(0, 1, size=(total, 3))
+    gb = rng.integers(-8, 9, size=(total, 3)) / 8
+
+    buf = ClipBuffers(V, F, len(first), device)
+    wv, wf, wfirst, wcount = to_device(verts, faces, first, count, device, requires_grad=True)
+    p2f = wp.array(np.arange(total, dtype=np.int32).reshape(1, 1, total, 1), device=device)
+    b_in = wp.array(
+        bq.astype(np.float32).reshape(1, 1, total, 1, 3),
+        dtype=wp.vec3,
+        device=device,
+        requires_grad=True,
+    )
+    out_p = wp.empty((1, 1, total, 1), dtype=wp.int32, device=device)
+    out_b = wp.zeros((1, 1, total, 1), dtype=wp.vec3, device=device, requires_grad=True)
+    tape = wp.Tape()
+    with tape:
+        clip_faces(
+            wv,
+            wf,
+            wfirst,
+            wcount,
+            z_clip_value=0.5,
+            cull_to_frustum=False,
+            perspective_correct=persp,
+            buffers=buf,
+        )
+        unclip_fragments(p2f, b_in, buf, out_p, out_b)
+    # Seed d loss / d clipped vertex: each clipped face corner adds its G.
+    cfaces = buf.faces.numpy()[:total]
+    seed_v = np.zeros((V + 2 * F, 3))
+    np.add.at(seed_v, cfaces.reshape(-1), gfv.reshape(-1, 3))
+    seed_b = gb.astype(np.float32).reshape(1, 1, total, 1, 3)
+    tape.backward(
+        grads={
+            buf.verts: wp.array(seed_v.astype(np.float32), dtype=wp.vec3, device=device),
+            out_b: wp.array(seed_b, dtype=wp.vec3, device=device),
+        }
+    )
+    grad = wv.grad.numpy()
+    grad_b = b_in.grad.numpy().reshape(total, 3)
+
+    def loss(v64, w3):
+        ref = np_clip(
+            v64, faces, first, count, z_clip=0.5, cull=False, perspective_correct=persp, w3=w3
+        )
+        unclipped = np.einsum("cij,cj->ci", ref["conversion"], bq)
+        return (gfv * ref["face_verts"]).sum() + (gb * unclipped).sum()
+
+    def fd(w3, h=1e-6):
+        out = np.zeros((V, 3))
+        for i, a in np.ndindex(V, 3):
+            step = np.zeros((V, 3))
+            step[i, a] = h
+            v64 = verts.astype(np.float64)
+            out[i, a] = (loss(v64 + step, w3) - loss(v64 - step, w3)) / (2 * h)
+        return out
+
+    expect = fd(ref0["w3"])
+    # Gradients are O(1-10); float32 kernels carry ~1e-6 relative error and the
+    # float64 central difference ~1e-8: 1e-4 of the largest entry is ample.
+    tol = 1e-4 * np.abs(expect).max()
+    np.testing.assert_allclose(grad, expect, atol=tol, rtol=0)
+    # The test can see the detach: the full derivative (w3 not held) is far off.
+    assert np.abs(fd(None) - expect).max() > 100 * tol
+    # d loss / d b_clipped = M^T Gb.
+    np.testing.assert_allclose(grad_b, np.einsum("cij,ci->cj", ref0["conversion"], gb), atol=1e-5)
+
+
+def test_graph_capture_replays_clip_unclip_and_backward(device):
+    """Clip + unclip + tape.backward captured once, replayed on new vertex values,
+    gives bitwise what an eager run on those values gives."""
+    rng = np.random.default_rng(5)
+    verts_a, faces, first, count = random_batch(rng, [20, 0, 15])
+    verts_b = verts_a + rng.normal(scale=0.3, size=verts_a.shape).astype(np.float32)
+    V, F, N = len(verts_a), len(faces), len(first)
+    settings = dict(z_clip=0.4, cull=True, perspective_correct=True)
+    total_b = len(np_clip(verts_b, faces, first, count, **settings)["face_map"])
+    shape = (N, 6, 5, 3)
+    p2f_np = rng.integers(-1, total_b, size=shape).astype(np.int32)
+    bary_np = rng.uniform(0, 1, size=shape + (3,)).astype(np.float32)
+    gb_np = rng.normal(size=shape + (3,)).astype(np.float32)
+    gv_np = rng.normal(size=(V + 2 * F, 3)).astype(np.float32)
+
+    def make():
+        s = {}
+        s["buf"] = ClipBuffers(V, F, N, device)
+        s["verts"], s["faces"], s["first"], s["count"] = to_device(
+            verts_a, faces, first, count, device, requires_grad=True
+        )
+        s["p2f"] = wp.array(p2f_np, dtype=wp.int32, device=device)
+        s["bary"] = wp.array(bary_np, dtype=wp.vec3, device=device, requires_grad=True)
+        s["out_p"] = wp.empty(shape, dtype=wp.int32, device=device)
+        s["out_b"] = wp.zeros(shape, dtype=wp.vec3, device=device, requires_grad=True)
+        s["gb"] = wp.array(gb_np, dtype=wp.vec3, device=device)
+        s["gv"] = wp.array(gv_np, dtype=wp.vec3, device=device)
+        return s
+
+    def step(s):
+        buf = s["buf"]
+        for arr in (s["verts"], s["bary"], buf.verts, buf.barycentric_conversion, s["out_b"]):
+            arr.grad.zero_()
+        tape = wp.Tape()
+        with tape:
+            clip_faces(
+                s["verts"],
+                s["faces"],
+                s["first"],
+                s["count"],
+                z_clip_value=settings["z_clip"],
+                cull_to_frustum=settings["cull"],
+                perspective_correct=settings["perspective_correct"],
+                buffers=buf,
+            )
+            unclip_fragments(s["p2f"], s["bary"], buf, s["out_p"], s["out_b"])
+        tape.backward(grads={buf.verts: s["gv"], s["out_b"]: s["gb"]})
+
+    def outputs(s):
+        # Everything a consumer may read (slots past the clipped total of vertices and
+        # conversions are scratch: the capture's earlier runs on verts_a left values there).
+        got = clipped_numpy(s["buf"])
+        return [
+            got["face_verts"],
+            got["faces"],
+            got["first"],
+            got["count"],
+            got["neighbor"],
+            got["face_map"],
+            got["conversion"],
+            s["out_p"].numpy(),
+            s["out_b"].numpy(),
+            s["verts"].grad.numpy(),
+            s["bary"].grad.numpy(),
+        ]
+
+    captured = make()
+    step(captured)  # loads the modules: nothing may compile inside the capture
+    with wp.ScopedCapture(device=device) as capture:
+        step(captured)
+    captured["verts"].assign(verts_b)  # new values, same array: seen by the replay
+    wp.capture_launch(capture.graph)
+    wp.synchronize_device(device)
+
+    eager = make()
+    eager["verts"].assign(verts_b)
+    step(eager)
+    assert clipped_numpy(captured["buf"])["total"] == total_b
+    for got, want in zip(outputs(captured), outputs(eager), strict=True):
+        np.testing.assert_array_equal(got, want)
+    # The replay really ran on the new values.
+    assert not np.array_equal(captured["buf"].verts.numpy()[:V], verts_a)
+
+
+# ----------------------------------------------------------------------------- PyTorch3D p12
+def test_p12_clip_then_numpy_rasterizer_matches_pytorch3d(device):
+    """p12: clip (Warp), rasterize the clipped list with the NumPy oracle, map back
+    (Warp): PyTorch3D's stored fragments."""
+    c = load_case(P12)
+    assert not c["cull_to_frustum"]
+    args = raster_args(c)
+    verts = args["verts"]
+    faces = args["faces"].astype(np.int32)
+    first = args["mesh_to_face_first_idx"].astype(np.int32)
+    count = args["num_faces_per_mesh"].astype(np.int32)
+    persp = c["perspective_correct"]
+    z_clip = c["z_clip_value"]
+    buf = ClipBuffers(len(verts), len(faces), len(first), device)
+    clip_faces(
+        *to_device(verts, faces, first, count, device),
+        z_clip_value=z_clip,
+        cull_to_frustum=False,
+        perspective_correct=persp,
+        buffers=buf,
+    )
+    got = clipped_numpy(buf)
+    total = got["total"]
+    stats = c["meta"]["clipping"]
+    assert total == stats["n_faces_after"]
+    assert (got["neighbor"][:total] >= 0).sum() == stats["n_split_faces(case4 halves)"]
+    # The clipped list itself agrees with the float64 oracle's.
+    ref = np_clip(verts, faces, first, count, z_clip=z_clip, cull=False, perspective_correct=persp)
+    np.testing.assert_array_equal(got["face_map"][:total], ref["face_map"])
+    np.testing.assert_allclose(got["face_verts"], ref["face_verts"], rtol=POS_RTOL, atol=POS_ATOL)
+
+    def rasterize_and_unclip(dtype):
+        clipped_args = {
+            **args,
+            "verts": buf.verts.numpy(),
+            "faces": got["faces"][:total],
+            "mesh_to_face_first_idx": got["first"],
+            "num_faces_per_mesh": got["count"],
+        }
+        frag = np_reference.rasterize_reference(
+            **clipped_args, clipped_faces_neighbor_idx=got["neighbor"][:total], dtype=dtype
+        )
+        out_p = wp.empty(frag.pix_to_face.shape, dtype=wp.int32, device=device)
+        out_b = wp.empty(frag.pix_to_face.shape, dtype=wp.vec3, device=device)
+        unclip_fragments(
+            wp.array(frag.pix_to_face.astype(np.int32), dtype=wp.int32, device=device),
+            wp.array(frag.bary_coords.astype(np.float32), dtype=wp.vec3, device=device),
+            buf,
+            out_p,
+            out_b,
+        )
+        bary = out_b.numpy().reshape(c["bary_coords"].shape)
+        return frag, out_p.numpy(), bary
+
+    valid = c["pix_to_face"] >= 0
+
+    # The oracle's float32 emulation of PyTorch3D's kernel on our clipped list gives
+    # PyTorch3D's numbers (measured: bitwise equal; 1e-6 allows the last bit of a
+    # fused multiply-add in the conversion product on a GPU).
+    frag, p2f, bary = rasterize_and_unclip(np.float32)
+    np.testing.assert_array_equal(p2f, c["pix_to_face"])
+    np.testing.assert_allclose(frag.zbuf[valid], c["zbuf"][valid], rtol=1e-6)
+    np.testing.assert_allclose(bary[valid], c["bary_coords"][valid], atol=1e-6)
+    np.testing.assert_allclose(frag.dists[valid], c["dists"][valid], atol=1e-6)
+
+    # The float64 oracle agrees everywhere except where the two halves of a split
+    # quad tie exactly: a pixel at distance d from their shared diagonal is inside
+    # one half and outside the other by the same |d|; PyTorch3D keeps the first half
+    # unless the other's |d| is strictly smaller, which rounding decides.
+    frag, p2f, bary = rasterize_and_unclip(np.float64)
+    np.testing.assert_array_equal(p2f, c["pix_to_face"])
+    off = valid & (
+        ~np.isclose(frag.zbuf, c["zbuf"], rtol=1e-5, atol=0)
+        | (np.abs(bary - c["bary_coords"]) > 1e-5).any(-1)
+        | (np.abs(frag.dists - c["dists"]) > 1e-5)
+    )
+    assert off.sum() <= 16, off.sum()  # measured: 12 of 1015 valid slots
+    assert (got["neighbor"][frag.pix_to_face[off]] >= 0).all()
+    np.testing.assert_allclose(np.abs(frag.dists[off]), np.abs(c["dists"][off]), atol=1e-6)
+
+
+def test_p12_rasterize_meshes_forward_and_gradient_match_pytorch3d(device):
+    """The whole clipped render path (rasterize_meshes with z_clip_value) on p12:
+    fragments and d loss / d verts_ndc as PyTorch3D computed them."""
+    c = load_case(P12)
+    args = raster_args(c)
+    verts = wp.array(args.pop("verts"), dtype=wp.vec3, device=device, requires_grad=True)
+    tape = wp.Tape()
+    with tape:
+        frag = rasterize_meshes(
+            verts,
+            **args,
+            bin_size=0,
+            z_clip_value=c["z_clip_value"],
+            cull_to_frustum=c["cull_to_frustum"],
+        )
+    out = frag.numpy()
+    np.testing.assert_array_equal(out["pix_to_face"], c["pix_to_face"])
+    valid = c["pix_to_face"] >= 0
+    # Measured on cpu: zbuf within 2.4e-7, bary 1.2e-7, dists bitwise.
+    np.testing.assert_allclose(out["zbuf"][valid], c["zbuf"][valid], rtol=1e-5)
+    np.testing.assert_allclose(out["bary_coords"][valid], c["bary_coords"][valid], atol=1e-5)
+    np.testing.assert_allclose(out["dists"][valid], c["dists"][valid], atol=1e-5)
+    tape.backward(
+        grads={
+            frag.zbuf: wp.array(c["grad_zbuf"], dtype=wp.float32, device=device),
+            frag.bary_coords: wp.array(c["grad_bary"], dtype=wp.vec3, device=device),
+            frag.dists: wp.array(c["grad_dists"], dtype=wp.float32, device=device),
+        }
+    )
+    # README: grad_verts to about rtol 1e-4, atol 1e-5 (summation order differs);
+    # measured on cpu: 1.3e-5 at most, of entries up to 34. Without PyTorch3D's
+    # detached p1->p3 weight the worst entry is off by 7.8.
+    np.testing.assert_allclose(verts.grad.numpy(), c["grad_verts_ndc"], rtol=1e-4, atol=1e-5)
