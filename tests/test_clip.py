@@ -479,7 +479,8 @@ def test_gradients_match_finite_differences(device, perspective_correct):
 
 def test_graph_capture_replays_clip_unclip_and_backward(device):
     """Clip + unclip + tape.backward captured once, replayed on new vertex values,
-    gives bitwise what an eager run on those values gives."""
+    gives bitwise what an eager run on those values gives (gradients too: the clip
+    module's backward is deterministic, see warpraster/clip.py)."""
     rng = np.random.default_rng(5)
     verts_a, faces, first, count = random_batch(rng, [20, 0, 15])
     verts_b = verts_a + rng.normal(scale=0.3, size=verts_a.shape).astype(np.float32)

@@ -42,9 +42,12 @@ import operator
 
 import warp as wp
 
-# PyTorch3D computes the crossings as separately rounded float32 operations; without
-# FMA contraction CUDA gives those same bits (and the same as the cpu device), so the
-# rasterizer's depth ties between clipped faces break the same way everywhere.
+# fuse_fp off: PyTorch3D computes the crossings as separately rounded float32
+# operations; without FMA contraction CUDA gives those same bits (as the cpu device
+# does), so depth ties between clipped faces break the same way everywhere.
+# RUN_TO_RUN: the generated backward's scatter-adds into ``verts.grad`` are summed in
+# a fixed order, so gradients are bit-identical run to run and between a captured
+# replay and an eager call on a GPU (plain float atomics differed in the last bit).
 wp.set_module_options({"fuse_fp": False, "deterministic": wp.DeterministicMode.RUN_TO_RUN})
 
 __all__ = [
