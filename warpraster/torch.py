@@ -1,0 +1,610 @@
+"""PyTorch adapter: the rasterizer as a differentiable torch op, zero-copy.
+
+``import warpraster.torch`` (explicitly: ``import warpraster`` never imports torch)
+gives :func:`rasterize_meshes`, PyTorch3D's ``rasterize_meshes`` on packed tensors,
+and :func:`rasterize_mesh_list` for lists of per-mesh tensors.
+
+How it works:
+
+* The Warp call is a ``torch.library.custom_op`` (``warpraster::rasterize_meshes``)
+  with a fake implementation (output shapes from N, image size and K), so
+  ``torch.compile(fullgraph=True)`` treats it as one opaque node.
+* Its backward is a second custom op (``warpraster::rasterize_meshes_backward``)
+  that re-runs the differentiable recompute of :mod:`warpraster.fragments` from
+  the saved ``pix_to_face`` under a ``wp.Tape``, seeds the tape with the upstream
+  gradients (zero at ``pix_to_face == -1``) and returns the vertex gradient.
+  Nothing Warp-side (no tape) lives in the autograd graph. With ``z_clip_value``
+  or ``cull_to_frustum`` the whole clipped forward is replayed under the tape
+  instead, because its ``zbuf``/``dists`` belong to clipped sub-triangles.
+* Tensors cross with ``wp.from_torch`` / ``wp.to_torch`` on torch's current CUDA
+  stream: float32 contiguous vertices, int32 faces and the float outputs are
+  shared, not copied (see ``docs/torch.md`` for the full list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import warp as wp
+
+from .fragments import Fragments, recompute_fragments
+from .raster import _check_settings, parse_image_size
+from .raster import rasterize_meshes as _rasterize_meshes_wp
+
+__all__ = ["rasterize_mesh_list", "rasterize_meshes"]
+
+_INT32_MIN = -(2**31)
+_INT32_MAX = 2**31 - 1
+_NONE = -1  # bin_size / max_faces_per_bin = None in the op schema (ints only)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _warp_device(device: torch.device):
+    wp.init()  # a no-op once Warp is up
+    if device.type == "cuda" and not wp.is_cuda_available():
+        raise RuntimeError(
+            f"the tensors are on {device}, but Warp sees no CUDA device (driver or build)"
+        )
+    return wp.device_from_torch(device)
+
+
+class _TorchStream:
+    """Runs Warp work on torch's current stream of ``device`` (and on that Warp device)."""
+
+    def __init__(self, device: torch.device):
+        wp_device = _warp_device(device)
+        if wp_device.is_cuda:
+            # Same stream as torch: no synchronisation needed on entry or exit.
+            self._scope = wp.ScopedStream(wp.stream_from_torch(device), sync_enter=False)
+        else:
+            self._scope = wp.ScopedDevice(wp_device)
+
+    def __enter__(self):
+        self._scope.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._scope.__exit__(*exc)
+
+
+def _as_int32(t: torch.Tensor, name: str) -> torch.Tensor:
+    """int32, contiguous (a copy unless it already is); values checked to fit int32."""
+    if t.dtype != torch.int32:
+        if t.numel() and (int(t.min()) < _INT32_MIN or int(t.max()) > _INT32_MAX):
+            raise ValueError(f"{name} has values that do not fit in int32")
+        t = t.to(torch.int32)
+    return t.contiguous()
+
+
+def _warp_inputs(verts, faces, first, count, neighbor, *, grad=None):
+    """Warp views of the op's tensors (verts shared; its ``.grad`` is ``grad`` if given)."""
+    if grad is None:
+        v = wp.from_torch(verts, dtype=wp.vec3, requires_grad=False)
+    else:
+        v = wp.from_torch(verts, dtype=wp.vec3, requires_grad=True, grad=grad)
+    f = _as_int32(faces, "faces_packed")
+    if grad is None and f.numel():
+        # Named for the user (the core would call it "faces"). A host read, eager only.
+        lo, hi = int(f.min()), int(f.max())
+        if lo < 0 or hi >= verts.shape[0]:
+            raise ValueError(
+                f"faces_packed has vertex indices in [{lo}, {hi}], outside "
+                f"[0, {verts.shape[0] - 1}] for {verts.shape[0]} vertices"
+            )
+    if f.shape[0] == 0:
+        f_wp = wp.empty((0, 3), dtype=wp.int32, device=v.device)
+    else:
+        f_wp = wp.from_torch(f, dtype=wp.int32)
+    idx = [
+        wp.from_torch(_as_int32(first, "mesh_to_face_first_idx"), dtype=wp.int32),
+        wp.from_torch(_as_int32(count, "num_faces_per_mesh"), dtype=wp.int32),
+    ]
+    if neighbor is None or neighbor.shape[0] == 0:
+        idx.append(None)
+    else:
+        idx.append(wp.from_torch(_as_int32(neighbor, "clipped_faces_neighbor_idx")))
+    return v, f_wp, *idx
+
+
+def _settings(h, w, blur, k, bin_size, max_fpb, persp, clip_bary, cull, z_clip, frustum):
+    return dict(
+        image_size=(h, w),
+        blur_radius=blur,
+        faces_per_pixel=k,
+        bin_size=None if bin_size == _NONE else bin_size,
+        max_faces_per_bin=None if max_fpb == _NONE else max_fpb,
+        perspective_correct=persp,
+        clip_barycentric_coords=clip_bary,
+        cull_backfaces=cull,
+        z_clip_value=z_clip,
+        cull_to_frustum=frustum,
+    )
+
+
+# ----------------------------------------------------------------------------- forward op
+@torch.library.custom_op("warpraster::rasterize_meshes", mutates_args=())
+def _rasterize_op(
+    verts: torch.Tensor,
+    faces: torch.Tensor,
+    mesh_to_face_first_idx: torch.Tensor,
+    num_faces_per_mesh: torch.Tensor,
+    clipped_faces_neighbor_idx: torch.Tensor | None,
+    height: int,
+    width: int,
+    blur_radius: float,
+    faces_per_pixel: int,
+    bin_size: int,
+    max_faces_per_bin: int,
+    perspective_correct: bool,
+    clip_barycentric_coords: bool,
+    cull_backfaces: bool,
+    z_clip_value: float | None,
+    cull_to_frustum: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(pix_to_face int32, zbuf, bary (N,H,W,K,3), dists): Warp-owned memory, not copied."""
+    with _TorchStream(verts.device):
+        v, f, first, count, nb = _warp_inputs(
+            verts, faces, mesh_to_face_first_idx, num_faces_per_mesh, clipped_faces_neighbor_idx
+        )
+        frags = _rasterize_meshes_wp(
+            v,
+            f,
+            first,
+            count,
+            clipped_faces_neighbor_idx=nb,
+            **_settings(
+                height,
+                width,
+                blur_radius,
+                faces_per_pixel,
+                bin_size,
+                max_faces_per_bin,
+                perspective_correct,
+                clip_barycentric_coords,
+                cull_backfaces,
+                z_clip_value,
+                cull_to_frustum,
+            ),
+        )
+        return (
+            wp.to_torch(frags.pix_to_face, requires_grad=False),
+            wp.to_torch(frags.zbuf, requires_grad=False),
+            wp.to_torch(frags.bary_coords, requires_grad=False),
+            wp.to_torch(frags.dists, requires_grad=False),
+        )
+
+
+@_rasterize_op.register_fake
+def _rasterize_fake(
+    verts,
+    faces,
+    mesh_to_face_first_idx,
+    num_faces_per_mesh,
+    clipped_faces_neighbor_idx,
+    height,
+    width,
+    blur_radius,
+    faces_per_pixel,
+    bin_size,
+    max_faces_per_bin,
+    perspective_correct,
+    clip_barycentric_coords,
+    cull_backfaces,
+    z_clip_value,
+    cull_to_frustum,
+):
+    shape = (mesh_to_face_first_idx.shape[0], height, width, faces_per_pixel)
+    return (
+        verts.new_empty(shape, dtype=torch.int32),
+        verts.new_empty(shape),
+        verts.new_empty((*shape, 3)),
+        verts.new_empty(shape),
+    )
+
+
+# ----------------------------------------------------------------------------- backward op
+@torch.library.custom_op("warpraster::rasterize_meshes_backward", mutates_args=())
+def _rasterize_backward_op(
+    grad_zbuf: torch.Tensor,
+    grad_bary: torch.Tensor,
+    grad_dists: torch.Tensor,
+    pix_to_face: torch.Tensor,
+    verts: torch.Tensor,
+    faces: torch.Tensor,
+    mesh_to_face_first_idx: torch.Tensor,
+    num_faces_per_mesh: torch.Tensor,
+    clipped_faces_neighbor_idx: torch.Tensor | None,
+    height: int,
+    width: int,
+    blur_radius: float,
+    faces_per_pixel: int,
+    bin_size: int,
+    max_faces_per_bin: int,
+    perspective_correct: bool,
+    clip_barycentric_coords: bool,
+    cull_backfaces: bool,
+    z_clip_value: float | None,
+    cull_to_frustum: bool,
+) -> torch.Tensor:
+    """d loss / d verts (V, 3) float32 from the upstream gradients of zbuf, bary, dists.
+
+    The upstream gradients must be contiguous float32 tensors of the fragments'
+    shapes, zero in empty slots; they are read, not modified.
+    """
+    shape = tuple(pix_to_face.shape)
+    for name, g, want in (
+        ("grad_zbuf", grad_zbuf, shape),
+        ("grad_bary", grad_bary, (*shape, 3)),
+        ("grad_dists", grad_dists, shape),
+    ):
+        # The kernels index by pix_to_face's shape: a mismatch would write out of bounds.
+        if tuple(g.shape) != want or g.dtype != torch.float32 or not g.is_contiguous():
+            raise ValueError(
+                f"{name} must be a contiguous float32 tensor of shape {want}, "
+                f"got {g.dtype} {tuple(g.shape)}"
+            )
+    grad_verts = torch.zeros_like(verts)
+    with _TorchStream(verts.device):
+        v, f, first, count, nb = _warp_inputs(
+            verts,
+            faces,
+            mesh_to_face_first_idx,
+            num_faces_per_mesh,
+            clipped_faces_neighbor_idx,
+            grad=grad_verts,
+        )
+        gz = wp.from_torch(grad_zbuf, dtype=wp.float32, requires_grad=False)
+        gb = wp.from_torch(grad_bary, dtype=wp.vec3, requires_grad=False)
+        gd = wp.from_torch(grad_dists, dtype=wp.float32, requires_grad=False)
+        tape = wp.Tape()
+        if z_clip_value is None and not cull_to_frustum:
+            # Straight-line recompute from the forward's choice of faces: scratch
+            # outputs whose .grad are the upstream gradients.
+            out = Fragments(
+                pix_to_face=wp.from_torch(pix_to_face, dtype=wp.int32),
+                zbuf=wp.empty_like(gz, requires_grad=False),
+                bary_coords=wp.empty_like(gb, requires_grad=False),
+                dists=wp.empty_like(gd, requires_grad=False),
+            )
+            for a, g in ((out.zbuf, gz), (out.bary_coords, gb), (out.dists, gd)):
+                a.grad = g
+                # Each slot is written once: Warp may keep the seed instead of
+                # zeroing it after the read, so the op's inputs are not mutated.
+                a.retain_grad = True
+            with tape:
+                recompute_fragments(
+                    v,
+                    f,
+                    out,
+                    perspective_correct=perspective_correct,
+                    clip_barycentric_coords=clip_barycentric_coords,
+                )
+            tape.backward()
+        else:
+            # Clipped path: replay the whole (deterministic) forward on the tape.
+            with tape:
+                out = _rasterize_meshes_wp(
+                    v,
+                    f,
+                    first,
+                    count,
+                    clipped_faces_neighbor_idx=nb,
+                    validate=False,
+                    **_settings(
+                        height,
+                        width,
+                        blur_radius,
+                        faces_per_pixel,
+                        bin_size,
+                        max_faces_per_bin,
+                        perspective_correct,
+                        clip_barycentric_coords,
+                        cull_backfaces,
+                        z_clip_value,
+                        cull_to_frustum,
+                    ),
+                )
+            tape.backward(grads={out.zbuf: gz, out.bary_coords: gb, out.dists: gd})
+        # (no tape.reset(): it would zero grad_verts too; the tape is dropped here)
+    return grad_verts
+
+
+@_rasterize_backward_op.register_fake
+def _rasterize_backward_fake(grad_zbuf, grad_bary, grad_dists, pix_to_face, verts, *args):
+    return torch.empty_like(verts)
+
+
+# ----------------------------------------------------------------------------- autograd
+_SETTING_NAMES = (
+    "height",
+    "width",
+    "blur_radius",
+    "faces_per_pixel",
+    "bin_size",
+    "max_faces_per_bin",
+    "perspective_correct",
+    "clip_barycentric_coords",
+    "cull_backfaces",
+    "z_clip_value",
+    "cull_to_frustum",
+)
+
+
+def _setup_context(ctx, inputs, output):
+    verts, faces, first, count, neighbor, *settings = inputs
+    ctx.settings = tuple(settings)
+    ctx.save_for_backward(output[0], verts, faces, first, count, neighbor)
+
+
+def _backward(ctx, grad_pix_to_face, grad_zbuf, grad_bary, grad_dists):
+    pix_to_face, verts, faces, first, count, neighbor = ctx.saved_tensors
+    valid = pix_to_face >= 0
+    shape = pix_to_face.shape
+
+    def masked(g, mask, full_shape):
+        # Contiguous (Warp views it in place), 0 in empty slots: those outputs are
+        # constants and must not pass gradient on.
+        if g is None:
+            return verts.new_zeros(full_shape)
+        return torch.where(mask, g, 0.0).contiguous()
+
+    grad_verts = _rasterize_backward_op(
+        masked(grad_zbuf, valid, shape),
+        masked(grad_bary, valid.unsqueeze(-1), (*shape, 3)),
+        masked(grad_dists, valid, shape),
+        pix_to_face,
+        verts,
+        faces,
+        first,
+        count,
+        neighbor,
+        *ctx.settings,
+    )
+    return (grad_verts,) + (None,) * (4 + len(_SETTING_NAMES))
+
+
+_rasterize_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _refuse_functorch(*_args):
+    raise RuntimeError(
+        "warpraster.torch.rasterize_meshes does not support torch.func transforms "
+        "(grad, vmap, jacrev, jacfwd, ...): batch meshes by packing them (one call renders N "
+        "images) and use torch.autograd (loss.backward() / torch.autograd.grad) for gradients"
+    )
+
+
+# vmap (and so jacrev/jacfwd) reaches the op's vmap rule; torch.func.grad is
+# caught in rasterize_meshes, where the tensors arrive functorch-wrapped.
+torch.library.register_vmap("warpraster::rasterize_meshes", _refuse_functorch)
+torch.library.register_vmap("warpraster::rasterize_meshes_backward", _refuse_functorch)
+
+
+# ----------------------------------------------------------------------------- validation
+def _check_tensor(x, name: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def _check_functorch(*tensors) -> None:
+    if torch.compiler.is_compiling():
+        return
+    wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    if wrapped is not None and any(t is not None and wrapped(t) for t in tensors):
+        _refuse_functorch()
+
+
+def _check_verts(verts, name: str) -> None:
+    _check_tensor(verts, name)
+    if not verts.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {verts.dtype}")
+    if verts.ndim != 2 or verts.shape[1] != 3:
+        raise ValueError(f"{name} must have shape (V, 3), got {tuple(verts.shape)}")
+
+
+def _check_faces(faces, name: str) -> None:
+    _check_tensor(faces, name)
+    if faces.requires_grad:
+        raise ValueError(f"{name} must not require grad: it holds vertex indices")
+    if faces.is_floating_point() or faces.is_complex() or faces.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor, got dtype {faces.dtype}")
+    if faces.ndim != 2 or faces.shape[1] != 3:
+        raise ValueError(f"{name} must have shape (F, 3), got {tuple(faces.shape)}")
+
+
+def _index_tensor(x, name: str, device: torch.device) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        try:
+            x = torch.as_tensor(x, dtype=torch.int64, device=device)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(
+                f"{name} must be an integer tensor or a sequence of ints, got {type(x).__name__}"
+            ) from None
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor, got dtype {x.dtype}")
+    if x.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(x.shape)}")
+    return x
+
+
+def _check_same_device(device: torch.device, **tensors) -> None:
+    for name, t in tensors.items():
+        if t is not None and t.device != device:
+            raise ValueError(f"{name} is on {t.device}, but verts_packed is on {device}")
+
+
+def _to_kernel_float(verts: torch.Tensor) -> torch.Tensor:
+    """float32 contiguous (V, 3): the tensor itself when it already is (zero-copy)."""
+    return verts.to(torch.float32).contiguous()
+
+
+# ----------------------------------------------------------------------------- public API
+def rasterize_meshes(
+    verts_packed: torch.Tensor,
+    faces_packed: torch.Tensor,
+    mesh_to_face_first_idx: torch.Tensor | Sequence[int],
+    num_faces_per_mesh: torch.Tensor | Sequence[int],
+    *,
+    image_size: int | tuple[int, int] = 256,
+    blur_radius: float = 0.0,
+    faces_per_pixel: int = 8,
+    bin_size: int | None = None,
+    max_faces_per_bin: int | None = None,
+    perspective_correct: bool = False,
+    clip_barycentric_coords: bool = False,
+    cull_backfaces: bool = False,
+    clipped_faces_neighbor_idx: torch.Tensor | None = None,
+    z_clip_value: float | None = None,
+    cull_to_frustum: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rasterizes a packed batch of meshes: PyTorch3D's ``rasterize_meshes`` on tensors.
+
+    The packed inputs are what a PyTorch3D ``Meshes`` gives:
+    ``verts_packed()``, ``faces_packed()``, ``mesh_to_faces_packed_first_idx()``,
+    ``num_faces_per_mesh()``. Settings and outputs are PyTorch3D's (see
+    :func:`warpraster.rasterize_meshes` for each setting); the output is identical
+    for any ``bin_size``, and a bin that overflows still renders exactly.
+
+    Args:
+        verts_packed: (V, 3) floating-point vertices, x, y in NDC (+X left, +Y up),
+            z = depth. Shared with Warp (zero-copy) when float32 and contiguous;
+            other float dtypes are cast to float32 (the gradient is cast back).
+        faces_packed: (F, 3) integer vertex indices into ``verts_packed``
+            (global). int32 is shared; int64 is range-checked and copied to int32.
+        mesh_to_face_first_idx: (N,) first face of each mesh (a tensor or ints).
+        num_faces_per_mesh: (N,) faces of each mesh (0 allowed).
+        image_size: ``int`` or ``(H, W)``.
+        blur_radius, faces_per_pixel, bin_size, max_faces_per_bin,
+        perspective_correct, clip_barycentric_coords, cull_backfaces,
+        clipped_faces_neighbor_idx, z_clip_value, cull_to_frustum: as in PyTorch3D.
+
+    Returns:
+        ``(pix_to_face, zbuf, bary_coords, dists)`` on the input's device:
+        ``pix_to_face`` int64 (N, H, W, K), -1 where empty; ``zbuf`` float32
+        (N, H, W, K); ``bary_coords`` float32 (N, H, W, K, 3); ``dists`` float32
+        (N, H, W, K) signed squared distance. Empty slots hold -1. The float
+        outputs are differentiable with respect to ``verts_packed``.
+
+    Raises:
+        TypeError, ValueError: bad input, naming the argument (before any kernel).
+        RuntimeError: under ``torch.func`` transforms (use ``torch.autograd``).
+    """
+    _check_verts(verts_packed, "verts_packed")
+    _check_faces(faces_packed, "faces_packed")
+    device = verts_packed.device
+    first = _index_tensor(mesh_to_face_first_idx, "mesh_to_face_first_idx", device)
+    count = _index_tensor(num_faces_per_mesh, "num_faces_per_mesh", device)
+    neighbor = None
+    if clipped_faces_neighbor_idx is not None:
+        neighbor = _index_tensor(clipped_faces_neighbor_idx, "clipped_faces_neighbor_idx", device)
+        if neighbor.shape[0] != faces_packed.shape[0]:
+            raise ValueError(
+                f"clipped_faces_neighbor_idx must have length F={faces_packed.shape[0]}, "
+                f"got {neighbor.shape[0]}"
+            )
+    _check_same_device(
+        device,
+        faces_packed=faces_packed,
+        mesh_to_face_first_idx=first,
+        num_faces_per_mesh=count,
+        clipped_faces_neighbor_idx=neighbor,
+    )
+    if first.shape[0] < 1:
+        raise ValueError("mesh_to_face_first_idx must name at least one mesh")
+    if count.shape[0] != first.shape[0]:
+        raise ValueError(
+            f"num_faces_per_mesh has {count.shape[0]} entries, "
+            f"mesh_to_face_first_idx has {first.shape[0]}"
+        )
+    _check_functorch(verts_packed)
+    h, w = parse_image_size(image_size)
+    _check_settings(faces_per_pixel, blur_radius, bin_size, max_faces_per_bin)
+    if z_clip_value is not None:
+        z_clip_value = float(z_clip_value)
+
+    pix_to_face, zbuf, bary_coords, dists = _rasterize_op(
+        _to_kernel_float(verts_packed),
+        faces_packed,
+        first,
+        count,
+        neighbor,
+        h,
+        w,
+        float(blur_radius),
+        int(faces_per_pixel),
+        _NONE if bin_size is None else int(bin_size),
+        _NONE if max_faces_per_bin is None else int(max_faces_per_bin),
+        bool(perspective_correct),
+        bool(clip_barycentric_coords),
+        bool(cull_backfaces),
+        z_clip_value,
+        bool(cull_to_frustum),
+    )
+    # PyTorch3D's dtype: the one copy of the outputs.
+    return pix_to_face.to(torch.int64), zbuf, bary_coords, dists
+
+
+def rasterize_mesh_list(
+    verts_list: Sequence[torch.Tensor],
+    faces_list: Sequence[torch.Tensor],
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rasterizes a list of meshes, packed as PyTorch3D's ``Meshes`` packs them.
+
+    Args:
+        verts_list: N tensors (V_i, 3) of floating-point vertices (NDC x, y; z depth).
+        faces_list: N tensors (F_i, 3) of integer vertex indices, LOCAL to their
+            mesh (0 .. V_i - 1). A mesh may be empty ((0, 3) faces).
+        **kwargs: the keywords of :func:`rasterize_meshes`.
+
+    Returns:
+        As :func:`rasterize_meshes`; ``pix_to_face`` indexes the packed faces
+        (mesh i's faces start at ``sum(F_j for j < i)``). Gradients reach every
+        tensor of ``verts_list``.
+    """
+    if isinstance(verts_list, torch.Tensor) or isinstance(faces_list, torch.Tensor):
+        raise TypeError("verts_list and faces_list must be lists of tensors, one per mesh")
+    verts_list, faces_list = list(verts_list), list(faces_list)
+    if len(verts_list) != len(faces_list):
+        raise ValueError(
+            f"verts_list has {len(verts_list)} meshes but faces_list has {len(faces_list)}"
+        )
+    if not verts_list:
+        raise ValueError("verts_list must hold at least one mesh")
+    for i, (v, f) in enumerate(zip(verts_list, faces_list, strict=True)):
+        _check_verts(v, f"verts_list[{i}]")
+        _check_faces(f, f"faces_list[{i}]")
+    device = verts_list[0].device
+    _check_same_device(
+        device,
+        **{f"verts_list[{i}]": v for i, v in enumerate(verts_list)},
+        **{f"faces_list[{i}]": f for i, f in enumerate(faces_list)},
+    )
+    if not torch.compiler.is_compiling():
+        # Local indices must stay inside their own mesh (the packed check alone
+        # would accept an index into the next mesh's vertices). A host read.
+        for i, (v, f) in enumerate(zip(verts_list, faces_list, strict=True)):
+            if f.numel() and (int(f.min()) < 0 or int(f.max()) >= v.shape[0]):
+                raise ValueError(
+                    f"faces_list[{i}] has vertex indices in [{int(f.min())}, {int(f.max())}], "
+                    f"outside [0, {v.shape[0] - 1}] for its {v.shape[0]} vertices"
+                )
+    vert_offsets, face_counts, offset = [], [], 0
+    for v, f in zip(verts_list, faces_list, strict=True):
+        vert_offsets.append(offset)
+        face_counts.append(f.shape[0])
+        offset += v.shape[0]
+    first = [sum(face_counts[:i]) for i in range(len(face_counts))]
+    verts = torch.cat([v.to(torch.float32) for v in verts_list])
+    faces = torch.cat(
+        [f.to(torch.int64) + o for f, o in zip(faces_list, vert_offsets, strict=True)]
+    )
+    return rasterize_meshes(
+        verts,
+        faces,
+        torch.tensor(first, dtype=torch.int64, device=device),
+        torch.tensor(face_counts, dtype=torch.int64, device=device),
+        **kwargs,
+    )
