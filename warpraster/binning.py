@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import warp as wp
 
-wp.set_module_options({"enable_backward": False})
+wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
 
 @wp.func

@@ -40,7 +40,10 @@ from .geometry import (
 )
 from .meshes import PackedMeshes, pack_meshes
 
-wp.set_module_options({"enable_backward": False})
+# fuse_fp off: no a*b+c contraction into FMA, so every decision is made on the
+# same separately rounded float32 values as PyTorch3D's kernel (on CUDA, FMA
+# swapped two faces one ulp apart in depth on reference case p12).
+wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
 _INT32_MAX = 2**31 - 1
 
@@ -291,7 +294,12 @@ def _make_register_kernel(kc: int):
                     face = -1
                 ps.pix_to_face[q, s] = face
 
-    return wp.kernel(raster_register_queue, enable_backward=False, module="unique")
+    return wp.kernel(
+        raster_register_queue,
+        enable_backward=False,
+        module="unique",
+        module_options={"fuse_fp": False},
+    )
 
 
 _REGISTER_KERNELS: dict[int, wp.Kernel] = {}
