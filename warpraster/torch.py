@@ -68,10 +68,10 @@ class _TorchStream:
         return self._scope.__exit__(*exc)
 
 
-def _as_int32(t: torch.Tensor, name: str) -> torch.Tensor:
+def _as_int32(t: torch.Tensor, name: str, check: bool = True) -> torch.Tensor:
     """int32, contiguous (a copy unless it already is); values checked to fit int32."""
     if t.dtype != torch.int32:
-        if t.numel() and (int(t.min()) < _INT32_MIN or int(t.max()) > _INT32_MAX):
+        if check and t.numel() and (int(t.min()) < _INT32_MIN or int(t.max()) > _INT32_MAX):
             raise ValueError(f"{name} has values that do not fit in int32")
         t = t.to(torch.int32)
     return t.contiguous()
@@ -83,8 +83,9 @@ def _warp_inputs(verts, faces, first, count, neighbor, *, grad=None):
         v = wp.from_torch(verts, dtype=wp.vec3, requires_grad=False)
     else:
         v = wp.from_torch(verts, dtype=wp.vec3, requires_grad=True, grad=grad)
-    f = _as_int32(faces, "faces_packed")
-    if grad is None and f.numel():
+    check = grad is None  # the backward sees inputs the forward already checked
+    f = _as_int32(faces, "faces_packed", check)
+    if check and f.numel():
         # Named for the user (the core would call it "faces"). A host read, eager only.
         lo, hi = int(f.min()), int(f.max())
         if lo < 0 or hi >= verts.shape[0]:
@@ -97,13 +98,13 @@ def _warp_inputs(verts, faces, first, count, neighbor, *, grad=None):
     else:
         f_wp = wp.from_torch(f, dtype=wp.int32)
     idx = [
-        wp.from_torch(_as_int32(first, "mesh_to_face_first_idx"), dtype=wp.int32),
-        wp.from_torch(_as_int32(count, "num_faces_per_mesh"), dtype=wp.int32),
+        wp.from_torch(_as_int32(first, "mesh_to_face_first_idx", check), dtype=wp.int32),
+        wp.from_torch(_as_int32(count, "num_faces_per_mesh", check), dtype=wp.int32),
     ]
     if neighbor is None or neighbor.shape[0] == 0:
         idx.append(None)
     else:
-        idx.append(wp.from_torch(_as_int32(neighbor, "clipped_faces_neighbor_idx")))
+        idx.append(wp.from_torch(_as_int32(neighbor, "clipped_faces_neighbor_idx", check)))
     return v, f_wp, *idx
 
 
