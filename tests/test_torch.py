@@ -60,6 +60,7 @@ def _case_call(case: dict, device: str):
 # <= 4.8e-7). Vertex gradients: rtol 1e-4 / atol 1e-5, because the per-pixel
 # contributions are summed in another order than PyTorch3D's sequential loop
 # (measured worst case on CPU: 0.56 of that tolerance, p08 and p10).
+
 # Deviations of the core on CUDA (the same with warpraster.rasterize_meshes on
 # Warp arrays, any bin_size; measured on an H200), not of this adapter. Not
 # strict: remove an entry once it passes (p12 did after raster/binning stopped
