@@ -22,12 +22,8 @@ import numpy as np
 import warp as wp
 
 from . import binning
-from .fragments import (
-    DeterministicBackward,
-    Fragments,
-    allocate_fragments,
-    recompute_fragments,
-)
+from .backward import FaceGradBuffers, record_backward
+from .fragments import Fragments, allocate_fragments, fragment_values
 from .geometry import (
     EPS,
     barycentric,
@@ -147,9 +143,11 @@ class _Pass:
     tile_faces: wp.array(dtype=wp.int32)
     max_per_tile: int
     overflow: wp.array(dtype=wp.int32)
-    # outputs, viewed as (N * H * W, K)
+    # outputs, viewed as (N * H * W, K); zq is zbuf, also the depth queue of _offer
     pix_to_face: wp.array2d(dtype=wp.int32)
     zq: wp.array2d(dtype=wp.float32)
+    bary: wp.array2d(dtype=wp.vec3)
+    dists: wp.array2d(dtype=wp.float32)
 
 
 @wp.func
@@ -249,6 +247,30 @@ def _face_range(ps: _Pass, n: int, tile: int, first_pixel: bool) -> wp.vec3i:
     return wp.vec3i(first, first + ps.mesh_count[n], 0)
 
 
+@wp.func
+def _write_slot(ps: _Pass, q: int, s: int, f: int, p: wp.vec2):
+    """Writes slot s of output row q: face f's fragment values, or the -1 fill."""
+    if f < 0:
+        ps.pix_to_face[q, s] = -1
+        ps.zq[q, s] = -1.0
+        ps.bary[q, s] = wp.vec3(-1.0, -1.0, -1.0)
+        ps.dists[q, s] = -1.0
+    else:
+        m = ps.face_verts[f]
+        z, bary, d = fragment_values(
+            p,
+            wp.vec3(m[0, 0], m[0, 1], m[0, 2]),
+            wp.vec3(m[1, 0], m[1, 1], m[1, 2]),
+            wp.vec3(m[2, 0], m[2, 1], m[2, 2]),
+            ps.perspective,
+            ps.clip_bary,
+        )
+        ps.pix_to_face[q, s] = f
+        ps.zq[q, s] = z
+        ps.bary[q, s] = bary
+        ps.dists[q, s] = d
+
+
 def _make_register_kernel(kc: int):
     """Fine/naive pass whose queue of ``kc`` slots lives in registers (kc <= 16).
 
@@ -292,7 +314,7 @@ def _make_register_kernel(kc: int):
                 face = qf[s]
                 if face == _NO_FACE:
                     face = -1
-                ps.pix_to_face[q, s] = face
+                _write_slot(ps, q, s, face, p)
 
     return wp.kernel(
         raster_register_queue,
@@ -361,8 +383,11 @@ def _raster_output_queue(ps: _Pass):
         if rng[2] != 0:
             f = ps.tile_faces[j]
         size = _offer(ps, q, f, p, size)
-    for s in range(size, ps.faces_per_pixel):
-        ps.pix_to_face[q, s] = -1
+    for s in range(ps.faces_per_pixel):
+        face = int(-1)
+        if s < size:
+            face = ps.pix_to_face[q, s]
+        _write_slot(ps, q, s, face, p)
 
 
 @wp.kernel
@@ -421,7 +446,7 @@ class RasterWorkspace:
     returns are this workspace's output arrays: keep one workspace per frame
     recorded on a tape (a later call overwrites them). With ``deterministic``
     the backward to the vertices is atomic-free and bit-identical run after run
-    (:class:`~warpraster.fragments.DeterministicBackward`, extra buffers).
+    (face-centric sums, a vertex gather instead of atomics; see warpraster.backward).
     """
 
     def __init__(
@@ -479,11 +504,7 @@ class RasterWorkspace:
         )
         self.fragments._overflow = self.overflow if self.bin_size > 0 else None
         self.deterministic = bool(deterministic)
-        self.deterministic_backward = (
-            DeterministicBackward(self.fragments.shape, self.num_faces, self.device)
-            if self.deterministic
-            else None
-        )
+        self.face_grads = FaceGradBuffers(self.num_faces, self.device, self.deterministic)
 
     def matches(self, *, num_meshes, num_faces, image_size, faces_per_pixel, bin_size, device):
         return (
@@ -701,7 +722,7 @@ def rasterize_packed(
         )
     ps = _make_pass(
         meshes, ws, blur_radius, perspective_correct, clip_barycentric_coords, out.pix_to_face,
-        out.zbuf,
+        out.zbuf, out.bary_coords, out.dists,
     )  # fmt: skip
     if ws.bin_size > 0:
         ws.overflow.zero_()
@@ -731,18 +752,18 @@ def rasterize_packed(
         record_tape=False,
         block_dim=min(ws.tile_size * ws.tile_size, 256),
     )
-    recompute_fragments(
-        meshes.verts,
-        meshes.faces,
-        out,
+    record_backward(
+        meshes,
+        ws,
         perspective_correct=perspective_correct,
         clip_barycentric_coords=clip_barycentric_coords,
-        deterministic=ws.deterministic_backward,
     )
     return out
 
 
-def _make_pass(meshes, ws, blur_radius, perspective_correct, clip_bary, pix_to_face, zq) -> _Pass:
+def _make_pass(
+    meshes, ws, blur_radius, perspective_correct, clip_bary, pix_to_face, zq, bary=None, dists=None
+) -> _Pass:
     n, h, w, k = ws.fragments.shape
     ps = _Pass()
     ps.face_bbox = ws.face_bbox
@@ -767,6 +788,9 @@ def _make_pass(meshes, ws, blur_radius, perspective_correct, clip_bary, pix_to_f
     ps.overflow = ws.overflow
     ps.pix_to_face = pix_to_face.reshape((-1, k))
     ps.zq = zq.reshape((-1, k))
+    if bary is not None:
+        ps.bary = bary.reshape((-1, k))
+        ps.dists = dists.reshape((-1, k))
     return ps
 
 

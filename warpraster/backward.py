@@ -1,0 +1,467 @@
+"""Hand-written backward of the fragment values to the vertices.
+
+The forward pass writes ``zbuf``, ``bary_coords`` and ``dists`` for each slot
+from the face chosen in ``pix_to_face``; their derivatives with respect to the
+three vertices of that face are written out here by the chain rule (the same
+derivatives Warp's generated adjoint of :func:`warpraster.fragments.recompute_fragments`
+gives, which the tests check, and PyTorch3D's backward gives).
+
+Accumulation is face-centric: one thread per face walks the pixels of its
+bounding box and sums the contributions of the slots that hold it, then adds the
+sum to its three vertices. Neighbouring pixels mostly hold the same face, so the
+per-slot atomics of a pixel-centric backward would all hit the same few
+addresses; here there are 9 atomics per face instead of 9 per slot. Faces with
+very large bounding boxes are handed to a pixel-centric kernel (atomics into a
+per-face sum) so that no thread walks millions of pixels. With ``deterministic``
+every face is summed by its own thread in a fixed order and each vertex gathers
+its faces' sums through a vertex -> (face, corner) table: bit-identical results
+run after run, no atomics.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from .binning import ndc_span_to_pixels
+from .geometry import BARY_CLIP_EPS, EPS, pixel_centre
+
+wp.set_module_options({"enable_backward": False, "fuse_fp": False})
+
+#: A face whose bounding box spans more than this many (pixel, slot) pairs is
+#: accumulated by the pixel-centric kernel (unless ``deterministic``).
+BIG_FACE_SLOTS = 4096
+
+
+@wp.func
+def _edge_grads(pp: wp.vec2, a: wp.vec2, b: wp.vec2):
+    """d/dP, d/dA, d/dB of E(P, A, B) = (P.x - A.x)(B.y - A.y) - (P.y - A.y)(B.x - A.x)."""
+    d_p = wp.vec2(b[1] - a[1], -(b[0] - a[0]))
+    d_b = wp.vec2(-(pp[1] - a[1]), pp[0] - a[0])
+    d_a = -d_p - d_b
+    return d_p, d_a, d_b
+
+
+@wp.func
+def _edge(pp: wp.vec2, a: wp.vec2, b: wp.vec2) -> float:
+    return (pp[0] - a[0]) * (b[1] - a[1]) - (pp[1] - a[1]) * (b[0] - a[0])
+
+
+@wp.func
+def _segment_dist2(p: wp.vec2, a: wp.vec2, b: wp.vec2) -> float:
+    ab = b - a
+    l2 = wp.dot(ab, ab)
+    d = float(0.0)
+    if l2 <= EPS:
+        pb = p - b
+        d = wp.dot(pb, pb)
+    else:
+        t = wp.dot(ab, p - a) / l2
+        q = p - (a + wp.clamp(t, 0.0, 1.0) * ab)
+        d = wp.dot(q, q)
+    return d
+
+
+@wp.func
+def _segment_dist2_grads(p: wp.vec2, a: wp.vec2, b: wp.vec2, g: float):
+    """g * (d/da, d/db) of the squared distance from p to segment (a, b)."""
+    ab = b - a
+    l2 = wp.dot(ab, ab)
+    ga = wp.vec2(0.0, 0.0)
+    gb = wp.vec2(0.0, 0.0)
+    if l2 <= EPS:
+        gb = -2.0 * g * (p - b)
+    else:
+        ap = p - a
+        t = wp.dot(ab, ap) / l2
+        tt = wp.clamp(t, 0.0, 1.0)
+        q = p - (a + tt * ab)
+        g_q = 2.0 * g * q
+        ga = -g_q
+        g_ab = -g_q * tt
+        if t >= 0.0 and t < 1.0:  # as Warp's clamp adjoint: the upper bound takes t == 1
+            g_t = -wp.dot(g_q, ab)
+            g_ab = g_ab + (g_t / l2) * ap + (-2.0 * g_t * t / l2) * ab
+            ga = ga - (g_t / l2) * ab
+        gb = g_ab
+        ga = ga - g_ab
+    return ga, gb
+
+
+@wp.func
+def fragment_grads(
+    p: wp.vec2,
+    v0: wp.vec3,
+    v1: wp.vec3,
+    v2: wp.vec3,
+    perspective: int,
+    clip_bary: int,
+    g_z: float,
+    g_bary: wp.vec3,
+    g_dist: float,
+) -> wp.mat33:
+    """Gradient of ``g_z * zbuf + g_bary . bary + g_dist * dist`` w.r.t. the vertices
+    (rows 0, 1, 2 of the result), for the face (v0, v1, v2) at pixel centre p."""
+    a = wp.vec2(v0[0], v0[1])
+    b = wp.vec2(v1[0], v1[1])
+    c = wp.vec2(v2[0], v2[1])
+    zv = wp.vec3(v0[2], v1[2], v2[2])
+    # ---- forward (as geometry.barycentric & co.)
+    area = _edge(c, a, b) + EPS
+    e = wp.vec3(_edge(p, b, c), _edge(p, c, a), _edge(p, a, b))
+    w = e / area
+    u = w
+    t = wp.vec3(0.0, 0.0, 0.0)
+    s = float(0.0)
+    den = float(1.0)
+    if perspective != 0:
+        t = wp.vec3(w[0] * zv[1] * zv[2], zv[0] * w[1] * zv[2], zv[0] * zv[1] * w[2])
+        s = t[0] + t[1] + t[2]
+        den = wp.max(s, EPS)
+        u = t / den
+    inside = u[0] > 0.0 and u[1] > 0.0 and u[2] > 0.0
+    bf = u
+    cl = wp.vec3(0.0, 0.0, 0.0)
+    csum = float(0.0)
+    cden = float(1.0)
+    if clip_bary != 0:
+        cl = wp.vec3(wp.max(u[0], 0.0), wp.max(u[1], 0.0), wp.max(u[2], 0.0))
+        csum = cl[0] + cl[1] + cl[2]
+        cden = wp.max(csum, BARY_CLIP_EPS)
+        bf = cl / cden
+    # ---- backward
+    g_bf = g_bary + g_z * zv
+    g_zv = g_z * bf
+    g_u = g_bf
+    if clip_bary != 0:
+        g_c = g_bf / cden
+        if csum > BARY_CLIP_EPS:
+            r = wp.dot(g_bf, cl) / (cden * cden)
+            g_c = g_c - wp.vec3(r, r, r)
+        g_u = wp.vec3(
+            wp.where(u[0] > 0.0, g_c[0], 0.0),
+            wp.where(u[1] > 0.0, g_c[1], 0.0),
+            wp.where(u[2] > 0.0, g_c[2], 0.0),
+        )
+    g_w = g_u
+    if perspective != 0:
+        g_t = g_u / den
+        if s > EPS:
+            r = wp.dot(g_u, t) / (den * den)
+            g_t = g_t - wp.vec3(r, r, r)
+        g_w = wp.vec3(g_t[0] * zv[1] * zv[2], g_t[1] * zv[0] * zv[2], g_t[2] * zv[0] * zv[1])
+        g_zv = g_zv + wp.vec3(
+            g_t[1] * w[1] * zv[2] + g_t[2] * zv[1] * w[2],
+            g_t[0] * w[0] * zv[2] + g_t[2] * zv[0] * w[2],
+            g_t[0] * w[0] * zv[1] + g_t[1] * zv[0] * w[1],
+        )
+    g_e = g_w / area
+    g_area = -wp.dot(g_w, w) / area
+    d_p, d_a, d_b = _edge_grads(c, a, b)  # area = E(c, a, b)
+    ga = g_area * d_a
+    gb = g_area * d_b
+    gc = g_area * d_p
+    d_p, d_a, d_b = _edge_grads(p, b, c)  # e0 = E(p, b, c)
+    gb = gb + g_e[0] * d_a
+    gc = gc + g_e[0] * d_b
+    d_p, d_a, d_b = _edge_grads(p, c, a)  # e1 = E(p, c, a)
+    gc = gc + g_e[1] * d_a
+    ga = ga + g_e[1] * d_b
+    d_p, d_a, d_b = _edge_grads(p, a, b)  # e2 = E(p, a, b)
+    ga = ga + g_e[2] * d_a
+    gb = gb + g_e[2] * d_b
+    # ---- signed distance: min over the three edges (ties as Warp's min adjoint)
+    g_d = g_dist
+    if inside:
+        g_d = -g_dist
+    d01 = _segment_dist2(p, a, b)
+    d02 = _segment_dist2(p, a, c)
+    d12 = _segment_dist2(p, b, c)
+    m = wp.min(d01, d02)
+    if m < d12:
+        if d01 < d02:
+            s_a, s_b = _segment_dist2_grads(p, a, b, g_d)
+            ga = ga + s_a
+            gb = gb + s_b
+        else:
+            s_a, s_b = _segment_dist2_grads(p, a, c, g_d)
+            ga = ga + s_a
+            gc = gc + s_b
+    else:
+        s_a, s_b = _segment_dist2_grads(p, b, c, g_d)
+        gb = gb + s_a
+        gc = gc + s_b
+    return wp.mat33(ga[0], ga[1], g_zv[0], gb[0], gb[1], g_zv[1], gc[0], gc[1], g_zv[2])
+
+
+@wp.func
+def _pixel_box(bb: wp.vec4, height: int, width: int) -> wp.vec4i:
+    """(y0, y1, x0, x1) inclusive pixel range that may hold a face of bbox ``bb``."""
+    sx = ndc_span_to_pixels(bb[0], bb[2], width, height)
+    sy = ndc_span_to_pixels(bb[1], bb[3], height, width)
+    return wp.vec4i(height - 1 - sy[1], height - 1 - sy[0], width - 1 - sx[1], width - 1 - sx[0])
+
+
+@wp.func
+def _row(m: wp.mat33, i: int) -> wp.vec3:
+    return wp.vec3(m[i, 0], m[i, 1], m[i, 2])
+
+
+@wp.kernel
+def _face_grads(
+    face_mesh: wp.array(dtype=wp.int32),
+    face_bbox: wp.array(dtype=wp.vec4),
+    face_verts: wp.array(dtype=wp.mat33),
+    pix_to_face: wp.array2d(dtype=wp.int32),
+    g_zbuf: wp.array2d(dtype=wp.float32),
+    g_bary: wp.array2d(dtype=wp.vec3),
+    g_dists: wp.array2d(dtype=wp.float32),
+    height: int,
+    width: int,
+    perspective: int,
+    clip_bary: int,
+    big_slots: int,
+    face_grad: wp.array(dtype=wp.mat33),
+    face_big: wp.array(dtype=wp.int32),
+):
+    """One thread per face: the sum over the slots holding it, in a fixed order."""
+    f = wp.tid()
+    face_grad[f] = wp.mat33(0.0)
+    face_big[f] = 0
+    m = face_mesh[f]
+    if m < 0:
+        return
+    box = _pixel_box(face_bbox[f], height, width)
+    if box[0] > box[1] or box[2] > box[3]:
+        return
+    k = pix_to_face.shape[1]
+    if big_slots > 0 and (box[1] - box[0] + 1) * (box[3] - box[2] + 1) * k > big_slots:
+        face_big[f] = 1
+        return
+    fv = face_verts[f]
+    v0 = _row(fv, 0)
+    v1 = _row(fv, 1)
+    v2 = _row(fv, 2)
+    acc = wp.mat33(0.0)
+    for yi in range(box[0], box[1] + 1):
+        for xi in range(box[2], box[3] + 1):
+            q = (m * height + yi) * width + xi
+            for s in range(k):
+                g = pix_to_face[q, s]
+                if g == f:
+                    p = pixel_centre(yi, xi, height, width)
+                    acc += fragment_grads(
+                        p, v0, v1, v2, perspective, clip_bary,
+                        g_zbuf[q, s], g_bary[q, s], g_dists[q, s],
+                    )  # fmt: skip
+                    break
+                if g < 0:
+                    break
+    face_grad[f] = acc
+
+
+@wp.kernel
+def _big_face_grads(
+    face_big: wp.array(dtype=wp.int32),
+    face_verts: wp.array(dtype=wp.mat33),
+    pix_to_face: wp.array2d(dtype=wp.int32),
+    g_zbuf: wp.array2d(dtype=wp.float32),
+    g_bary: wp.array2d(dtype=wp.vec3),
+    g_dists: wp.array2d(dtype=wp.float32),
+    height: int,
+    width: int,
+    perspective: int,
+    clip_bary: int,
+    face_grad: wp.array(dtype=wp.mat33),
+):
+    """One thread per pixel, for the slots whose face is too large for _face_grads."""
+    q = wp.tid()
+    r = q % (height * width)
+    yi = r // width
+    xi = r % width
+    for s in range(pix_to_face.shape[1]):
+        f = pix_to_face[q, s]
+        if f < 0:
+            break
+        if face_big[f] != 0:
+            fv = face_verts[f]
+            p = pixel_centre(yi, xi, height, width)
+            g = fragment_grads(
+                p, _row(fv, 0), _row(fv, 1), _row(fv, 2), perspective, clip_bary,
+                g_zbuf[q, s], g_bary[q, s], g_dists[q, s],
+            )  # fmt: skip
+            wp.atomic_add(face_grad, f, g)
+
+
+@wp.kernel
+def _scatter_to_verts(
+    faces: wp.array2d(dtype=wp.int32),
+    face_mesh: wp.array(dtype=wp.int32),
+    face_grad: wp.array(dtype=wp.mat33),
+    verts_grad: wp.array(dtype=wp.vec3),
+):
+    f = wp.tid()
+    if face_mesh[f] < 0:
+        return
+    g = face_grad[f]
+    for c in range(3):
+        wp.atomic_add(verts_grad, faces[f, c], _row(g, c))
+
+
+@wp.kernel
+def _corner_keys(
+    faces: wp.array2d(dtype=wp.int32),
+    face_mesh: wp.array(dtype=wp.int32),
+    keys: wp.array(dtype=wp.int32),
+    corners: wp.array(dtype=wp.int32),
+):
+    i = wp.tid()
+    f = i // 3
+    keys[i] = 2147483647  # never-drawn faces sort last and are skipped
+    if face_mesh[f] >= 0:
+        keys[i] = faces[f, i - 3 * f]
+    corners[i] = i
+
+
+@wp.kernel
+def _gather_to_verts(
+    keys: wp.array(dtype=wp.int32),
+    corners: wp.array(dtype=wp.int32),
+    count: int,
+    face_grad: wp.array(dtype=wp.mat33),
+    verts_grad: wp.array(dtype=wp.vec3),
+):
+    """Runs of equal vertex keys in the stably sorted corner list: the first entry of
+    each run sums the run in corner order and adds it to its vertex (no atomics)."""
+    i = wp.tid()
+    v = keys[i]
+    if v == 2147483647 or (i > 0 and keys[i - 1] == v):
+        return
+    acc = wp.vec3(0.0)
+    j = i
+    while j < count and keys[j] == v:
+        c = corners[j]
+        acc += _row(face_grad[c // 3], c % 3)
+        j += 1
+    verts_grad[v] = verts_grad[v] + acc
+
+
+class FaceGradBuffers:
+    """Per-face gradient sums (and, when deterministic, the corner sort buffers)."""
+
+    def __init__(self, num_faces: int, device, deterministic: bool):
+        f = max(int(num_faces), 1)
+        self.deterministic = bool(deterministic)
+        self.face_grad = wp.zeros(f, dtype=wp.mat33, device=device)
+        self.face_big = wp.zeros(f, dtype=wp.int32, device=device)
+        if self.deterministic:
+            # radix_sort_pairs needs room for 2x the sorted length
+            self.keys = wp.zeros(6 * f, dtype=wp.int32, device=device)
+            self.corners = wp.zeros(6 * f, dtype=wp.int32, device=device)
+
+
+def accumulate_vertex_grads(
+    faces,
+    face_mesh,
+    face_bbox,
+    face_verts,
+    fragments,
+    verts_grad,
+    buffers: FaceGradBuffers,
+    *,
+    perspective_correct: bool,
+    clip_barycentric_coords: bool,
+) -> None:
+    """Adds d(loss)/d(verts) to ``verts_grad`` from the gradients on the fragments.
+
+    Reads ``fragments.{zbuf,bary_coords,dists}.grad`` (slots with
+    ``pix_to_face == -1`` are ignored). Capturable: no allocation, no host read.
+    """
+    n, h, w, k = fragments.shape
+    nf = faces.shape[0]
+    if nf == 0:
+        return
+    device = verts_grad.device
+    p2f = fragments.pix_to_face.reshape((-1, k))
+    gz = fragments.zbuf.grad.reshape((-1, k))
+    gb = fragments.bary_coords.grad.reshape((-1, k))
+    gd = fragments.dists.grad.reshape((-1, k))
+    persp = int(perspective_correct)
+    clip = int(clip_barycentric_coords)
+    big = 0 if buffers.deterministic else BIG_FACE_SLOTS
+    wp.launch(
+        _face_grads,
+        dim=nf,
+        inputs=[face_mesh, face_bbox, face_verts, p2f, gz, gb, gd, h, w, persp, clip, big],
+        outputs=[buffers.face_grad, buffers.face_big],
+        device=device,
+        record_tape=False,
+    )
+    if not buffers.deterministic:
+        wp.launch(
+            _big_face_grads,
+            dim=n * h * w,
+            inputs=[buffers.face_big, face_verts, p2f, gz, gb, gd, h, w, persp, clip],
+            outputs=[buffers.face_grad],
+            device=device,
+            record_tape=False,
+        )
+        wp.launch(
+            _scatter_to_verts,
+            dim=nf,
+            inputs=[faces, face_mesh, buffers.face_grad],
+            outputs=[verts_grad],
+            device=device,
+            record_tape=False,
+        )
+        return
+    count = 3 * nf
+    wp.launch(
+        _corner_keys,
+        dim=count,
+        inputs=[faces, face_mesh],
+        outputs=[buffers.keys, buffers.corners],
+        device=device,
+        record_tape=False,
+    )
+    wp.utils.radix_sort_pairs(buffers.keys, buffers.corners, count)
+    wp.launch(
+        _gather_to_verts,
+        dim=count,
+        inputs=[buffers.keys, buffers.corners, count, buffers.face_grad],
+        outputs=[verts_grad],
+        device=device,
+        record_tape=False,
+    )
+
+
+def _active_tape():
+    runtime = getattr(wp._src.context, "runtime", None)
+    return getattr(runtime, "tape", None)
+
+
+def record_backward(meshes, workspace, *, perspective_correct: bool, clip_barycentric_coords: bool):
+    """Registers the backward of one render on the active ``wp.Tape`` (if any)."""
+    tape = _active_tape()
+    verts = meshes.verts
+    out = workspace.fragments
+    if tape is None or not verts.requires_grad:
+        return
+    if out.zbuf.grad is None:
+        raise ValueError(
+            "the vertices require gradients but the workspace was made with requires_grad=False"
+        )
+    faces = meshes.faces
+    ws = workspace
+    persp = bool(perspective_correct)
+    clip = bool(clip_barycentric_coords)
+
+    def backward():
+        accumulate_vertex_grads(
+            faces, ws.face_mesh, ws.face_bbox, ws.face_verts, out, verts.grad, ws.face_grads,
+            perspective_correct=persp, clip_barycentric_coords=clip,
+        )  # fmt: skip
+
+    tape.record_func(backward, arrays=[verts, out.zbuf, out.bary_coords, out.dists])
+
+
+__all__ = ["BIG_FACE_SLOTS", "FaceGradBuffers", "accumulate_vertex_grads", "fragment_grads"]
