@@ -28,6 +28,7 @@ from .geometry import (
     EPS,
     barycentric,
     clip_barycentric,
+    edge_function,
     face_area,
     is_inside,
     perspective_correct,
@@ -154,9 +155,12 @@ class _Pass:
 def _test_face(ps: _Pass, f: int, p: wp.vec2):
     """(hit, z, squared distance or -1 if not computed) of face f at pixel centre p.
 
-    Same decisions as PyTorch3D's kernel, in an order that stops early: bbox,
-    inside test, depth; the edge distance only when the pixel is outside and
-    blur could still keep it.
+    Same decisions as PyTorch3D's kernel, in an order that stops early: bbox;
+    then, without blur, the signs of the three edge functions (a pixel is inside
+    only if each barycentric numerator has the sign of the area, so a sign
+    mismatch rejects it without the divisions; a pass is re-decided exactly);
+    depth; the edge distance only when the pixel is outside and blur could
+    still keep it.
     """
     hit = False
     z = float(0.0)
@@ -167,20 +171,31 @@ def _test_face(ps: _Pass, f: int, p: wp.vec2):
         a = wp.vec2(m[0, 0], m[0, 1])
         b = wp.vec2(m[1, 0], m[1, 1])
         c = wp.vec2(m[2, 0], m[2, 1])
-        bary = barycentric(p, a, b, c)
-        if ps.perspective != 0:
-            bary = perspective_correct(bary, m[0, 2], m[1, 2], m[2, 2])
-        inside = is_inside(bary)
-        if inside or ps.blur_radius > 0.0:
-            if ps.clip_bary != 0:
-                bary = clip_barycentric(bary)
-            z = bary[0] * m[0, 2] + bary[1] * m[1, 2] + bary[2] * m[2, 2]
-            if z >= 0.0:
-                if inside:
-                    hit = True
-                else:
-                    dist = point_triangle_dist2(p, a, b, c)
-                    hit = dist < ps.blur_radius
+        maybe = True
+        if ps.blur_radius <= 0.0:
+            area = edge_function(c, a, b) + EPS
+            e0 = edge_function(p, b, c)
+            e1 = edge_function(p, c, a)
+            e2 = edge_function(p, a, b)
+            if area > 0.0:
+                maybe = e0 > 0.0 and e1 > 0.0 and e2 > 0.0
+            else:
+                maybe = e0 < 0.0 and e1 < 0.0 and e2 < 0.0
+        if maybe:
+            bary = barycentric(p, a, b, c)
+            if ps.perspective != 0:
+                bary = perspective_correct(bary, m[0, 2], m[1, 2], m[2, 2])
+            inside = is_inside(bary)
+            if inside or ps.blur_radius > 0.0:
+                if ps.clip_bary != 0:
+                    bary = clip_barycentric(bary)
+                z = bary[0] * m[0, 2] + bary[1] * m[1, 2] + bary[2] * m[2, 2]
+                if z >= 0.0:
+                    if inside:
+                        hit = True
+                    else:
+                        dist = point_triangle_dist2(p, a, b, c)
+                        hit = dist < ps.blur_radius
     return hit, z, dist
 
 
@@ -271,6 +286,17 @@ def _write_slot(ps: _Pass, q: int, s: int, f: int, p: wp.vec2):
         ps.dists[q, s] = d
 
 
+@wp.kernel
+def _write_outputs(ps: _Pass):
+    """zbuf, bary_coords, dists of every slot from pix_to_face, one thread per pixel
+    (a separate pass: inside the queue kernels the extra registers cost more)."""
+    q = wp.tid()
+    r = q % (ps.height * ps.width)
+    p = pixel_centre(r // ps.width, r % ps.width, ps.height, ps.width)
+    for s in range(ps.faces_per_pixel):
+        _write_slot(ps, q, s, ps.pix_to_face[q, s], p)
+
+
 def _make_register_kernel(kc: int):
     """Fine/naive pass whose queue of ``kc`` slots lives in registers (kc <= 16).
 
@@ -314,7 +340,7 @@ def _make_register_kernel(kc: int):
                 face = qf[s]
                 if face == _NO_FACE:
                     face = -1
-                _write_slot(ps, q, s, face, p)
+                ps.pix_to_face[q, s] = face
 
     return wp.kernel(
         raster_register_queue,
@@ -383,11 +409,8 @@ def _raster_output_queue(ps: _Pass):
         if rng[2] != 0:
             f = ps.tile_faces[j]
         size = _offer(ps, q, f, p, size)
-    for s in range(ps.faces_per_pixel):
-        face = int(-1)
-        if s < size:
-            face = ps.pix_to_face[q, s]
-        _write_slot(ps, q, s, face, p)
+    for s in range(size, ps.faces_per_pixel):
+        ps.pix_to_face[q, s] = -1
 
 
 @wp.kernel
@@ -752,6 +775,7 @@ def rasterize_packed(
         record_tape=False,
         block_dim=min(ws.tile_size * ws.tile_size, 256),
     )
+    wp.launch(_write_outputs, dim=n * h * w, inputs=[ps], device=device, record_tape=False)
     record_backward(
         meshes,
         ws,
