@@ -1,11 +1,19 @@
-"""Cost of the deterministic backward vs Warp's atomic adjoint, on one device.
+"""Cost of a deterministic backward vs the atomic one, on one device.
 
 Scene: an icosphere in front of a two-triangle backdrop that covers the whole
 image (the worst case for a per-face reduction: two faces own half the slots
-each), rasterized with K faces per pixel and a small blur. Prints, for both
-backward modes, the forward time, the backward time (eager launches and, if
-``--capture``, a captured graph replay) and how many distinct ``verts.grad``
-results R repeated backward passes gave (1 = bit-identical run to run).
+each; ``--no-backdrop`` drops it), rasterized with K faces per pixel and a small
+blur. Three backward modes on the same fragments:
+
+* ``atomic``: what ``rasterize_meshes`` records by default;
+* ``deterministic``: what ``rasterize_meshes(deterministic=True)`` records;
+* ``sorted``: :class:`warpraster.fragments.DeterministicBackward` (per-slot
+  gradients, stable radix sort by face then by vertex, fixed-chunk segmented
+  sums), run on the fragments of a default render.
+
+Prints per mode the forward time, the backward time (eager launches and a
+captured graph replay) and how many distinct ``verts.grad`` results repeated
+backward passes gave (1 = bit-identical run to run).
 
     python benchmarks/grad_determinism.py --device cpu
     python benchmarks/grad_determinism.py --device cuda:0 --size 512 --level 5
@@ -20,15 +28,18 @@ import numpy as np
 import warp as wp
 
 import warpraster as wr
+from warpraster.fragments import DeterministicBackward
 from warpraster.primitives import ico_sphere
 from warpraster.raster import default_bin_size
 
 
-def make_scene(level: int) -> tuple[np.ndarray, np.ndarray]:
+def make_scene(level: int, backdrop: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Sphere of radius 0.8 at depth 3 (NDC xy) plus a backdrop quad at depth 5."""
     v, f = ico_sphere(level)
     v = v.astype(np.float64) * 0.8
     v[:, 2] += 3.0
+    if not backdrop:
+        return v.astype(np.float32), f.astype(np.int32)
     quad_v = np.array([[-2, -2, 5], [2, -2, 5], [2, 2, 5], [-2, 2, 5]], dtype=np.float64)
     quad_f = np.array([[0, 1, 2], [0, 2, 3]]) + len(v)
     verts = np.concatenate([v, quad_v]).astype(np.float32)
@@ -49,9 +60,10 @@ def _time(fn, device, repeat: int) -> float:
     return float(np.median(times))
 
 
-def bench(args, deterministic: bool) -> dict:
+def bench(args, mode: str) -> dict:
+    deterministic = mode == "deterministic"
     device = wp.get_device(args.device)
-    verts_np, faces_np = make_scene(args.level)
+    verts_np, faces_np = make_scene(args.level, args.backdrop)
     faces = wp.array(faces_np, dtype=wp.int32, device=device)
     first = wp.array([0], dtype=wp.int32, device=device)
     count = wp.array([len(faces_np)], dtype=wp.int32, device=device)
@@ -95,12 +107,21 @@ def bench(args, deterministic: bool) -> dict:
         (frags.dists.grad, wp.array(rng.standard_normal(shape), dtype=wp.float32, device=device)),
     ]
 
+    sorted_backward = None
+    if mode == "sorted":
+        sorted_backward = DeterministicBackward(shape, len(faces_np), device)
+
     def backward():
         # Upstream grads again each time: the backward consumes (zeroes) them.
         for grad, seed in seeds:
             wp.copy(grad, seed)
         verts.grad.zero_()
-        tape.backward()
+        if sorted_backward is None:
+            tape.backward()
+        else:
+            sorted_backward.backward(
+                verts, faces, frags, perspective_correct=True, clip_barycentric_coords=False
+            )
 
     t_bwd = _time(backward, device, args.repeat)
     t_graph = float("nan")
@@ -113,7 +134,18 @@ def bench(args, deterministic: bool) -> dict:
         backward()
         grad = verts.grad.numpy().copy()
         results.add(grad.tobytes())
-    covered = int((frags.pix_to_face.numpy() >= 0).sum())
+    p2f = frags.pix_to_face.numpy().reshape(-1)
+    covered = int((p2f >= 0).sum())
+    ref64 = None
+    if sorted_backward is not None:
+        # Accuracy reference: the per-slot float32 terms summed in float64.
+        valid = p2f >= 0
+        terms = sorted_backward.slot_grad.numpy()[valid].astype(np.float64)  # (M, 3, 3)
+        corner_verts = faces_np[p2f[valid]].reshape(-1)
+        nv = len(verts_np)
+        ref64 = np.stack(
+            [np.bincount(corner_verts, terms[:, :, c].reshape(-1), nv) for c in range(3)], axis=1
+        )
     return {
         "forward_ms": 1e3 * t_fwd,
         "backward_ms": 1e3 * t_bwd,
@@ -123,6 +155,7 @@ def bench(args, deterministic: bool) -> dict:
         "slots": int(np.prod(shape)),
         "covered": covered,
         "faces": len(faces_np),
+        "ref64": ref64,
     }
 
 
@@ -139,6 +172,10 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=10, help="timed repetitions (median)")
     p.add_argument("--runs", type=int, default=10, help="backward runs for the determinism count")
     p.add_argument("--no-capture", dest="capture", action="store_false")
+    p.add_argument("--no-backdrop", dest="backdrop", action="store_false")
+    p.add_argument(
+        "--modes", default="atomic,deterministic,sorted", help="comma-separated backward modes"
+    )
     args = p.parse_args(argv)
     wp.config.quiet = True
     wp.init()
@@ -149,21 +186,36 @@ def main(argv=None):
         f"device={device} ({device.name}) image={args.size}x{args.size} K={args.k} "
         f"ico level={args.level} blur={args.blur} bin_size={args.bin_size}"
     )
+    print(f"backdrop={args.backdrop}")
     rows = {}
-    for det in (False, True):
-        rows[det] = r = bench(args, det)
-        name = "deterministic" if det else "atomic"
+    for mode in args.modes.split(","):
+        rows[mode] = r = bench(args, mode)
         print(
-            f"{name:>13}: forward {r['forward_ms']:8.3f} ms  backward {r['backward_ms']:8.3f} ms  "
+            f"{mode:>13}: forward {r['forward_ms']:8.3f} ms  backward {r['backward_ms']:8.3f} ms  "
             f"backward (graph) {r['backward_graph_ms']:8.3f} ms  distinct grads over "
             f"{args.runs} runs: {r['distinct_grads']}  (faces {r['faces']}, slots "
             f"{r['slots']}, covered {r['covered']})"
         )
-    ratio = rows[True]["backward_ms"] / rows[False]["backward_ms"]
-    ga, gd = rows[False]["grad"], rows[True]["grad"]
-    diff = float(np.abs(ga - gd).max() / max(np.abs(ga).max(), 1e-30))
-    print(f"deterministic / atomic backward time: {ratio:.2f}x")
-    print(f"max |grad_det - grad_atomic| / max |grad_atomic| = {diff:.2e}")
+    refs = [r["ref64"] for r in rows.values() if r["ref64"] is not None]
+    if refs:
+        ref = refs[0]
+        print("error vs the per-slot terms summed in float64 (max |grad - ref| / max |ref|):")
+        for mode, r in rows.items():
+            err = float(np.abs(r["grad"] - ref).max() / max(np.abs(ref).max(), 1e-30))
+            print(f"{mode:>13}: {err:.2e}")
+    if "atomic" in rows:
+        base = rows["atomic"]
+        for mode, r in rows.items():
+            if mode == "atomic":
+                continue
+            ratio = r["backward_ms"] / base["backward_ms"]
+            diff = float(
+                np.abs(r["grad"] - base["grad"]).max() / max(np.abs(base["grad"]).max(), 1e-30)
+            )
+            print(
+                f"{mode} / atomic backward time: {ratio:.2f}x; max |grad - grad_atomic| / "
+                f"max |grad_atomic| = {diff:.2e}"
+            )
 
 
 if __name__ == "__main__":

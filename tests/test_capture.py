@@ -5,6 +5,7 @@ preallocated workspace and ``validate=False`` -> loss kernel -> ``tape.backward`
 all inside ``wp.ScopedCapture``; replays with new parameter values written into
 the same arrays must give what uncaptured runs give: forward outputs, loss and
 gradients. Warp 1.19 captures graphs on the cpu device too, so this runs in CI.
+Backward modes as in test_gradients.py: atomic, deterministic, sorted.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 import warp as wp
 
 import warpraster as wr
+from warpraster.fragments import DeterministicBackward, allocate_fragments, recompute_fragments
 from warpraster.primitives import ico_sphere
 
 
@@ -52,7 +54,7 @@ def _loss(
 class _Step:
     """Buffers of one training step; :meth:`run` is what gets captured."""
 
-    def __init__(self, device, bin_size: int, deterministic: bool):
+    def __init__(self, device, bin_size: int, backward: str):
         sv, sf = ico_sphere(1)
         sv = 0.6 * sv + np.array([0.1, 0.0, 3.0])
         rng = np.random.default_rng(5)
@@ -61,7 +63,8 @@ class _Step:
         faces = np.concatenate([sf, len(sv) + np.arange(6).reshape(2, 3)]).astype(np.int32)
         vel = rng.uniform(-0.2, 0.2, rest.shape).astype(np.float32)
         self.device = device
-        self.deterministic = deterministic
+        self.backward = backward
+        deterministic = backward == "deterministic"
         self.rest = wp.array(rest, dtype=wp.vec3, device=device)
         self.velocity = wp.array(vel, dtype=wp.vec3, device=device)
         self.faces = wp.array(faces, dtype=wp.int32, device=device)
@@ -92,6 +95,11 @@ class _Step:
             deterministic=deterministic,
         )
         self.fragments = self.workspace.fragments
+        if backward == "sorted":
+            # The recompute with fragments.DeterministicBackward is what gets
+            # recorded; the raster pass only chooses the faces.
+            self.fragments = allocate_fragments(2, 20, 24, 3, device, requires_grad=True)
+            self.sorted = DeterministicBackward(self.fragments.shape, len(faces), device)
         # Validate the static topology once, outside the loop.
         wr.pack_meshes(self.verts, self.faces, self.first, self.count, None, validate=True)
 
@@ -113,16 +121,24 @@ class _Step:
                 outputs=[self.verts],
                 device=self.device,
             )
-            fr = wr.rasterize_meshes(
-                self.verts,
-                self.faces,
-                self.first,
-                self.count,
-                workspace=self.workspace,
-                validate=False,
-                deterministic=self.deterministic,
-                **self.settings,
-            )
+        render = (self.verts, self.faces, self.first, self.count)
+        kw = dict(workspace=self.workspace, validate=False, **self.settings)
+        if self.backward == "sorted":
+            chosen = wr.rasterize_meshes(*render, **kw)  # not recorded
+            wp.copy(self.fragments.pix_to_face, chosen.pix_to_face)
+        with tape:
+            if self.backward == "sorted":
+                recompute_fragments(
+                    self.verts,
+                    self.faces,
+                    self.fragments,
+                    perspective_correct=True,
+                    clip_barycentric_coords=False,
+                    deterministic=self.sorted,
+                )
+            else:
+                wr.rasterize_meshes(*render, deterministic=self.backward == "deterministic", **kw)
+            fr = self.fragments
             wp.launch(
                 _loss,
                 dim=fr.shape,
@@ -141,13 +157,27 @@ class _Step:
         return {k: v.copy() for k, v in out.items()}
 
 
+def _assert_same(got, ref, key, device, backward):
+    """Bit-identical where the summation order is fixed, else within rounding."""
+    if wp.get_device(device).is_cpu or (backward != "atomic" and key == "verts_grad"):
+        # cpu kernels run serially and the deterministic backward fixes every
+        # summation order: bit-identical.
+        np.testing.assert_array_equal(got, ref, err_msg=key)
+    else:
+        # cuda float atomics (the loss kernel, the sim adjoint into params, the
+        # atomic backward) sum in a varying order: a few float32 ulps of the
+        # summed magnitudes (measured on an H200: 3e-7 relative on the loss).
+        scale = np.abs(ref).max()
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * scale, err_msg=key)
+
+
 FRAMES = [(0.0, 0.0), (0.5, 0.2), (-0.7, -0.4), (0.5, 0.2)]  # the last repeats frame 1
 
 
-@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+@pytest.mark.parametrize("backward", ["atomic", "deterministic", "sorted"])
 @pytest.mark.parametrize("bin_size", [0, 8], ids=["naive", "binned"])
-def test_captured_step_matches_eager(bin_size, deterministic, device):
-    step = _Step(device, bin_size, deterministic)
+def test_captured_step_matches_eager(bin_size, backward, device):
+    step = _Step(device, bin_size, backward)
     eager = []
     for p in FRAMES:
         step.params.assign(np.array(p, np.float32))
@@ -157,9 +187,9 @@ def test_captured_step_matches_eager(bin_size, deterministic, device):
     assert all(np.abs(e["params_grad"]).max() > 0 for e in eager)  # and differentiated
     assert all(np.abs(e["verts_grad"]).max() > 0 for e in eager)
     assert not np.array_equal(eager[0]["zbuf"], eager[1]["zbuf"])  # frames differ
-    # Eager runs do not accumulate: frame 3 repeats frame 1 exactly.
+    # Eager runs do not accumulate: frame 3 repeats frame 1.
     for key in ("loss", "params_grad", "verts_grad"):
-        np.testing.assert_array_equal(eager[3][key], eager[1][key], err_msg=key)
+        _assert_same(eager[3][key], eager[1][key], key, device, backward)
 
     with wp.ScopedCapture(device=device) as capture:
         step.run()
@@ -172,17 +202,5 @@ def test_captured_step_matches_eager(bin_size, deterministic, device):
             for key in ("pix_to_face", "zbuf", "bary_coords", "dists"):
                 # The forward has no atomics that reach its outputs: exact.
                 np.testing.assert_array_equal(got[key], ref[key], err_msg=key)
-            exact = wp.get_device(device).is_cpu
             for key in ("loss", "params_grad", "verts_grad"):
-                if exact or (deterministic and key == "verts_grad"):
-                    # cpu kernels run serially and the deterministic backward
-                    # fixes every summation order: bit-identical.
-                    np.testing.assert_array_equal(got[key], ref[key], err_msg=key)
-                else:
-                    # cuda float atomics (the loss kernel, the sim adjoint into
-                    # params, the atomic backward) sum in a varying order:
-                    # a few float32 ulps of the summed magnitudes.
-                    scale = np.abs(ref[key]).max()
-                    np.testing.assert_allclose(
-                        got[key], ref[key], rtol=1e-5, atol=1e-5 * scale, err_msg=key
-                    )
+                _assert_same(got[key], ref[key], key, device, backward)

@@ -1,9 +1,13 @@
 """Gradients of ``rasterize_meshes`` to the vertices (tape-recorded backward).
 
+Three backward modes: what ``rasterize_meshes`` records (``atomic``, and
+``deterministic=True``), and ``sorted``: :class:`warpraster.fragments.DeterministicBackward`
+recorded by ``recompute_fragments`` on the faces the raster pass chose.
+
 * PyTorch3D parity: ``grad_verts`` of every raw reference case, both raster
-  paths, atomic and deterministic backward.
-* The deterministic backward: bit-identical run after run, equal to the atomic
-  path up to float32 summation order; its sorted segmented sum on its own.
+  paths, every backward mode.
+* The deterministic modes: bit-identical run after run, equal to the atomic
+  path up to float32 summation order; the sorted segmented sum on its own.
 * Finite differences of a float64 recompute (``pix_to_face`` held fixed) on
   random scenes: perspective correction, clipped negative barycentrics, blur
   (outside pixels, positive dists), both dist signs, a heterogeneous batch.
@@ -84,12 +88,33 @@ def _warp_inputs(verts, faces, first, count, device):
     )
 
 
-def _grad_verts(verts, faces, first, count, upstream, device, **kw):
+#: Backward modes: what rasterize_meshes records (atomics / deterministic=True),
+#: and fragments.DeterministicBackward (sorted per-slot sums) on its fragments.
+BACKWARDS = ["atomic", "deterministic", "sorted"]
+
+
+def _grad_verts(verts, faces, first, count, upstream, device, backward="atomic", **kw):
     """(fragments as NumPy, verts.grad) for upstream grads (zbuf, bary (...,3), dists)."""
     v, f, m0, mc = _warp_inputs(verts, faces, first, count, device)
     tape = wp.Tape()
-    with tape:
-        fr = wr.rasterize_meshes(v, f, m0, mc, **kw)
+    if backward == "sorted":
+        # The raster pass chooses the faces (not recorded); the recompute with
+        # the sorted deterministic backward is what the tape records.
+        chosen = wr.rasterize_meshes(v, f, m0, mc, **kw)
+        fr = allocate_fragments(*chosen.shape, device, requires_grad=True)
+        wp.copy(fr.pix_to_face, chosen.pix_to_face)
+        with tape:
+            recompute_fragments(
+                v,
+                f,
+                fr,
+                perspective_correct=kw.get("perspective_correct", False),
+                clip_barycentric_coords=kw.get("clip_barycentric_coords", False),
+                deterministic=DeterministicBackward(fr.shape, f.shape[0], device),
+            )
+    else:
+        with tape:
+            fr = wr.rasterize_meshes(v, f, m0, mc, deterministic=backward == "deterministic", **kw)
     gz, gb, gd = upstream
     fr.zbuf.grad.assign(np.asarray(gz, np.float32))
     fr.bary_coords.grad.assign(np.asarray(gb, np.float32).reshape(fr.shape + (3,)))
@@ -103,7 +128,7 @@ def _bits(a: np.ndarray) -> bytes:
 
 
 # ----------------------------------------------------------------------------- PyTorch3D
-def _p3d_grad(case, device, bin_size, deterministic):
+def _p3d_grad(case, device, bin_size, backward):
     args = raster_args(case)
     verts, faces = args.pop("verts"), args.pop("faces")
     first, count = args.pop("mesh_to_face_first_idx"), args.pop("num_faces_per_mesh")
@@ -117,26 +142,27 @@ def _p3d_grad(case, device, bin_size, deterministic):
         count,
         upstream,
         device,
+        backward,
         bin_size=bin_size,
-        deterministic=deterministic,
         **args,
     )
 
 
-@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+@pytest.mark.parametrize("backward", BACKWARDS)
 @pytest.mark.parametrize("bin_size", [0, 8], ids=["naive", "binned"])
 @pytest.mark.parametrize("name", case_params(raw_case_names()))
-def test_grad_verts_match_pytorch3d(name, bin_size, deterministic, device):
+def test_grad_verts_match_pytorch3d(name, bin_size, backward, device):
     case = load_case(name)
-    out, grad = _p3d_grad(case, device, bin_size, deterministic)
+    out, grad = _p3d_grad(case, device, bin_size, backward)
     # Precondition: same faces chosen, else the gradients are of different sums.
     np.testing.assert_array_equal(out["pix_to_face"], case["pix_to_face"])
     np.testing.assert_allclose(grad, case["grad_verts"], rtol=P3D_RTOL, atol=P3D_ATOL)
 
 
 # ----------------------------------------------------------------------------- determinism
+@pytest.mark.parametrize("backward", ["deterministic", "sorted"])
 @pytest.mark.parametrize("name", ["p03_ico1_blur1e-4_k8_clipbary", "p06_batch_hetero_with_empty"])
-def test_deterministic_grads_bit_identical_and_equal_to_atomic(name, device):
+def test_deterministic_grads_bit_identical_and_equal_to_atomic(name, backward, device):
     case = load_case(name)
     args = raster_args(case)
     verts, faces = args.pop("verts"), args.pop("faces")
@@ -150,15 +176,29 @@ def test_deterministic_grads_bit_identical_and_equal_to_atomic(name, device):
         bin_size=8,
         device=device,
         requires_grad=True,
-        deterministic=True,
+        deterministic=backward == "deterministic",
     )
+    frags = allocate_fragments(*ws.fragments.shape, device, requires_grad=True)
+    det = DeterministicBackward(frags.shape, len(faces), device)
+    kw = dict(bin_size=8, workspace=ws, validate=False, **args)
     runs = []
-    for _ in range(3):  # whole render + backward again, same workspace
+    for _ in range(3):  # whole render + backward again, same buffers
         tape = wp.Tape()
-        with tape:
-            fr = wr.rasterize_meshes(
-                v, f, m0, mc, bin_size=8, workspace=ws, validate=False, deterministic=True, **args
-            )
+        if backward == "deterministic":
+            with tape:
+                fr = wr.rasterize_meshes(v, f, m0, mc, deterministic=True, **kw)
+        else:
+            wp.copy(frags.pix_to_face, wr.rasterize_meshes(v, f, m0, mc, **kw).pix_to_face)
+            fr = frags
+            with tape:
+                recompute_fragments(
+                    v,
+                    f,
+                    fr,
+                    perspective_correct=args["perspective_correct"],
+                    clip_barycentric_coords=args["clip_barycentric_coords"],
+                    deterministic=det,
+                )
         for _ in range(2):  # the same tape backward again
             # Seed every time: like Warp's generated adjoints, the backward
             # consumes (zeroes) the fragments' .grad it reads.
@@ -171,7 +211,7 @@ def test_deterministic_grads_bit_identical_and_equal_to_atomic(name, device):
         tape.zero()
     assert all(_bits(r) == _bits(runs[0]) for r in runs)
 
-    _, atomic = _p3d_grad(case, device, 8, False)
+    _, atomic = _p3d_grad(case, device, 8, "atomic")
     # Same float32 terms summed in another order (per face, then per vertex):
     # each result carries <= (n - 1) * U * sum|terms| of rounding, n up to a
     # few hundred slots per vertex. Measured on cpu: <= 6e-6 relative per
@@ -292,10 +332,10 @@ def _loss64(verts, faces, p2f, kw, w):
     )
 
 
-@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+@pytest.mark.parametrize("backward", BACKWARDS)
 @pytest.mark.parametrize("bin_size", [0, 8], ids=["naive", "binned"])
 @pytest.mark.parametrize("kind", ["perspective", "clip_blur", "blur", "batch"])
-def test_grad_matches_float64_finite_differences(kind, bin_size, deterministic, device):
+def test_grad_matches_float64_finite_differences(kind, bin_size, backward, device):
     verts, faces, first, count, kw = _scene(kind)
     n = len(count)
     h, w = kw["image_size"]
@@ -308,7 +348,7 @@ def test_grad_matches_float64_finite_differences(kind, bin_size, deterministic, 
     )
     out, grad = _grad_verts(
         verts, faces, first, count, weights, device,
-        bin_size=bin_size, deterministic=deterministic, **kw,
+        backward, bin_size=bin_size, **kw,
     )  # fmt: skip
     p2f = out["pix_to_face"]
     valid = p2f >= 0
