@@ -832,6 +832,7 @@ def test_import_is_light():
         "bad = [m for m in ('torch', 'pxr') if m in sys.modules]; "
         "sys.exit(f'imported {bad}' if bad else 0)"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    path = [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr + res.stdout

@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import warp as wp  # noqa: E402
+from conftest import DEVICES  # noqa: E402
 from p3d_cases import (  # noqa: E402
     camera_case_names,
     case_params,
@@ -25,9 +26,13 @@ import warpraster.torch as wrt  # noqa: E402
 
 
 def _torch_devices() -> list[str]:
-    devs = ["cpu"]
-    if torch.cuda.is_available() and wp.is_cuda_available():
-        devs.append("cuda")
+    """The Warp test devices (tests/conftest.py) as torch device names."""
+    devs = []
+    for d in DEVICES:
+        if d == "cpu":
+            devs.append("cpu")
+        elif torch.cuda.is_available():
+            devs.append("cuda")
     return devs
 
 
@@ -61,21 +66,9 @@ def _case_call(case: dict, device: str):
 # contributions are summed in another order than PyTorch3D's sequential loop
 # (measured worst case on CPU: 0.56 of that tolerance, p08 and p10).
 
-# Deviations of the core on CUDA (the same with warpraster.rasterize_meshes on
-# Warp arrays, any bin_size; measured on an H200), not of this adapter. Not
-# strict: remove an entry once it passes (p12 did after raster/binning stopped
-# contracting to FMA).
-_CUDA_CORE_DEVIATIONS = {
-    "p05_soup_tall_blur001": "core on CUDA: one extrapolated bary (blur 0.01) is 6.3e-5 "
-    "off PyTorch3D's 2.00360 (float contraction in the recompute?)",
-}
-
-
 @pytest.mark.parametrize("name", case_params(raw_case_names() + camera_case_names()))
-def test_reference_case_matches_pytorch3d_forward_and_backward(name, tdevice, request):
+def test_reference_case_matches_pytorch3d_forward_and_backward(name, tdevice):
     """p01-p09 raw; p10-p12 by the NDC route (p10 and p12 clip: replayed backward)."""
-    if tdevice == "cuda" and name in _CUDA_CORE_DEVIATIONS:
-        request.applymarker(pytest.mark.xfail(reason=_CUDA_CORE_DEVIATIONS[name]))
     case = load_case(name)
     verts, packed, args = _case_call(case, tdevice)
 

@@ -6,16 +6,15 @@ three vertices of that face are written out here by the chain rule (the same
 derivatives Warp's generated adjoint of :func:`warpraster.fragments.recompute_fragments`
 gives, which the tests check, and PyTorch3D's backward gives).
 
-Accumulation is face-centric: one thread per face walks the pixels of its
-bounding box and sums the contributions of the slots that hold it, then adds the
-sum to its three vertices. Neighbouring pixels mostly hold the same face, so the
-per-slot atomics of a pixel-centric backward would all hit the same few
-addresses; here there are 9 atomics per face instead of 9 per slot. Faces with
-very large bounding boxes are handed to a pixel-centric kernel (atomics into a
-per-face sum) so that no thread walks millions of pixels. With ``deterministic``
-every face is summed by its own thread in a fixed order and each vertex gathers
-its faces' sums through a vertex -> (face, corner) table: bit-identical results
-run after run, no atomics.
+Accumulation: one thread per pixel computes the contribution of each slot it
+holds and adds it atomically to a per-face sum; one thread per face then adds
+its sum to its three vertices. Measured on an H200 this beat a face-centric walk
+(one thread per face over its bounding box) by 1.5x to 3x: the per-slot
+derivatives run in lock-step across a warp, while the face-centric walk
+diverges. With ``deterministic`` the face-centric walk is used instead (each
+face summed by one thread in a fixed order), and each vertex gathers its faces'
+sums through a stably sorted vertex -> (face, corner) list: bit-identical
+results run after run, no floating-point atomics.
 """
 
 from __future__ import annotations
@@ -26,10 +25,6 @@ from .binning import ndc_span_to_pixels
 from .geometry import BARY_CLIP_EPS, EPS, pixel_centre
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
-
-#: A face whose bounding box spans more than this many (pixel, slot) pairs is
-#: accumulated by the pixel-centric kernel (unless ``deterministic``).
-BIG_FACE_SLOTS = 4096
 
 
 @wp.func
@@ -219,14 +214,11 @@ def _face_grads(
     width: int,
     perspective: int,
     clip_bary: int,
-    big_slots: int,
     face_grad: wp.array(dtype=wp.mat33),
-    face_big: wp.array(dtype=wp.int32),
 ):
     """One thread per face: the sum over the slots holding it, in a fixed order."""
     f = wp.tid()
     face_grad[f] = wp.mat33(0.0)
-    face_big[f] = 0
     m = face_mesh[f]
     if m < 0:
         return
@@ -234,9 +226,6 @@ def _face_grads(
     if box[0] > box[1] or box[2] > box[3]:
         return
     k = pix_to_face.shape[1]
-    if big_slots > 0 and (box[1] - box[0] + 1) * (box[3] - box[2] + 1) * k > big_slots:
-        face_big[f] = 1
-        return
     fv = face_verts[f]
     v0 = _row(fv, 0)
     v1 = _row(fv, 1)
@@ -260,8 +249,7 @@ def _face_grads(
 
 
 @wp.kernel
-def _big_face_grads(
-    face_big: wp.array(dtype=wp.int32),
+def _slot_grads(
     face_verts: wp.array(dtype=wp.mat33),
     pix_to_face: wp.array2d(dtype=wp.int32),
     g_zbuf: wp.array2d(dtype=wp.float32),
@@ -273,7 +261,7 @@ def _big_face_grads(
     clip_bary: int,
     face_grad: wp.array(dtype=wp.mat33),
 ):
-    """One thread per pixel, for the slots whose face is too large for _face_grads."""
+    """One thread per pixel: each held slot's contribution, atomically added to its face."""
     q = wp.tid()
     r = q % (height * width)
     yi = r // width
@@ -282,14 +270,13 @@ def _big_face_grads(
         f = pix_to_face[q, s]
         if f < 0:
             break
-        if face_big[f] != 0:
-            fv = face_verts[f]
-            p = pixel_centre(yi, xi, height, width)
-            g = fragment_grads(
-                p, _row(fv, 0), _row(fv, 1), _row(fv, 2), perspective, clip_bary,
-                g_zbuf[q, s], g_bary[q, s], g_dists[q, s],
-            )  # fmt: skip
-            wp.atomic_add(face_grad, f, g)
+        fv = face_verts[f]
+        p = pixel_centre(yi, xi, height, width)
+        g = fragment_grads(
+            p, _row(fv, 0), _row(fv, 1), _row(fv, 2), perspective, clip_bary,
+            g_zbuf[q, s], g_bary[q, s], g_dists[q, s],
+        )  # fmt: skip
+        wp.atomic_add(face_grad, f, g)
 
 
 @wp.kernel
@@ -352,7 +339,6 @@ class FaceGradBuffers:
         f = max(int(num_faces), 1)
         self.deterministic = bool(deterministic)
         self.face_grad = wp.zeros(f, dtype=wp.mat33, device=device)
-        self.face_big = wp.zeros(f, dtype=wp.int32, device=device)
         if self.deterministic:
             # radix_sort_pairs needs room for 2x the sorted length
             self.keys = wp.zeros(6 * f, dtype=wp.int32, device=device)
@@ -387,20 +373,12 @@ def accumulate_vertex_grads(
     gd = fragments.dists.grad.reshape((-1, k))
     persp = int(perspective_correct)
     clip = int(clip_barycentric_coords)
-    big = 0 if buffers.deterministic else BIG_FACE_SLOTS
-    wp.launch(
-        _face_grads,
-        dim=nf,
-        inputs=[face_mesh, face_bbox, face_verts, p2f, gz, gb, gd, h, w, persp, clip, big],
-        outputs=[buffers.face_grad, buffers.face_big],
-        device=device,
-        record_tape=False,
-    )
     if not buffers.deterministic:
+        buffers.face_grad.zero_()
         wp.launch(
-            _big_face_grads,
+            _slot_grads,
             dim=n * h * w,
-            inputs=[buffers.face_big, face_verts, p2f, gz, gb, gd, h, w, persp, clip],
+            inputs=[face_verts, p2f, gz, gb, gd, h, w, persp, clip],
             outputs=[buffers.face_grad],
             device=device,
             record_tape=False,
@@ -414,6 +392,14 @@ def accumulate_vertex_grads(
             record_tape=False,
         )
         return
+    wp.launch(
+        _face_grads,
+        dim=nf,
+        inputs=[face_mesh, face_bbox, face_verts, p2f, gz, gb, gd, h, w, persp, clip],
+        outputs=[buffers.face_grad],
+        device=device,
+        record_tape=False,
+    )
     count = 3 * nf
     wp.launch(
         _corner_keys,
@@ -464,4 +450,4 @@ def record_backward(meshes, workspace, *, perspective_correct: bool, clip_baryce
     tape.record_func(backward, arrays=[verts, out.zbuf, out.bary_coords, out.dists])
 
 
-__all__ = ["BIG_FACE_SLOTS", "FaceGradBuffers", "accumulate_vertex_grads", "fragment_grads"]
+__all__ = ["FaceGradBuffers", "accumulate_vertex_grads", "fragment_grads"]

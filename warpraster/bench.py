@@ -238,21 +238,11 @@ def main(argv=None) -> int:
     ap.add_argument("--scenes", default=None, help="comma-separated scene names (default: all)")
     ap.add_argument("--bin-size", type=int, default=None, help="override the bin size")
     ap.add_argument("--profile", action="store_true", help="per-kernel times (CUDA)")
-    ap.add_argument(
-        "--big-face-slots",
-        type=int,
-        default=None,
-        help="backward: faces spanning more (pixel, slot) pairs go pixel-centric (1 = all)",
-    )
     args = ap.parse_args(argv)
     wp.config.quiet = True
     wp.config.log_level = getattr(wp, "LOG_WARNING", 30)  # no per-module load lines
     wp.init()
     device = wp.get_device(args.device)
-    if args.big_face_slots is not None:
-        from . import backward
-
-        backward.BIG_FACE_SLOTS = args.big_face_slots
     scenes = GPU_SCENES if device.is_cuda else CPU_SCENES
     if args.scenes:
         wanted = set(args.scenes.split(","))

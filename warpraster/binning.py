@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import warp as wp
 
+from .geometry import pix_to_ndc
+
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
 
 @wp.func
 def ndc_span_to_pixels(lo: float, hi: float, s1: int, s2: int) -> wp.vec2i:
-    """Conservative range of pixel indices (counted from the +NDC end) whose centres
-    may lie in [lo, hi] on an axis of ``s1`` pixels; (1, 0) or wider-than-empty
-    when there are none.
+    """Exact range [i0, i1] of pixel indices (counted from the +NDC end) whose
+    centres ``pix_to_ndc(i)`` lie in [lo, hi] on an axis of ``s1`` pixels (the
+    same float32 centres the fine pass tests); i0 > i1 when there are none.
 
-    One pixel of margin on each side absorbs float rounding: the fine pass
-    re-tests the exact bounding box, so a superset is all that is needed here.
+    A float estimate is corrected by stepping while the neighbouring centre is
+    still in (or not yet in) the span, so rounding cannot lose a pixel.
     """
     ratio = float(1.0)
     if s1 > s2:
@@ -33,10 +35,18 @@ def ndc_span_to_pixels(lo: float, hi: float, s1: int, s2: int) -> wp.vec2i:
     rng = 2.0 * ratio
     offset = rng / 2.0
     scale = float(s1) / rng
-    a = wp.clamp((lo + offset) * scale - 0.5, -4.0, float(s1) + 4.0)
-    b = wp.clamp((hi + offset) * scale - 0.5, -4.0, float(s1) + 4.0)
-    i0 = wp.max(int(wp.floor(a)) - 1, 0)
-    i1 = wp.min(int(wp.ceil(b)) + 1, s1 - 1)
+    a = wp.clamp((lo + offset) * scale - 0.5, -1.0, float(s1))
+    b = wp.clamp((hi + offset) * scale - 0.5, -1.0, float(s1))
+    i0 = wp.clamp(int(wp.ceil(a)), 0, s1 - 1)
+    i1 = wp.clamp(int(wp.floor(b)), 0, s1 - 1)
+    while i0 > 0 and pix_to_ndc(i0 - 1, s1, s2) >= lo:
+        i0 -= 1
+    while i0 < s1 and pix_to_ndc(i0, s1, s2) < lo:
+        i0 += 1
+    while i1 < s1 - 1 and pix_to_ndc(i1 + 1, s1, s2) <= hi:
+        i1 += 1
+    while i1 >= 0 and pix_to_ndc(i1, s1, s2) > hi:
+        i1 -= 1
     return wp.vec2i(i0, i1)
 
 

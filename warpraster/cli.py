@@ -107,7 +107,8 @@ def _cmd_render(args) -> int:
     for key in ("depth", "faces", "shaded"):
         Image.fromarray(out[key]).save(dest / f"{key}.png")
     np.savez_compressed(
-        dest / "fragments.npz", **{k: out[k] for k in ("pix_to_face", "zbuf", "bary_coords", "dists")}
+        dest / "fragments.npz",
+        **{k: out[k] for k in ("pix_to_face", "zbuf", "bary_coords", "dists")},
     )
     covered = int((out["pix_to_face"][..., 0] >= 0).sum())
     print(
