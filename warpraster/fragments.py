@@ -30,11 +30,6 @@ from .geometry import (
 wp.set_module_options({"fuse_fp": False})
 
 
-# No FMA contraction: the values must equal the raster pass's to the bit (PyTorch3D
-# rounds every product separately).
-wp.set_module_options({"fuse_fp": False})
-
-
 @dataclass
 class Fragments:
     """Per-pixel top-K faces of a rasterized batch, sorted by depth.
