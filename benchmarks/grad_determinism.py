@@ -15,6 +15,14 @@ Prints per mode the forward time, the backward time (eager launches and a
 captured graph replay) and how many distinct ``verts.grad`` results repeated
 backward passes gave (1 = bit-identical run to run).
 
+Measured (K=8, ico level 4 at 256 px / level 6 at 1024 px, with backdrop;
+backward ms eager, error = max |grad - float64 sum of the slot terms| / max):
+
+    device      image   atomic            deterministic       sorted
+    H200        256     0.87  (6.6e-7)    108.6  (5.8e-7)     0.85  (1.4e-7)
+    H200        1024    6.63  (1.8e-5)    1421   (1.8e-5)     2.26  (1.8e-7)
+    cpu (2 c.)  256     50.8              -                   63.2  (sorted/atomic 1.24x)
+
     python benchmarks/grad_determinism.py --device cpu
     python benchmarks/grad_determinism.py --device cuda:0 --size 512 --level 5
 """
