@@ -11,17 +11,16 @@ holds and adds it atomically to a per-face sum; one thread per face then adds
 its sum to its three vertices. Measured on an H200 this beat a face-centric walk
 (one thread per face over its bounding box) by 1.5x to 3x: the per-slot
 derivatives run in lock-step across a warp, while the face-centric walk
-diverges. With ``deterministic`` the face-centric walk is used instead (each
-face summed by one thread in a fixed order), and each vertex gathers its faces'
-sums through a stably sorted vertex -> (face, corner) list: bit-identical
-results run after run, no floating-point atomics.
+diverges (and one thread walks a whole screen for a screen-sized face). With
+``deterministic`` the sorted backward of :mod:`warpraster.fragments` runs
+instead: per-slot derivatives, a stable sort by face, fixed-order sums, then by
+vertex; bit-identical run after run.
 """
 
 from __future__ import annotations
 
 import warp as wp
 
-from .binning import ndc_span_to_pixels
 from .geometry import BARY_CLIP_EPS, EPS, pixel_centre
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
@@ -189,63 +188,8 @@ def fragment_grads(
 
 
 @wp.func
-def _pixel_box(bb: wp.vec4, height: int, width: int) -> wp.vec4i:
-    """(y0, y1, x0, x1) inclusive pixel range that may hold a face of bbox ``bb``."""
-    sx = ndc_span_to_pixels(bb[0], bb[2], width, height)
-    sy = ndc_span_to_pixels(bb[1], bb[3], height, width)
-    return wp.vec4i(height - 1 - sy[1], height - 1 - sy[0], width - 1 - sx[1], width - 1 - sx[0])
-
-
-@wp.func
 def _row(m: wp.mat33, i: int) -> wp.vec3:
     return wp.vec3(m[i, 0], m[i, 1], m[i, 2])
-
-
-@wp.kernel
-def _face_grads(
-    face_mesh: wp.array(dtype=wp.int32),
-    face_bbox: wp.array(dtype=wp.vec4),
-    face_verts: wp.array(dtype=wp.mat33),
-    pix_to_face: wp.array2d(dtype=wp.int32),
-    g_zbuf: wp.array2d(dtype=wp.float32),
-    g_bary: wp.array2d(dtype=wp.vec3),
-    g_dists: wp.array2d(dtype=wp.float32),
-    height: int,
-    width: int,
-    perspective: int,
-    clip_bary: int,
-    face_grad: wp.array(dtype=wp.mat33),
-):
-    """One thread per face: the sum over the slots holding it, in a fixed order."""
-    f = wp.tid()
-    face_grad[f] = wp.mat33(0.0)
-    m = face_mesh[f]
-    if m < 0:
-        return
-    box = _pixel_box(face_bbox[f], height, width)
-    if box[0] > box[1] or box[2] > box[3]:
-        return
-    k = pix_to_face.shape[1]
-    fv = face_verts[f]
-    v0 = _row(fv, 0)
-    v1 = _row(fv, 1)
-    v2 = _row(fv, 2)
-    acc = wp.mat33(0.0)
-    for yi in range(box[0], box[1] + 1):
-        for xi in range(box[2], box[3] + 1):
-            q = (m * height + yi) * width + xi
-            for s in range(k):
-                g = pix_to_face[q, s]
-                if g == f:
-                    p = pixel_centre(yi, xi, height, width)
-                    acc += fragment_grads(
-                        p, v0, v1, v2, perspective, clip_bary,
-                        g_zbuf[q, s], g_bary[q, s], g_dists[q, s],
-                    )  # fmt: skip
-                    break
-                if g < 0:
-                    break
-    face_grad[f] = acc
 
 
 @wp.kernel
@@ -294,55 +238,19 @@ def _scatter_to_verts(
         wp.atomic_add(verts_grad, faces[f, c], _row(g, c))
 
 
-@wp.kernel
-def _corner_keys(
-    faces: wp.array2d(dtype=wp.int32),
-    face_mesh: wp.array(dtype=wp.int32),
-    keys: wp.array(dtype=wp.int32),
-    corners: wp.array(dtype=wp.int32),
-):
-    i = wp.tid()
-    f = i // 3
-    keys[i] = 2147483647  # never-drawn faces sort last and are skipped
-    if face_mesh[f] >= 0:
-        keys[i] = faces[f, i - 3 * f]
-    corners[i] = i
-
-
-@wp.kernel
-def _gather_to_verts(
-    keys: wp.array(dtype=wp.int32),
-    corners: wp.array(dtype=wp.int32),
-    count: int,
-    face_grad: wp.array(dtype=wp.mat33),
-    verts_grad: wp.array(dtype=wp.vec3),
-):
-    """Runs of equal vertex keys in the stably sorted corner list: the first entry of
-    each run sums the run in corner order and adds it to its vertex (no atomics)."""
-    i = wp.tid()
-    v = keys[i]
-    if v == 2147483647 or (i > 0 and keys[i - 1] == v):
-        return
-    acc = wp.vec3(0.0)
-    j = i
-    while j < count and keys[j] == v:
-        c = corners[j]
-        acc += _row(face_grad[c // 3], c % 3)
-        j += 1
-    verts_grad[v] = verts_grad[v] + acc
-
-
 class FaceGradBuffers:
-    """Per-face gradient sums (and, when deterministic, the corner sort buffers)."""
+    """Per-face gradient sums (atomic mode) or the sorted deterministic backward's
+    buffers (:class:`~warpraster.fragments.DeterministicBackward`)."""
 
-    def __init__(self, num_faces: int, device, deterministic: bool):
+    def __init__(self, num_faces: int, device, deterministic: bool, shape=None):
         f = max(int(num_faces), 1)
         self.deterministic = bool(deterministic)
         self.face_grad = wp.zeros(f, dtype=wp.mat33, device=device)
+        self.sorted = None
         if self.deterministic:
-            # radix_sort_pairs needs room for 2x the sorted length
-            self.keys = wp.zeros(6 * f, dtype=wp.int32, device=device)
-            self.corners = wp.zeros(6 * f, dtype=wp.int32, device=device)
+            from .fragments import DeterministicBackward  # noqa: PLC0415
+
+            self.sorted = DeterministicBackward(shape, num_faces, device)
 
 
 def accumulate_vertex_grads(
@@ -373,47 +281,19 @@ def accumulate_vertex_grads(
     gd = fragments.dists.grad.reshape((-1, k))
     persp = int(perspective_correct)
     clip = int(clip_barycentric_coords)
-    if not buffers.deterministic:
-        buffers.face_grad.zero_()
-        wp.launch(
-            _slot_grads,
-            dim=n * h * w,
-            inputs=[face_verts, p2f, gz, gb, gd, h, w, persp, clip],
-            outputs=[buffers.face_grad],
-            device=device,
-            record_tape=False,
-        )
-        wp.launch(
-            _scatter_to_verts,
-            dim=nf,
-            inputs=[faces, face_mesh, buffers.face_grad],
-            outputs=[verts_grad],
-            device=device,
-            record_tape=False,
-        )
-        return
+    buffers.face_grad.zero_()
     wp.launch(
-        _face_grads,
-        dim=nf,
-        inputs=[face_mesh, face_bbox, face_verts, p2f, gz, gb, gd, h, w, persp, clip],
+        _slot_grads,
+        dim=n * h * w,
+        inputs=[face_verts, p2f, gz, gb, gd, h, w, persp, clip],
         outputs=[buffers.face_grad],
         device=device,
         record_tape=False,
     )
-    count = 3 * nf
     wp.launch(
-        _corner_keys,
-        dim=count,
-        inputs=[faces, face_mesh],
-        outputs=[buffers.keys, buffers.corners],
-        device=device,
-        record_tape=False,
-    )
-    wp.utils.radix_sort_pairs(buffers.keys, buffers.corners, count)
-    wp.launch(
-        _gather_to_verts,
-        dim=count,
-        inputs=[buffers.keys, buffers.corners, count, buffers.face_grad],
+        _scatter_to_verts,
+        dim=nf,
+        inputs=[faces, face_mesh, buffers.face_grad],
         outputs=[verts_grad],
         device=device,
         record_tape=False,
@@ -442,6 +322,11 @@ def record_backward(meshes, workspace, *, perspective_correct: bool, clip_baryce
     clip = bool(clip_barycentric_coords)
 
     def backward():
+        if ws.face_grads.deterministic:
+            ws.face_grads.sorted.backward(
+                verts, faces, out, perspective_correct=persp, clip_barycentric_coords=clip
+            )
+            return
         accumulate_vertex_grads(
             faces, ws.face_mesh, ws.face_bbox, ws.face_verts, out, verts.grad, ws.face_grads,
             perspective_correct=persp, clip_barycentric_coords=clip,

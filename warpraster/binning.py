@@ -51,19 +51,35 @@ def ndc_span_to_pixels(lo: float, hi: float, s1: int, s2: int) -> wp.vec2i:
 
 
 @wp.func
-def face_tiles(bb: wp.vec4, height: int, width: int, tile_size: int) -> wp.vec4i:
-    """(ty0, ty1, tx0, tx1) inclusive tile range of a face bbox; ty0 > ty1 if none."""
-    # bbox = (xmin, ymin, xmax, ymax); pixel indices count from the +NDC end,
-    # so column xi = W - 1 - i and row yi = H - 1 - j.
+def pixel_box(bb: wp.vec4, height: int, width: int) -> wp.vec4i:
+    """(y0, y1, x0, x1): inclusive rows and columns of the pixel centres inside a
+    face bbox (xmin, ymin, xmax, ymax); y0 > y1 or x0 > x1 when there are none."""
+    if not (bb[0] <= bb[2]):
+        return wp.vec4i(1, 0, 1, 0)
+    # pixel indices count from the +NDC end: column xi = W - 1 - i, row yi = H - 1 - j
     sx = ndc_span_to_pixels(bb[0], bb[2], width, height)
     sy = ndc_span_to_pixels(bb[1], bb[3], height, width)
-    if sx[0] > sx[1] or sy[0] > sy[1] or not (bb[0] <= bb[2]):
+    return wp.vec4i(height - 1 - sy[1], height - 1 - sy[0], width - 1 - sx[1], width - 1 - sx[0])
+
+
+@wp.func
+def box_pixels(box: wp.vec4i) -> int:
+    """Number of pixels in a pixel box (0 when empty)."""
+    if box[0] > box[1] or box[2] > box[3]:
+        return 0
+    return (box[1] - box[0] + 1) * (box[3] - box[2] + 1)
+
+
+@wp.func
+def face_tiles(bb: wp.vec4, height: int, width: int, tile_size: int, small: int) -> wp.vec4i:
+    """(ty0, ty1, tx0, tx1) inclusive tile range of a face bbox; ty0 > ty1 if none
+    (also when the face covers at most ``small`` pixels: another pass draws those)."""
+    box = pixel_box(bb, height, width)
+    npix = box_pixels(box)
+    if npix == 0 or npix <= small:
         return wp.vec4i(1, 0, 1, 0)
     return wp.vec4i(
-        (height - 1 - sy[1]) // tile_size,
-        (height - 1 - sy[0]) // tile_size,
-        (width - 1 - sx[1]) // tile_size,
-        (width - 1 - sx[0]) // tile_size,
+        box[0] // tile_size, box[1] // tile_size, box[2] // tile_size, box[3] // tile_size
     )
 
 
@@ -76,13 +92,14 @@ def _count_tiles(
     tile_size: int,
     tiles_y: int,
     tiles_x: int,
+    small: int,
     tile_count: wp.array(dtype=wp.int32),
 ):
     f = wp.tid()
     m = face_mesh[f]
     if m < 0:
         return
-    r = face_tiles(face_bbox[f], height, width, tile_size)
+    r = face_tiles(face_bbox[f], height, width, tile_size, small)
     base = m * tiles_y * tiles_x
     for ty in range(r[0], r[1] + 1):
         for tx in range(r[2], r[3] + 1):
@@ -98,6 +115,7 @@ def _fill_tiles(
     tile_size: int,
     tiles_y: int,
     tiles_x: int,
+    small: int,
     tile_offset: wp.array(dtype=wp.int32),
     tile_cursor: wp.array(dtype=wp.int32),
     tile_faces: wp.array(dtype=wp.int32),
@@ -106,7 +124,7 @@ def _fill_tiles(
     m = face_mesh[f]
     if m < 0:
         return
-    r = face_tiles(face_bbox[f], height, width, tile_size)
+    r = face_tiles(face_bbox[f], height, width, tile_size, small)
     base = m * tiles_y * tiles_x
     capacity = tile_faces.shape[0]
     for ty in range(r[0], r[1] + 1):
@@ -139,14 +157,18 @@ def coarse_bin(
     tile_offset,
     tile_cursor,
     tile_faces,
+    small: int = 0,
 ):
-    """Fills the compacted per-tile face lists. Capturable: no host reads."""
+    """Fills the compacted per-tile face lists. Capturable: no host reads.
+
+    Faces covering at most ``small`` pixels are left out (0: none left out).
+    """
     ty, tx = tile_grid(height, width, tile_size)
     device = face_mesh.device
     nf = face_mesh.shape[0]
     tile_count.zero_()
     tile_cursor.zero_()
-    args = [face_mesh, face_bbox, height, width, tile_size, ty, tx]
+    args = [face_mesh, face_bbox, height, width, tile_size, ty, tx, small]
     wp.launch(_count_tiles, dim=nf, inputs=args, outputs=[tile_count], device=device,
               record_tape=False)  # fmt: skip
     wp.utils.array_scan(tile_count, tile_offset, inclusive=False)

@@ -46,8 +46,10 @@ _INT32_MAX = 2**31 - 1
 
 
 # ----------------------------------------------------------------------------- kernels
-_FAR = wp.constant(3.0e38)  # empty queue slot depth (above any real depth)
-_NO_FACE = wp.constant(2147483647)  # empty queue slot face (sorts after every face)
+_FAR_VALUE = 3.0e38
+_NO_FACE_VALUE = 2147483647
+_FAR = wp.constant(_FAR_VALUE)  # empty queue slot depth (above any real depth)
+_NO_FACE = wp.constant(_NO_FACE_VALUE)  # empty queue slot face (sorts after every face)
 #: Largest K served by a register queue; larger K use the queue in the output arrays.
 REGISTER_QUEUE_MAX_K = 16
 _REGISTER_BUCKETS = (1, 2, 4, 8, 16)
@@ -123,6 +125,7 @@ def _setup_faces(
 class _Pass:
     """Everything a raster pass reads (one struct keeps the kernel signatures short)."""
 
+    face_mesh: wp.array(dtype=wp.int32)
     face_bbox: wp.array(dtype=wp.vec4)
     face_verts: wp.array(dtype=wp.mat33)
     neighbor: wp.array(dtype=wp.int32)
@@ -144,6 +147,8 @@ class _Pass:
     tile_faces: wp.array(dtype=wp.int32)
     max_per_tile: int
     overflow: wp.array(dtype=wp.int32)
+    # K = 1: the queue starts from what the small-face passes left in the outputs
+    seeded: int
     # outputs, viewed as (N * H * W, K); zq is zbuf, also the depth queue of _offer
     pix_to_face: wp.array2d(dtype=wp.int32)
     zq: wp.array2d(dtype=wp.float32)
@@ -287,6 +292,38 @@ def _write_slot(ps: _Pass, q: int, s: int, f: int, p: wp.vec2):
 
 
 @wp.kernel
+def _small_faces_k1(ps: _Pass, small: int, phase: int):
+    """K = 1, faces covering at most ``small`` pixels: one thread per face walks its
+    pixels. Phase 0 keeps the nearest depth per pixel (atomic min); phase 1, among
+    the faces at exactly that depth, the lowest index: together the same (depth,
+    face index) minimum as the queue, in time proportional to the covered pixels
+    rather than to the faces per tile."""
+    f = wp.tid()
+    m = ps.face_mesh[f]
+    if m < 0:
+        return
+    box = binning.pixel_box(ps.face_bbox[f], ps.height, ps.width)
+    npix = binning.box_pixels(box)
+    if npix == 0 or npix > small:
+        return
+    for yi in range(box[0], box[1] + 1):
+        for xi in range(box[2], box[3] + 1):
+            p = pixel_centre(yi, xi, ps.height, ps.width)
+            hit, z, dist = _test_face(ps, f, p)
+            if hit:
+                if not _neighbour_wins(ps, f, p, dist):
+                    q = (m * ps.height + yi) * ps.width + xi
+                    if phase == 0:
+                        wp.atomic_min(ps.zq, q, 0, z)
+                    elif z == ps.zq[q, 0]:
+                        wp.atomic_min(ps.pix_to_face, q, 0, f)
+
+
+#: K = 1 faces covering at most this many pixels are drawn face by face.
+SMALL_FACE_PIXELS = 64
+
+
+@wp.kernel
 def _write_outputs(ps: _Pass):
     """zbuf, bary_coords, dists of every slot from pix_to_face, one thread per slot.
 
@@ -322,6 +359,10 @@ def _make_register_kernel(kc: int):
         rng = _face_range(ps, n, loc[1], yi % ps.tile_size == 0 and xi % ps.tile_size == 0)
         qz = qf_t(_FAR)
         qf = qi_t(_NO_FACE)
+        q = (n * ps.height + yi) * ps.width + xi
+        if ps.seeded != 0:
+            qz[0] = ps.zq[q, 0]
+            qf[0] = ps.pix_to_face[q, 0]
         for j in range(rng[0], rng[1]):
             f = j
             if rng[2] != 0:
@@ -340,7 +381,6 @@ def _make_register_kernel(kc: int):
                     if _before(z, f, qz[0], qf[0]):
                         qz[0] = z
                         qf[0] = f
-        q = (n * ps.height + yi) * ps.width + xi
         for s in range(kc):
             if s < ps.faces_per_pixel:
                 face = qf[s]
@@ -533,7 +573,9 @@ class RasterWorkspace:
         )
         self.fragments._overflow = self.overflow if self.bin_size > 0 else None
         self.deterministic = bool(deterministic)
-        self.face_grads = FaceGradBuffers(self.num_faces, self.device, self.deterministic)
+        self.face_grads = FaceGradBuffers(
+            self.num_faces, self.device, self.deterministic, self.fragments.shape
+        )
 
     def matches(self, *, num_meshes, num_faces, image_size, faces_per_pixel, bin_size, device):
         return (
@@ -753,6 +795,21 @@ def rasterize_packed(
         meshes, ws, blur_radius, perspective_correct, clip_barycentric_coords, out.pix_to_face,
         out.zbuf, out.bary_coords, out.dists,
     )  # fmt: skip
+    k = ws.faces_per_pixel
+    small = SMALL_FACE_PIXELS if (k == 1 and ws.bin_size > 0) else 0
+    if small > 0:
+        ps.seeded = 1
+        out.zbuf.fill_(_FAR_VALUE)
+        out.pix_to_face.fill_(_NO_FACE_VALUE)
+        if meshes.num_faces > 0:
+            for phase in (0, 1):
+                wp.launch(
+                    _small_faces_k1,
+                    dim=meshes.num_faces,
+                    inputs=[ps, small, phase],
+                    device=device,
+                    record_tape=False,
+                )
     if ws.bin_size > 0:
         ws.overflow.zero_()
         if meshes.num_faces > 0:
@@ -766,11 +823,11 @@ def rasterize_packed(
                 ws.tile_offset,
                 ws.tile_cursor,
                 ws.tile_faces,
+                small,
             )
         else:
             ws.tile_count.zero_()
             ws.tile_offset.zero_()
-    k = ws.faces_per_pixel
     kernel = _register_kernel(k) if k <= REGISTER_QUEUE_MAX_K else _raster_output_queue
     threads = n * ws.tiles_y * ws.tiles_x * ws.tile_size * ws.tile_size
     wp.launch(
@@ -796,6 +853,7 @@ def _make_pass(
 ) -> _Pass:
     n, h, w, k = ws.fragments.shape
     ps = _Pass()
+    ps.face_mesh = ws.face_mesh
     ps.face_bbox = ws.face_bbox
     ps.face_verts = ws.face_verts
     ps.neighbor = meshes.clipped_faces_neighbor_idx
@@ -816,6 +874,7 @@ def _make_pass(
     ps.tile_faces = ws.tile_faces
     ps.max_per_tile = max(ws.max_faces_per_bin, 1)
     ps.overflow = ws.overflow
+    ps.seeded = 0
     ps.pix_to_face = pix_to_face.reshape((-1, k))
     ps.zq = zq.reshape((-1, k))
     if bary is not None:
