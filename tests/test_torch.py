@@ -24,6 +24,11 @@ from p3d_cases import (  # noqa: E402
 
 import warpraster.torch as wrt  # noqa: E402
 
+_CPU_ONLY = pytest.mark.skipif(
+    "cpu" not in DEVICES,
+    reason="runs torch on the CPU; Warp's cpu device is not a test device here",
+)
+
 
 def _torch_devices() -> list[str]:
     """The Warp test devices (tests/conftest.py) as torch device names."""
@@ -65,6 +70,7 @@ def _case_call(case: dict, device: str):
 # <= 4.8e-7). Vertex gradients: rtol 1e-4 / atol 1e-5, because the per-pixel
 # contributions are summed in another order than PyTorch3D's sequential loop
 # (measured worst case on CPU: 0.56 of that tolerance, p08 and p10).
+
 
 @pytest.mark.parametrize("name", case_params(raw_case_names() + camera_case_names()))
 def test_reference_case_matches_pytorch3d_forward_and_backward(name, tdevice):
@@ -285,6 +291,7 @@ def test_mesh_list_with_an_empty_mesh(tdevice):
     zbuf[0].sum().backward()
 
 
+@_CPU_ONLY
 def test_training_loop_fits_a_silhouette():
     """Adam on a triangle's vertices against a soft silhouette (PyTorch3D's recipe).
 
@@ -319,6 +326,7 @@ def test_training_loop_fits_a_silhouette():
     assert (verts.detach() - target_verts).abs().max() < 1e-2
 
 
+@_CPU_ONLY
 def test_custom_ops_pass_opcheck_and_backward_leaves_its_inputs_alone():
     """Schema, autograd registration and fake (meta) kernels of both custom ops.
 
@@ -376,6 +384,7 @@ class _TinyModel(torch.nn.Module):
         return (torch.where(valid, zbuf, 0.0) ** 2).sum() + alpha.sum() + (bary**2).sum()
 
 
+@_CPU_ONLY
 def test_torch_compile_fullgraph_matches_eager():
     """fullgraph=True fails on any graph break; the op is one opaque node."""
     model = _TinyModel()

@@ -46,6 +46,10 @@ import warp as wp
 
 from .meshes import as_faces_array, as_index_array, as_vec3_array
 
+# No FMA contraction: the projection rounds like PyTorch3D's (separately rounded
+# products), which matters where vertices near the camera plane amplify ulps.
+wp.set_module_options({"fuse_fp": False})
+
 __all__ = [
     "CamerasBase",
     "FoVOrthographicCameras",
