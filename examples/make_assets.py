@@ -28,7 +28,9 @@ def main():
     out = Path(__file__).resolve().parents[1] / "assets" / "default_scene.obj"
     out.parent.mkdir(exist_ok=True)
     v, f = default_scene()
-    save_obj(out, v, f, header="warpraster default scene: torus + icosphere (examples/make_assets.py)")
+    save_obj(
+        out, v, f, header="warpraster default scene: torus + icosphere (examples/make_assets.py)"
+    )
     print(f"wrote {out} ({len(v)} vertices, {len(f)} faces)")
 
 

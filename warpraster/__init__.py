@@ -1,19 +1,38 @@
 """warpraster: a differentiable triangle-mesh rasterizer written as NVIDIA Warp kernels.
 
-``import warpraster`` imports Warp and NumPy only; the torch adapter
-(``warpraster.torch``) and USD reader (``warpraster.usd``) are imported explicitly.
+``import warpraster`` imports Warp and NumPy only; the torch adapter is imported
+explicitly (``import warpraster.torch``).
 """
 
+from .camera import (
+    FoVOrthographicCameras,
+    FoVPerspectiveCameras,
+    PerspectiveCameras,
+    cameras_from_opencv_projection,
+    look_at_view_transform,
+    opencv_from_cameras_projection,
+)
+from .clip import ClipWorkspace
 from .fragments import Fragments
 from .meshes import PackedMeshes, pack_meshes
 from .raster import RasterWorkspace, rasterize_meshes
+from .rasterizer import MeshRasterizer, RasterizationSettings
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ClipWorkspace",
+    "FoVOrthographicCameras",
+    "FoVPerspectiveCameras",
     "Fragments",
+    "MeshRasterizer",
     "PackedMeshes",
+    "PerspectiveCameras",
     "RasterWorkspace",
+    "RasterizationSettings",
+    "cameras_from_opencv_projection",
+    "look_at_view_transform",
+    "opencv_from_cameras_projection",
     "pack_meshes",
     "rasterize_meshes",
 ]

@@ -1,0 +1,48 @@
+"""The command line (render, bench) and the examples, run as a user would."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(args, cwd):
+    out = subprocess.run(
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def test_render_command_writes_images_of_the_default_scene(tmp_path):
+    _run(["-m", "warpraster.cli", "render", "--out", str(tmp_path), "--height", "60",
+          "--width", "80", "--device", "cpu"], ROOT)  # fmt: skip
+    shaded = np.asarray(Image.open(tmp_path / "shaded.png"))
+    faces = np.asarray(Image.open(tmp_path / "faces.png"))
+    assert shaded.shape == (60, 80, 3) and faces.shape == (60, 80, 3)
+    frags = np.load(tmp_path / "fragments.npz")
+    hit = frags["pix_to_face"][0, ..., 0] >= 0
+    assert 0.2 < hit.mean() < 0.9  # the scene is in view and does not fill the frame
+    assert (shaded[hit].sum(-1) > 0).all() and (shaded[~hit] == 0).all()
+    assert frags["pix_to_face"].max() < 5376  # faces of the bundled scene
+
+
+def test_bench_command_checks_itself_and_writes_json(tmp_path):
+    out = tmp_path / "bench.json"
+    _run(["-m", "warpraster.bench", "--device", "cpu", "--runs", "1",
+          "--scenes", "ico4x1_256_k1", "--json", str(out)], ROOT)  # fmt: skip
+    rows = json.loads(out.read_text())
+    assert rows[0]["check_mismatches"] == 0 and rows[0]["check_pixels"] > 1000
+    assert rows[0]["fwd_ms"] > 0 and rows[0]["coverage"] > 0.2
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_fit_mesh_depth_example_converges(graph):
+    args = ["examples/fit_mesh_depth.py", "--test", "--device", "cpu"]
+    _run(args + (["--graph"] if graph else []), ROOT)
