@@ -300,6 +300,68 @@ def accumulate_vertex_grads(
     )
 
 
+@wp.kernel
+def _gather_face_verts(
+    verts: wp.array(dtype=wp.vec3),
+    faces: wp.array2d(dtype=wp.int32),
+    face_verts: wp.array(dtype=wp.mat33),
+):
+    f = wp.tid()
+    face_verts[f] = wp.matrix_from_rows(verts[faces[f, 0]], verts[faces[f, 1]], verts[faces[f, 2]])
+
+
+def grads_from_pix_to_face(
+    verts,
+    faces,
+    pix_to_face,
+    grad_zbuf,
+    grad_bary,
+    grad_dists,
+    verts_grad,
+    *,
+    perspective_correct: bool,
+    clip_barycentric_coords: bool,
+) -> None:
+    """The backward without a workspace: adds d(loss)/d(verts) to ``verts_grad`` for
+    fragments whose face choice is ``pix_to_face`` (N, H, W, K) and whose upstream
+    gradients are the given (N, H, W, K) arrays (``grad_bary`` of vec3).
+
+    For callers that keep no raster workspace between forward and backward (the
+    torch adapter). Allocates per-face scratch; every face index in
+    ``pix_to_face`` must be valid for ``faces`` (as the forward guarantees).
+    """
+    nf = faces.shape[0]
+    if nf == 0:
+        return
+    device = verts_grad.device
+    n, h, w, k = pix_to_face.shape
+    face_verts = wp.empty(nf, dtype=wp.mat33, device=device)
+    face_grad = wp.zeros(nf, dtype=wp.mat33, device=device)
+    face_mesh = wp.zeros(nf, dtype=wp.int32, device=device)  # every face may be scattered
+    wp.launch(_gather_face_verts, dim=nf, inputs=[verts, faces], outputs=[face_verts],
+              device=device, record_tape=False)  # fmt: skip
+    wp.launch(
+        _slot_grads,
+        dim=n * h * w,
+        inputs=[
+            face_verts,
+            pix_to_face.reshape((-1, k)),
+            grad_zbuf.reshape((-1, k)),
+            grad_bary.reshape((-1, k)),
+            grad_dists.reshape((-1, k)),
+            h,
+            w,
+            int(perspective_correct),
+            int(clip_barycentric_coords),
+        ],
+        outputs=[face_grad],
+        device=device,
+        record_tape=False,
+    )
+    wp.launch(_scatter_to_verts, dim=nf, inputs=[faces, face_mesh, face_grad],
+              outputs=[verts_grad], device=device, record_tape=False)  # fmt: skip
+
+
 def _active_tape():
     runtime = getattr(wp._src.context, "runtime", None)
     return getattr(runtime, "tape", None)
@@ -335,4 +397,9 @@ def record_backward(meshes, workspace, *, perspective_correct: bool, clip_baryce
     tape.record_func(backward, arrays=[verts, out.zbuf, out.bary_coords, out.dists])
 
 
-__all__ = ["FaceGradBuffers", "accumulate_vertex_grads", "fragment_grads"]
+__all__ = [
+    "FaceGradBuffers",
+    "accumulate_vertex_grads",
+    "fragment_grads",
+    "grads_from_pix_to_face",
+]

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import torch
 import warp as wp
 
-from .fragments import Fragments, recompute_fragments
+from .backward import grads_from_pix_to_face
 from .raster import _check_settings, parse_image_size
 from .raster import rasterize_meshes as _rasterize_meshes_wp
 
@@ -258,32 +258,22 @@ def _rasterize_backward_op(
         gz = wp.from_torch(grad_zbuf, dtype=wp.float32, requires_grad=False)
         gb = wp.from_torch(grad_bary, dtype=wp.vec3, requires_grad=False)
         gd = wp.from_torch(grad_dists, dtype=wp.float32, requires_grad=False)
-        tape = wp.Tape()
         if z_clip_value is None and not cull_to_frustum:
-            # Straight-line recompute from the forward's choice of faces: scratch
-            # outputs whose .grad are the upstream gradients.
-            out = Fragments(
-                pix_to_face=wp.from_torch(pix_to_face, dtype=wp.int32),
-                zbuf=wp.empty_like(gz, requires_grad=False),
-                bary_coords=wp.empty_like(gb, requires_grad=False),
-                dists=wp.empty_like(gd, requires_grad=False),
+            # The hand-written backward from the forward's choice of faces.
+            grads_from_pix_to_face(
+                v,
+                f,
+                wp.from_torch(pix_to_face, dtype=wp.int32),
+                gz,
+                gb,
+                gd,
+                v.grad,
+                perspective_correct=perspective_correct,
+                clip_barycentric_coords=clip_barycentric_coords,
             )
-            for a, g in ((out.zbuf, gz), (out.bary_coords, gb), (out.dists, gd)):
-                a.grad = g
-                # Each slot is written once: Warp may keep the seed instead of
-                # zeroing it after the read, so the op's inputs are not mutated.
-                a.retain_grad = True
-            with tape:
-                recompute_fragments(
-                    v,
-                    f,
-                    out,
-                    perspective_correct=perspective_correct,
-                    clip_barycentric_coords=clip_barycentric_coords,
-                )
-            tape.backward()
         else:
             # Clipped path: replay the whole (deterministic) forward on the tape.
+            tape = wp.Tape()
             with tape:
                 out = _rasterize_meshes_wp(
                     v,
