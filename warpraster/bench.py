@@ -7,8 +7,9 @@ z = 2, N copies jittered by up to 0.15, blur 0 unless stated. Times are medians
 of ``--runs`` timed calls after warm-up (CUDA events on a GPU, wall clock on the
 CPU). Every scene checks its own answer first: the timed (binned) output must
 equal the naive pass on a random subsample of pixels, so a fast wrong kernel
-cannot win. Memory: the workspace's buffers, and the device memory-pool high
-water mark of one call where Warp reports it.
+cannot win. Memory: the workspace's buffers and the output arrays (a render
+call with a workspace allocates nothing). The memory pool's high-water mark is
+not reported: Warp 1.19 cannot reset it, so it cannot be pinned on one call.
 """
 
 from __future__ import annotations
@@ -208,19 +209,6 @@ def run_scene(
         profile = {}
         for r in results:
             profile[r.name] = profile.get(r.name, 0.0) + r.elapsed / 5
-    peak = None
-    if device.is_cuda and hasattr(wp, "get_mempool_used_mem_high"):
-        try:
-            wp.synchronize_device(device)
-            base = wp.get_mempool_used_mem_current(device)
-            wp.reset_mempool_used_mem_high(device) if hasattr(
-                wp, "reset_mempool_used_mem_high"
-            ) else None
-            rasterize_packed(meshes, ws, **kw)
-            wp.synchronize_device(device)
-            peak = int(wp.get_mempool_used_mem_high(device) - base)
-        except Exception:  # noqa: BLE001 - memory stats are best effort
-            peak = None
     fr = ws.fragments
     ws_bytes = _nbytes(
         ws.face_mesh, ws.face_bbox, ws.face_verts, ws.tile_count, ws.tile_offset,
@@ -244,7 +232,6 @@ def run_scene(
         "overflowed_bins": fr.overflowed_bins(),
         "workspace_bytes": ws_bytes,
         "output_bytes": out_bytes,
-        "peak_pool_bytes_per_call": peak,
         "kernel_ms": profile,
     }
 
