@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from .geometry import BARY_CLIP_EPS, EPS, pixel_centre
+from .geometry import BARY_CLIP_EPS, EPS, edge_function, pixel_centre, point_segment_dist2
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
@@ -33,26 +33,6 @@ def _edge_grads(pp: wp.vec2, a: wp.vec2, b: wp.vec2):
     d_b = wp.vec2(-(pp[1] - a[1]), pp[0] - a[0])
     d_a = -d_p - d_b
     return d_p, d_a, d_b
-
-
-@wp.func
-def _edge(pp: wp.vec2, a: wp.vec2, b: wp.vec2) -> float:
-    return (pp[0] - a[0]) * (b[1] - a[1]) - (pp[1] - a[1]) * (b[0] - a[0])
-
-
-@wp.func
-def _segment_dist2(p: wp.vec2, a: wp.vec2, b: wp.vec2) -> float:
-    ab = b - a
-    l2 = wp.dot(ab, ab)
-    d = float(0.0)
-    if l2 <= EPS:
-        pb = p - b
-        d = wp.dot(pb, pb)
-    else:
-        t = wp.dot(ab, p - a) / l2
-        q = p - (a + wp.clamp(t, 0.0, 1.0) * ab)
-        d = wp.dot(q, q)
-    return d
 
 
 @wp.func
@@ -100,8 +80,8 @@ def fragment_grads(
     c = wp.vec2(v2[0], v2[1])
     zv = wp.vec3(v0[2], v1[2], v2[2])
     # ---- forward (as geometry.barycentric & co.)
-    area = _edge(c, a, b) + EPS
-    e = wp.vec3(_edge(p, b, c), _edge(p, c, a), _edge(p, a, b))
+    area = edge_function(c, a, b) + EPS
+    e = wp.vec3(edge_function(p, b, c), edge_function(p, c, a), edge_function(p, a, b))
     w = e / area
     u = w
     t = wp.vec3(0.0, 0.0, 0.0)
@@ -167,9 +147,9 @@ def fragment_grads(
     g_d = g_dist
     if inside:
         g_d = -g_dist
-    d01 = _segment_dist2(p, a, b)
-    d02 = _segment_dist2(p, a, c)
-    d12 = _segment_dist2(p, b, c)
+    d01 = point_segment_dist2(p, a, b)
+    d02 = point_segment_dist2(p, a, c)
+    d12 = point_segment_dist2(p, b, c)
     m = wp.min(d01, d02)
     if m < d12:
         if d01 < d02:
