@@ -388,6 +388,9 @@ def _make_register_kernel(kc: int):
                     face = -1
                 ps.pix_to_face[q, s] = face
 
+    # A distinct name per queue size: readable profiles, and kernels generated from one
+    # function stay apart wherever Warp keys them by name (CPU graph capture does).
+    raster_register_queue.__name__ = raster_register_queue.__qualname__ = f"raster_queue_{kc}"
     return wp.kernel(
         raster_register_queue,
         enable_backward=False,
