@@ -2,16 +2,18 @@
 
 Two paths give identical output:
 
-* naive (``bin_size=0``): one thread per pixel loops over all faces of its mesh;
-* binned (``bin_size > 0``): :mod:`warpraster.binning` builds per-bin face lists,
-  then one thread per pixel loops over its bin's list (or, if the list
-  overflowed, over all faces of the mesh).
+* naive (``bin_size=0``): one thread per pixel tests every face of its mesh;
+* binned (``bin_size > 0``): :mod:`warpraster.binning` builds compacted per-tile
+  face lists, then one thread per pixel tests its tile's list (or, if the list
+  overflowed, every face of the mesh). With K = 1, faces covering at most
+  ``SMALL_FACE_PIXELS`` pixels are drawn face by face instead (two atomic-min
+  passes) and only the larger ones are binned.
 
-Both write ``pix_to_face`` only; :mod:`warpraster.fragments` then recomputes the
-differentiable outputs from it. The queue lives in the output arrays themselves
-(sorted insertion into the pixel's K slots, keyed by (z, face index)), so K is
-bounded by memory, not by registers: the candidate order does not change the
-result because (z, face) is a total order.
+The queue is ordered by (depth, face index), a total order, so the order in
+which faces are offered does not change the result. It lives in registers for
+K <= 16 (kernels generated per size bucket) and in the output arrays for larger
+K, so K is bounded by memory only. A last pass writes zbuf / bary / dists of
+each slot; :mod:`warpraster.backward` registers the gradient on the tape.
 """
 
 from __future__ import annotations
@@ -652,14 +654,15 @@ def rasterize_meshes(
         image_size: ``int`` or ``(H, W)``; non-square images keep square pixels.
         blur_radius: squared NDC distance within which a face outside a pixel
             still covers it (the bounding box grows by its square root).
-        faces_per_pixel: K >= 1. Bounded only by memory (N*H*W*K < 2**31): the
-            queue lives in the output arrays, not in registers.
-        bin_size: None = heuristic (PyTorch3D's CUDA rule), 0 = naive, > 0 =
-            coarse-to-fine with bins of that many pixels. Output is identical.
-        max_faces_per_bin: capacity of each bin's face list (None = PyTorch3D's
-            default). An overflowing bin still renders exactly: its pixels fall
-            back to all faces of the mesh; ``Fragments.overflowed_bins()`` says
-            how many bins did.
+        faces_per_pixel: K >= 1. Bounded only by memory (N*H*W*K < 2**31): up
+            to 16 the queue is held in registers, beyond that in the outputs.
+        bin_size: None = 8 (measured fastest), 0 = naive, > 0 = coarse-to-fine
+            with square bins of that many pixels. The output is identical.
+        max_faces_per_bin: most faces a bin's list may hold (None = no per-bin
+            cap; the shared list still has a fixed capacity, see
+            :func:`warpraster.binning.default_capacity`). An overflowing bin
+            still renders exactly: its pixels fall back to all faces of the
+            mesh; ``Fragments.overflowed_bins()`` says how many bins did.
         perspective_correct: perspective-correct barycentrics (z = view depth).
         clip_barycentric_coords: clamp negative barycentrics to 0, renormalise.
         cull_backfaces: skip faces that are clockwise in NDC xy (PyTorch3D's rule).
@@ -668,8 +671,9 @@ def rasterize_meshes(
         z_clip_value: split faces crossing the plane z = z_clip_value and drop
             the parts in front of it (None = no clipping).
         cull_to_frustum: drop faces wholly outside the NDC view frustum.
-        workspace: reusable buffers (see :class:`RasterWorkspace`). With one, the
-            call allocates nothing; without, one is made for this call.
+        workspace: reusable buffers (:class:`RasterWorkspace`; with clipping or
+            frustum culling a :class:`~warpraster.clip.ClipWorkspace`). With
+            one, the call allocates nothing; without, one is made for this call.
         validate: check face indices and offsets on the host (a device read).
             Pass False in a captured loop once the topology has been checked.
         deterministic: atomic-free backward, bit-identical gradients run after
