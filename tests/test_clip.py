@@ -676,3 +676,59 @@ def test_p12_rasterize_meshes_forward_and_gradient_match_pytorch3d(device):
     # measured on cpu: 1.3e-5 at most, of entries up to 34. Without PyTorch3D's
     # detached p1->p3 weight the worst entry is off by 7.8.
     np.testing.assert_allclose(verts.grad.numpy(), c["grad_verts_ndc"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("bin_size", [0, 8])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"perspective_correct": False, "blur_radius": 0.0},
+        {"perspective_correct": True, "blur_radius": 2e-3, "clip_barycentric_coords": True},
+    ],
+    ids=["plain", "persp-blur-clipbary"],
+)
+def test_clipped_rasterization_matches_the_oracle_on_random_scenes(device, bin_size, flags):
+    """rasterize_meshes(z_clip_value=...) on random soups where many faces straddle
+    the plane, both raster paths, against clip -> the NumPy oracle (float32
+    emulation, step by step as PyTorch3D's kernel) -> unclip: identical face choice,
+    values equal to float32 rounding. The oracle's clipped list itself is checked
+    against the float64 NumPy clipper in test_clip_matches_numpy_reference."""
+    rng = np.random.default_rng(77 + bin_size)
+    verts, faces, first, count = random_batch(rng, [30, 0, 45], z_range=(-0.5, 3.0))
+    verts[:, :2] *= 0.4  # keep most faces on screen
+    z_clip = 0.6
+    size, k = (20, 28), 4
+    out = rasterize_meshes(
+        *to_device(verts, faces, first, count, device),
+        image_size=size, faces_per_pixel=k, bin_size=bin_size, z_clip_value=z_clip, **flags,
+    ).numpy()  # fmt: skip
+    buf = ClipBuffers(len(verts), len(faces), len(first), device)
+    clip_faces(
+        *to_device(verts, faces, first, count, device),
+        z_clip_value=z_clip, cull_to_frustum=False,
+        perspective_correct=flags["perspective_correct"], buffers=buf,
+    )  # fmt: skip
+    got = clipped_numpy(buf)
+    total = got["total"]
+    assert (got["neighbor"][:total] >= 0).sum() >= 4  # some quads really were split
+    frag = np_reference.rasterize_reference(
+        buf.verts.numpy(), got["faces"][:total], got["first"], got["count"], size,
+        faces_per_pixel=k, clipped_faces_neighbor_idx=got["neighbor"][:total],
+        dtype=np.float32, **flags,
+    )  # fmt: skip
+    ref_p = wp.empty(frag.pix_to_face.shape, dtype=wp.int32, device=device)
+    ref_b = wp.empty(frag.pix_to_face.shape, dtype=wp.vec3, device=device)
+    unclip_fragments(
+        wp.array(frag.pix_to_face.astype(np.int32), dtype=wp.int32, device=device),
+        wp.array(frag.bary_coords.astype(np.float32), dtype=wp.vec3, device=device),
+        buf, ref_p, ref_b,
+    )  # fmt: skip
+    valid = ref_p.numpy() >= 0
+    assert valid.sum() > 100
+    np.testing.assert_array_equal(out["pix_to_face"], ref_p.numpy())
+    # Both sides are float32 arithmetic in the same order (no FMA on ours); 1e-5
+    # allows for the barycentric conversion product being summed differently.
+    np.testing.assert_allclose(out["zbuf"][valid], frag.zbuf[valid], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["dists"][valid], frag.dists[valid], rtol=1e-5, atol=1e-6)
+    bary = ref_b.numpy().reshape(out["bary_coords"].shape)
+    np.testing.assert_allclose(out["bary_coords"][valid], bary[valid], rtol=1e-5, atol=1e-5)

@@ -88,7 +88,7 @@ def fragment_grads(
     s = float(0.0)
     den = float(1.0)
     if perspective != 0:
-        t = wp.vec3(w[0] * zv[1] * zv[2], zv[0] * w[1] * zv[2], zv[0] * zv[1] * w[2])
+        t = wp.vec3(w[0] * zv[1] * zv[2], w[1] * zv[0] * zv[2], w[2] * zv[0] * zv[1])
         s = t[0] + t[1] + t[2]
         den = wp.max(s, EPS)
         u = t / den

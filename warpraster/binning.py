@@ -135,6 +135,47 @@ def _fill_tiles(
                 tile_faces[pos] = f
 
 
+@wp.kernel
+def _sort_tiles(
+    tile_count: wp.array(dtype=wp.int32),
+    tile_offset: wp.array(dtype=wp.int32),
+    max_sorted: int,
+    tile_faces: wp.array(dtype=wp.int32),
+):
+    """Ascending face order within each tile's list (insertion sort, one thread per
+    tile); lists longer than ``max_sorted`` or beyond capacity are left alone (the
+    fine pass treats them as overflowed)."""
+    t = wp.tid()
+    count = tile_count[t]
+    start = tile_offset[t]
+    if count > max_sorted or start + count > tile_faces.shape[0]:
+        return
+    for i in range(start + 1, start + count):
+        v = tile_faces[i]
+        j = i - 1
+        while j >= start and tile_faces[j] > v:
+            tile_faces[j + 1] = tile_faces[j]
+            j -= 1
+        tile_faces[j + 1] = v
+
+
+#: Longest tile list that is sorted when faces must be offered in index order;
+#: longer lists fall back to the mesh's faces in order (exact, slower).
+MAX_SORTED_TILE = 256
+
+
+def sort_tiles(tile_count, tile_offset, tile_faces) -> None:
+    """Puts each tile's list in ascending face order (see ``MAX_SORTED_TILE``)."""
+    wp.launch(
+        _sort_tiles,
+        dim=tile_count.shape[0],
+        inputs=[tile_count, tile_offset, MAX_SORTED_TILE],
+        outputs=[tile_faces],
+        device=tile_count.device,
+        record_tape=False,
+    )
+
+
 def tile_grid(height: int, width: int, tile_size: int) -> tuple[int, int]:
     """Number of tiles along (y, x)."""
     return (height + tile_size - 1) // tile_size, (width + tile_size - 1) // tile_size

@@ -403,6 +403,7 @@ class ClipBuffers:
             self.mesh_to_face_first_idx,
             self.num_faces_per_mesh,
             self.clipped_faces_neighbor_idx,
+            has_neighbors=True,
         )
 
 

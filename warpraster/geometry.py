@@ -64,10 +64,14 @@ def barycentric(p: wp.vec2, v0: wp.vec2, v1: wp.vec2, v2: wp.vec2) -> wp.vec3:
 
 @wp.func
 def perspective_correct(b: wp.vec3, z0: float, z1: float, z2: float) -> wp.vec3:
-    """Perspective-correct barycentrics (denominator clamped to EPS)."""
+    """Perspective-correct barycentrics (denominator clamped to EPS).
+
+    Products in PyTorch3D's order, (b_i * z_j) * z_k: float multiplication is not
+    associative, and depth ties between faces are decided on these bits.
+    """
     w0 = b[0] * z1 * z2
-    w1 = z0 * b[1] * z2
-    w2 = z0 * z1 * b[2]
+    w1 = b[1] * z0 * z2
+    w2 = b[2] * z0 * z1
     denom = wp.max(w0 + w1 + w2, EPS)
     return wp.vec3(w0 / denom, w1 / denom, w2 / denom)
 

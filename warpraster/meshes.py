@@ -24,6 +24,9 @@ class PackedMeshes:
         mesh_to_face_first_idx: ``wp.array(dtype=wp.int32)`` (N,): first face of each mesh.
         num_faces_per_mesh: ``wp.array(dtype=wp.int32)`` (N,): face count of each mesh.
         clipped_faces_neighbor_idx: ``wp.array(dtype=wp.int32)`` (F,): split partner, -1 none.
+        has_neighbors: whether split partners may be present (then faces are offered
+            to each pixel's queue in ascending index order, as PyTorch3D's rule for
+            split faces depends on that order).
     """
 
     verts: wp.array
@@ -31,6 +34,7 @@ class PackedMeshes:
     mesh_to_face_first_idx: wp.array
     num_faces_per_mesh: wp.array
     clipped_faces_neighbor_idx: wp.array
+    has_neighbors: bool = False
 
     @property
     def num_meshes(self) -> int:
@@ -182,7 +186,7 @@ def pack_meshes(
         )
     if validate:
         _validate_topology(v.shape[0], f, first, count, nb)
-    return PackedMeshes(v, f, first, count, nb)
+    return PackedMeshes(v, f, first, count, nb, clipped_faces_neighbor_idx is not None)
 
 
 def _validate_topology(n_verts: int, faces, first, count, nb):

@@ -215,24 +215,6 @@ def _face_dist(ps: _Pass, f: int, p: wp.vec2) -> float:
 
 
 @wp.func
-def _neighbour_wins(ps: _Pass, f: int, p: wp.vec2, dist: float) -> bool:
-    """Near-plane clipping splits a face into two halves marked as neighbours: of
-    the two covering a pixel only the one nearer in xy is kept (ties: lower index)."""
-    g = ps.neighbor[f]
-    wins = False
-    if g >= 0:
-        hit_g, z_g, dist_g = _test_face(ps, g, p)
-        if hit_g:
-            d_f = dist
-            if d_f < 0.0:
-                d_f = _face_dist(ps, f, p)
-            if dist_g < 0.0:
-                dist_g = _face_dist(ps, g, p)
-            wins = dist_g < d_f or (dist_g == d_f and g < f)
-    return wins
-
-
-@wp.func
 def _before(za: float, fa: int, zb: float, fb: int) -> bool:
     """The queue's order: ascending depth, exact ties by ascending face index."""
     return za < zb or (za == zb and fa < fb)
@@ -313,12 +295,11 @@ def _small_faces_k1(ps: _Pass, small: int, phase: int):
             p = pixel_centre(yi, xi, ps.height, ps.width)
             hit, z, dist = _test_face(ps, f, p)
             if hit:
-                if not _neighbour_wins(ps, f, p, dist):
-                    q = (m * ps.height + yi) * ps.width + xi
-                    if phase == 0:
-                        wp.atomic_min(ps.zq, q, 0, z)
-                    elif z == ps.zq[q, 0]:
-                        wp.atomic_min(ps.pix_to_face, q, 0, f)
+                q = (m * ps.height + yi) * ps.width + xi
+                if phase == 0:
+                    wp.atomic_min(ps.zq, q, 0, z)
+                elif z == ps.zq[q, 0]:
+                    wp.atomic_min(ps.pix_to_face, q, 0, f)
 
 
 #: K = 1 faces covering at most this many pixels are drawn face by face.
@@ -371,18 +352,17 @@ def _make_register_kernel(kc: int):
                 f = ps.tile_faces[j]
             hit, z, dist = _test_face(ps, f, p)
             if hit and _before(z, f, qz[kc - 1], qf[kc - 1]):
-                if not _neighbour_wins(ps, f, p, dist):
-                    # Sorted insertion, unrolled: shift larger entries up by one.
-                    for s in range(kc - 1, 0, -1):
-                        if _before(z, f, qz[s - 1], qf[s - 1]):
-                            qz[s] = qz[s - 1]
-                            qf[s] = qf[s - 1]
-                        elif _before(z, f, qz[s], qf[s]):
-                            qz[s] = z
-                            qf[s] = f
-                    if _before(z, f, qz[0], qf[0]):
-                        qz[0] = z
-                        qf[0] = f
+                # Sorted insertion, unrolled: shift larger entries up by one.
+                for s in range(kc - 1, 0, -1):
+                    if _before(z, f, qz[s - 1], qf[s - 1]):
+                        qz[s] = qz[s - 1]
+                        qf[s] = qf[s - 1]
+                    elif _before(z, f, qz[s], qf[s]):
+                        qz[s] = z
+                        qf[s] = f
+                if _before(z, f, qz[0], qf[0]):
+                    qz[0] = z
+                    qf[0] = f
         for s in range(kc):
             if s < ps.faces_per_pixel:
                 face = qf[s]
@@ -412,17 +392,13 @@ def _register_kernel(k: int) -> wp.Kernel:
 
 
 @wp.func
-def _offer(ps: _Pass, q: int, f: int, p: wp.vec2, size: int) -> int:
-    """Offers face f to the queue held in row q of the output arrays (any K)."""
-    hit, z, dist = _test_face(ps, f, p)
-    if not hit:
-        return size
+def _insert(ps: _Pass, q: int, f: int, z: float, size: int) -> int:
+    """Sorted insertion of (z, f) into the queue in row q; drops the last entry
+    when the queue is full. Returns the new size."""
     k = ps.faces_per_pixel
     if size == k:
         if not _before(z, f, ps.zq[q, k - 1], ps.pix_to_face[q, k - 1]):
             return size
-    if _neighbour_wins(ps, f, p, dist):
-        return size
     pos = size
     if size == k:
         pos = k - 1
@@ -440,6 +416,39 @@ def _offer(ps: _Pass, q: int, f: int, p: wp.vec2, size: int) -> int:
     ps.zq[q, pos] = z
     ps.pix_to_face[q, pos] = f
     return size
+
+
+@wp.func
+def _offer(ps: _Pass, q: int, f: int, p: wp.vec2, size: int) -> int:
+    """Offers face f to the queue held in row q of the output arrays (any K).
+
+    PyTorch3D's rule for the two halves of a face split by near-plane clipping,
+    which depends on the order faces are offered in (ascending index, ensured
+    by the caller): if f's neighbour is in the queue now, f takes its slot when
+    f is strictly nearer in xy, else f is dropped; otherwise f is offered as
+    usual.
+    """
+    hit, z, dist = _test_face(ps, f, p)
+    if not hit:
+        return size
+    g = ps.neighbor[f]
+    if g >= 0:
+        slot = int(-1)
+        for s in range(size):
+            if ps.pix_to_face[q, s] == g:
+                slot = s
+        if slot >= 0:
+            d_f = dist
+            if d_f < 0.0:
+                d_f = _face_dist(ps, f, p)
+            if d_f < _face_dist(ps, g, p):
+                # remove g, then insert f (the queue cannot overflow)
+                for s in range(slot, size - 1):
+                    ps.zq[q, s] = ps.zq[q, s + 1]
+                    ps.pix_to_face[q, s] = ps.pix_to_face[q, s + 1]
+                size = _insert(ps, q, f, z, size - 1)
+            return size
+    return _insert(ps, q, f, z, size)
 
 
 @wp.kernel
@@ -803,7 +812,11 @@ def rasterize_packed(
         out.zbuf, out.bary_coords, out.dists,
     )  # fmt: skip
     k = ws.faces_per_pixel
-    small = SMALL_FACE_PIXELS if (k == 1 and ws.bin_size > 0) else 0
+    # Split faces (near-plane clipping): PyTorch3D's rule for them depends on the
+    # order faces are offered in, so every pixel sees its faces in ascending index
+    # order, in a queue of exactly K slots (the output-array queue).
+    ordered = meshes.has_neighbors
+    small = SMALL_FACE_PIXELS if (k == 1 and ws.bin_size > 0 and not ordered) else 0
     if small > 0:
         ps.seeded = 1
         out.zbuf.fill_(_FAR_VALUE)
@@ -832,10 +845,14 @@ def rasterize_packed(
                 ws.tile_faces,
                 small,
             )
+            if ordered:
+                binning.sort_tiles(ws.tile_count, ws.tile_offset, ws.tile_faces)
+                ps.max_per_tile = min(ps.max_per_tile, binning.MAX_SORTED_TILE)
         else:
             ws.tile_count.zero_()
             ws.tile_offset.zero_()
-    kernel = _register_kernel(k) if k <= REGISTER_QUEUE_MAX_K else _raster_output_queue
+    use_registers = k <= REGISTER_QUEUE_MAX_K and not ordered
+    kernel = _register_kernel(k) if use_registers else _raster_output_queue
     threads = n * ws.tiles_y * ws.tiles_x * ws.tile_size * ws.tile_size
     wp.launch(
         kernel,
