@@ -643,7 +643,9 @@ def test_p12_clip_then_numpy_rasterizer_matches_pytorch3d(device):
     np.testing.assert_allclose(np.abs(frag.dists[off]), np.abs(c["dists"][off]), atol=1e-6)
 
 
-def test_p12_rasterize_meshes_forward_and_gradient_match_pytorch3d(device):
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+@pytest.mark.parametrize("bin_size", [0, 8])
+def test_p12_rasterize_meshes_forward_and_gradient_match_pytorch3d(device, bin_size, deterministic):
     """The whole clipped render path (rasterize_meshes with z_clip_value) on p12:
     fragments and d loss / d verts_ndc as PyTorch3D computed them."""
     c = load_case(P12)
@@ -654,9 +656,10 @@ def test_p12_rasterize_meshes_forward_and_gradient_match_pytorch3d(device):
         frag = rasterize_meshes(
             verts,
             **args,
-            bin_size=0,
+            bin_size=bin_size,
             z_clip_value=c["z_clip_value"],
             cull_to_frustum=c["cull_to_frustum"],
+            deterministic=deterministic,
         )
     out = frag.numpy()
     np.testing.assert_array_equal(out["pix_to_face"], c["pix_to_face"])

@@ -600,6 +600,7 @@ class ClipWorkspace:
         max_faces_per_bin: int | None = None,
         device=None,
         requires_grad: bool = False,
+        deterministic: bool = False,
     ):
         from .fragments import Fragments  # noqa: PLC0415 - see rasterize_clipped
         from .raster import RasterWorkspace, default_max_faces_per_bin  # noqa: PLC0415
@@ -620,7 +621,9 @@ class ClipWorkspace:
             max_faces_per_bin=max_faces_per_bin,
             device=device,
             requires_grad=requires_grad,
+            deterministic=deterministic,
         )
+        self.deterministic = bool(deterministic)
         inner = self.raster.fragments
         self.fragments = Fragments(
             pix_to_face=wp.full(inner.shape, -1, dtype=wp.int32, device=device),
@@ -664,6 +667,7 @@ def rasterize_clipped(
     cull_to_frustum: bool,
     workspace: ClipWorkspace | None = None,
     frustum_cull_rule: FrustumCullRule = FrustumCullRule.PYTORCH3D,
+    deterministic: bool = False,
 ):
     """Clip, rasterize the clipped list, map the fragments back: PyTorch3D's clipped path.
 
@@ -692,6 +696,7 @@ def rasterize_clipped(
             max_faces_per_bin=max_faces_per_bin,
             device=meshes.device,
             requires_grad=meshes.verts.requires_grad,
+            deterministic=deterministic,
         )
     elif not isinstance(workspace, ClipWorkspace):
         raise TypeError(
@@ -703,6 +708,8 @@ def rasterize_clipped(
             "workspace was made for another configuration (vertices, faces, meshes, "
             "image size, faces_per_pixel, bin_size or device differ)"
         )
+    elif deterministic and not workspace.deterministic:
+        raise ValueError("deterministic=True needs a workspace made with deterministic=True")
     clipped = clip_faces(
         meshes.verts,
         meshes.faces,

@@ -715,8 +715,6 @@ def rasterize_meshes(
             f"faces_per_pixel={k} with {n} images of {h}x{w} needs more than 2**31 slots"
         )
     if z_clip_value is not None or cull_to_frustum:
-        if deterministic:
-            raise ValueError("deterministic=True is not supported with z clipping / culling yet")
         from .clip import rasterize_clipped  # noqa: PLC0415 - optional path
 
         return rasterize_clipped(
@@ -732,6 +730,7 @@ def rasterize_meshes(
             z_clip_value=z_clip_value,
             cull_to_frustum=bool(cull_to_frustum),
             workspace=workspace,
+            deterministic=deterministic,
         )
     if bin_size is None:
         bin_size = default_bin_size(h, w)
