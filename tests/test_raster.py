@@ -441,3 +441,19 @@ def test_bit_identical_to_the_oracles_float32_emulation(flags, device):
         np.testing.assert_array_equal(out["pix_to_face"], ref.pix_to_face)
         for key in ("zbuf", "bary_coords", "dists"):
             np.testing.assert_array_equal(out[key], getattr(ref, key).astype(np.float32))
+
+
+@pytest.mark.parametrize("k", [1, 3, 20])
+def test_no_faces_at_all_gives_empty_fragments(k, device):
+    scene = {
+        "verts": np.zeros((0, 3), np.float32),
+        "faces": np.zeros((0, 3), np.int32),
+        "mesh_to_face_first_idx": np.array([0, 0], np.int32),
+        "num_faces_per_mesh": np.array([0, 0], np.int32),
+        "image_size": (5, 7),
+    }
+    for bs in (0, 8):
+        out = _run(scene, device, faces_per_pixel=k, bin_size=bs)
+        assert out["pix_to_face"].shape == (2, 5, 7, k)
+        assert (out["pix_to_face"] == -1).all() and (out["zbuf"] == -1).all()
+        assert (out["dists"] == -1).all() and (out["bary_coords"] == -1).all()
