@@ -10,9 +10,9 @@ How it works:
   with a fake implementation (output shapes from N, image size and K), so
   ``torch.compile(fullgraph=True)`` treats it as one opaque node.
 * Its backward is a second custom op (``warpraster::rasterize_meshes_backward``)
-  that re-runs the differentiable recompute of :mod:`warpraster.fragments` from
-  the saved ``pix_to_face`` under a ``wp.Tape``, seeds the tape with the upstream
-  gradients (zero at ``pix_to_face == -1``) and returns the vertex gradient.
+  that runs the hand-written adjoint (:func:`warpraster.backward.grads_from_pix_to_face`)
+  from the saved ``pix_to_face`` and the upstream gradients (zero at
+  ``pix_to_face == -1``) and returns the vertex gradient.
   Nothing Warp-side (no tape) lives in the autograd graph. With ``z_clip_value``
   or ``cull_to_frustum`` the whole clipped forward is replayed under the tape
   instead, because its ``zbuf``/``dists`` belong to clipped sub-triangles.
