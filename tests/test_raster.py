@@ -461,3 +461,24 @@ def test_no_faces_at_all_gives_empty_fragments(k, device):
         assert out["pix_to_face"].shape == (2, 5, 7, k)
         assert (out["pix_to_face"] == -1).all() and (out["zbuf"] == -1).all()
         assert (out["dists"] == -1).all() and (out["bary_coords"] == -1).all()
+
+
+def test_overflowing_bin_still_exact_for_k1(device):
+    """K = 1 bins only faces larger than the small-face limit: 40 large overlapping
+    faces in few bins of capacity 2 overflow, the fallback stays exact."""
+    rng = np.random.default_rng(8)
+    nf = 40
+    xy = rng.uniform(-0.2, 0.2, (nf, 1, 2)) + rng.uniform(-0.6, 0.6, (nf, 3, 2))
+    z = rng.uniform(0.5, 2.0, (nf, 3, 1))
+    scene = {
+        "verts": np.concatenate([xy, z], -1).reshape(-1, 3).astype(np.float32),
+        "faces": np.arange(3 * nf, dtype=np.int32).reshape(-1, 3),
+        "mesh_to_face_first_idx": np.array([0], np.int32),
+        "num_faces_per_mesh": np.array([nf], np.int32),
+        "image_size": 48,
+    }
+    naive = _run(scene, device, faces_per_pixel=1, bin_size=0)
+    tiny = _run(scene, device, faces_per_pixel=1, bin_size=16, max_faces_per_bin=2)
+    assert tiny["overflowed_bins"] >= 1
+    for key in ("pix_to_face", "zbuf", "bary_coords", "dists"):
+        np.testing.assert_array_equal(tiny[key], naive[key])
