@@ -223,20 +223,56 @@ class FaceGradBuffers:
     buffers (:class:`~warpraster.fragments.DeterministicBackward`)."""
 
     def __init__(self, num_faces: int, device, deterministic: bool, shape=None):
-        f = max(int(num_faces), 1)
         self.deterministic = bool(deterministic)
-        self.face_grad = wp.zeros(f, dtype=wp.mat33, device=device)
+        self.face_grad = None
         self.sorted = None
         if self.deterministic:
             from .fragments import DeterministicBackward  # noqa: PLC0415
 
             self.sorted = DeterministicBackward(shape, num_faces, device)
+        else:
+            self.face_grad = wp.zeros(max(int(num_faces), 1), dtype=wp.mat33, device=device)
+
+
+def _launch_slot_grads(
+    faces, face_mesh, face_verts, pix_to_face, grad_zbuf, grad_bary, grad_dists, face_grad,
+    verts_grad, *, perspective_correct: bool, clip_barycentric_coords: bool,
+) -> None:  # fmt: skip
+    """Per-slot derivatives summed per face (atomics), then added to the vertices.
+    ``face_grad`` must be zero; the (N, H, W, K) arrays are viewed as rows of K."""
+    n, h, w, k = pix_to_face.shape
+    device = verts_grad.device
+    wp.launch(
+        _slot_grads,
+        dim=n * h * w,
+        inputs=[
+            face_verts,
+            pix_to_face.reshape((-1, k)),
+            grad_zbuf.reshape((-1, k)),
+            grad_bary.reshape((-1, k)),
+            grad_dists.reshape((-1, k)),
+            h,
+            w,
+            int(perspective_correct),
+            int(clip_barycentric_coords),
+        ],
+        outputs=[face_grad],
+        device=device,
+        record_tape=False,
+    )
+    wp.launch(
+        _scatter_to_verts,
+        dim=faces.shape[0],
+        inputs=[faces, face_mesh, face_grad],
+        outputs=[verts_grad],
+        device=device,
+        record_tape=False,
+    )
 
 
 def accumulate_vertex_grads(
     faces,
     face_mesh,
-    face_bbox,
     face_verts,
     fragments,
     verts_grad,
@@ -250,34 +286,14 @@ def accumulate_vertex_grads(
     Reads ``fragments.{zbuf,bary_coords,dists}.grad`` (slots with
     ``pix_to_face == -1`` are ignored). Capturable: no allocation, no host read.
     """
-    n, h, w, k = fragments.shape
-    nf = faces.shape[0]
-    if nf == 0:
+    if faces.shape[0] == 0:
         return
-    device = verts_grad.device
-    p2f = fragments.pix_to_face.reshape((-1, k))
-    gz = fragments.zbuf.grad.reshape((-1, k))
-    gb = fragments.bary_coords.grad.reshape((-1, k))
-    gd = fragments.dists.grad.reshape((-1, k))
-    persp = int(perspective_correct)
-    clip = int(clip_barycentric_coords)
     buffers.face_grad.zero_()
-    wp.launch(
-        _slot_grads,
-        dim=n * h * w,
-        inputs=[face_verts, p2f, gz, gb, gd, h, w, persp, clip],
-        outputs=[buffers.face_grad],
-        device=device,
-        record_tape=False,
-    )
-    wp.launch(
-        _scatter_to_verts,
-        dim=nf,
-        inputs=[faces, face_mesh, buffers.face_grad],
-        outputs=[verts_grad],
-        device=device,
-        record_tape=False,
-    )
+    _launch_slot_grads(
+        faces, face_mesh, face_verts, fragments.pix_to_face, fragments.zbuf.grad,
+        fragments.bary_coords.grad, fragments.dists.grad, buffers.face_grad, verts_grad,
+        perspective_correct=perspective_correct, clip_barycentric_coords=clip_barycentric_coords,
+    )  # fmt: skip
 
 
 @wp.kernel
@@ -314,32 +330,16 @@ def grads_from_pix_to_face(
     if nf == 0:
         return
     device = verts_grad.device
-    n, h, w, k = pix_to_face.shape
     face_verts = wp.empty(nf, dtype=wp.mat33, device=device)
     face_grad = wp.zeros(nf, dtype=wp.mat33, device=device)
     face_mesh = wp.zeros(nf, dtype=wp.int32, device=device)  # every face may be scattered
     wp.launch(_gather_face_verts, dim=nf, inputs=[verts, faces], outputs=[face_verts],
               device=device, record_tape=False)  # fmt: skip
-    wp.launch(
-        _slot_grads,
-        dim=n * h * w,
-        inputs=[
-            face_verts,
-            pix_to_face.reshape((-1, k)),
-            grad_zbuf.reshape((-1, k)),
-            grad_bary.reshape((-1, k)),
-            grad_dists.reshape((-1, k)),
-            h,
-            w,
-            int(perspective_correct),
-            int(clip_barycentric_coords),
-        ],
-        outputs=[face_grad],
-        device=device,
-        record_tape=False,
-    )
-    wp.launch(_scatter_to_verts, dim=nf, inputs=[faces, face_mesh, face_grad],
-              outputs=[verts_grad], device=device, record_tape=False)  # fmt: skip
+    _launch_slot_grads(
+        faces, face_mesh, face_verts, pix_to_face, grad_zbuf, grad_bary, grad_dists, face_grad,
+        verts_grad, perspective_correct=perspective_correct,
+        clip_barycentric_coords=clip_barycentric_coords,
+    )  # fmt: skip
 
 
 def _active_tape():
@@ -370,7 +370,7 @@ def record_backward(meshes, workspace, *, perspective_correct: bool, clip_baryce
             )
             return
         accumulate_vertex_grads(
-            faces, ws.face_mesh, ws.face_bbox, ws.face_verts, out, verts.grad, ws.face_grads,
+            faces, ws.face_mesh, ws.face_verts, out, verts.grad, ws.face_grads,
             perspective_correct=persp, clip_barycentric_coords=clip,
         )  # fmt: skip
 
