@@ -28,3 +28,9 @@ DEVICES = _devices()
 def device(request):
     """Each Warp device present: `cpu` always, `cuda:0` when a GPU is there."""
     return request.param
+
+
+@pytest.fixture
+def cli_device():
+    """The first test device, for commands run in a subprocess (one device is enough there)."""
+    return DEVICES[0]

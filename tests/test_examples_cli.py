@@ -20,9 +20,9 @@ def _run(args, cwd):
     return out.stdout
 
 
-def test_render_command_writes_images_of_the_default_scene(tmp_path):
+def test_render_command_writes_images_of_the_default_scene(tmp_path, cli_device):
     _run(["-m", "warpraster.cli", "render", "--out", str(tmp_path), "--height", "60",
-          "--width", "80", "--device", "cpu"], ROOT)  # fmt: skip
+          "--width", "80", "--device", cli_device], ROOT)  # fmt: skip
     shaded = np.asarray(Image.open(tmp_path / "shaded.png"))
     faces = np.asarray(Image.open(tmp_path / "faces.png"))
     assert shaded.shape == (60, 80, 3) and faces.shape == (60, 80, 3)
@@ -33,9 +33,9 @@ def test_render_command_writes_images_of_the_default_scene(tmp_path):
     assert frags["pix_to_face"].max() < 5376  # faces of the bundled scene
 
 
-def test_bench_command_checks_itself_and_writes_json(tmp_path):
+def test_bench_command_checks_itself_and_writes_json(tmp_path, cli_device):
     out = tmp_path / "bench.json"
-    _run(["-m", "warpraster.bench", "--device", "cpu", "--runs", "1",
+    _run(["-m", "warpraster.bench", "--device", cli_device, "--runs", "1",
           "--scenes", "ico4x1_256_k1", "--json", str(out)], ROOT)  # fmt: skip
     rows = json.loads(out.read_text())
     assert rows[0]["check_mismatches"] == 0 and rows[0]["check_pixels"] > 1000
@@ -43,6 +43,6 @@ def test_bench_command_checks_itself_and_writes_json(tmp_path):
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
-def test_fit_mesh_depth_example_converges(graph):
-    args = ["examples/fit_mesh_depth.py", "--test", "--device", "cpu"]
+def test_fit_mesh_depth_example_converges(graph, cli_device):
+    args = ["examples/fit_mesh_depth.py", "--test", "--device", cli_device]
     _run(args + (["--graph"] if graph else []), ROOT)
