@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import warp as wp
 
+from . import raster
 from .meshes import pack_meshes
 from .primitives import ico_sphere
 from .raster import RasterWorkspace, default_bin_size, rasterize_naive_at, rasterize_packed
@@ -212,7 +213,7 @@ def run_scene(
     fr = ws.fragments
     ws_bytes = _nbytes(
         ws.face_mesh, ws.face_bbox, ws.face_verts, ws.tile_count, ws.tile_offset,
-        ws.tile_cursor, ws.tile_faces,
+        ws.tile_cursor, ws.tile_faces, ws.depth_keys,
     )  # fmt: skip
     out_bytes = _nbytes(fr.pix_to_face, fr.zbuf, fr.bary_coords, fr.dists)
     return {
@@ -233,6 +234,8 @@ def run_scene(
         "workspace_bytes": ws_bytes,
         "output_bytes": out_bytes,
         "kernel_ms": profile,
+        "small_face_lanes": raster.SMALL_FACE_LANES,
+        "pixels_per_thread": raster.PIXELS_PER_THREAD,
     }
 
 
@@ -244,11 +247,23 @@ def main(argv=None) -> int:
     ap.add_argument("--scenes", default=None, help="comma-separated scene names (default: all)")
     ap.add_argument("--bin-size", type=int, default=None, help="override the bin size")
     ap.add_argument("--profile", action="store_true", help="per-kernel times (CUDA)")
+    ap.add_argument(
+        "--small-lanes", type=int, default=None,
+        help="threads per face in the K=1 small-face pass (default: automatic)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--pixels-per-thread", type=int, default=None,
+        help="pixels per thread of the register-queue pass, 1 or 2 (default: automatic)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     wp.config.quiet = True
     wp.config.log_level = getattr(wp, "LOG_WARNING", 30)  # no per-module load lines
     wp.init()
     device = wp.get_device(args.device)
+    if args.small_lanes is not None:
+        raster.SMALL_FACE_LANES = args.small_lanes
+    if args.pixels_per_thread is not None:
+        raster.PIXELS_PER_THREAD = args.pixels_per_thread
     scenes = GPU_SCENES if device.is_cuda else CPU_SCENES
     if args.scenes:
         wanted = set(args.scenes.split(","))

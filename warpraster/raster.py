@@ -149,8 +149,9 @@ class _Pass:
     tile_faces: wp.array(dtype=wp.int32)
     max_per_tile: int
     overflow: wp.array(dtype=wp.int32)
-    # K = 1: the queue starts from what the small-face passes left in the outputs
+    # K = 1: the queue starts from the (depth, face) keys the small-face pass left
     seeded: int
+    keys: wp.array(dtype=wp.uint64)
     # outputs, viewed as (N * H * W, K); zq is zbuf, also the depth queue of _offer
     pix_to_face: wp.array2d(dtype=wp.int32)
     zq: wp.array2d(dtype=wp.float32)
@@ -169,12 +170,16 @@ def _test_face(ps: _Pass, f: int, p: wp.vec2):
     depth; the edge distance only when the pixel is outside and blur could
     still keep it.
     """
+    return _test_record(ps, ps.face_bbox[f], ps.face_verts[f], p)
+
+
+@wp.func
+def _test_record(ps: _Pass, bb: wp.vec4, m: wp.mat33, p: wp.vec2):
+    """_test_face on a face's loaded bbox and vertices (rows)."""
     hit = False
     z = float(0.0)
     dist = float(-1.0)
-    bb = ps.face_bbox[f]
     if not (p[0] > bb[2] or p[0] < bb[0] or p[1] > bb[3] or p[1] < bb[1]):
-        m = ps.face_verts[f]
         a = wp.vec2(m[0, 0], m[0, 1])
         b = wp.vec2(m[1, 0], m[1, 1])
         c = wp.vec2(m[2, 0], m[2, 1])
@@ -275,14 +280,37 @@ def _write_slot(ps: _Pass, q: int, s: int, f: int, p: wp.vec2):
         ps.dists[q, s] = d
 
 
+# (depth, face) packed into one 64-bit key: depth bits high, face index low. For
+# depths >= 0 the IEEE bits order as the floats do, so one unsigned atomic_min
+# keeps the queue's (depth, face index) minimum. -0.0 is folded into +0.0 (equal
+# depths must tie on the index).
+@wp.func_native("union { float f; uint32_t u; } c; c.f = (x == 0.0f) ? 0.0f : x; return c.u;")
+def _depth_bits(x: float) -> wp.uint32: ...
+
+
+@wp.func_native("union { float f; uint32_t u; } c; c.u = x; return c.f;")
+def _bits_depth(x: wp.uint32) -> float: ...
+
+
+#: Key of a pixel no small face covers (decodes to no face).
+_EMPTY_KEY_VALUE = 2**64 - 1
+_EMPTY_KEY = wp.constant(wp.uint64(_EMPTY_KEY_VALUE))
+
+
+@wp.func
+def _depth_key(z: float, f: int) -> wp.uint64:
+    return (wp.uint64(_depth_bits(z)) << wp.uint64(32)) | wp.uint64(f)
+
+
 @wp.kernel
-def _small_faces_k1(ps: _Pass, small: int, phase: int):
-    """K = 1, faces covering at most ``small`` pixels: one thread per face walks its
-    pixels. Phase 0 keeps the nearest depth per pixel (atomic min); phase 1, among
-    the faces at exactly that depth, the lowest index: together the same (depth,
-    face index) minimum as the queue, in time proportional to the covered pixels
-    rather than to the faces per tile."""
-    f = wp.tid()
+def _small_faces_k1(ps: _Pass, small: int, lanes: int):
+    """K = 1, faces covering at most ``small`` pixels: ``lanes`` threads per face
+    share its pixel box, and each covered pixel takes the atomic minimum of the
+    face's (depth, index) key: the queue's order, in one pass whose work follows
+    the covered pixels rather than the faces per tile."""
+    t = wp.tid()
+    f = t // lanes
+    lane = t - f * lanes
     m = ps.face_mesh[f]
     if m < 0:
         return
@@ -290,20 +318,37 @@ def _small_faces_k1(ps: _Pass, small: int, phase: int):
     npix = binning.box_pixels(box)
     if npix == 0 or npix > small:
         return
-    for yi in range(box[0], box[1] + 1):
-        for xi in range(box[2], box[3] + 1):
-            p = pixel_centre(yi, xi, ps.height, ps.width)
-            hit, z, dist = _test_face(ps, f, p)
-            if hit:
-                q = (m * ps.height + yi) * ps.width + xi
-                if phase == 0:
-                    wp.atomic_min(ps.zq, q, 0, z)
-                elif z == ps.zq[q, 0]:
-                    wp.atomic_min(ps.pix_to_face, q, 0, f)
+    bw = box[3] - box[2] + 1
+    for i in range(lane, npix, lanes):
+        yi = box[0] + i // bw
+        xi = box[2] + i % bw
+        p = pixel_centre(yi, xi, ps.height, ps.width)
+        hit, z, dist = _test_face(ps, f, p)
+        # the register queue accepts (z, f) only before its empty slot (_FAR, _NO_FACE)
+        if hit and _before(z, f, _FAR, _NO_FACE):
+            q = (m * ps.height + yi) * ps.width + xi
+            wp.atomic_min(ps.keys, q, _depth_key(z, f))
 
 
 #: K = 1 faces covering at most this many pixels are drawn face by face.
 SMALL_FACE_PIXELS = 64
+#: Threads per face in the small-face pass (None: chosen by small_face_lanes).
+SMALL_FACE_LANES: int | None = None
+
+
+def small_face_lanes(num_faces: int, num_pixels: int) -> int:
+    """Threads sharing one small face's pixel box: more when faces are large
+    relative to pixels (fewer faces to keep the GPU busy, longer walks)."""
+    if SMALL_FACE_LANES is not None:
+        lanes = int(SMALL_FACE_LANES)
+    else:
+        per_face = num_pixels / max(num_faces, 1)
+        lanes = 1
+        while lanes < 8 and 2 * lanes <= per_face / 2:
+            lanes *= 2
+    while lanes > 1 and num_faces * lanes > _INT32_MAX:
+        lanes //= 2
+    return lanes
 
 
 @wp.kernel
@@ -323,46 +368,39 @@ def _write_outputs(ps: _Pass):
     _write_slot(ps, q, s, ps.pix_to_face[q, s], p)
 
 
-def _make_register_kernel(kc: int):
+def _make_register_kernel(kc: int, rows: int):
     """Fine/naive pass whose queue of ``kc`` slots lives in registers (kc <= 16).
 
     Serves every K <= kc: the first K slots of a top-kc queue are the top-K.
+    Each thread serves ``rows`` pixels of one tile column (rows apart by
+    tile_size / rows), so each face record it loads is tested ``rows`` times.
     """
     qf_t = wp.types.vector(length=kc, dtype=wp.float32)
     qi_t = wp.types.vector(length=kc, dtype=wp.int32)
 
-    def raster_register_queue(ps: _Pass):
-        loc = _locate_tile_pixel(ps, wp.tid())
-        n = loc[0]
-        yi = loc[2]
-        xi = loc[3]
-        if yi >= ps.height or xi >= ps.width:
-            return
-        p = pixel_centre(yi, xi, ps.height, ps.width)
-        rng = _face_range(ps, n, loc[1], yi % ps.tile_size == 0 and xi % ps.tile_size == 0)
-        qz = qf_t(_FAR)
-        qf = qi_t(_NO_FACE)
-        q = (n * ps.height + yi) * ps.width + xi
+    def insert(qz, qf, z: float, f: int):
+        """Sorted insertion, unrolled: entries after (z, f) shift up by one."""
+        for s in range(kc - 1, 0, -1):
+            if _before(z, f, qz[s - 1], qf[s - 1]):
+                qz[s] = qz[s - 1]
+                qf[s] = qf[s - 1]
+            elif _before(z, f, qz[s], qf[s]):
+                qz[s] = z
+                qf[s] = f
+        if _before(z, f, qz[0], qf[0]):
+            qz[0] = z
+            qf[0] = f
+        return qz, qf
+
+    def seed(ps: _Pass, q: int, qz, qf):
         if ps.seeded != 0:
-            qz[0] = ps.zq[q, 0]
-            qf[0] = ps.pix_to_face[q, 0]
-        for j in range(rng[0], rng[1]):
-            f = j
-            if rng[2] != 0:
-                f = ps.tile_faces[j]
-            hit, z, dist = _test_face(ps, f, p)
-            if hit and _before(z, f, qz[kc - 1], qf[kc - 1]):
-                # Sorted insertion, unrolled: shift larger entries up by one.
-                for s in range(kc - 1, 0, -1):
-                    if _before(z, f, qz[s - 1], qf[s - 1]):
-                        qz[s] = qz[s - 1]
-                        qf[s] = qf[s - 1]
-                    elif _before(z, f, qz[s], qf[s]):
-                        qz[s] = z
-                        qf[s] = f
-                if _before(z, f, qz[0], qf[0]):
-                    qz[0] = z
-                    qf[0] = f
+            key = ps.keys[q]
+            if key != _EMPTY_KEY:
+                qz[0] = _bits_depth(wp.uint32(key >> wp.uint64(32)))
+                qf[0] = int(wp.uint32(key & wp.uint64(0xFFFFFFFF)))
+        return qz, qf
+
+    def store(ps: _Pass, q: int, qf):
         for s in range(kc):
             if s < ps.faces_per_pixel:
                 face = qf[s]
@@ -370,9 +408,65 @@ def _make_register_kernel(kc: int):
                     face = -1
                 ps.pix_to_face[q, s] = face
 
-    # A distinct name per queue size: readable profiles, and kernels generated from one
+    # annotations set here: the queue types are local to this call
+    # (``from __future__ import annotations`` would leave them unresolvable strings)
+    insert.__annotations__ = {"qz": qf_t, "qf": qi_t, "z": float, "f": int}
+    seed.__annotations__ = {"ps": _Pass, "q": int, "qz": qf_t, "qf": qi_t}
+    store.__annotations__ = {"ps": _Pass, "q": int, "qf": qi_t}
+    insert = wp.func(insert, module="unique")
+    seed = wp.func(seed, module="unique")
+    store = wp.func(store, module="unique")
+
+    def raster_register_queue(ps: _Pass):
+        t = ps.tile_size
+        per_tile = t * t // rows
+        tid = wp.tid()
+        tile = tid // per_tile
+        local = tid - tile * per_tile
+        per_image = ps.tiles_y * ps.tiles_x
+        n = tile // per_image
+        tile_in_image = tile - n * per_image
+        y0 = (tile_in_image // ps.tiles_x) * t + local // t
+        xi = (tile_in_image % ps.tiles_x) * t + local % t
+        step = t // rows
+        if y0 >= ps.height or xi >= ps.width:
+            return
+        rng = _face_range(ps, n, tile, local == 0)
+        # rows live in registers: unrolled over r (rows is a compile-time constant)
+        qz0 = qf_t(_FAR)
+        qf0 = qi_t(_NO_FACE)
+        q0 = (n * ps.height + y0) * ps.width + xi
+        p0 = pixel_centre(y0, xi, ps.height, ps.width)
+        qz0, qf0 = seed(ps, q0, qz0, qf0)
+        y1 = y0 + step
+        live1 = rows > 1 and y1 < ps.height
+        qz1 = qf_t(_FAR)
+        qf1 = qi_t(_NO_FACE)
+        q1 = (n * ps.height + y1) * ps.width + xi
+        p1 = pixel_centre(y1, xi, ps.height, ps.width)
+        if live1:
+            qz1, qf1 = seed(ps, q1, qz1, qf1)
+        for j in range(rng[0], rng[1]):
+            f = j
+            if rng[2] != 0:
+                f = ps.tile_faces[j]
+            bb = ps.face_bbox[f]
+            m = ps.face_verts[f]
+            hit, z, dist = _test_record(ps, bb, m, p0)
+            if hit and _before(z, f, qz0[kc - 1], qf0[kc - 1]):
+                qz0, qf0 = insert(qz0, qf0, z, f)
+            if live1:
+                hit1, z1, dist1 = _test_record(ps, bb, m, p1)
+                if hit1 and _before(z1, f, qz1[kc - 1], qf1[kc - 1]):
+                    qz1, qf1 = insert(qz1, qf1, z1, f)
+        store(ps, q0, qf0)
+        if live1:
+            store(ps, q1, qf1)
+
+    # A distinct name per variant: readable profiles, and kernels generated from one
     # function stay apart wherever Warp keys them by name (CPU graph capture does).
-    raster_register_queue.__name__ = raster_register_queue.__qualname__ = f"raster_queue_{kc}"
+    name = f"raster_queue_{kc}" if rows == 1 else f"raster_queue_{kc}x{rows}"
+    raster_register_queue.__name__ = raster_register_queue.__qualname__ = name
     return wp.kernel(
         raster_register_queue,
         enable_backward=False,
@@ -381,14 +475,24 @@ def _make_register_kernel(kc: int):
     )
 
 
-_REGISTER_KERNELS: dict[int, wp.Kernel] = {}
+_REGISTER_KERNELS: dict[tuple[int, int], wp.Kernel] = {}
+#: Pixels per thread of the register-queue pass (None: chosen by pixels_per_thread).
+PIXELS_PER_THREAD: int | None = None
 
 
-def _register_kernel(k: int) -> wp.Kernel:
+def pixels_per_thread(k: int, tile_size: int) -> int:
+    """1 or 2 pixels per thread of the register-queue pass (2 needs an even tile)."""
+    rows = 1 if PIXELS_PER_THREAD is None else int(PIXELS_PER_THREAD)
+    if rows not in (1, 2):
+        raise ValueError(f"PIXELS_PER_THREAD must be 1 or 2, got {rows}")
+    return rows if tile_size % rows == 0 else 1
+
+
+def _register_kernel(k: int, rows: int) -> wp.Kernel:
     kc = next(b for b in _REGISTER_BUCKETS if b >= k)
-    if kc not in _REGISTER_KERNELS:
-        _REGISTER_KERNELS[kc] = _make_register_kernel(kc)
-    return _REGISTER_KERNELS[kc]
+    if (kc, rows) not in _REGISTER_KERNELS:
+        _REGISTER_KERNELS[kc, rows] = _make_register_kernel(kc, rows)
+    return _REGISTER_KERNELS[kc, rows]
 
 
 @wp.func
@@ -586,6 +690,11 @@ class RasterWorkspace:
             self.num_meshes, h, w, self.faces_per_pixel, self.device, self.requires_grad
         )
         self.fragments._overflow = self.overflow if self.bin_size > 0 else None
+        # K = 1 binned: one (depth, face) key per pixel for the small-face pass
+        key_count = (
+            self.num_meshes * h * w if self.faces_per_pixel == 1 and self.bin_size > 0 else 1
+        )
+        self.depth_keys = wp.empty(key_count, dtype=wp.uint64, device=self.device)
         self.deterministic = bool(deterministic)
         self.face_grads = FaceGradBuffers(
             self.num_faces, self.device, self.deterministic, self.fragments.shape
@@ -818,17 +927,16 @@ def rasterize_packed(
     small = SMALL_FACE_PIXELS if (k == 1 and ws.bin_size > 0 and not ordered) else 0
     if small > 0:
         ps.seeded = 1
-        out.zbuf.fill_(_FAR_VALUE)
-        out.pix_to_face.fill_(_NO_FACE_VALUE)
+        ws.depth_keys.fill_(_EMPTY_KEY_VALUE)
         if meshes.num_faces > 0:
-            for phase in (0, 1):
-                wp.launch(
-                    _small_faces_k1,
-                    dim=meshes.num_faces,
-                    inputs=[ps, small, phase],
-                    device=device,
-                    record_tape=False,
-                )
+            lanes = small_face_lanes(meshes.num_faces, n * h * w)
+            wp.launch(
+                _small_faces_k1,
+                dim=meshes.num_faces * lanes,
+                inputs=[ps, small, lanes],
+                device=device,
+                record_tape=False,
+            )
     if ws.bin_size > 0:
         ws.overflow.zero_()
         if meshes.num_faces > 0:
@@ -851,15 +959,16 @@ def rasterize_packed(
             ws.tile_count.zero_()
             ws.tile_offset.zero_()
     use_registers = k <= REGISTER_QUEUE_MAX_K and not ordered
-    kernel = _register_kernel(k) if use_registers else _raster_output_queue
-    threads = n * ws.tiles_y * ws.tiles_x * ws.tile_size * ws.tile_size
+    rows = pixels_per_thread(k, ws.tile_size) if use_registers else 1
+    kernel = _register_kernel(k, rows) if use_registers else _raster_output_queue
+    per_tile = ws.tile_size * ws.tile_size // rows
     wp.launch(
         kernel,
-        dim=threads,
+        dim=n * ws.tiles_y * ws.tiles_x * per_tile,
         inputs=[ps],
         device=device,
         record_tape=False,
-        block_dim=min(ws.tile_size * ws.tile_size, 256),
+        block_dim=min(per_tile, 256),
     )
     wp.launch(_write_outputs, dim=n * h * w * k, inputs=[ps], device=device, record_tape=False)
     record_backward(
@@ -898,6 +1007,7 @@ def _make_pass(
     ps.max_per_tile = max(ws.max_faces_per_bin, 1)
     ps.overflow = ws.overflow
     ps.seeded = 0
+    ps.keys = ws.depth_keys
     ps.pix_to_face = pix_to_face.reshape((-1, k))
     ps.zq = zq.reshape((-1, k))
     if bary is not None:
