@@ -358,10 +358,13 @@ def test_import_does_not_pull_torch_or_pxr():
 @pytest.mark.parametrize(
     "flags", [{}, {"blur_radius": 2e-4}, {"perspective_correct": True, "cull_backfaces": True}]
 )
-def test_k1_small_face_pass_matches_naive(flags, device):
-    """K = 1 draws faces of <= 64 pixels face by face (two atomic-min passes) and
-    bins only the larger ones: a mix of both, with exact depth ties, must equal
-    the naive pass bit for bit."""
+@pytest.mark.parametrize("lanes", [None, 3], ids=["auto-lanes", "3-lanes"])
+def test_k1_small_face_pass_matches_naive(flags, lanes, device, monkeypatch):
+    """K = 1 draws faces of <= 64 pixels face by face (atomic minima of 64-bit
+    (depth, face) keys, ``lanes`` threads per face; 3 does not divide the boxes
+    evenly) and bins only the larger ones: a mix of both, with exact depth ties,
+    must equal the naive pass bit for bit."""
+    monkeypatch.setattr(wr.raster, "SMALL_FACE_LANES", lanes)
     v, f = ico_sphere(3)
     v = v * 0.7 + np.array([0.0, 0.0, 2.0], np.float32)
     big = np.array([[-1.2, -1.2, 2.2], [1.2, -1.1, 2.0], [0.0, 1.3, 1.1]], np.float32)

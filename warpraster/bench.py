@@ -235,7 +235,6 @@ def run_scene(
         "output_bytes": out_bytes,
         "kernel_ms": profile,
         "small_face_lanes": raster.SMALL_FACE_LANES,
-        "pixels_per_thread": raster.PIXELS_PER_THREAD,
     }
 
 
@@ -251,10 +250,6 @@ def main(argv=None) -> int:
         "--small-lanes", type=int, default=None,
         help="threads per face in the K=1 small-face pass (default: automatic)",
     )  # fmt: skip
-    ap.add_argument(
-        "--pixels-per-thread", type=int, default=None,
-        help="pixels per thread of the register-queue pass, 1 or 2 (default: automatic)",
-    )  # fmt: skip
     args = ap.parse_args(argv)
     wp.config.quiet = True
     wp.config.log_level = getattr(wp, "LOG_WARNING", 30)  # no per-module load lines
@@ -262,8 +257,6 @@ def main(argv=None) -> int:
     device = wp.get_device(args.device)
     if args.small_lanes is not None:
         raster.SMALL_FACE_LANES = args.small_lanes
-    if args.pixels_per_thread is not None:
-        raster.PIXELS_PER_THREAD = args.pixels_per_thread
     scenes = GPU_SCENES if device.is_cuda else CPU_SCENES
     if args.scenes:
         wanted = set(args.scenes.split(","))
