@@ -252,6 +252,30 @@ def _face_range(ps: _Pass, n: int, tile: int, first_pixel: bool) -> wp.vec3i:
     return wp.vec3i(first, first + ps.mesh_count[n], 0)
 
 
+@wp.func
+def _write_slot(ps: _Pass, q: int, s: int, f: int, p: wp.vec2):
+    """Writes slot s of output row q: face f's fragment values, or the -1 fill."""
+    if f < 0:
+        ps.pix_to_face[q, s] = -1
+        ps.zq[q, s] = -1.0
+        ps.bary[q, s] = wp.vec3(-1.0, -1.0, -1.0)
+        ps.dists[q, s] = -1.0
+    else:
+        m = ps.face_verts[f]
+        z, bary, d = fragment_values(
+            p,
+            wp.vec3(m[0, 0], m[0, 1], m[0, 2]),
+            wp.vec3(m[1, 0], m[1, 1], m[1, 2]),
+            wp.vec3(m[2, 0], m[2, 1], m[2, 2]),
+            ps.perspective,
+            ps.clip_bary,
+        )
+        ps.pix_to_face[q, s] = f
+        ps.zq[q, s] = z
+        ps.bary[q, s] = bary
+        ps.dists[q, s] = d
+
+
 # (depth, face) packed into one 64-bit key: depth bits high, face index low. For
 # depths >= 0 the IEEE bits order as the floats do, so one unsigned atomic_min
 # keeps the queue's (depth, face index) minimum. -0.0 is folded into +0.0 (equal
@@ -323,74 +347,21 @@ def small_face_lanes(num_faces: int, num_pixels: int) -> int:
     return lanes
 
 
-# Stores one slot's barycentrics (row i of a contiguous (slots, 3) float32 array).
-# On CUDA a full warp of consecutive slots transposes its 32 x 3 values through
-# shuffles and stores 96 consecutive floats (three coalesced stores instead of
-# three 12-byte-strided ones); elsewhere it stores the three values directly.
-_STORE_BARY = r"""
-float* out = reinterpret_cast<float*>(bary.data);
-#if defined(__CUDA_ARCH__)
-const unsigned full = 0xffffffffu;
-if (__activemask() == full) {
-    const int lane = threadIdx.x & 31;
-    const int first = __shfl_sync(full, i, 0);
-    if (__all_sync(full, i == first + lane)) {
-        float* w = out + 3 * (long long)first;
-        for (int c = 0; c < 3; ++c) {
-            const int e = 32 * c + lane;
-            const int src = e / 3;
-            const int comp = e - 3 * src;
-            const float b0 = __shfl_sync(full, b.c[0], src);
-            const float b1 = __shfl_sync(full, b.c[1], src);
-            const float b2 = __shfl_sync(full, b.c[2], src);
-            w[e] = comp == 0 ? b0 : (comp == 1 ? b1 : b2);
-        }
-        return;
-    }
-}
-#endif
-out[3 * (long long)i] = b.c[0];
-out[3 * (long long)i + 1] = b.c[1];
-out[3 * (long long)i + 2] = b.c[2];
-"""
-
-
-@wp.func_native(_STORE_BARY)
-def _store_bary(bary: wp.array2d(dtype=wp.vec3), i: int, b: wp.vec3): ...
-
-
 @wp.kernel
 def _write_outputs(ps: _Pass):
     """zbuf, bary_coords, dists of every slot from pix_to_face, one thread per slot.
 
     A separate pass: measured on an H200, computing them inside the queue
     kernels (more registers) or one thread per pixel (strided stores) was 2-3x
-    slower than this. Every thread reaches the barycentric store (no early
-    exit): on CUDA it is a warp-wide transposed store.
+    slower than this.
     """
     i = wp.tid()
     k = ps.faces_per_pixel
     q = i // k
     s = i - q * k
-    f = ps.pix_to_face[q, s]
-    z = float(-1.0)
-    bary = wp.vec3(-1.0, -1.0, -1.0)
-    d = float(-1.0)
-    if f >= 0:
-        r = q % (ps.height * ps.width)
-        p = pixel_centre(r // ps.width, r % ps.width, ps.height, ps.width)
-        m = ps.face_verts[f]
-        z, bary, d = fragment_values(
-            p,
-            wp.vec3(m[0, 0], m[0, 1], m[0, 2]),
-            wp.vec3(m[1, 0], m[1, 1], m[1, 2]),
-            wp.vec3(m[2, 0], m[2, 1], m[2, 2]),
-            ps.perspective,
-            ps.clip_bary,
-        )
-    ps.zq[q, s] = z
-    ps.dists[q, s] = d
-    _store_bary(ps.bary, i, bary)
+    r = q % (ps.height * ps.width)
+    p = pixel_centre(r // ps.width, r % ps.width, ps.height, ps.width)
+    _write_slot(ps, q, s, ps.pix_to_face[q, s], p)
 
 
 def _make_register_kernel(kc: int):
