@@ -56,6 +56,11 @@ def _probe(ps: raster._Pass, mode: int):
         ps.dists[q, s] = v2[0] + p[1]
 
 
+@wp.kernel
+def _fill(a: wp.array(dtype=wp.float32)):
+    a[wp.tid()] = 1.0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--device", default="cuda:0")
@@ -93,6 +98,21 @@ def main() -> None:
     go()
     t = statistics.median(timed(go) for _ in range(args.runs))
     print(f"  {'_write_outputs':<12} {t:.3f} ms")
+    # The write floor: one float32 per thread into a 400 MB array, and a memset.
+    big = wp.empty(100_000_000, dtype=wp.float32, device=device)
+    go = lambda: wp.launch(_fill, dim=big.size, inputs=[big], device=device)  # noqa: E731
+    go()
+    t = statistics.median(timed(go) for _ in range(args.runs))
+    print(f"  {'store kernel':<12} {t:.3f} ms  {big.size * 4 / t / 1e9:.2f} TB/s (400 MB)")
+    go = lambda: big.fill_(1.0)  # noqa: E731
+    go()
+    t = statistics.median(timed(go) for _ in range(args.runs))
+    print(f"  {'fill_':<12} {t:.3f} ms  {big.size * 4 / t / 1e9:.2f} TB/s (400 MB)")
+    src = wp.full(100_000_000, 2.0, dtype=wp.float32, device=device)
+    go = lambda: wp.copy(big, src)  # noqa: E731
+    go()
+    t = statistics.median(timed(go) for _ in range(args.runs))
+    print(f"  {'copy':<12} {t:.3f} ms  {2 * big.size * 4 / t / 1e9:.2f} TB/s (read + write)")
 
 
 if __name__ == "__main__":

@@ -435,11 +435,14 @@ def test_two_queue_sizes_in_one_captured_graph(device):
 
 
 @pytest.mark.parametrize("flags", FLAG_SETS, ids=lambda f: "-".join(f) or "plain")
-def test_bit_identical_to_the_oracles_float32_emulation(flags, device):
+@pytest.mark.parametrize("specialize", [None, True], ids=["default-kernels", "flag-kernels"])
+def test_bit_identical_to_the_oracles_float32_emulation(flags, specialize, device, monkeypatch):
     """The oracle's float32 mode performs PyTorch3D's kernel arithmetic step by step
     (it reproduces every reference case bit for bit). Without FMA contraction our
     kernels perform the same IEEE operations in the same order: every output must
-    be equal to the bit, on both raster paths."""
+    be equal to the bit, on both raster paths, with the flags read at run time or
+    compiled in (CUDA's default; forced here on the CPU too)."""
+    monkeypatch.setattr(wr.raster, "SPECIALIZE", specialize)
     rng = np.random.default_rng(4321 + len(flags))
     scene = _random_scene(rng)
     ref = rasterize_reference(**scene, faces_per_pixel=4, **flags, dtype=np.float32)

@@ -247,6 +247,10 @@ def main(argv=None) -> int:
     ap.add_argument("--bin-size", type=int, default=None, help="override the bin size")
     ap.add_argument("--profile", action="store_true", help="per-kernel times (CUDA)")
     ap.add_argument(
+        "--generic-kernels", action="store_true",
+        help="CUDA: queue kernels read the flags at run time (no compiled-in variants)",
+    )  # fmt: skip
+    ap.add_argument(
         "--small-lanes", type=int, default=None,
         help="threads per face in the K=1 small-face pass (default: automatic)",
     )  # fmt: skip
@@ -257,6 +261,8 @@ def main(argv=None) -> int:
     device = wp.get_device(args.device)
     if args.small_lanes is not None:
         raster.SMALL_FACE_LANES = args.small_lanes
+    if args.generic_kernels:
+        raster.SPECIALIZE = False
     scenes = GPU_SCENES if device.is_cuda else CPU_SCENES
     if args.scenes:
         wanted = set(args.scenes.split(","))

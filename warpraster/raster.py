@@ -364,12 +364,16 @@ def _write_outputs(ps: _Pass):
     _write_slot(ps, q, s, ps.pix_to_face[q, s], p)
 
 
-def _make_register_kernel(kc: int):
+def _make_register_kernel(kc: int, flags: tuple[int, int, int] | None):
     """Fine/naive pass whose queue of ``kc`` slots lives in registers (kc <= 16).
 
     Serves every K <= kc: the first K slots of a top-kc queue are the top-K.
-    (Measured on an H200: two pixels per thread, each face record loaded once
-    for both, was 1.1x slower at K = 8 and 4 and no faster at K = 1.)
+    ``flags`` = (perspective, clip_bary, blur > 0) compiles those in as
+    constants; None reads them from the pass at run time.
+
+    Measured on an H200: two pixels per thread, each face record loaded once
+    for both, was 1.1x slower at K = 8 and 4 and no faster at K = 1; loading
+    the next face's records while testing the current one was no faster.
     """
     qf_t = wp.types.vector(length=kc, dtype=wp.float32)
     qi_t = wp.types.vector(length=kc, dtype=wp.int32)
@@ -413,7 +417,14 @@ def _make_register_kernel(kc: int):
     seed = wp.func(seed, module="unique")
     store = wp.func(store, module="unique")
 
-    def raster_register_queue(ps: _Pass):
+    def raster_register_queue(ps_in: _Pass):
+        ps = ps_in
+        if wp.static(flags is not None):
+            # compile-time flags: dead paths drop out (fewer registers, more warps)
+            ps.perspective = wp.static(flags[0])
+            ps.clip_bary = wp.static(flags[1])
+            if wp.static(flags[2] == 0):
+                ps.blur_radius = 0.0
         loc = _locate_tile_pixel(ps, wp.tid())
         n = loc[0]
         yi = loc[2]
@@ -435,7 +446,10 @@ def _make_register_kernel(kc: int):
 
     # A distinct name per variant: readable profiles, and kernels generated from one
     # function stay apart wherever Warp keys them by name (CPU graph capture does).
-    raster_register_queue.__name__ = raster_register_queue.__qualname__ = f"raster_queue_{kc}"
+    name = f"raster_queue_{kc}"
+    if flags is not None:
+        name += "_" + "".join(str(int(b)) for b in flags)
+    raster_register_queue.__name__ = raster_register_queue.__qualname__ = name
     return wp.kernel(
         raster_register_queue,
         enable_backward=False,
@@ -444,14 +458,20 @@ def _make_register_kernel(kc: int):
     )
 
 
-_REGISTER_KERNELS: dict[int, wp.Kernel] = {}
+_REGISTER_KERNELS: dict[tuple, wp.Kernel] = {}
+#: Compile the flags into the register-queue kernels (one variant per flag set
+#: in use): None = on CUDA only (the CPU keeps one generic kernel per K bucket,
+#: for compile time), True = on every device, False = nowhere.
+SPECIALIZE: bool | None = None
 
 
-def _register_kernel(k: int) -> wp.Kernel:
+def _register_kernel(k: int, device, flags: tuple[int, int, int]) -> wp.Kernel:
     kc = next(b for b in _REGISTER_BUCKETS if b >= k)
-    if kc not in _REGISTER_KERNELS:
-        _REGISTER_KERNELS[kc] = _make_register_kernel(kc)
-    return _REGISTER_KERNELS[kc]
+    specialize = device.is_cuda if SPECIALIZE is None else SPECIALIZE
+    key = (kc, flags if specialize else None)
+    if key not in _REGISTER_KERNELS:
+        _REGISTER_KERNELS[key] = _make_register_kernel(*key)
+    return _REGISTER_KERNELS[key]
 
 
 @wp.func
@@ -918,7 +938,8 @@ def rasterize_packed(
             ws.tile_count.zero_()
             ws.tile_offset.zero_()
     use_registers = k <= REGISTER_QUEUE_MAX_K and not ordered
-    kernel = _register_kernel(k) if use_registers else _raster_output_queue
+    flags = (int(perspective_correct), int(clip_barycentric_coords), int(blur_radius > 0.0))
+    kernel = _register_kernel(k, device, flags) if use_registers else _raster_output_queue
     per_tile = ws.tile_size * ws.tile_size
     wp.launch(
         kernel,
