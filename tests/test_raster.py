@@ -272,6 +272,46 @@ def test_workspace_is_reused_and_checked(device):
         _run(scene, device, faces_per_pixel=3, bin_size=4, workspace=ws)
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_reused_workspace_follows_changed_arrays_and_flags(k, device):
+    """A workspace replays its recorded launches while their arguments are the
+    same arrays and values: vertices edited in place, another vertex array, other
+    or other flags must each give what a fresh workspace gives."""
+    rng = np.random.default_rng(11)
+    a = _random_scene(rng, n_meshes=2, faces_per_mesh=(10, 20), image_size=12)
+    b = dict(a, verts=np.asarray(a["verts"]) * np.float32(0.8) + np.float32(0.05))
+    nf = len(a["faces"])
+    ws = wr.RasterWorkspace(
+        num_meshes=2, num_faces=nf, image_size=12, faces_per_pixel=k, bin_size=4, device=device
+    )
+    faces = wp.array(np.asarray(a["faces"], np.int32), dtype=wp.int32, device=device)
+    first = wp.array(a["mesh_to_face_first_idx"], dtype=wp.int32, device=device)
+    count = wp.array(a["num_faces_per_mesh"], dtype=wp.int32, device=device)
+    verts = wp.array(np.asarray(a["verts"], np.float32), dtype=wp.vec3, device=device)
+    other = wp.array(np.asarray(b["verts"], np.float32), dtype=wp.vec3, device=device)
+    calls = [
+        (verts, {}),
+        (other, {}),
+        (verts, {"blur_radius": 0.01}),
+        (verts, {"perspective_correct": True}),
+        (verts, {"cull_backfaces": True}),
+        (verts, {}),
+    ]
+    for i, (v, flags) in enumerate(calls):
+        if i == 5:  # the first call's arrays again, vertices edited in place
+            verts.assign(np.asarray(b["verts"], np.float32))
+        got = wr.rasterize_meshes(
+            v, faces, first, count, image_size=12, faces_per_pixel=k, bin_size=4, workspace=ws,
+            validate=False, **flags,
+        ).numpy()  # fmt: skip
+        fresh = wr.rasterize_meshes(
+            v, faces, first, count, image_size=12, faces_per_pixel=k, bin_size=4, **flags
+        ).numpy()
+        assert (fresh["pix_to_face"] >= 0).any()
+        for key in ("pix_to_face", "zbuf", "bary_coords", "dists"):
+            np.testing.assert_array_equal(got[key], fresh[key], err_msg=f"call {i} {key}")
+
+
 def _ok_scene():
     v, f = ico_sphere(0)
     v = v * 0.5 + np.array([0, 0, 2], np.float32)

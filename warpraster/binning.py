@@ -164,15 +164,22 @@ def _sort_tiles(
 MAX_SORTED_TILE = 256
 
 
-def sort_tiles(tile_count, tile_offset, tile_faces) -> None:
-    """Puts each tile's list in ascending face order (see ``MAX_SORTED_TILE``)."""
-    wp.launch(
+def _launch(name, kernel, dim, inputs, outputs=()):
+    wp.launch(kernel, dim=dim, inputs=inputs, outputs=list(outputs), device=inputs[0].device,
+              record_tape=False)  # fmt: skip
+
+
+def sort_tiles(tile_count, tile_offset, tile_faces, launch=_launch) -> None:
+    """Puts each tile's list in ascending face order (see ``MAX_SORTED_TILE``).
+
+    ``launch(name, kernel, dim, inputs, outputs)`` runs a kernel (e.g. a
+    :class:`warpraster.raster.LaunchCache`); default: ``wp.launch``."""
+    launch(
+        "sort_tiles",
         _sort_tiles,
-        dim=tile_count.shape[0],
-        inputs=[tile_count, tile_offset, MAX_SORTED_TILE],
-        outputs=[tile_faces],
-        device=tile_count.device,
-        record_tape=False,
+        tile_count.shape[0],
+        [tile_count, tile_offset, MAX_SORTED_TILE],
+        [tile_faces],
     )
 
 
@@ -199,25 +206,18 @@ def coarse_bin(
     tile_cursor,
     tile_faces,
     small: int = 0,
+    launch=_launch,
 ):
     """Fills the compacted per-tile face lists. Capturable: no host reads.
 
     Faces covering at most ``small`` pixels are left out (0: none left out).
+    ``launch`` runs the kernels, as in :func:`sort_tiles`.
     """
     ty, tx = tile_grid(height, width, tile_size)
-    device = face_mesh.device
     nf = face_mesh.shape[0]
     tile_count.zero_()
     tile_cursor.zero_()
     args = [face_mesh, face_bbox, height, width, tile_size, ty, tx, small]
-    wp.launch(_count_tiles, dim=nf, inputs=args, outputs=[tile_count], device=device,
-              record_tape=False)  # fmt: skip
+    launch("count_tiles", _count_tiles, nf, args, [tile_count])
     wp.utils.array_scan(tile_count, tile_offset, inclusive=False)
-    wp.launch(
-        _fill_tiles,
-        dim=nf,
-        inputs=[*args, tile_offset],
-        outputs=[tile_cursor, tile_faces],
-        device=device,
-        record_tape=False,
-    )
+    launch("fill_tiles", _fill_tiles, nf, [*args, tile_offset], [tile_cursor, tile_faces])

@@ -604,6 +604,40 @@ def default_max_faces_per_bin(num_faces: int) -> int:
 
 
 # ----------------------------------------------------------------------------- workspace
+def array_key(a: wp.array) -> tuple:
+    """What a kernel sees of an array: its address, shape, strides and type."""
+    return (a.ptr, a.shape, a.strides, a.dtype)
+
+
+class LaunchCache:
+    """Recorded launches (``wp.Launch``) of one workspace, replayed while their
+    arguments are unchanged.
+
+    Saves host time only (the device work is the same): packing a launch's
+    arguments costs tens of microseconds, which an eager render would pay for
+    each of its kernels on every call. Arrays are compared by address, shape,
+    strides and type; a struct argument needs an explicit ``key``.
+    """
+
+    def __init__(self, device):
+        self.device = device
+        self._cmds: dict[str, tuple] = {}
+
+    def __call__(self, name, kernel, dim, inputs, outputs=(), *, key=None, block_dim=None):
+        if key is None:
+            key = tuple(array_key(a) if isinstance(a, wp.array) else a for a in (*inputs, *outputs))
+        key = (kernel, dim, block_dim, key)
+        hit = self._cmds.get(name)
+        if hit is None or hit[0] != key:
+            kw = {} if block_dim is None else {"block_dim": block_dim}
+            cmd = wp.launch(
+                kernel, dim=dim, inputs=list(inputs), outputs=list(outputs), device=self.device,
+                record_tape=False, record_cmd=True, **kw,
+            )  # fmt: skip
+            hit = self._cmds[name] = (key, cmd)
+        hit[1].launch()
+
+
 class RasterWorkspace:
     """Buffers of one rasterization configuration, allocated once and reused.
 
@@ -674,10 +708,34 @@ class RasterWorkspace:
             self.num_meshes * h * w if self.faces_per_pixel == 1 and self.bin_size > 0 else 1
         )
         self.depth_keys = wp.empty(key_count, dtype=wp.uint64, device=self.device)
+        self.launches = LaunchCache(self.device)
+        self._pass = None
         self.deterministic = bool(deterministic)
         self.face_grads = FaceGradBuffers(
             self.num_faces, self.device, self.deterministic, self.fragments.shape
         )
+
+    def pass_for(self, meshes, blur_radius, perspective, clip_bary, *, seeded, sorted_tiles):
+        """The raster passes' argument struct for these meshes and flags, and its
+        key; rebuilt only when one of them changed (it packs ~30 fields)."""
+        key = (
+            array_key(meshes.clipped_faces_neighbor_idx),
+            array_key(meshes.mesh_to_face_first_idx),
+            array_key(meshes.num_faces_per_mesh),
+            float(blur_radius), bool(perspective), bool(clip_bary), bool(seeded),
+            bool(sorted_tiles),
+        )  # fmt: skip
+        if self._pass is None or self._pass[1] != key:
+            out = self.fragments
+            ps = _make_pass(
+                meshes, self, blur_radius, perspective, clip_bary, out.pix_to_face, out.zbuf,
+                out.bary_coords, out.dists,
+            )  # fmt: skip
+            ps.seeded = int(seeded)
+            if sorted_tiles:
+                ps.max_per_tile = min(ps.max_per_tile, binning.MAX_SORTED_TILE)
+            self._pass = (ps, key)
+        return self._pass
 
     def matches(self, *, num_meshes, num_faces, image_size, faces_per_pixel, bin_size, device):
         return (
@@ -873,52 +931,37 @@ def rasterize_packed(
     ranges live only on the device; faces outside every range are ignored.
     """
     ws = workspace
-    device = ws.device
     h, w = ws.image_size
     n = ws.num_meshes
-    out = ws.fragments
-    if meshes.num_faces > 0:
-        wp.launch(
-            _setup_faces,
-            dim=meshes.num_faces,
-            inputs=[
-                meshes.verts,
-                meshes.faces,
-                meshes.mesh_to_face_first_idx,
-                meshes.num_faces_per_mesh,
-                n,
-                blur_radius,
-                int(cull_backfaces),
-            ],
-            outputs=[ws.face_mesh, ws.face_bbox, ws.face_verts],
-            device=device,
-            record_tape=False,
-        )
-    ps = _make_pass(
-        meshes, ws, blur_radius, perspective_correct, clip_barycentric_coords, out.pix_to_face,
-        out.zbuf, out.bary_coords, out.dists,
-    )  # fmt: skip
+    nf = meshes.num_faces
     k = ws.faces_per_pixel
+    launch = ws.launches
+    if nf > 0:
+        launch(
+            "setup",
+            _setup_faces,
+            nf,
+            [meshes.verts, meshes.faces, meshes.mesh_to_face_first_idx,
+             meshes.num_faces_per_mesh, n, blur_radius, int(cull_backfaces)],
+            [ws.face_mesh, ws.face_bbox, ws.face_verts],
+        )  # fmt: skip
     # Split faces (near-plane clipping): PyTorch3D's rule for them depends on the
     # order faces are offered in, so every pixel sees its faces in ascending index
     # order, in a queue of exactly K slots (the output-array queue).
     ordered = meshes.has_neighbors
     small = SMALL_FACE_PIXELS if (k == 1 and ws.bin_size > 0 and not ordered) else 0
+    ps, ps_key = ws.pass_for(
+        meshes, blur_radius, perspective_correct, clip_barycentric_coords,
+        seeded=small > 0, sorted_tiles=ordered and ws.bin_size > 0,
+    )  # fmt: skip
     if small > 0:
-        ps.seeded = 1
         ws.depth_keys.fill_(_EMPTY_KEY_VALUE)
-        if meshes.num_faces > 0:
-            lanes = small_face_lanes(meshes.num_faces, n * h * w)
-            wp.launch(
-                _small_faces_k1,
-                dim=meshes.num_faces * lanes,
-                inputs=[ps, small, lanes],
-                device=device,
-                record_tape=False,
-            )
+        if nf > 0:
+            lanes = small_face_lanes(nf, n * h * w)
+            launch("small", _small_faces_k1, nf * lanes, [ps, small, lanes], key=(ps_key, lanes))
     if ws.bin_size > 0:
         ws.overflow.zero_()
-        if meshes.num_faces > 0:
+        if nf > 0:
             binning.coarse_bin(
                 ws.face_mesh,
                 ws.face_bbox,
@@ -930,33 +973,29 @@ def rasterize_packed(
                 ws.tile_cursor,
                 ws.tile_faces,
                 small,
+                launch=launch,
             )
             if ordered:
-                binning.sort_tiles(ws.tile_count, ws.tile_offset, ws.tile_faces)
-                ps.max_per_tile = min(ps.max_per_tile, binning.MAX_SORTED_TILE)
+                binning.sort_tiles(ws.tile_count, ws.tile_offset, ws.tile_faces, launch=launch)
         else:
             ws.tile_count.zero_()
             ws.tile_offset.zero_()
-    use_registers = k <= REGISTER_QUEUE_MAX_K and not ordered
-    flags = (int(perspective_correct), int(clip_barycentric_coords), int(blur_radius > 0.0))
-    kernel = _register_kernel(k, device, flags) if use_registers else _raster_output_queue
+    if k <= REGISTER_QUEUE_MAX_K and not ordered:
+        flags = (int(perspective_correct), int(clip_barycentric_coords), int(blur_radius > 0.0))
+        kernel = _register_kernel(k, ws.device, flags)
+    else:
+        kernel = _raster_output_queue
     per_tile = ws.tile_size * ws.tile_size
-    wp.launch(
-        kernel,
-        dim=n * ws.tiles_y * ws.tiles_x * per_tile,
-        inputs=[ps],
-        device=device,
-        record_tape=False,
-        block_dim=min(per_tile, 256),
-    )
-    wp.launch(_write_outputs, dim=n * h * w * k, inputs=[ps], device=device, record_tape=False)
+    threads = n * ws.tiles_y * ws.tiles_x * per_tile
+    launch("queue", kernel, threads, [ps], key=ps_key, block_dim=min(per_tile, 256))
+    launch("outputs", _write_outputs, n * h * w * k, [ps], key=ps_key)
     record_backward(
         meshes,
         ws,
         perspective_correct=perspective_correct,
         clip_barycentric_coords=clip_barycentric_coords,
     )
-    return out
+    return ws.fragments
 
 
 def _make_pass(
