@@ -80,9 +80,18 @@ def _grads(v, f, first, count, size, device, deterministic, flags, k=3):
     return ours, verts2.grad.numpy(), fr
 
 
-@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+@pytest.mark.parametrize(
+    "deterministic, specialize",
+    [(False, None), (True, None), (False, True)],
+    ids=["atomic", "deterministic", "atomic-flag-kernels"],
+)
 @pytest.mark.parametrize("flags", FLAGS, ids=lambda f: "-".join(f) or "plain")
-def test_hand_written_backward_equals_warp_autodiff(flags, deterministic, device):
+def test_hand_written_backward_equals_warp_autodiff(
+    flags, deterministic, specialize, device, monkeypatch
+):
+    """Also with the flags compiled into the kernels (CUDA's default), forced here
+    on the CPU too."""
+    monkeypatch.setattr(wr.variants, "SPECIALIZE", specialize)
     v, f, first, count, size = _scene(5)
     ours, auto, fr = _grads(v, f, first, count, size, device, deterministic, flags)
     assert (fr.pix_to_face.numpy() >= 0).sum() > 200  # the scene covers many slots

@@ -482,7 +482,7 @@ def test_bit_identical_to_the_oracles_float32_emulation(flags, specialize, devic
     kernels perform the same IEEE operations in the same order: every output must
     be equal to the bit, on both raster paths, with the flags read at run time or
     compiled in (CUDA's default; forced here on the CPU too)."""
-    monkeypatch.setattr(wr.raster, "SPECIALIZE", specialize)
+    monkeypatch.setattr(wr.variants, "SPECIALIZE", specialize)
     rng = np.random.default_rng(4321 + len(flags))
     scene = _random_scene(rng)
     ref = rasterize_reference(**scene, faces_per_pixel=4, **flags, dtype=np.float32)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from . import variants
 from .geometry import BARY_CLIP_EPS, EPS, edge_function, pixel_centre, point_segment_dist2
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
@@ -172,35 +173,47 @@ def _row(m: wp.mat33, i: int) -> wp.vec3:
     return wp.vec3(m[i, 0], m[i, 1], m[i, 2])
 
 
-@wp.kernel
-def _slot_grads(
-    face_verts: wp.array(dtype=wp.mat33),
-    pix_to_face: wp.array2d(dtype=wp.int32),
-    g_zbuf: wp.array2d(dtype=wp.float32),
-    g_bary: wp.array2d(dtype=wp.vec3),
-    g_dists: wp.array2d(dtype=wp.float32),
-    height: int,
-    width: int,
-    perspective: int,
-    clip_bary: int,
-    face_grad: wp.array(dtype=wp.mat33),
-):
-    """One thread per pixel: each held slot's contribution, atomically added to its face."""
-    q = wp.tid()
-    r = q % (height * width)
-    yi = r // width
-    xi = r % width
-    for s in range(pix_to_face.shape[1]):
-        f = pix_to_face[q, s]
-        if f < 0:
-            break
-        fv = face_verts[f]
-        p = pixel_centre(yi, xi, height, width)
-        g = fragment_grads(
-            p, _row(fv, 0), _row(fv, 1), _row(fv, 2), perspective, clip_bary,
-            g_zbuf[q, s], g_bary[q, s], g_dists[q, s],
-        )  # fmt: skip
-        wp.atomic_add(face_grad, f, g)
+def _make_slot_grads(flags: tuple[int, int] | None):
+    """One thread per pixel: each held slot's contribution, atomically added to its
+    face. ``flags`` = (perspective, clip_bary) compiled in, or None: read at run time."""
+
+    def slot_grads(
+        face_verts: wp.array(dtype=wp.mat33),
+        pix_to_face: wp.array2d(dtype=wp.int32),
+        g_zbuf: wp.array2d(dtype=wp.float32),
+        g_bary: wp.array2d(dtype=wp.vec3),
+        g_dists: wp.array2d(dtype=wp.float32),
+        height: int,
+        width: int,
+        perspective_in: int,
+        clip_bary_in: int,
+        face_grad: wp.array(dtype=wp.mat33),
+    ):
+        perspective = perspective_in
+        clip_bary = clip_bary_in
+        if wp.static(flags is not None):
+            perspective = wp.static(flags[0])
+            clip_bary = wp.static(flags[1])
+        q = wp.tid()
+        r = q % (height * width)
+        yi = r // width
+        xi = r % width
+        for s in range(pix_to_face.shape[1]):
+            f = pix_to_face[q, s]
+            if f < 0:
+                break
+            fv = face_verts[f]
+            p = pixel_centre(yi, xi, height, width)
+            g = fragment_grads(
+                p, _row(fv, 0), _row(fv, 1), _row(fv, 2), perspective, clip_bary,
+                g_zbuf[q, s], g_bary[q, s], g_dists[q, s],
+            )  # fmt: skip
+            wp.atomic_add(face_grad, f, g)
+
+    slot_grads.__name__ = slot_grads.__qualname__ = variants.variant_name("slot_grads", flags)
+    return wp.kernel(
+        slot_grads, enable_backward=False, module="unique", module_options={"fuse_fp": False}
+    )
 
 
 @wp.kernel
@@ -242,8 +255,9 @@ def _launch_slot_grads(
     ``face_grad`` must be zero; the (N, H, W, K) arrays are viewed as rows of K."""
     n, h, w, k = pix_to_face.shape
     device = verts_grad.device
+    flags = (perspective_correct, clip_barycentric_coords)
     wp.launch(
-        _slot_grads,
+        variants.kernel_for("slot_grads", _make_slot_grads, device, flags),
         dim=n * h * w,
         inputs=[
             face_verts,

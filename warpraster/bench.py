@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import warp as wp
 
-from . import raster
+from . import raster, variants
 from .meshes import pack_meshes
 from .primitives import ico_sphere
 from .raster import RasterWorkspace, default_bin_size, rasterize_naive_at, rasterize_packed
@@ -234,7 +234,9 @@ def run_scene(
         "workspace_bytes": ws_bytes,
         "output_bytes": out_bytes,
         "kernel_ms": profile,
-        "small_face_lanes": raster.SMALL_FACE_LANES,
+        "small_face_lanes": (
+            raster.small_face_lanes(len(f), scene.copies * h * w) if scene.k == 1 else None
+        ),
     }
 
 
@@ -262,7 +264,7 @@ def main(argv=None) -> int:
     if args.small_lanes is not None:
         raster.SMALL_FACE_LANES = args.small_lanes
     if args.generic_kernels:
-        raster.SPECIALIZE = False
+        variants.SPECIALIZE = False
     scenes = GPU_SCENES if device.is_cuda else CPU_SCENES
     if args.scenes:
         wanted = set(args.scenes.split(","))

@@ -23,7 +23,7 @@ import math
 import numpy as np
 import warp as wp
 
-from . import binning
+from . import binning, variants
 from .backward import FaceGradBuffers, record_backward
 from .fragments import Fragments, allocate_fragments, fragment_values
 from .geometry import (
@@ -347,21 +347,38 @@ def small_face_lanes(num_faces: int, num_pixels: int) -> int:
     return lanes
 
 
-@wp.kernel
-def _write_outputs(ps: _Pass):
-    """zbuf, bary_coords, dists of every slot from pix_to_face, one thread per slot.
+def _make_write_outputs(flags: tuple[int, int] | None):
+    """zbuf, bary_coords, dists of every slot from pix_to_face, one thread per slot
+    (``flags`` = (perspective, clip_bary) compiled in, or None: read at run time).
 
     A separate pass: measured on an H200, computing them inside the queue
     kernels (more registers) or one thread per pixel (strided stores) was 2-3x
     slower than this.
     """
-    i = wp.tid()
-    k = ps.faces_per_pixel
-    q = i // k
-    s = i - q * k
-    r = q % (ps.height * ps.width)
-    p = pixel_centre(r // ps.width, r % ps.width, ps.height, ps.width)
-    _write_slot(ps, q, s, ps.pix_to_face[q, s], p)
+
+    def write_outputs(ps_in: _Pass):
+        ps = ps_in
+        if wp.static(flags is not None):
+            ps.perspective = wp.static(flags[0])
+            ps.clip_bary = wp.static(flags[1])
+        i = wp.tid()
+        k = ps.faces_per_pixel
+        q = i // k
+        s = i - q * k
+        r = q % (ps.height * ps.width)
+        p = pixel_centre(r // ps.width, r % ps.width, ps.height, ps.width)
+        _write_slot(ps, q, s, ps.pix_to_face[q, s], p)
+
+    write_outputs.__name__ = write_outputs.__qualname__ = variants.variant_name(
+        "write_outputs", flags
+    )
+    return wp.kernel(
+        write_outputs, enable_backward=False, module="unique", module_options={"fuse_fp": False}
+    )
+
+
+def _write_outputs_kernel(device, perspective: bool, clip_bary: bool) -> wp.Kernel:
+    return variants.kernel_for("outputs", _make_write_outputs, device, (perspective, clip_bary))
 
 
 def _make_register_kernel(kc: int, flags: tuple[int, int, int] | None):
@@ -446,9 +463,7 @@ def _make_register_kernel(kc: int, flags: tuple[int, int, int] | None):
 
     # A distinct name per variant: readable profiles, and kernels generated from one
     # function stay apart wherever Warp keys them by name (CPU graph capture does).
-    name = f"raster_queue_{kc}"
-    if flags is not None:
-        name += "_" + "".join(str(int(b)) for b in flags)
+    name = variants.variant_name(f"raster_queue_{kc}", flags)
     raster_register_queue.__name__ = raster_register_queue.__qualname__ = name
     return wp.kernel(
         raster_register_queue,
@@ -458,20 +473,9 @@ def _make_register_kernel(kc: int, flags: tuple[int, int, int] | None):
     )
 
 
-_REGISTER_KERNELS: dict[tuple, wp.Kernel] = {}
-#: Compile the flags into the register-queue kernels (one variant per flag set
-#: in use): None = on CUDA only (the CPU keeps one generic kernel per K bucket,
-#: for compile time), True = on every device, False = nowhere.
-SPECIALIZE: bool | None = None
-
-
 def _register_kernel(k: int, device, flags: tuple[int, int, int]) -> wp.Kernel:
     kc = next(b for b in _REGISTER_BUCKETS if b >= k)
-    specialize = device.is_cuda if SPECIALIZE is None else SPECIALIZE
-    key = (kc, flags if specialize else None)
-    if key not in _REGISTER_KERNELS:
-        _REGISTER_KERNELS[key] = _make_register_kernel(*key)
-    return _REGISTER_KERNELS[key]
+    return variants.kernel_for("queue", _make_register_kernel, device, flags, kc)
 
 
 @wp.func
@@ -988,7 +992,8 @@ def rasterize_packed(
     per_tile = ws.tile_size * ws.tile_size
     threads = n * ws.tiles_y * ws.tiles_x * per_tile
     launch("queue", kernel, threads, [ps], key=ps_key, block_dim=min(per_tile, 256))
-    launch("outputs", _write_outputs, n * h * w * k, [ps], key=ps_key)
+    write = _write_outputs_kernel(ws.device, perspective_correct, clip_barycentric_coords)
+    launch("outputs", write, n * h * w * k, [ps], key=ps_key)
     record_backward(
         meshes,
         ws,
