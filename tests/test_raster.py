@@ -493,6 +493,35 @@ def test_bit_identical_to_the_oracles_float32_emulation(flags, specialize, devic
             np.testing.assert_array_equal(out[key], getattr(ref, key).astype(np.float32))
 
 
+@pytest.mark.parametrize("k", [2, 5, 8, 16])
+def test_deep_stacks_fill_every_queue_size(k, device):
+    """40 large faces over the whole image in random order and depth (a third of
+    them at repeated depths, ties broken by index): every register-queue size
+    fills and keeps taking nearer faces; the float32 oracle decides the same
+    slots, bit for bit."""
+    rng = np.random.default_rng(100 + k)
+    nf = 40
+    z = rng.uniform(1.0, 5.0, nf).astype(np.float32)
+    z[::3] = z[0]  # exact depth ties across many faces
+    tri = np.array([[-3.2, -3.0], [3.2, -3.0], [0.0, 4.5]], np.float32)  # covers the image
+    verts = np.concatenate(
+        [np.c_[tri + rng.uniform(-0.1, 0.1, (3, 2)).astype(np.float32), np.full(3, zi)] for zi in z]
+    ).astype(np.float32)
+    scene = {
+        "verts": verts,
+        "faces": np.arange(3 * nf, dtype=np.int32).reshape(nf, 3),
+        "mesh_to_face_first_idx": np.array([0], np.int32),
+        "num_faces_per_mesh": np.array([nf], np.int32),
+        "image_size": (12, 10),
+    }
+    ref = rasterize_reference(**scene, faces_per_pixel=k, dtype=np.float32)
+    assert (ref.pix_to_face >= 0).all()  # every slot of every pixel is filled
+    for bs in (0, 4):
+        out = _run(scene, device, faces_per_pixel=k, bin_size=bs)
+        np.testing.assert_array_equal(out["pix_to_face"], ref.pix_to_face)
+        np.testing.assert_array_equal(out["zbuf"], ref.zbuf.astype(np.float32))
+
+
 @pytest.mark.parametrize("k", [1, 3, 20])
 def test_no_faces_at_all_gives_empty_fragments(k, device):
     scene = {

@@ -428,27 +428,33 @@ def _make_register_kernel(kc: int, flags: tuple[int, int, int] | None):
     qf_t = wp.types.vector(length=kc, dtype=wp.float32)
     qi_t = wp.types.vector(length=kc, dtype=wp.int32)
 
-    def insert(qz, qf, z: float, f: int):
-        """Sorted insertion, unrolled: entries after (z, f) shift up by one."""
+    def insert(qz, qf, z: float, f: int, size: int):
+        """Sorted insertion, unrolled: entries after (z, f) shift up by one. Slots
+        from ``size`` on are empty: the steps above it are skipped (they would
+        only move empty slots), so a short queue costs a few steps, not kc."""
         for s in range(kc - 1, 0, -1):
-            if _before(z, f, qz[s - 1], qf[s - 1]):
-                qz[s] = qz[s - 1]
-                qf[s] = qf[s - 1]
-            elif _before(z, f, qz[s], qf[s]):
-                qz[s] = z
-                qf[s] = f
+            if s <= size:
+                if _before(z, f, qz[s - 1], qf[s - 1]):
+                    qz[s] = qz[s - 1]
+                    qf[s] = qf[s - 1]
+                elif _before(z, f, qz[s], qf[s]):
+                    qz[s] = z
+                    qf[s] = f
         if _before(z, f, qz[0], qf[0]):
             qz[0] = z
             qf[0] = f
         return qz, qf
 
     def seed(ps: _Pass, q: int, qz, qf):
+        """The queue's start (K = 1: the small-face pass's key) and its size."""
+        size = int(0)
         if ps.seeded != 0:
             key = ps.keys[q]
             if key != _EMPTY_KEY:
                 qz[0] = _bits_depth(wp.uint32(key >> wp.uint64(32)))
                 qf[0] = int(wp.uint32(key & wp.uint64(0xFFFFFFFF)))
-        return qz, qf
+                size = 1
+        return qz, qf, size
 
     def store(ps: _Pass, q: int, qf):
         for s in range(kc):
@@ -460,7 +466,7 @@ def _make_register_kernel(kc: int, flags: tuple[int, int, int] | None):
 
     # annotations set here: the queue types are local to this call
     # (``from __future__ import annotations`` would leave them unresolvable strings)
-    insert.__annotations__ = {"qz": qf_t, "qf": qi_t, "z": float, "f": int}
+    insert.__annotations__ = {"qz": qf_t, "qf": qi_t, "z": float, "f": int, "size": int}
     seed.__annotations__ = {"ps": _Pass, "q": int, "qz": qf_t, "qf": qi_t}
     store.__annotations__ = {"ps": _Pass, "q": int, "qf": qi_t}
     insert = wp.func(insert, module="unique")
@@ -484,7 +490,7 @@ def _make_register_kernel(kc: int, flags: tuple[int, int, int] | None):
         p = pixel_centre(yi, xi, ps.height, ps.width)
         rng = _face_range(ps, n, loc[1], yi % ps.tile_size == 0 and xi % ps.tile_size == 0)
         q = (n * ps.height + yi) * ps.width + xi
-        qz, qf = seed(ps, q, qf_t(_FAR), qi_t(_NO_FACE))
+        qz, qf, size = seed(ps, q, qf_t(_FAR), qi_t(_NO_FACE))
         for j in range(rng[0], rng[1]):
             f = j
             if rng[2] != 0:
@@ -496,7 +502,8 @@ def _make_register_kernel(kc: int, flags: tuple[int, int, int] | None):
             else:
                 hit, z, dist = _test_face(ps, f, p)
             if hit and _before(z, f, qz[kc - 1], qf[kc - 1]):
-                qz, qf = insert(qz, qf, z, f)
+                qz, qf = insert(qz, qf, z, f, size)
+                size = wp.min(size + 1, kc)
         store(ps, q, qf)
 
     # A distinct name per variant: readable profiles, and kernels generated from one
