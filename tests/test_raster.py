@@ -147,7 +147,7 @@ def test_naive_binned_and_float64_reference_agree(flags, device):
     scene = _random_scene(rng)
     k = 4
     naive = _run(scene, device, faces_per_pixel=k, bin_size=0, **flags)
-    for bs, cap in [(4, None), (8, 3), (16, 1)]:
+    for bs, cap in [(4, None), (8, 3), (16, 1), (None, 2)]:  # None: 4 x 8 tiles
         binned = _run(scene, device, faces_per_pixel=k, bin_size=bs, max_faces_per_bin=cap, **flags)
         # Same per-pixel arithmetic on both paths, and the queue is a total order:
         # the outputs must be identical, bit for bit.

@@ -27,7 +27,7 @@ import warp as wp
 from . import raster, variants
 from .meshes import pack_meshes
 from .primitives import ico_sphere
-from .raster import RasterWorkspace, default_bin_size, rasterize_naive_at, rasterize_packed
+from .raster import RasterWorkspace, rasterize_naive_at, rasterize_packed
 
 
 @dataclass
@@ -126,7 +126,7 @@ def run_scene(
     verts = wp.array(v, dtype=wp.vec3, device=device, requires_grad=True)
     meshes = pack_meshes(verts, wp.array(f, dtype=wp.int32, device=device), first, count)
     h, w = scene.height, scene.width
-    bs = default_bin_size(h, w) if bin_size is None else bin_size
+    bs = bin_size
     ws = RasterWorkspace(
         num_meshes=scene.copies,
         num_faces=len(f),
@@ -220,6 +220,7 @@ def run_scene(
         **asdict(scene),
         "faces": int(len(f)),
         "bin_size": bs,
+        "tile": f"{ws.tile_h}x{ws.tile_w}",
         "device": str(device),
         "fwd_ms": statistics.median(fwd),
         "graph_fwd_ms": graph_fwd,
@@ -271,7 +272,7 @@ def main(argv=None) -> int:
         scenes = [s for s in GPU_SCENES + CPU_SCENES if s.name in wanted]
     rows = []
     head = (
-        f"{'scene':<26}{'faces':>9}{'bin':>5}{'fwd ms':>10}{'fwd+bwd':>10}{'bwd':>9}"
+        f"{'scene':<26}{'faces':>9}{'tile':>5}{'fwd ms':>10}{'fwd+bwd':>10}{'bwd':>9}"
         f"{'target':>8}{'check':>7}{'ws MB':>8}{'out MB':>8}{'graph fwd':>10}{'g f+b':>8}"
     )
     print(f"warpraster bench on {device} ({getattr(device, 'name', '')})")
@@ -282,7 +283,7 @@ def main(argv=None) -> int:
         tgt = f"{sc.target_ms:.2f}" if sc.target_ms else "-"
         ok = "ok" if r["check_mismatches"] == 0 else f"{r['check_mismatches']}!"
         print(
-            f"{sc.name:<26}{r['faces']:>9}{r['bin_size']:>5}{r['fwd_ms']:>10.3f}"
+            f"{sc.name:<26}{r['faces']:>9}{r['tile']:>5}{r['fwd_ms']:>10.3f}"
             f"{r['fwd_bwd_ms']:>10.3f}{r['bwd_ms']:>9.3f}{tgt:>8}{ok:>7}"
             f"{r['workspace_bytes'] / 2**20:>8.1f}{r['output_bytes'] / 2**20:>8.1f}"
             + (

@@ -71,16 +71,17 @@ def box_pixels(box: wp.vec4i) -> int:
 
 
 @wp.func
-def face_tiles(bb: wp.vec4, height: int, width: int, tile_size: int, small: int) -> wp.vec4i:
-    """(ty0, ty1, tx0, tx1) inclusive tile range of a face bbox; ty0 > ty1 if none
-    (also when the face covers at most ``small`` pixels: another pass draws those)."""
+def face_tiles(
+    bb: wp.vec4, height: int, width: int, tile_h: int, tile_w: int, small: int
+) -> wp.vec4i:
+    """(ty0, ty1, tx0, tx1) inclusive range of tiles (``tile_h`` rows x ``tile_w``
+    columns of pixels) of a face bbox; ty0 > ty1 if none (also when the face
+    covers at most ``small`` pixels: another pass draws those)."""
     box = pixel_box(bb, height, width)
     npix = box_pixels(box)
     if npix == 0 or npix <= small:
         return wp.vec4i(1, 0, 1, 0)
-    return wp.vec4i(
-        box[0] // tile_size, box[1] // tile_size, box[2] // tile_size, box[3] // tile_size
-    )
+    return wp.vec4i(box[0] // tile_h, box[1] // tile_h, box[2] // tile_w, box[3] // tile_w)
 
 
 @wp.kernel
@@ -89,7 +90,8 @@ def _count_tiles(
     face_bbox: wp.array(dtype=wp.vec4),
     height: int,
     width: int,
-    tile_size: int,
+    tile_h: int,
+    tile_w: int,
     tiles_y: int,
     tiles_x: int,
     small: int,
@@ -99,7 +101,7 @@ def _count_tiles(
     m = face_mesh[f]
     if m < 0:
         return
-    r = face_tiles(face_bbox[f], height, width, tile_size, small)
+    r = face_tiles(face_bbox[f], height, width, tile_h, tile_w, small)
     base = m * tiles_y * tiles_x
     for ty in range(r[0], r[1] + 1):
         for tx in range(r[2], r[3] + 1):
@@ -112,7 +114,8 @@ def _fill_tiles(
     face_bbox: wp.array(dtype=wp.vec4),
     height: int,
     width: int,
-    tile_size: int,
+    tile_h: int,
+    tile_w: int,
     tiles_y: int,
     tiles_x: int,
     small: int,
@@ -124,7 +127,7 @@ def _fill_tiles(
     m = face_mesh[f]
     if m < 0:
         return
-    r = face_tiles(face_bbox[f], height, width, tile_size, small)
+    r = face_tiles(face_bbox[f], height, width, tile_h, tile_w, small)
     base = m * tiles_y * tiles_x
     capacity = tile_faces.shape[0]
     for ty in range(r[0], r[1] + 1):
@@ -183,9 +186,9 @@ def sort_tiles(tile_count, tile_offset, tile_faces, launch=_launch) -> None:
     )
 
 
-def tile_grid(height: int, width: int, tile_size: int) -> tuple[int, int]:
+def tile_grid(height: int, width: int, tile_h: int, tile_w: int) -> tuple[int, int]:
     """Number of tiles along (y, x)."""
-    return (height + tile_size - 1) // tile_size, (width + tile_size - 1) // tile_size
+    return (height + tile_h - 1) // tile_h, (width + tile_w - 1) // tile_w
 
 
 def default_capacity(num_faces: int, num_tiles: int) -> int:
@@ -200,7 +203,8 @@ def coarse_bin(
     face_bbox,
     height: int,
     width: int,
-    tile_size: int,
+    tile_h: int,
+    tile_w: int,
     tile_count,
     tile_offset,
     tile_cursor,
@@ -213,11 +217,11 @@ def coarse_bin(
     Faces covering at most ``small`` pixels are left out (0: none left out).
     ``launch`` runs the kernels, as in :func:`sort_tiles`.
     """
-    ty, tx = tile_grid(height, width, tile_size)
+    ty, tx = tile_grid(height, width, tile_h, tile_w)
     nf = face_mesh.shape[0]
     tile_count.zero_()
     tile_cursor.zero_()
-    args = [face_mesh, face_bbox, height, width, tile_size, ty, tx, small]
+    args = [face_mesh, face_bbox, height, width, tile_h, tile_w, ty, tx, small]
     launch("count_tiles", _count_tiles, nf, args, [tile_count])
     wp.utils.array_scan(tile_count, tile_offset, inclusive=False)
     launch("fill_tiles", _fill_tiles, nf, [*args, tile_offset], [tile_cursor, tile_faces])

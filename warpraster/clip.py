@@ -677,18 +677,16 @@ def rasterize_clipped(
     """
     # The raster modules are imported here, not at the top: raster.py imports this
     # module lazily for its clipped path, and the clipper proper needs only warp.
-    from .raster import default_bin_size, rasterize_packed  # noqa: PLC0415
+    from .raster import rasterize_packed  # noqa: PLC0415
 
     h, w = image_size
-    if bin_size is None:
-        bin_size = default_bin_size(h, w)
     config = dict(
         num_verts=meshes.num_verts,
         num_faces=meshes.num_faces,
         num_meshes=meshes.num_meshes,
         image_size=(h, w),
         faces_per_pixel=faces_per_pixel,
-        bin_size=int(bin_size),
+        bin_size=bin_size,
     )
     if workspace is None:
         workspace = ClipWorkspace(

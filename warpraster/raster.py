@@ -141,7 +141,8 @@ class _Pass:
     clip_bary: int
     # bins ("tiles"): compacted per-tile face lists, see binning.py
     naive: int
-    tile_size: int
+    tile_h: int
+    tile_w: int
     tiles_y: int
     tiles_x: int
     tile_count: wp.array(dtype=wp.int32)
@@ -258,15 +259,14 @@ def _before(za: float, fa: int, zb: float, fb: int) -> bool:
 def _locate_tile_pixel(ps: _Pass, tid: int) -> wp.vec4i:
     """Thread -> (image, tile, row, column): consecutive threads sweep one tile,
     so a thread block reads the same face list (cache broadcast)."""
-    t = ps.tile_size
-    tt = t * t
+    tt = ps.tile_h * ps.tile_w
     local = tid % tt
     tile = tid // tt
     per_image = ps.tiles_y * ps.tiles_x
     n = tile // per_image
     tile_in_image = tile - n * per_image
-    yi = (tile_in_image // ps.tiles_x) * t + local // t
-    xi = (tile_in_image % ps.tiles_x) * t + local % t
+    yi = (tile_in_image // ps.tiles_x) * ps.tile_h + local // ps.tile_w
+    xi = (tile_in_image % ps.tiles_x) * ps.tile_w + local % ps.tile_w
     return wp.vec4i(n, tile, yi, xi)
 
 
@@ -488,7 +488,7 @@ def _make_register_kernel(kc: int, flags: tuple[int, int, int] | None):
         if yi >= ps.height or xi >= ps.width:
             return
         p = pixel_centre(yi, xi, ps.height, ps.width)
-        rng = _face_range(ps, n, loc[1], yi % ps.tile_size == 0 and xi % ps.tile_size == 0)
+        rng = _face_range(ps, n, loc[1], yi % ps.tile_h == 0 and xi % ps.tile_w == 0)
         q = (n * ps.height + yi) * ps.width + xi
         qz, qf, size = seed(ps, q, qf_t(_FAR), qi_t(_NO_FACE))
         for j in range(rng[0], rng[1]):
@@ -593,7 +593,7 @@ def _raster_output_queue(ps: _Pass):
     if yi >= ps.height or xi >= ps.width:
         return
     p = pixel_centre(yi, xi, ps.height, ps.width)
-    rng = _face_range(ps, n, loc[1], yi % ps.tile_size == 0 and xi % ps.tile_size == 0)
+    rng = _face_range(ps, n, loc[1], yi % ps.tile_h == 0 and xi % ps.tile_w == 0)
     q = (n * ps.height + yi) * ps.width + xi
     size = int(0)
     for j in range(rng[0], rng[1]):
@@ -635,16 +635,23 @@ def parse_image_size(image_size) -> tuple[int, int]:
     return h, w
 
 
-def default_bin_size(height: int, width: int) -> int:
-    """Bin (tile) size used when ``bin_size=None``: 8 pixels.
+#: Tiles (rows, columns of pixels) used when ``bin_size=None``: one 32-thread
+#: warp per tile. Measured on an H200 with the benchmark scenes (icospheres of 5k
+#: to 1.3M faces, 128 to 1024 pixels, K = 1 to 8): square 8 px tiles beat 16 and
+#: 32 px on every scene, by 1.2x to 2.5x (small tiles keep each list short; the
+#: coarse pass's extra (face, tile) pairs cost less than the fine pass saves),
+#: and 4 x 8 tiles beat 8 x 8 (see docs/PERF.md, v14).
+DEFAULT_TILE = (4, 8)
 
-    Measured on an H200 with the benchmark scenes (icospheres of 5k to 1.3M
-    faces, 128 to 1024 pixels, K = 1 to 8): 8 px tiles beat 16 and 32 px on
-    every scene, by 1.2x to 2.5x. Small tiles keep each tile's face list short;
-    the coarse pass's extra (face, tile) pairs cost less than the fine pass saves.
-    """
-    del height, width
-    return 8
+
+def tile_shape(bin_size: int | None) -> tuple[int, int]:
+    """(rows, columns) of a tile: ``DEFAULT_TILE`` for None, b x b for bin_size b,
+    and 16 x 16 for the naive pass (0), which runs the same kernels over tiles
+    without face lists (one thread block reads the same face at the same time)."""
+    if bin_size is None:
+        return DEFAULT_TILE
+    b = int(bin_size)
+    return (b, b) if b > 0 else (16, 16)
 
 
 def default_max_faces_per_bin(num_faces: int) -> int:
@@ -705,7 +712,7 @@ class RasterWorkspace:
         num_faces: int,
         image_size,
         faces_per_pixel: int,
-        bin_size: int,
+        bin_size: int | None = None,
         max_faces_per_bin: int | None = None,
         device=None,
         requires_grad: bool = False,
@@ -717,19 +724,18 @@ class RasterWorkspace:
         self.num_faces = int(num_faces)
         self.image_size = (h, w)
         self.faces_per_pixel = int(faces_per_pixel)
-        self.bin_size = int(bin_size)
+        self.bin_size = None if bin_size is None else int(bin_size)
+        self.binned = self.bin_size != 0
         self.requires_grad = bool(requires_grad)
         f_alloc = max(self.num_faces, 1)
         self.face_mesh = wp.empty(f_alloc, dtype=wp.int32, device=self.device)
         self.face_bbox = wp.empty(f_alloc, dtype=wp.vec4, device=self.device)
         self.face_verts = wp.empty(f_alloc, dtype=wp.mat33, device=self.device)
         self.overflow = wp.zeros(1, dtype=wp.int32, device=self.device)
-        # The naive pass runs the same kernels over 16 x 16 pixel tiles (one thread
-        # block reads the same face at the same time) without face lists.
-        self.tile_size = self.bin_size if self.bin_size > 0 else 16
-        self.tiles_y, self.tiles_x = binning.tile_grid(h, w, self.tile_size)
+        self.tile_h, self.tile_w = tile_shape(self.bin_size)
+        self.tiles_y, self.tiles_x = binning.tile_grid(h, w, self.tile_h, self.tile_w)
         num_tiles = self.num_meshes * self.tiles_y * self.tiles_x
-        if self.bin_size > 0:
+        if self.binned:
             if max_faces_per_bin is None:
                 self.max_faces_per_bin = max(self.num_faces, 1)
                 capacity = binning.default_capacity(self.num_faces, num_tiles)
@@ -751,11 +757,9 @@ class RasterWorkspace:
         self.fragments = allocate_fragments(
             self.num_meshes, h, w, self.faces_per_pixel, self.device, self.requires_grad
         )
-        self.fragments._overflow = self.overflow if self.bin_size > 0 else None
+        self.fragments._overflow = self.overflow if self.binned else None
         # K = 1 binned: one (depth, face) key per pixel for the small-face pass
-        key_count = (
-            self.num_meshes * h * w if self.faces_per_pixel == 1 and self.bin_size > 0 else 1
-        )
+        key_count = self.num_meshes * h * w if self.faces_per_pixel == 1 and self.binned else 1
         self.depth_keys = wp.empty(key_count, dtype=wp.uint64, device=self.device)
         self.launches = LaunchCache(self.device)
         self._pass = None
@@ -792,7 +796,7 @@ class RasterWorkspace:
             and self.num_faces == num_faces
             and self.image_size == tuple(image_size)
             and self.faces_per_pixel == faces_per_pixel
-            and self.bin_size == bin_size
+            and self.bin_size == (None if bin_size is None else int(bin_size))
             and self.device == wp.get_device(device)
         )
 
@@ -860,8 +864,9 @@ def rasterize_meshes(
             still covers it (the bounding box grows by its square root).
         faces_per_pixel: K >= 1. Bounded only by memory (N*H*W*K < 2**31): up
             to 16 the queue is held in registers, beyond that in the outputs.
-        bin_size: None = 8 (measured fastest), 0 = naive, > 0 = coarse-to-fine
-            with square bins of that many pixels. The output is identical.
+        bin_size: None = bins of 4 rows x 8 columns of pixels (measured
+            fastest), 0 = naive, > 0 = coarse-to-fine with square bins of that
+            many pixels. The output is identical.
         max_faces_per_bin: most faces a bin's list may hold (None = no per-bin
             cap; the shared list still has a fixed capacity, see
             :func:`warpraster.binning.default_capacity`). An overflowing bin
@@ -927,15 +932,13 @@ def rasterize_meshes(
             workspace=workspace,
             deterministic=deterministic,
         )
-    if bin_size is None:
-        bin_size = default_bin_size(h, w)
     if workspace is None:
         workspace = RasterWorkspace(
             num_meshes=n,
             num_faces=meshes.num_faces,
             image_size=(h, w),
             faces_per_pixel=k,
-            bin_size=int(bin_size),
+            bin_size=bin_size,
             max_faces_per_bin=max_faces_per_bin,
             device=meshes.device,
             requires_grad=meshes.verts.requires_grad,
@@ -946,7 +949,7 @@ def rasterize_meshes(
         num_faces=meshes.num_faces,
         image_size=(h, w),
         faces_per_pixel=k,
-        bin_size=int(bin_size),
+        bin_size=bin_size,
         device=meshes.device,
     ):
         raise ValueError(
@@ -998,17 +1001,17 @@ def rasterize_packed(
     # order faces are offered in, so every pixel sees its faces in ascending index
     # order, in a queue of exactly K slots (the output-array queue).
     ordered = meshes.has_neighbors
-    small = SMALL_FACE_PIXELS if (k == 1 and ws.bin_size > 0 and not ordered) else 0
+    small = SMALL_FACE_PIXELS if (k == 1 and ws.binned and not ordered) else 0
     ps, ps_key = ws.pass_for(
         meshes, blur_radius, perspective_correct, clip_barycentric_coords,
-        seeded=small > 0, sorted_tiles=ordered and ws.bin_size > 0,
+        seeded=small > 0, sorted_tiles=ordered and ws.binned,
     )  # fmt: skip
     if small > 0:
         ws.depth_keys.fill_(_EMPTY_KEY_VALUE)
         if nf > 0:
             lanes = small_face_lanes(nf, n * h * w)
             launch("small", _small_faces_k1, nf * lanes, [ps, small, lanes], key=(ps_key, lanes))
-    if ws.bin_size > 0:
+    if ws.binned:
         ws.overflow.zero_()
         if nf > 0:
             binning.coarse_bin(
@@ -1016,7 +1019,8 @@ def rasterize_packed(
                 ws.face_bbox,
                 h,
                 w,
-                ws.tile_size,
+                ws.tile_h,
+                ws.tile_w,
                 ws.tile_count,
                 ws.tile_offset,
                 ws.tile_cursor,
@@ -1034,7 +1038,7 @@ def rasterize_packed(
         kernel = _register_kernel(k, ws.device, flags)
     else:
         kernel = _raster_output_queue
-    per_tile = ws.tile_size * ws.tile_size
+    per_tile = ws.tile_h * ws.tile_w
     threads = n * ws.tiles_y * ws.tiles_x * per_tile
     launch("queue", kernel, threads, [ps], key=ps_key, block_dim=min(per_tile, 256))
     write = _write_outputs_kernel(ws.device, perspective_correct, clip_barycentric_coords)
@@ -1065,8 +1069,9 @@ def _make_pass(
     ps.blur_radius = blur_radius
     ps.perspective = int(perspective_correct)
     ps.clip_bary = int(clip_bary)
-    ps.naive = int(ws.bin_size == 0)
-    ps.tile_size = ws.tile_size
+    ps.naive = int(not ws.binned)
+    ps.tile_h = ws.tile_h
+    ps.tile_w = ws.tile_w
     ps.tiles_y = ws.tiles_y
     ps.tiles_x = ws.tiles_x
     ps.tile_count = ws.tile_count
