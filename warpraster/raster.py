@@ -635,21 +635,21 @@ def parse_image_size(image_size) -> tuple[int, int]:
     return h, w
 
 
-#: Tiles (rows, columns of pixels) used when ``bin_size=None``: one 32-thread
-#: warp per tile. Measured on an H200 with the benchmark scenes (icospheres of 5k
-#: to 1.3M faces, 128 to 1024 pixels, K = 1 to 8): square 8 px tiles beat 16 and
-#: 32 px on every scene, by 1.2x to 2.5x (small tiles keep each list short; the
-#: coarse pass's extra (face, tile) pairs cost less than the fine pass saves),
-#: and 4 x 8 tiles beat 8 x 8 (see docs/PERF.md, v14).
-DEFAULT_TILE = (4, 8)
+def tile_shape(bin_size: int | None, faces_per_pixel: int) -> tuple[int, int]:
+    """(rows, columns) of pixels of a tile.
 
-
-def tile_shape(bin_size: int | None) -> tuple[int, int]:
-    """(rows, columns) of a tile: ``DEFAULT_TILE`` for None, b x b for bin_size b,
-    and 16 x 16 for the naive pass (0), which runs the same kernels over tiles
-    without face lists (one thread block reads the same face at the same time)."""
+    ``bin_size=b``: b x b. The naive pass (0) runs the same kernels over 16 x 16
+    tiles without face lists (one thread block reads the same face at a time).
+    ``None``: 8 x 8 for K = 1, 4 x 8 (one 32-thread warp) for K > 1. Measured on
+    an H200 with the benchmark scenes (icospheres of 5k to 1.3M faces, 128 to
+    1024 pixels): square 8 px tiles beat 16 and 32 px on every scene, by 1.2x to
+    2.5x (short lists; the coarse pass's extra (face, tile) pairs cost less than
+    the fine pass saves); 4 x 8 beat 8 x 8 by 2-4% at K = 4 and 8 (31% fewer
+    (warp, face) iterations) and lost 3-7% at K = 1, whose tile pass serves only
+    the faces larger than 64 pixels (docs/PERF.md, v14).
+    """
     if bin_size is None:
-        return DEFAULT_TILE
+        return (8, 8) if faces_per_pixel == 1 else (4, 8)
     b = int(bin_size)
     return (b, b) if b > 0 else (16, 16)
 
@@ -732,7 +732,7 @@ class RasterWorkspace:
         self.face_bbox = wp.empty(f_alloc, dtype=wp.vec4, device=self.device)
         self.face_verts = wp.empty(f_alloc, dtype=wp.mat33, device=self.device)
         self.overflow = wp.zeros(1, dtype=wp.int32, device=self.device)
-        self.tile_h, self.tile_w = tile_shape(self.bin_size)
+        self.tile_h, self.tile_w = tile_shape(self.bin_size, self.faces_per_pixel)
         self.tiles_y, self.tiles_x = binning.tile_grid(h, w, self.tile_h, self.tile_w)
         num_tiles = self.num_meshes * self.tiles_y * self.tiles_x
         if self.binned:
@@ -864,9 +864,9 @@ def rasterize_meshes(
             still covers it (the bounding box grows by its square root).
         faces_per_pixel: K >= 1. Bounded only by memory (N*H*W*K < 2**31): up
             to 16 the queue is held in registers, beyond that in the outputs.
-        bin_size: None = bins of 4 rows x 8 columns of pixels (measured
-            fastest), 0 = naive, > 0 = coarse-to-fine with square bins of that
-            many pixels. The output is identical.
+        bin_size: None = bins measured fastest (8 x 8 pixels for K = 1, 4 rows
+            x 8 columns for K > 1), 0 = naive, > 0 = coarse-to-fine with square
+            bins of that many pixels. The output is identical.
         max_faces_per_bin: most faces a bin's list may hold (None = no per-bin
             cap; the shared list still has a fixed capacity, see
             :func:`warpraster.binning.default_capacity`). An overflowing bin
