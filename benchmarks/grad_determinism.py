@@ -38,7 +38,6 @@ import warp as wp
 import warpraster as wr
 from warpraster.fragments import DeterministicBackward
 from warpraster.primitives import ico_sphere
-from warpraster.raster import default_bin_size
 
 
 def make_scene(level: int, backdrop: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -188,8 +187,6 @@ def main(argv=None):
     wp.config.quiet = True
     wp.init()
     device = wp.get_device(args.device)
-    if args.bin_size is None:
-        args.bin_size = default_bin_size(args.size, args.size)
     print(
         f"device={device} ({device.name}) image={args.size}x{args.size} K={args.k} "
         f"ico level={args.level} blur={args.blur} bin_size={args.bin_size}"
