@@ -56,9 +56,108 @@ def _probe(ps: raster._Pass, mode: int):
         ps.dists[q, s] = v2[0] + p[1]
 
 
+@wp.func
+def _values(ps: raster._Pass, e: int, f: int, m: wp.mat33):
+    """Fragment values of flat slot e holding face f (records m), or the -1 fill."""
+    k = ps.faces_per_pixel
+    r = (e // k) % (ps.height * ps.width)
+    p = pixel_centre(r // ps.width, r % ps.width, ps.height, ps.width)
+    v0 = wp.vec3(m[0, 0], m[0, 1], m[0, 2])
+    v1 = wp.vec3(m[1, 0], m[1, 1], m[1, 2])
+    v2 = wp.vec3(m[2, 0], m[2, 1], m[2, 2])
+    z, bary, d = fragment_values(p, v0, v1, v2, 0, 0)
+    if f < 0:
+        z = -1.0
+        bary = wp.vec3(-1.0, -1.0, -1.0)
+        d = -1.0
+    return z, bary, d
+
+
+@wp.kernel
+def _wide_hoisted(ps: raster._Pass):
+    """Four slots per thread: one 16-byte load of their faces, the four face
+    records loaded before any arithmetic (no branch), 16-byte stores."""
+    g = wp.tid()
+    f4 = ps.pix_to_face4[g]
+    m0 = ps.face_verts[wp.max(f4[0], 0)]
+    m1 = ps.face_verts[wp.max(f4[1], 0)]
+    m2 = ps.face_verts[wp.max(f4[2], 0)]
+    m3 = ps.face_verts[wp.max(f4[3], 0)]
+    z0, b0, d0 = _values(ps, 4 * g, f4[0], m0)
+    z1, b1, d1 = _values(ps, 4 * g + 1, f4[1], m1)
+    z2, b2, d2 = _values(ps, 4 * g + 2, f4[2], m2)
+    z3, b3, d3 = _values(ps, 4 * g + 3, f4[3], m3)
+    ps.zq4[g] = wp.vec4(z0, z1, z2, z3)
+    ps.dists4[g] = wp.vec4(d0, d1, d2, d3)
+    ps.bary4[3 * g] = wp.vec4(b0[0], b0[1], b0[2], b1[0])
+    ps.bary4[3 * g + 1] = wp.vec4(b1[1], b1[2], b2[0], b2[1])
+    ps.bary4[3 * g + 2] = wp.vec4(b2[2], b3[0], b3[1], b3[2])
+
+
+@wp.kernel
+def _wide_skip(ps: raster._Pass):
+    """Four slots per thread, 16-byte stores; a group with no face is filled
+    without loading anything more (most slots are empty at K = 8)."""
+    g = wp.tid()
+    f4 = ps.pix_to_face4[g]
+    if f4[0] < 0 and f4[1] < 0 and f4[2] < 0 and f4[3] < 0:
+        ps.zq4[g] = wp.vec4(-1.0, -1.0, -1.0, -1.0)
+        ps.dists4[g] = wp.vec4(-1.0, -1.0, -1.0, -1.0)
+        ps.bary4[3 * g] = wp.vec4(-1.0, -1.0, -1.0, -1.0)
+        ps.bary4[3 * g + 1] = wp.vec4(-1.0, -1.0, -1.0, -1.0)
+        ps.bary4[3 * g + 2] = wp.vec4(-1.0, -1.0, -1.0, -1.0)
+        return
+    m0 = ps.face_verts[wp.max(f4[0], 0)]
+    m1 = ps.face_verts[wp.max(f4[1], 0)]
+    m2 = ps.face_verts[wp.max(f4[2], 0)]
+    m3 = ps.face_verts[wp.max(f4[3], 0)]
+    z0, b0, d0 = _values(ps, 4 * g, f4[0], m0)
+    z1, b1, d1 = _values(ps, 4 * g + 1, f4[1], m1)
+    z2, b2, d2 = _values(ps, 4 * g + 2, f4[2], m2)
+    z3, b3, d3 = _values(ps, 4 * g + 3, f4[3], m3)
+    ps.zq4[g] = wp.vec4(z0, z1, z2, z3)
+    ps.dists4[g] = wp.vec4(d0, d1, d2, d3)
+    ps.bary4[3 * g] = wp.vec4(b0[0], b0[1], b0[2], b1[0])
+    ps.bary4[3 * g + 1] = wp.vec4(b1[1], b1[2], b2[0], b2[1])
+    ps.bary4[3 * g + 2] = wp.vec4(b2[2], b3[0], b3[1], b3[2])
+
+
+@wp.kernel
+def _wide_stores_only(ps: raster._Pass):
+    """The wide pass's memory traffic alone: its 16-byte face load, constant stores."""
+    g = wp.tid()
+    f = ps.pix_to_face4[g]
+    c = float(f[0] + f[1] + f[2] + f[3]) * 0.0 - 1.0
+    v = wp.vec4(c, c, c, c)
+    raster._store4(ps.zq4, g, v)
+    raster._store4(ps.dists4, g, v)
+    raster._store4(ps.bary4, 3 * g, v)
+    raster._store4(ps.bary4, 3 * g + 1, v)
+    raster._store4(ps.bary4, 3 * g + 2, v)
+
+
+@wp.kernel
+def _narrow_branchfree(ps: raster._Pass):
+    """One slot per thread, its face record loaded without a branch."""
+    e = wp.tid()
+    k = ps.faces_per_pixel
+    q = e // k
+    s = e - q * k
+    f = ps.pix_to_face[q, s]
+    z, b, d = _values(ps, e, f, ps.face_verts[wp.max(f, 0)])
+    ps.zq[q, s] = z
+    ps.bary[q, s] = b
+    ps.dists[q, s] = d
+
+
 @wp.kernel
 def _fill(a: wp.array(dtype=wp.float32)):
     a[wp.tid()] = 1.0
+
+
+@wp.kernel
+def _fill4(a: wp.array(dtype=wp.vec4)):
+    a[wp.tid()] = wp.vec4(1.0, 1.0, 1.0, 1.0)
 
 
 def main() -> None:
@@ -94,17 +193,37 @@ def main() -> None:
         go()
         t = statistics.median(timed(go) for _ in range(args.runs))
         print(f"  {names[mode]:<12} {t:.3f} ms  {slots * 24 / t / 1e9:.2f} TB/s")
-    write = raster._write_outputs_kernel(device, False, False)
+    write = raster._write_outputs_kernel(device, False, False, 0)
     go = lambda: wp.launch(write, dim=slots, inputs=[ps], device=device)  # noqa: E731
     go()
     t = statistics.median(timed(go) for _ in range(args.runs))
     print(f"  {'_write_outputs':<12} {t:.3f} ms")
+    for name, kern, dim in (
+        ("wide stores", _wide_stores_only, slots // 4),
+        ("wide hoisted", _wide_hoisted, slots // 4),
+        ("wide skip", _wide_skip, slots // 4),
+        ("narrow nobranch", _narrow_branchfree, slots),
+        ("_write_outputs4", raster._write_outputs_kernel(device, False, False, 1), slots // 4),
+    ):
+        go = lambda kern=kern, dim=dim: wp.launch(kern, dim=dim, inputs=[ps], device=device)  # noqa: E731
+        go()
+        t = statistics.median(timed(go) for _ in range(args.runs))
+        print(f"  {name:<12} {t:.3f} ms  {slots * 24 / t / 1e9:.2f} TB/s")
     # The write floor: one float32 per thread into a 400 MB array, and a memset.
     big = wp.empty(100_000_000, dtype=wp.float32, device=device)
     go = lambda: wp.launch(_fill, dim=big.size, inputs=[big], device=device)  # noqa: E731
     go()
     t = statistics.median(timed(go) for _ in range(args.runs))
     print(f"  {'store kernel':<12} {t:.3f} ms  {big.size * 4 / t / 1e9:.2f} TB/s (400 MB)")
+    big4 = wp.array(ptr=big.ptr, dtype=wp.vec4, shape=big.size // 4, device=device)
+    go = lambda: wp.launch(_fill4, dim=big4.size, inputs=[big4], device=device)  # noqa: E731
+    go()
+    t = statistics.median(timed(go) for _ in range(args.runs))
+    print(f"  {'vec4 stores':<12} {t:.3f} ms  {big.size * 4 / t / 1e9:.2f} TB/s (400 MB)")
+    go = lambda: big.zero_()  # noqa: E731
+    go()
+    t = statistics.median(timed(go) for _ in range(args.runs))
+    print(f"  {'zero_':<12} {t:.3f} ms  {big.size * 4 / t / 1e9:.2f} TB/s (400 MB)")
     go = lambda: big.fill_(1.0)  # noqa: E731
     go()
     t = statistics.median(timed(go) for _ in range(args.runs))

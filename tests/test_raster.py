@@ -557,3 +557,28 @@ def test_overflowing_bin_still_exact_for_k1(device):
     assert tiny["overflowed_bins"] >= 1
     for key in ("pix_to_face", "zbuf", "bary_coords", "dists"):
         np.testing.assert_array_equal(tiny[key], naive[key])
+
+
+@pytest.mark.parametrize("wide", [True, False], ids=["16-byte", "4-byte"])
+@pytest.mark.parametrize(("k", "size"), [(3, (12, 10)), (8, (12, 10)), (3, (7, 9))])
+def test_output_stores_wide_and_narrow_match_the_oracle(k, size, wide, device, monkeypatch):
+    """The output pass writes four slots per 16-byte store where the slot count
+    allows (K = 3 on 12 x 10: groups spanning pixels) and one per store
+    otherwise (7 x 9 x 3 slots) or when asked: every path equals the float32
+    oracle bit for bit."""
+    monkeypatch.setattr(wr.raster, "WIDE_OUTPUTS", wide)
+    v, f = ico_sphere(2)
+    verts = np.concatenate([v * 0.6 + [0.1, 0.0, 2.0], v * 0.5 + [-0.2, 0.1, 2.3]])
+    scene = {
+        "verts": verts.astype(np.float32),
+        "faces": np.concatenate([f, f + len(v)]).astype(np.int32),
+        "mesh_to_face_first_idx": np.array([0], np.int32),
+        "num_faces_per_mesh": np.array([2 * len(f)], np.int32),
+        "image_size": size,
+    }
+    ref = rasterize_reference(**scene, faces_per_pixel=k, dtype=np.float32)
+    assert (ref.pix_to_face[..., 1] >= 0).mean() > 0.2  # a second layer over ~25% of pixels
+    out = _run(scene, device, faces_per_pixel=k)
+    np.testing.assert_array_equal(out["pix_to_face"], ref.pix_to_face)
+    for key in ("zbuf", "bary_coords", "dists"):
+        np.testing.assert_array_equal(out[key], getattr(ref, key).astype(np.float32))

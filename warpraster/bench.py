@@ -25,6 +25,8 @@ import numpy as np
 import warp as wp
 
 from . import raster, variants
+from .fragments import fragment_values
+from .geometry import pixel_centre
 from .meshes import pack_meshes
 from .primitives import ico_sphere
 from .raster import RasterWorkspace, rasterize_naive_at, rasterize_packed
@@ -115,6 +117,36 @@ def _timer(device):
     return timed
 
 
+@wp.kernel(enable_backward=False, module="unique", module_options={"fuse_fp": False})
+def _values_at(
+    verts: wp.array(dtype=wp.vec3),
+    faces: wp.array2d(dtype=wp.int32),
+    p2f: wp.array2d(dtype=wp.int32),
+    pix: wp.array(dtype=wp.vec3i),
+    height: int,
+    width: int,
+    zbuf: wp.array2d(dtype=wp.float32),
+    bary: wp.array2d(dtype=wp.vec3),
+    dists: wp.array2d(dtype=wp.float32),
+):
+    """The fragment values of rows ``p2f`` at pixels ``pix``, computed afresh from
+    the vertices (the check for zbuf / bary / dists; no blur flags here)."""
+    i, s = wp.tid()
+    f = p2f[i, s]
+    if f < 0:
+        zbuf[i, s] = -1.0
+        bary[i, s] = wp.vec3(-1.0, -1.0, -1.0)
+        dists[i, s] = -1.0
+    else:
+        p = pixel_centre(pix[i][1], pix[i][2], height, width)
+        z, b, d = fragment_values(
+            p, verts[faces[f, 0]], verts[faces[f, 1]], verts[faces[f, 2]], 0, 0
+        )
+        zbuf[i, s] = z
+        bary[i, s] = b
+        dists[i, s] = d
+
+
 def _nbytes(*arrays) -> int:
     return int(sum(a.capacity for a in arrays if a is not None))
 
@@ -158,8 +190,23 @@ def run_scene(
         perspective_correct=False,
         clip_barycentric_coords=False,
     ).numpy()
-    got = frags.pix_to_face.numpy()[pix[:, 0], pix[:, 1], pix[:, 2]]
+    at = (pix[:, 0], pix[:, 1], pix[:, 2])
+    got = frags.pix_to_face.numpy()[at]
     mismatches = int((got != ref).any(-1).sum())
+    # ... and the values written for those faces: equal bits to a fresh
+    # computation (same float32 operations, no FMA contraction on either side).
+    want = [
+        wp.empty((m, scene.k), dtype=t, device=device) for t in (wp.float32, wp.vec3, wp.float32)
+    ]
+    wp.launch(
+        _values_at, dim=(m, scene.k),
+        inputs=[verts, meshes.faces, wp.array(got, dtype=wp.int32, device=device),
+                wp.array(pix, dtype=wp.vec3i, device=device), h, w], outputs=want,
+        device=device,
+    )  # fmt: skip
+    for a, b in zip((frags.zbuf, frags.bary_coords, frags.dists), want, strict=True):
+        same = a.numpy()[at] == b.numpy()
+        mismatches += int((~same.reshape(m, -1).all(-1)).sum())
     covered = float((frags.pix_to_face.numpy()[..., 0] >= 0).mean())
 
     timed = _timer(device)
@@ -254,6 +301,14 @@ def main(argv=None) -> int:
         help="CUDA: queue kernels read the flags at run time (no compiled-in variants)",
     )  # fmt: skip
     ap.add_argument(
+        "--narrow-outputs", action="store_true",
+        help="outputs written one slot per store (not four per 16-byte store)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--max-regs", default=None,
+        help="CUDA register caps, e.g. queue8=56,outputs=40 (see raster.MAX_REGISTERS)",
+    )  # fmt: skip
+    ap.add_argument(
         "--small-lanes", type=int, default=None,
         help="threads per face in the K=1 small-face pass (default: automatic)",
     )  # fmt: skip
@@ -266,6 +321,11 @@ def main(argv=None) -> int:
         raster.SMALL_FACE_LANES = args.small_lanes
     if args.generic_kernels:
         variants.SPECIALIZE = False
+    for item in filter(None, (args.max_regs or "").split(",")):
+        name, regs = item.split("=")
+        raster.MAX_REGISTERS[name] = int(regs)
+    if args.narrow_outputs:
+        raster.WIDE_OUTPUTS = False
     scenes = GPU_SCENES if device.is_cuda else CPU_SCENES
     if args.scenes:
         wanted = set(args.scenes.split(","))

@@ -18,6 +18,7 @@ each slot; :mod:`warpraster.backward` registers the gradient on the tape.
 
 from __future__ import annotations
 
+import collections
 import math
 
 import numpy as np
@@ -158,6 +159,14 @@ class _Pass:
     zq: wp.array2d(dtype=wp.float32)
     bary: wp.array2d(dtype=wp.vec3)
     dists: wp.array2d(dtype=wp.float32)
+    # the same outputs as flat arrays of 16-byte vectors (when ``wide``): four
+    # floats per store reach 3.7 TB/s on an H200 where one float per store
+    # reaches 1.6 (benchmarks/output_pass_probe.py)
+    wide: int
+    pix_to_face4: wp.array(dtype=wp.vec4i)
+    zq4: wp.array(dtype=wp.vec4)
+    bary4: wp.array(dtype=wp.vec4)
+    dists4: wp.array(dtype=wp.vec4)
 
 
 @wp.func
@@ -309,6 +318,91 @@ def _write_slot(ps: _Pass, q: int, s: int, f: int, p: wp.vec2):
         ps.dists[q, s] = d
 
 
+@wp.func
+def _face_values(ps: _Pass, f: int, p: wp.vec2):
+    """(zbuf, bary, dist) of face f at pixel centre p, or the -1 fill if f < 0."""
+    z = float(-1.0)
+    bary = wp.vec3(-1.0, -1.0, -1.0)
+    d = float(-1.0)
+    if f >= 0:
+        m = ps.face_verts[f]
+        z, bary, d = fragment_values(
+            p,
+            wp.vec3(m[0, 0], m[0, 1], m[0, 2]),
+            wp.vec3(m[1, 0], m[1, 1], m[1, 2]),
+            wp.vec3(m[2, 0], m[2, 1], m[2, 2]),
+            ps.perspective,
+            ps.clip_bary,
+        )
+    return z, bary, d
+
+
+# 16-byte accesses: Warp's vectors are 4-byte aligned, so ``a[i] = v`` on a vec4
+# array compiles to four 4-byte stores (lanes 16 bytes apart, partial sectors per
+# instruction); these cast to CUDA's 16-byte-aligned float4 / int4 (the views
+# are 16-byte aligned, see _wide_views) for one coalesced 16-byte access per lane.
+@wp.func_native(
+    """
+#if defined(__CUDA_ARCH__)
+reinterpret_cast<float4*>(a.data)[i] = make_float4(v[0], v[1], v[2], v[3]);
+#else
+a.data[i] = v;
+#endif
+"""
+)
+def _store4(a: wp.array(dtype=wp.vec4), i: int, v: wp.vec4): ...
+
+
+@wp.func_native(
+    """
+#if defined(__CUDA_ARCH__)
+reinterpret_cast<int4*>(a.data)[i] = make_int4(v[0], v[1], v[2], v[3]);
+#else
+a.data[i] = v;
+#endif
+"""
+)
+def _store4i(a: wp.array(dtype=wp.vec4i), i: int, v: wp.vec4i): ...
+
+
+@wp.func_native(
+    """
+#if defined(__CUDA_ARCH__)
+int4 t = reinterpret_cast<const int4*>(a.data)[i];
+return wp::vec4i(t.x, t.y, t.z, t.w);
+#else
+return a.data[i];
+#endif
+"""
+)
+def _load4i(a: wp.array(dtype=wp.vec4i), i: int) -> wp.vec4i: ...
+
+
+@wp.func
+def _write_group(ps: _Pass, e0: int):
+    """Slots e0 .. e0 + 3 of the flat outputs (e0 % 4 == 0; they may span
+    pixels): their faces in one 16-byte load, their values in 16-byte stores
+    (one for zbuf, one for dists, three for bary)."""
+    g = e0 // 4
+    f = _load4i(ps.pix_to_face4, g)
+    z0, b0, d0 = _face_values(ps, f[0], _flat_pixel(ps, e0))
+    z1, b1, d1 = _face_values(ps, f[1], _flat_pixel(ps, e0 + 1))
+    z2, b2, d2 = _face_values(ps, f[2], _flat_pixel(ps, e0 + 2))
+    z3, b3, d3 = _face_values(ps, f[3], _flat_pixel(ps, e0 + 3))
+    _store4(ps.zq4, g, wp.vec4(z0, z1, z2, z3))
+    _store4(ps.dists4, g, wp.vec4(d0, d1, d2, d3))
+    _store4(ps.bary4, 3 * g, wp.vec4(b0[0], b0[1], b0[2], b1[0]))
+    _store4(ps.bary4, 3 * g + 1, wp.vec4(b1[1], b1[2], b2[0], b2[1]))
+    _store4(ps.bary4, 3 * g + 2, wp.vec4(b2[2], b3[0], b3[1], b3[2]))
+
+
+@wp.func
+def _flat_pixel(ps: _Pass, e: int) -> wp.vec2:
+    """Centre of the pixel holding flat output slot e."""
+    r = (e // ps.faces_per_pixel) % (ps.height * ps.width)
+    return pixel_centre(r // ps.width, r % ps.width, ps.height, ps.width)
+
+
 # (depth, face) packed into one 64-bit key: depth bits high, face index low. For
 # depths >= 0 the IEEE bits order as the floats do, so one unsigned atomic_min
 # keeps the queue's (depth, face index) minimum. -0.0 is folded into +0.0 (equal
@@ -380,9 +474,10 @@ def small_face_lanes(num_faces: int, num_pixels: int) -> int:
     return lanes
 
 
-def _make_write_outputs(flags: tuple[int, int] | None):
+def _make_write_outputs(wide: bool, max_regs: int | None, flags: tuple[int, int] | None):
     """zbuf, bary_coords, dists of every slot from pix_to_face, one thread per slot
-    (``flags`` = (perspective, clip_bary) compiled in, or None: read at run time).
+    or, ``wide``, per four slots written in 16-byte stores (``flags`` =
+    (perspective, clip_bary) compiled in, or None: read at run time).
 
     A separate pass: measured on an H200, computing them inside the queue
     kernels (more registers) or one thread per pixel (strided stores) was 2-3x
@@ -395,26 +490,44 @@ def _make_write_outputs(flags: tuple[int, int] | None):
             ps.perspective = wp.static(flags[0])
             ps.clip_bary = wp.static(flags[1])
         i = wp.tid()
-        k = ps.faces_per_pixel
-        q = i // k
-        s = i - q * k
-        r = q % (ps.height * ps.width)
-        p = pixel_centre(r // ps.width, r % ps.width, ps.height, ps.width)
-        _write_slot(ps, q, s, ps.pix_to_face[q, s], p)
+        if wp.static(wide):
+            _write_group(ps, 4 * i)
+        else:
+            k = ps.faces_per_pixel
+            q = i // k
+            s = i - q * k
+            r = q % (ps.height * ps.width)
+            p = pixel_centre(r // ps.width, r % ps.width, ps.height, ps.width)
+            _write_slot(ps, q, s, ps.pix_to_face[q, s], p)
 
     write_outputs.__name__ = write_outputs.__qualname__ = variants.variant_name(
-        "write_outputs", flags
+        "write_outputs4" if wide else "write_outputs", flags
     )
     return wp.kernel(
-        write_outputs, enable_backward=False, module="unique", module_options={"fuse_fp": False}
+        write_outputs,
+        enable_backward=False,
+        module="unique",
+        module_options={"fuse_fp": False},
+        cuda_max_registers=max_regs,
     )
 
 
-def _write_outputs_kernel(device, perspective: bool, clip_bary: bool) -> wp.Kernel:
-    return variants.kernel_for("outputs", _make_write_outputs, device, (perspective, clip_bary))
+def _write_outputs_kernel(device, perspective: bool, clip_bary: bool, wide: bool) -> wp.Kernel:
+    flags = (perspective, clip_bary)
+    regs = MAX_REGISTERS["outputs4" if wide else "outputs"]
+    return variants.kernel_for("outputs", _make_write_outputs, device, flags, wide, regs)
 
 
-def _make_register_kernel(kc: int, flags: tuple[int, int, int] | None):
+#: CUDA: register cap per thread of a kernel (None: the compiler's choice), by
+#: "queue<bucket>", "outputs", "outputs4".
+#: outputs4 = 64 (compiler's choice: 91, 25% occupancy): output pass 0.222 ->
+#: 0.192 ms on an H200 at K = 8 (56: 0.207; uncapped narrow pass: 0.27).
+MAX_REGISTERS: dict[str, int | None] = collections.defaultdict(lambda: None, {"outputs4": 64})
+#: Outputs written four slots per 16-byte store where their layout allows it.
+WIDE_OUTPUTS = True
+
+
+def _make_register_kernel(kc: int, max_regs: int | None, flags: tuple[int, int, int] | None):
     """Fine/naive pass whose queue of ``kc`` slots lives in registers (kc <= 16).
 
     Serves every K <= kc: the first K slots of a top-kc queue are the top-K.
@@ -457,12 +570,16 @@ def _make_register_kernel(kc: int, flags: tuple[int, int, int] | None):
         return qz, qf, size
 
     def store(ps: _Pass, q: int, qf):
+        """Writes the pix_to_face row (qf: empty slots already -1)."""
+        if wp.static(kc % 4 == 0):
+            if ps.wide != 0 and ps.faces_per_pixel == kc:
+                for g in range(kc // 4):
+                    v = wp.vec4i(qf[4 * g], qf[4 * g + 1], qf[4 * g + 2], qf[4 * g + 3])
+                    _store4i(ps.pix_to_face4, q * wp.static(kc // 4) + g, v)
+                return
         for s in range(kc):
             if s < ps.faces_per_pixel:
-                face = qf[s]
-                if face == _NO_FACE:
-                    face = -1
-                ps.pix_to_face[q, s] = face
+                ps.pix_to_face[q, s] = qf[s]
 
     # annotations set here: the queue types are local to this call
     # (``from __future__ import annotations`` would leave them unresolvable strings)
@@ -481,30 +598,33 @@ def _make_register_kernel(kc: int, flags: tuple[int, int, int] | None):
             ps.clip_bary = wp.static(flags[1])
             if wp.static(flags[2] == 0):
                 ps.blur_radius = 0.0
-        loc = _locate_tile_pixel(ps, wp.tid())
+        tid = wp.tid()
+        loc = _locate_tile_pixel(ps, tid)
         n = loc[0]
         yi = loc[2]
         xi = loc[3]
-        if yi >= ps.height or xi >= ps.width:
-            return
-        p = pixel_centre(yi, xi, ps.height, ps.width)
-        rng = _face_range(ps, n, loc[1], yi % ps.tile_h == 0 and xi % ps.tile_w == 0)
-        q = (n * ps.height + yi) * ps.width + xi
-        qz, qf, size = seed(ps, q, qf_t(_FAR), qi_t(_NO_FACE))
-        for j in range(rng[0], rng[1]):
-            f = j
-            if rng[2] != 0:
-                f = ps.tile_faces[j]
-            hit = False
-            z = float(0.0)
-            if wp.static(flags is not None and flags[2] == 0):
-                hit, z, dist = _test_face_sharp(ps, f, p)
-            else:
-                hit, z, dist = _test_face(ps, f, p)
-            if hit and _before(z, f, qz[kc - 1], qf[kc - 1]):
-                qz, qf = insert(qz, qf, z, f, size)
-                size = wp.min(size + 1, kc)
-        store(ps, q, qf)
+        if yi < ps.height and xi < ps.width:
+            p = pixel_centre(yi, xi, ps.height, ps.width)
+            rng = _face_range(ps, n, loc[1], yi % ps.tile_h == 0 and xi % ps.tile_w == 0)
+            q = (n * ps.height + yi) * ps.width + xi
+            qz, qf, size = seed(ps, q, qf_t(_FAR), qi_t(_NO_FACE))
+            for j in range(rng[0], rng[1]):
+                f = j
+                if rng[2] != 0:
+                    f = ps.tile_faces[j]
+                hit = False
+                z = float(0.0)
+                if wp.static(flags is not None and flags[2] == 0):
+                    hit, z, dist = _test_face_sharp(ps, f, p)
+                else:
+                    hit, z, dist = _test_face(ps, f, p)
+                if hit and _before(z, f, qz[kc - 1], qf[kc - 1]):
+                    qz, qf = insert(qz, qf, z, f, size)
+                    size = wp.min(size + 1, kc)
+            for s in range(kc):
+                if qf[s] == _NO_FACE:
+                    qf[s] = -1
+            store(ps, q, qf)
 
     # A distinct name per variant: readable profiles, and kernels generated from one
     # function stay apart wherever Warp keys them by name (CPU graph capture does).
@@ -515,12 +635,14 @@ def _make_register_kernel(kc: int, flags: tuple[int, int, int] | None):
         enable_backward=False,
         module="unique",
         module_options={"fuse_fp": False},
+        cuda_max_registers=max_regs,
     )
 
 
 def _register_kernel(k: int, device, flags: tuple[int, int, int]) -> wp.Kernel:
     kc = next(b for b in _REGISTER_BUCKETS if b >= k)
-    return variants.kernel_for("queue", _make_register_kernel, device, flags, kc)
+    regs = MAX_REGISTERS[f"queue{kc}"]
+    return variants.kernel_for("queue", _make_register_kernel, device, flags, kc, regs)
 
 
 @wp.func
@@ -1041,8 +1163,10 @@ def rasterize_packed(
     per_tile = ws.tile_h * ws.tile_w
     threads = n * ws.tiles_y * ws.tiles_x * per_tile
     launch("queue", kernel, threads, [ps], key=ps_key, block_dim=min(per_tile, 256))
-    write = _write_outputs_kernel(ws.device, perspective_correct, clip_barycentric_coords)
-    launch("outputs", write, n * h * w * k, [ps], key=ps_key)
+    slots = n * h * w * k
+    wide = ps.wide != 0
+    write = _write_outputs_kernel(ws.device, perspective_correct, clip_barycentric_coords, wide)
+    launch("outputs", write, slots // 4 if wide else slots, [ps], key=ps_key)
     record_backward(
         meshes,
         ws,
@@ -1083,10 +1207,32 @@ def _make_pass(
     ps.keys = ws.depth_keys
     ps.pix_to_face = pix_to_face.reshape((-1, k))
     ps.zq = zq.reshape((-1, k))
+    ps.wide = 0
     if bary is not None:
         ps.bary = bary.reshape((-1, k))
         ps.dists = dists.reshape((-1, k))
+        views = _wide_views(pix_to_face, zq, bary, dists)
+        if views is not None:
+            ps.wide = 1
+            ps.pix_to_face4, ps.zq4, ps.bary4, ps.dists4 = views
     return ps
+
+
+def _wide_views(pix_to_face, zbuf, bary, dists):
+    """The outputs as flat arrays of 16-byte vectors (same memory), or None when
+    they cannot be: a slot count not divisible by 4, non-contiguous or unaligned
+    memory. Writing through them needs WIDE_OUTPUTS."""
+    if not WIDE_OUTPUTS or pix_to_face.size % 4 != 0:
+        return None
+    arrays = (pix_to_face, zbuf, bary, dists)
+    if any(not a.is_contiguous or a.ptr is None or a.ptr % 16 != 0 for a in arrays):
+        return None
+    m = pix_to_face.size // 4
+    shapes = ((wp.vec4i, m), (wp.vec4, m), (wp.vec4, 3 * m), (wp.vec4, m))
+    return tuple(
+        wp.array(ptr=a.ptr, dtype=t, shape=(c,), device=a.device)
+        for a, (t, c) in zip(arrays, shapes, strict=True)
+    )
 
 
 def rasterize_naive_at(
