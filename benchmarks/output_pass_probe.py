@@ -2,8 +2,11 @@
 
 Renders one benchmark scene, then times variants of a per-slot output kernel on
 its ``pix_to_face``: the full computation, without the edge distance, without
-the barycentric divisions (stores only), and the stores alone. The differences
-say whether the pass is bound by arithmetic or by its stores.
+the barycentric divisions (stores only), and the stores alone; variants of the
+four-slots-per-thread pass (its memory traffic alone, loads hoisted, empty
+groups skipped); and the write floor (one float / one float4 per thread, a
+memset, a copy). The differences say whether a pass is bound by arithmetic,
+by latency or by its stores.
 
     python benchmarks/output_pass_probe.py --device cuda:0 [--scene ico5x8_512_k8]
 """

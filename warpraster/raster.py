@@ -159,9 +159,9 @@ class _Pass:
     zq: wp.array2d(dtype=wp.float32)
     bary: wp.array2d(dtype=wp.vec3)
     dists: wp.array2d(dtype=wp.float32)
-    # the same outputs as flat arrays of 16-byte vectors (when ``wide``): four
-    # floats per store reach 3.7 TB/s on an H200 where one float per store
-    # reaches 1.6 (benchmarks/output_pass_probe.py)
+    # the same outputs as flat arrays of 16-byte vectors (when ``wide``), written
+    # through _store4: the output pass 0.27 -> 0.19 ms on an H200 at K = 8
+    # (benchmarks/output_pass_probe.py, docs/PERF.md v15)
     wide: int
     pix_to_face4: wp.array(dtype=wp.vec4i)
     zq4: wp.array(dtype=wp.vec4)
