@@ -76,12 +76,9 @@ def _values(ps: raster._Pass, e: int, f: int, m: wp.mat33):
     return z, bary, d
 
 
-@wp.kernel
-def _wide_hoisted(ps: raster._Pass):
-    """Four slots per thread: one 16-byte load of their faces, the four face
-    records loaded before any arithmetic (no branch), 16-byte stores."""
-    g = wp.tid()
-    f4 = ps.pix_to_face4[g]
+@wp.func
+def _hoisted_group(ps: raster._Pass, g: int, f4: wp.vec4i):
+    """Group g's four face records loaded before any arithmetic (no branch)."""
     m0 = ps.face_verts[wp.max(f4[0], 0)]
     m1 = ps.face_verts[wp.max(f4[1], 0)]
     m2 = ps.face_verts[wp.max(f4[2], 0)]
@@ -95,34 +92,32 @@ def _wide_hoisted(ps: raster._Pass):
     ps.bary4[3 * g] = wp.vec4(b0[0], b0[1], b0[2], b1[0])
     ps.bary4[3 * g + 1] = wp.vec4(b1[1], b1[2], b2[0], b2[1])
     ps.bary4[3 * g + 2] = wp.vec4(b2[2], b3[0], b3[1], b3[2])
+
+
+@wp.kernel
+def _wide_hoisted(ps: raster._Pass):
+    """Four slots per thread: one load of their faces, the four face records
+    loaded before any arithmetic (no branch). Warp's 4-byte-aligned vec4 stores
+    (as the pass before v15)."""
+    g = wp.tid()
+    _hoisted_group(ps, g, ps.pix_to_face4[g])
 
 
 @wp.kernel
 def _wide_skip(ps: raster._Pass):
-    """Four slots per thread, 16-byte stores; a group with no face is filled
-    without loading anything more (most slots are empty at K = 8)."""
+    """_wide_hoisted, but a group with no face is filled without loading
+    anything more (most slots are empty at K = 8)."""
     g = wp.tid()
     f4 = ps.pix_to_face4[g]
     if f4[0] < 0 and f4[1] < 0 and f4[2] < 0 and f4[3] < 0:
-        ps.zq4[g] = wp.vec4(-1.0, -1.0, -1.0, -1.0)
-        ps.dists4[g] = wp.vec4(-1.0, -1.0, -1.0, -1.0)
-        ps.bary4[3 * g] = wp.vec4(-1.0, -1.0, -1.0, -1.0)
-        ps.bary4[3 * g + 1] = wp.vec4(-1.0, -1.0, -1.0, -1.0)
-        ps.bary4[3 * g + 2] = wp.vec4(-1.0, -1.0, -1.0, -1.0)
+        fill = wp.vec4(-1.0, -1.0, -1.0, -1.0)
+        ps.zq4[g] = fill
+        ps.dists4[g] = fill
+        ps.bary4[3 * g] = fill
+        ps.bary4[3 * g + 1] = fill
+        ps.bary4[3 * g + 2] = fill
         return
-    m0 = ps.face_verts[wp.max(f4[0], 0)]
-    m1 = ps.face_verts[wp.max(f4[1], 0)]
-    m2 = ps.face_verts[wp.max(f4[2], 0)]
-    m3 = ps.face_verts[wp.max(f4[3], 0)]
-    z0, b0, d0 = _values(ps, 4 * g, f4[0], m0)
-    z1, b1, d1 = _values(ps, 4 * g + 1, f4[1], m1)
-    z2, b2, d2 = _values(ps, 4 * g + 2, f4[2], m2)
-    z3, b3, d3 = _values(ps, 4 * g + 3, f4[3], m3)
-    ps.zq4[g] = wp.vec4(z0, z1, z2, z3)
-    ps.dists4[g] = wp.vec4(d0, d1, d2, d3)
-    ps.bary4[3 * g] = wp.vec4(b0[0], b0[1], b0[2], b1[0])
-    ps.bary4[3 * g + 1] = wp.vec4(b1[1], b1[2], b2[0], b2[1])
-    ps.bary4[3 * g + 2] = wp.vec4(b2[2], b3[0], b3[1], b3[2])
+    _hoisted_group(ps, g, f4)
 
 
 @wp.kernel

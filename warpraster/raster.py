@@ -295,27 +295,13 @@ def _face_range(ps: _Pass, n: int, tile: int, first_pixel: bool) -> wp.vec3i:
 
 
 @wp.func
-def _write_slot(ps: _Pass, q: int, s: int, f: int, p: wp.vec2):
-    """Writes slot s of output row q: face f's fragment values, or the -1 fill."""
-    if f < 0:
-        ps.pix_to_face[q, s] = -1
-        ps.zq[q, s] = -1.0
-        ps.bary[q, s] = wp.vec3(-1.0, -1.0, -1.0)
-        ps.dists[q, s] = -1.0
-    else:
-        m = ps.face_verts[f]
-        z, bary, d = fragment_values(
-            p,
-            wp.vec3(m[0, 0], m[0, 1], m[0, 2]),
-            wp.vec3(m[1, 0], m[1, 1], m[1, 2]),
-            wp.vec3(m[2, 0], m[2, 1], m[2, 2]),
-            ps.perspective,
-            ps.clip_bary,
-        )
-        ps.pix_to_face[q, s] = f
-        ps.zq[q, s] = z
-        ps.bary[q, s] = bary
-        ps.dists[q, s] = d
+def _write_slot(ps: _Pass, q: int, s: int, p: wp.vec2):
+    """Writes the fragment values of slot s of output row q (pixel centre p):
+    its face's, or the -1 fill (its pix_to_face, -1 where empty, stays)."""
+    z, bary, d = _face_values(ps, ps.pix_to_face[q, s], p)
+    ps.zq[q, s] = z
+    ps.bary[q, s] = bary
+    ps.dists[q, s] = d
 
 
 @wp.func
@@ -498,7 +484,7 @@ def _make_write_outputs(wide: bool, max_regs: int | None, flags: tuple[int, int]
             s = i - q * k
             r = q % (ps.height * ps.width)
             p = pixel_centre(r // ps.width, r % ps.width, ps.height, ps.width)
-            _write_slot(ps, q, s, ps.pix_to_face[q, s], p)
+            _write_slot(ps, q, s, p)
 
     write_outputs.__name__ = write_outputs.__qualname__ = variants.variant_name(
         "write_outputs4" if wide else "write_outputs", flags
