@@ -564,20 +564,30 @@ def test_overflowing_bin_still_exact_for_k1(device):
 def test_output_stores_wide_and_narrow_match_the_oracle(k, size, wide, device, monkeypatch):
     """The output pass writes four slots per 16-byte store where K is a multiple
     of 4 (and the queue kernels their pix_to_face rows), one per store otherwise
-    (K = 3) or when asked: every path equals the float32 oracle bit for bit."""
+    (K = 3) or when asked. Every path equals the float32 oracle bit for bit,
+    also when the workspace still holds a render that covered more slots (every
+    stale slot must be overwritten)."""
     monkeypatch.setattr(wr.raster, "WIDE_OUTPUTS", wide)
     v, f = ico_sphere(2)
     verts = np.concatenate([v * 0.6 + [0.1, 0.0, 2.0], v * 0.5 + [-0.2, 0.1, 2.3]])
-    scene = {
-        "verts": verts.astype(np.float32),
-        "faces": np.concatenate([f, f + len(v)]).astype(np.int32),
-        "mesh_to_face_first_idx": np.array([0], np.int32),
-        "num_faces_per_mesh": np.array([2 * len(f)], np.int32),
-        "image_size": size,
-    }
-    ref = rasterize_reference(**scene, faces_per_pixel=k, dtype=np.float32)
+    faces = np.concatenate([f, f + len(v)]).astype(np.int32)
+    first = wp.array([0], dtype=wp.int32, device=device)
+    count = wp.array([len(faces)], dtype=wp.int32, device=device)
+    ws = wr.RasterWorkspace(
+        num_meshes=1, num_faces=len(faces), image_size=size, faces_per_pixel=k, device=device
+    )
+    wf = wp.array(faces, dtype=wp.int32, device=device)
+    ref = rasterize_reference(
+        verts.astype(np.float32), faces, np.array([0]), np.array([len(faces)]),
+        image_size=size, faces_per_pixel=k, dtype=np.float32,
+    )  # fmt: skip
     assert (ref.pix_to_face[..., 1] >= 0).mean() > 0.2  # a second layer over ~25% of pixels
-    out = _run(scene, device, faces_per_pixel=k)
+    for scale in (1.6, 1.0):  # first a larger render (more slots filled), then the checked one
+        grown = (verts * [scale, scale, 1.0]).astype(np.float32)
+        wv = wp.array(grown, dtype=wp.vec3, device=device)
+        out = wr.rasterize_meshes(
+            wv, wf, first, count, image_size=size, faces_per_pixel=k, workspace=ws
+        ).numpy()
     np.testing.assert_array_equal(out["pix_to_face"], ref.pix_to_face)
     for key in ("zbuf", "bary_coords", "dists"):
         np.testing.assert_array_equal(out[key], getattr(ref, key).astype(np.float32))

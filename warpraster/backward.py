@@ -198,12 +198,12 @@ def _make_slot_grads(flags: tuple[int, int] | None):
         r = q % (height * width)
         yi = r // width
         xi = r % width
+        p = pixel_centre(yi, xi, height, width)  # once: its divisions are not free
         for s in range(pix_to_face.shape[1]):
             f = pix_to_face[q, s]
             if f < 0:
                 break
             fv = face_verts[f]
-            p = pixel_centre(yi, xi, height, width)
             g = fragment_grads(
                 p, _row(fv, 0), _row(fv, 1), _row(fv, 2), perspective, clip_bary,
                 g_zbuf[q, s], g_bary[q, s], g_dists[q, s],

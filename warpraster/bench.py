@@ -306,7 +306,7 @@ def main(argv=None) -> int:
     )  # fmt: skip
     ap.add_argument(
         "--max-regs", default=None,
-        help="CUDA register caps, e.g. queue8=56,outputs=40 (see raster.MAX_REGISTERS)",
+        help="CUDA register caps, e.g. queue8=56,outputs=40, 0 = none (see raster.MAX_REGISTERS)",
     )  # fmt: skip
     ap.add_argument(
         "--small-lanes", type=int, default=None,
@@ -323,7 +323,7 @@ def main(argv=None) -> int:
         variants.SPECIALIZE = False
     for item in filter(None, (args.max_regs or "").split(",")):
         name, regs = item.split("=")
-        raster.MAX_REGISTERS[name] = int(regs)
+        raster.MAX_REGISTERS[name] = int(regs) or None  # 0: the compiler's choice
     if args.narrow_outputs:
         raster.WIDE_OUTPUTS = False
     scenes = GPU_SCENES if device.is_cuda else CPU_SCENES

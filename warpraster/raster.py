@@ -365,16 +365,18 @@ def _load4i(a: wp.array(dtype=wp.vec4i), i: int) -> wp.vec4i: ...
 
 
 @wp.func
-def _write_group(ps: _Pass, e0: int):
-    """Slots e0 .. e0 + 3 of the flat outputs (e0 % 4 == 0; they may span
-    pixels): their faces in one 16-byte load, their values in 16-byte stores
-    (one for zbuf, one for dists, three for bary)."""
+def _write_group(ps: _Pass, e0: int, f: wp.vec4i):
+    """Slots e0 .. e0 + 3 of the flat outputs (e0 % 4 == 0, K % 4 == 0: one
+    pixel), holding faces f: their values in 16-byte stores (one for zbuf, one
+    for dists, three for bary). The pixel centre is computed once (its integer
+    and float divisions were most of the pass's instructions when computed per
+    slot)."""
     g = e0 // 4
-    f = _load4i(ps.pix_to_face4, g)
-    z0, b0, d0 = _face_values(ps, f[0], _flat_pixel(ps, e0))
-    z1, b1, d1 = _face_values(ps, f[1], _flat_pixel(ps, e0 + 1))
-    z2, b2, d2 = _face_values(ps, f[2], _flat_pixel(ps, e0 + 2))
-    z3, b3, d3 = _face_values(ps, f[3], _flat_pixel(ps, e0 + 3))
+    p = _flat_pixel(ps, e0)
+    z0, b0, d0 = _face_values(ps, f[0], p)
+    z1, b1, d1 = _face_values(ps, f[1], p)
+    z2, b2, d2 = _face_values(ps, f[2], p)
+    z3, b3, d3 = _face_values(ps, f[3], p)
     _store4(ps.zq4, g, wp.vec4(z0, z1, z2, z3))
     _store4(ps.dists4, g, wp.vec4(d0, d1, d2, d3))
     _store4(ps.bary4, 3 * g, wp.vec4(b0[0], b0[1], b0[2], b1[0]))
@@ -460,10 +462,10 @@ def small_face_lanes(num_faces: int, num_pixels: int) -> int:
     return lanes
 
 
-def _make_write_outputs(wide: bool, max_regs: int | None, flags: tuple[int, int] | None):
+def _make_write_outputs(wide: bool, max_regs: int | None, flags: tuple[int, ...] | None):
     """zbuf, bary_coords, dists of every slot from pix_to_face, one thread per slot
     or, ``wide``, per four slots written in 16-byte stores (``flags`` =
-    (perspective, clip_bary) compiled in, or None: read at run time).
+    (perspective, clip_bary[, K when wide]) compiled in, or None: read at run time).
 
     A separate pass: measured on an H200, computing them inside the queue
     kernels (more registers) or one thread per pixel (strided stores) was 2-3x
@@ -475,9 +477,12 @@ def _make_write_outputs(wide: bool, max_regs: int | None, flags: tuple[int, int]
         if wp.static(flags is not None):
             ps.perspective = wp.static(flags[0])
             ps.clip_bary = wp.static(flags[1])
+            if wp.static(wide):
+                # K compiled in too: the slot -> pixel division becomes a shift
+                ps.faces_per_pixel = wp.static(flags[2])
         i = wp.tid()
         if wp.static(wide):
-            _write_group(ps, 4 * i)
+            _write_group(ps, 4 * i, _load4i(ps.pix_to_face4, i))
         else:
             k = ps.faces_per_pixel
             q = i // k
@@ -486,9 +491,8 @@ def _make_write_outputs(wide: bool, max_regs: int | None, flags: tuple[int, int]
             p = pixel_centre(r // ps.width, r % ps.width, ps.height, ps.width)
             _write_slot(ps, q, s, p)
 
-    write_outputs.__name__ = write_outputs.__qualname__ = variants.variant_name(
-        "write_outputs4" if wide else "write_outputs", flags
-    )
+    base = "write_outputs4" if wide else "write_outputs"
+    write_outputs.__name__ = write_outputs.__qualname__ = variants.variant_name(base, flags)
     return wp.kernel(
         write_outputs,
         enable_backward=False,
@@ -498,8 +502,10 @@ def _make_write_outputs(wide: bool, max_regs: int | None, flags: tuple[int, int]
     )
 
 
-def _write_outputs_kernel(device, perspective: bool, clip_bary: bool, wide: bool) -> wp.Kernel:
-    flags = (perspective, clip_bary)
+def _write_outputs_kernel(
+    device, perspective: bool, clip_bary: bool, wide: bool, k: int
+) -> wp.Kernel:
+    flags = (perspective, clip_bary, k) if wide else (perspective, clip_bary)
     regs = MAX_REGISTERS["outputs4" if wide else "outputs"]
     return variants.kernel_for("outputs", _make_write_outputs, device, flags, wide, regs)
 
@@ -1151,7 +1157,7 @@ def rasterize_packed(
     launch("queue", kernel, threads, [ps], key=ps_key, block_dim=min(per_tile, 256))
     slots = n * h * w * k
     wide = ps.wide != 0
-    write = _write_outputs_kernel(ws.device, perspective_correct, clip_barycentric_coords, wide)
+    write = _write_outputs_kernel(ws.device, perspective_correct, clip_barycentric_coords, wide, k)
     launch("outputs", write, slots // 4 if wide else slots, [ps], key=ps_key)
     record_backward(
         meshes,
@@ -1208,10 +1214,10 @@ def _wide_views(pix_to_face, zbuf, bary, dists):
     """The outputs as flat arrays of 16-byte vectors (same memory), or None: K
     not a multiple of 4, non-contiguous or unaligned memory, or not WIDE_OUTPUTS.
 
-    For other K a group of four slots spans pixels (four pixel centres, four
-    face rows per thread): measured on an H200 at K = 1, 3-6% slower than one
-    thread per slot, so those keep the one-slot pass (_write_group handles
-    spanning groups all the same)."""
+    For other K a group of four slots would span pixels (four pixel centres,
+    four face rows per thread): measured on an H200 at K = 1, 3-6% slower than
+    one thread per slot, so those keep the one-slot pass (and _write_group
+    relies on one pixel per group)."""
     if not WIDE_OUTPUTS or pix_to_face.shape[-1] % 4 != 0:
         return None
     arrays = (pix_to_face, zbuf, bary, dists)
