@@ -511,10 +511,11 @@ def _write_outputs_kernel(
 
 
 #: CUDA: register cap per thread of a kernel (None: the compiler's choice), by
-#: "queue<bucket>", "outputs", "outputs4".
-#: outputs4 = 64 (compiler's choice: 91, 25% occupancy): output pass 0.222 ->
-#: 0.192 ms on an H200 at K = 8 (56: 0.207; uncapped narrow pass: 0.27).
-MAX_REGISTERS: dict[str, int | None] = collections.defaultdict(lambda: None, {"outputs4": 64})
+#: "queue<bucket>", "outputs", "outputs4". None everywhere, measured on an H200:
+#: outputs4 capped at 64 helped (0.222 -> 0.192 ms at K = 8) while each slot
+#: computed its pixel centre; with it computed once per group the uncapped pass
+#: (80 registers) is faster: graph forward 0.419 -> 0.401 ms (ico5 x8 K = 8).
+MAX_REGISTERS: dict[str, int | None] = collections.defaultdict(lambda: None)
 #: Outputs written four slots per 16-byte store where K is a multiple of 4.
 WIDE_OUTPUTS = True
 
