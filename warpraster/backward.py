@@ -173,6 +173,38 @@ def _row(m: wp.mat33, i: int) -> wp.vec3:
     return wp.vec3(m[i, 0], m[i, 1], m[i, 2])
 
 
+# Per-face sums as three 16-byte rows per face (x, y, z, unused), added with one
+# vector atomic per row where the GPU has them (sm_90: Hopper) instead of three
+# scalar ones. CPU kernels run serially: a plain add.
+@wp.func_native(
+    """
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+atomicAdd(reinterpret_cast<float4*>(a.data) + i, make_float4(v[0], v[1], v[2], 0.0f));
+#elif defined(__CUDA_ARCH__)
+float* p = reinterpret_cast<float*>(a.data + i);
+atomicAdd(p, v[0]);
+atomicAdd(p + 1, v[1]);
+atomicAdd(p + 2, v[2]);
+#else
+a.data[i] = a.data[i] + wp::vec4(v[0], v[1], v[2], 0.0f);
+#endif
+"""
+)
+def _add_row(a: wp.array(dtype=wp.vec4), i: int, v: wp.vec3): ...
+
+
+@wp.func
+def _add_face_grad(face_grad: wp.array(dtype=wp.vec4), f: int, g: wp.mat33):
+    _add_row(face_grad, 3 * f, _row(g, 0))
+    _add_row(face_grad, 3 * f + 1, _row(g, 1))
+    _add_row(face_grad, 3 * f + 2, _row(g, 2))
+
+
+def face_grad_rows(num_faces: int, device) -> wp.array:
+    """Zeroed per-face gradient sums: three 16-byte rows per face (see _add_row)."""
+    return wp.zeros(3 * max(int(num_faces), 1), dtype=wp.vec4, device=device)
+
+
 def _make_slot_grads(flags: tuple[int, int] | None):
     """One thread per pixel: each held slot's contribution, atomically added to its
     face. ``flags`` = (perspective, clip_bary) compiled in, or None: read at run time."""
@@ -187,7 +219,7 @@ def _make_slot_grads(flags: tuple[int, int] | None):
         width: int,
         perspective_in: int,
         clip_bary_in: int,
-        face_grad: wp.array(dtype=wp.mat33),
+        face_grad: wp.array(dtype=wp.vec4),
     ):
         perspective = perspective_in
         clip_bary = clip_bary_in
@@ -208,7 +240,7 @@ def _make_slot_grads(flags: tuple[int, int] | None):
                 p, _row(fv, 0), _row(fv, 1), _row(fv, 2), perspective, clip_bary,
                 g_zbuf[q, s], g_bary[q, s], g_dists[q, s],
             )  # fmt: skip
-            wp.atomic_add(face_grad, f, g)
+            _add_face_grad(face_grad, f, g)
 
     slot_grads.__name__ = slot_grads.__qualname__ = variants.variant_name("slot_grads", flags)
     return wp.kernel(
@@ -220,15 +252,15 @@ def _make_slot_grads(flags: tuple[int, int] | None):
 def _scatter_to_verts(
     faces: wp.array2d(dtype=wp.int32),
     face_mesh: wp.array(dtype=wp.int32),
-    face_grad: wp.array(dtype=wp.mat33),
+    face_grad: wp.array(dtype=wp.vec4),
     verts_grad: wp.array(dtype=wp.vec3),
 ):
     f = wp.tid()
     if face_mesh[f] < 0:
         return
-    g = face_grad[f]
     for c in range(3):
-        wp.atomic_add(verts_grad, faces[f, c], _row(g, c))
+        g = face_grad[3 * f + c]
+        wp.atomic_add(verts_grad, faces[f, c], wp.vec3(g[0], g[1], g[2]))
 
 
 class FaceGradBuffers:
@@ -244,7 +276,7 @@ class FaceGradBuffers:
 
             self.sorted = DeterministicBackward(shape, num_faces, device)
         else:
-            self.face_grad = wp.zeros(max(int(num_faces), 1), dtype=wp.mat33, device=device)
+            self.face_grad = face_grad_rows(num_faces, device)
 
 
 def _launch_slot_grads(
@@ -345,7 +377,7 @@ def grads_from_pix_to_face(
         return
     device = verts_grad.device
     face_verts = wp.empty(nf, dtype=wp.mat33, device=device)
-    face_grad = wp.zeros(nf, dtype=wp.mat33, device=device)
+    face_grad = face_grad_rows(nf, device)
     face_mesh = wp.zeros(nf, dtype=wp.int32, device=device)  # every face may be scattered
     wp.launch(_gather_face_verts, dim=nf, inputs=[verts, faces], outputs=[face_verts],
               device=device, record_tape=False)  # fmt: skip
