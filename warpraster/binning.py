@@ -211,16 +211,19 @@ def coarse_bin(
     tile_faces,
     small: int = 0,
     launch=_launch,
+    zeroed: bool = False,
 ):
     """Fills the compacted per-tile face lists. Capturable: no host reads.
 
     Faces covering at most ``small`` pixels are left out (0: none left out).
-    ``launch`` runs the kernels, as in :func:`sort_tiles`.
+    ``launch`` runs the kernels, as in :func:`sort_tiles`. ``zeroed``: the
+    caller has zeroed ``tile_count`` and ``tile_cursor`` already.
     """
     ty, tx = tile_grid(height, width, tile_h, tile_w)
     nf = face_mesh.shape[0]
-    tile_count.zero_()
-    tile_cursor.zero_()
+    if not zeroed:
+        tile_count.zero_()
+        tile_cursor.zero_()
     args = [face_mesh, face_bbox, height, width, tile_h, tile_w, ty, tx, small]
     launch("count_tiles", _count_tiles, nf, args, [tile_count])
     wp.utils.array_scan(tile_count, tile_offset, inclusive=False)

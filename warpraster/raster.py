@@ -846,7 +846,6 @@ class RasterWorkspace:
         self.face_mesh = wp.empty(f_alloc, dtype=wp.int32, device=self.device)
         self.face_bbox = wp.empty(f_alloc, dtype=wp.vec4, device=self.device)
         self.face_verts = wp.empty(f_alloc, dtype=wp.mat33, device=self.device)
-        self.overflow = wp.zeros(1, dtype=wp.int32, device=self.device)
         self.tile_h, self.tile_w = tile_shape(self.bin_size, self.faces_per_pixel)
         self.tiles_y, self.tiles_x = binning.tile_grid(h, w, self.tile_h, self.tile_w)
         num_tiles = self.num_meshes * self.tiles_y * self.tiles_x
@@ -860,12 +859,17 @@ class RasterWorkspace:
                     num_tiles * self.max_faces_per_bin,
                     binning.default_capacity(self.num_faces, num_tiles),
                 )
-            self.tile_count = wp.zeros(num_tiles, dtype=wp.int32, device=self.device)
+            # the counters zeroed before each call, in one buffer (one memset):
+            # tile counts, tile cursors, the overflow count
+            self._counters = wp.zeros(2 * num_tiles + 1, dtype=wp.int32, device=self.device)
+            self.tile_count = self._counters[:num_tiles]
+            self.tile_cursor = self._counters[num_tiles : 2 * num_tiles]
+            self.overflow = self._counters[2 * num_tiles :]
             self.tile_offset = wp.zeros(num_tiles, dtype=wp.int32, device=self.device)
-            self.tile_cursor = wp.zeros(num_tiles, dtype=wp.int32, device=self.device)
             self.tile_faces = wp.zeros(capacity, dtype=wp.int32, device=self.device)
         else:
             self.max_faces_per_bin = 0
+            self.overflow = self._counters = wp.zeros(1, dtype=wp.int32, device=self.device)
             self.tile_count = self.tile_offset = self.tile_cursor = self.tile_faces = wp.zeros(
                 1, dtype=wp.int32, device=self.device
             )
@@ -1127,7 +1131,7 @@ def rasterize_packed(
             lanes = small_face_lanes(nf, n * h * w)
             launch("small", _small_faces_k1, nf * lanes, [ps, small, lanes], key=(ps_key, lanes))
     if ws.binned:
-        ws.overflow.zero_()
+        ws._counters.zero_()  # tile counts and cursors, overflow
         if nf > 0:
             binning.coarse_bin(
                 ws.face_mesh,
@@ -1142,11 +1146,11 @@ def rasterize_packed(
                 ws.tile_faces,
                 small,
                 launch=launch,
+                zeroed=True,
             )
             if ordered:
                 binning.sort_tiles(ws.tile_count, ws.tile_offset, ws.tile_faces, launch=launch)
         else:
-            ws.tile_count.zero_()
             ws.tile_offset.zero_()
     if k <= REGISTER_QUEUE_MAX_K and not ordered:
         flags = (int(perspective_correct), int(clip_barycentric_coords), int(blur_radius > 0.0))
