@@ -305,6 +305,10 @@ def main(argv=None) -> int:
         help="outputs written one slot per store (not four per 16-byte store)",
     )  # fmt: skip
     ap.add_argument(
+        "--no-call-graphs", action="store_true",
+        help="eager calls issue their launches from Python every time (see raster.CALL_GRAPHS)",
+    )  # fmt: skip
+    ap.add_argument(
         "--max-regs", default=None,
         help="CUDA register caps, e.g. queue8=56,outputs=40, 0 = none (see raster.MAX_REGISTERS)",
     )  # fmt: skip
@@ -324,6 +328,8 @@ def main(argv=None) -> int:
     for item in filter(None, (args.max_regs or "").split(",")):
         name, regs = item.split("=")
         raster.MAX_REGISTERS[name] = int(regs) or None  # 0: the compiler's choice
+    if args.no_call_graphs:
+        raster.CALL_GRAPHS = False
     if args.narrow_outputs:
         raster.WIDE_OUTPUTS = False
     scenes = GPU_SCENES if device.is_cuda else CPU_SCENES

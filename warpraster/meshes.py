@@ -23,7 +23,9 @@ class PackedMeshes:
         faces: ``wp.array2d(dtype=wp.int32)`` (F, 3): global vertex indices.
         mesh_to_face_first_idx: ``wp.array(dtype=wp.int32)`` (N,): first face of each mesh.
         num_faces_per_mesh: ``wp.array(dtype=wp.int32)`` (N,): face count of each mesh.
-        clipped_faces_neighbor_idx: ``wp.array(dtype=wp.int32)`` (F,): split partner, -1 none.
+        clipped_faces_neighbor_idx: ``wp.array(dtype=wp.int32)`` (F,): split partner, -1
+            none; None when no face has one (the raster workspace then supplies its
+            own -1 array: nothing is allocated per call).
         has_neighbors: whether split partners may be present (then faces are offered
             to each pixel's queue in ascending index order, as PyTorch3D's rule for
             split faces depends on that order).
@@ -33,7 +35,7 @@ class PackedMeshes:
     faces: wp.array
     mesh_to_face_first_idx: wp.array
     num_faces_per_mesh: wp.array
-    clipped_faces_neighbor_idx: wp.array
+    clipped_faces_neighbor_idx: wp.array | None
     has_neighbors: bool = False
 
     @property
@@ -178,9 +180,8 @@ def pack_meshes(
         raise ValueError("mesh_to_face_first_idx must name at least one mesh")
     count = as_index_array(num_faces_per_mesh, "num_faces_per_mesh", device, length=n_mesh)
     n_faces = f.shape[0]
-    if clipped_faces_neighbor_idx is None:
-        nb = wp.full(n_faces, -1, dtype=wp.int32, device=device)
-    else:
+    nb = None
+    if clipped_faces_neighbor_idx is not None:
         nb = as_index_array(
             clipped_faces_neighbor_idx, "clipped_faces_neighbor_idx", device, length=n_faces
         )
@@ -213,6 +214,6 @@ def _validate_topology(n_verts: int, faces, first, count, nb):
         raise ValueError(
             f"num_faces_per_mesh adds up to {int(ci.sum())} faces, but faces has {faces.shape[0]}"
         )
-    na = nb.numpy()
+    na = np.zeros(0, np.int32) if nb is None else nb.numpy()
     if na.size and (na.min() < -1 or na.max() >= faces.shape[0]):
         raise ValueError("clipped_faces_neighbor_idx must hold -1 or a valid face index")

@@ -18,7 +18,6 @@ each slot; :mod:`warpraster.backward` registers the gradient on the tape.
 
 from __future__ import annotations
 
-import collections
 import math
 
 import numpy as np
@@ -528,7 +527,7 @@ def _write_outputs_kernel(
     device, perspective: bool, clip_bary: bool, wide: bool, k: int
 ) -> wp.Kernel:
     flags = (perspective, clip_bary, k) if wide else (perspective, clip_bary)
-    regs = MAX_REGISTERS["outputs4" if wide else "outputs"]
+    regs = MAX_REGISTERS.get("outputs4" if wide else "outputs")
     return variants.kernel_for("outputs", _make_write_outputs, device, flags, wide, regs)
 
 
@@ -537,7 +536,7 @@ def _write_outputs_kernel(
 #: outputs4 capped at 64 helped (0.222 -> 0.192 ms at K = 8) while each slot
 #: computed its pixel centre; with it computed once per group the uncapped pass
 #: (80 registers) is faster: graph forward 0.419 -> 0.401 ms (ico5 x8 K = 8).
-MAX_REGISTERS: dict[str, int | None] = collections.defaultdict(lambda: None)
+MAX_REGISTERS: dict[str, int | None] = {}
 #: Outputs written four slots per 16-byte store where K is a multiple of 4.
 WIDE_OUTPUTS = True
 
@@ -656,7 +655,7 @@ def _make_register_kernel(kc: int, max_regs: int | None, flags: tuple[int, int, 
 
 def _register_kernel(k: int, device, flags: tuple[int, int, int]) -> wp.Kernel:
     kc = next(b for b in _REGISTER_BUCKETS if b >= k)
-    regs = MAX_REGISTERS[f"queue{kc}"]
+    regs = MAX_REGISTERS.get(f"queue{kc}")
     return variants.kernel_for("queue", _make_register_kernel, device, flags, kc, regs)
 
 
@@ -802,6 +801,10 @@ def array_key(a: wp.array) -> tuple:
     return (a.ptr, a.shape, a.strides, a.dtype)
 
 
+def _optional_key(a: wp.array | None) -> tuple | None:
+    return None if a is None else array_key(a)
+
+
 class LaunchCache:
     """Recorded launches (``wp.Launch``) of one workspace, replayed while their
     arguments are unchanged.
@@ -829,6 +832,56 @@ class LaunchCache:
             )  # fmt: skip
             hit = self._cmds[name] = (key, cmd)
         hit[1].launch()
+
+
+#: Replay repeated render calls as one graph: None = on CUDA (where it saves the
+#: host time of ~10 launches per call), True = on every device (the cpu device's
+#: graphs are experimental in Warp 1.19: tests), False = never.
+CALL_GRAPHS: bool | None = None
+
+
+class CallGraph:
+    """A workspace's render launches captured once and replayed as one graph.
+
+    A call whose key (its arrays by address, shape, strides and type; its flags;
+    the module settings) equals the previous call's is captured, then replayed
+    while the key stays the same: one graph launch instead of ~10 kernel
+    launches and memsets from Python. A first call, or one whose key changed,
+    launches as usual (so inputs that change every call never pay a capture).
+    A graph keeps the pointers it saw: what it reads is whatever the arrays
+    hold at replay, as for any launch.
+    """
+
+    def __init__(self, device):
+        self.device = device
+        self._seen = None
+        self._key = None
+        self._graph = None
+
+    def enabled(self) -> bool:
+        on = self.device.is_cuda if CALL_GRAPHS is None else bool(CALL_GRAPHS)
+        if not on or self.device.is_capturing:
+            return False
+        # stream-ordered allocations inside the capture (the prefix sum's scratch)
+        return self.device.is_cpu or wp.is_mempool_enabled(self.device)
+
+    def __call__(self, key, launch_all) -> None:
+        if not self.enabled():
+            launch_all()
+            return
+        if self._graph is not None and key == self._key:
+            wp.capture_launch(self._graph)
+            return
+        if key == self._seen:
+            # the first call with this key loaded every module it launches
+            with wp.ScopedCapture(device=self.device, force_module_load=False) as cap:
+                launch_all()
+            self._graph, self._key = cap.graph, key
+            wp.capture_launch(self._graph)
+            return
+        self._graph = self._key = None
+        self._seen = key
+        launch_all()
 
 
 class RasterWorkspace:
@@ -868,6 +921,8 @@ class RasterWorkspace:
         self.face_mesh = wp.empty(f_alloc, dtype=wp.int32, device=self.device)
         self.face_bbox = wp.empty(f_alloc, dtype=wp.vec4, device=self.device)
         self.face_verts = wp.empty(f_alloc, dtype=wp.mat33, device=self.device)
+        # the split-partner index of meshes without split faces (-1 for all)
+        self.no_neighbors = wp.full(f_alloc, -1, dtype=wp.int32, device=self.device)
         self.tile_h, self.tile_w = tile_shape(self.bin_size, self.faces_per_pixel)
         self.tiles_y, self.tiles_x = binning.tile_grid(h, w, self.tile_h, self.tile_w)
         num_tiles = self.num_meshes * self.tiles_y * self.tiles_x
@@ -903,6 +958,7 @@ class RasterWorkspace:
         key_count = self.num_meshes * h * w if self.faces_per_pixel == 1 and self.binned else 1
         self.depth_keys = wp.empty(key_count, dtype=wp.uint64, device=self.device)
         self.launches = LaunchCache(self.device)
+        self.call_graph = CallGraph(self.device)
         self._pass = None
         self.deterministic = bool(deterministic)
         self.face_grads = FaceGradBuffers(
@@ -913,7 +969,7 @@ class RasterWorkspace:
         """The raster passes' argument struct for these meshes and flags, and its
         key; rebuilt only when one of them changed (it packs ~30 fields)."""
         key = (
-            array_key(meshes.clipped_faces_neighbor_idx),
+            _optional_key(meshes.clipped_faces_neighbor_idx),
             array_key(meshes.mesh_to_face_first_idx),
             array_key(meshes.num_faces_per_mesh),
             float(blur_radius), bool(perspective), bool(clip_bary), bool(seeded),
@@ -1122,8 +1178,47 @@ def rasterize_packed(
 
     ``meshes`` may be a capacity buffer (e.g. clipped faces) whose per-mesh
     ranges live only on the device; faces outside every range are ignored.
+
+    On CUDA, a call repeating the previous call's arguments (the same arrays,
+    flags and settings) replays the workspace's launches as one CUDA graph
+    (:class:`CallGraph`); inside a user's capture the launches are issued as
+    usual.
     """
-    ws = workspace
+    flags = (float(blur_radius), bool(perspective_correct), bool(clip_barycentric_coords),
+             bool(cull_backfaces))  # fmt: skip
+    key = (
+        *(array_key(a) for a in (meshes.verts, meshes.faces, meshes.mesh_to_face_first_idx,
+                                 meshes.num_faces_per_mesh)),
+        _optional_key(meshes.clipped_faces_neighbor_idx),
+        meshes.has_neighbors, *flags, _settings_key(),
+    )  # fmt: skip
+    workspace.call_graph(key, lambda: _launch_passes(meshes, workspace, *flags))
+    record_backward(
+        meshes,
+        workspace,
+        perspective_correct=perspective_correct,
+        clip_barycentric_coords=clip_barycentric_coords,
+    )
+    return workspace.fragments
+
+
+def _settings_key() -> tuple:
+    """The module-level settings that change which kernels a call launches."""
+    return (
+        SMALL_FACE_PIXELS, SMALL_FACE_LANES, WIDE_OUTPUTS, REGISTER_QUEUE_MAX_K,
+        tuple(sorted(MAX_REGISTERS.items())), variants.SPECIALIZE,
+    )  # fmt: skip
+
+
+def _launch_passes(
+    meshes: PackedMeshes,
+    ws: RasterWorkspace,
+    blur_radius: float,
+    perspective_correct: bool,
+    clip_barycentric_coords: bool,
+    cull_backfaces: bool,
+) -> None:
+    """Issues the render's kernels (setup, binning, queue, outputs)."""
     h, w = ws.image_size
     n = ws.num_meshes
     nf = meshes.num_faces
@@ -1186,13 +1281,6 @@ def rasterize_packed(
     wide = ps.wide != 0
     write = _write_outputs_kernel(ws.device, perspective_correct, clip_barycentric_coords, wide, k)
     launch("outputs", write, slots // 4 if wide else slots, [ps], key=ps_key)
-    record_backward(
-        meshes,
-        ws,
-        perspective_correct=perspective_correct,
-        clip_barycentric_coords=clip_barycentric_coords,
-    )
-    return ws.fragments
 
 
 def _make_pass(
@@ -1204,6 +1292,8 @@ def _make_pass(
     ps.face_bbox = ws.face_bbox
     ps.face_verts = ws.face_verts
     ps.neighbor = meshes.clipped_faces_neighbor_idx
+    if ps.neighbor is None:
+        ps.neighbor = ws.no_neighbors
     ps.mesh_first = meshes.mesh_to_face_first_idx
     ps.mesh_count = meshes.num_faces_per_mesh
     ps.height = h
