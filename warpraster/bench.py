@@ -7,9 +7,12 @@ z = 2, N copies jittered by up to 0.15, blur 0 unless stated. Times are medians
 of ``--runs`` timed calls after warm-up (CUDA events on a GPU, wall clock on the
 CPU). Every scene checks its own answer first: the timed (binned) output must
 equal the naive pass on a random subsample of pixels, so a fast wrong kernel
-cannot win. Memory: the workspace's buffers and the output arrays (a render
-call with a workspace allocates nothing). The memory pool's high-water mark is
-not reported: Warp 1.19 cannot reset it, so it cannot be pinned on one call.
+cannot win. Memory: the workspace's buffers (forward and backward) and the
+output arrays; on CUDA also the memory pool's high-water mark over eager calls
+("peak MB", forward + backward, counted from before the scene's inputs were
+made) and what the calls allocate on top of the persistent buffers ("+call"),
+each scene measured in a child process of its own (Warp 1.19 cannot reset the
+high-water mark; ``--no-memory`` skips this).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -259,8 +263,8 @@ def run_scene(
             profile[r.name] = profile.get(r.name, 0.0) + r.elapsed / 5
     fr = ws.fragments
     ws_bytes = _nbytes(
-        ws.face_mesh, ws.face_bbox, ws.face_verts, ws.tile_count, ws.tile_offset,
-        ws.tile_cursor, ws.tile_faces, ws.depth_keys,
+        ws.face_mesh, ws.face_bbox, ws.face_verts, ws.no_neighbors, ws._counters,
+        ws.tile_offset, ws.tile_faces, ws.depth_keys, ws.face_grads.face_grad,
     )  # fmt: skip
     out_bytes = _nbytes(fr.pix_to_face, fr.zbuf, fr.bary_coords, fr.dists)
     return {
@@ -288,6 +292,59 @@ def run_scene(
     }
 
 
+def memory_probe(scene: Scene, device) -> dict:
+    """Device memory of one scene's calls, measured by the CUDA memory pool in a
+    process of its own (its high-water mark cannot be reset, so a process that
+    ran other scenes first would hide a smaller peak).
+
+    ``persistent``: inputs, workspace, outputs and their gradient buffers (all
+    allocated before the first call); ``fwd_peak`` / ``fwd_bwd_peak``: the
+    pool's high-water mark over eager forward calls (launched, captured,
+    replayed) and then forward + backward calls, both counted from the same
+    start, so ``fwd_peak - persistent`` is what the calls allocate on top."""
+    wp.synchronize_device(device)
+    c0 = wp.get_mempool_used_mem_current(device)
+    v, f, first, count = make_scene(scene)
+    verts = wp.array(v, dtype=wp.vec3, device=device, requires_grad=True)
+    meshes = pack_meshes(verts, wp.array(f, dtype=wp.int32, device=device), first, count)
+    ws = RasterWorkspace(
+        num_meshes=scene.copies, num_faces=len(f), image_size=(scene.height, scene.width),
+        faces_per_pixel=scene.k, device=device, requires_grad=True,
+    )  # fmt: skip
+    kw = dict(blur_radius=scene.blur, perspective_correct=False, clip_barycentric_coords=False,
+              cull_backfaces=False)  # fmt: skip
+    wp.synchronize_device(device)
+    c1 = wp.get_mempool_used_mem_current(device)
+    for _ in range(3):
+        rasterize_packed(meshes, ws, **kw)
+    wp.synchronize_device(device)
+    h1 = wp.get_mempool_used_mem_high(device)
+    for _ in range(3):
+        tape = wp.Tape()
+        with tape:
+            out = rasterize_packed(meshes, ws, **kw)
+        out.zbuf.grad.fill_(1.0)
+        verts.grad.zero_()
+        tape.backward()
+    wp.synchronize_device(device)
+    h2 = wp.get_mempool_used_mem_high(device)
+    return {"persistent": c1 - c0, "fwd_peak": h1 - c0, "fwd_bwd_peak": h2 - c0}
+
+
+def _probe_memory(scene: Scene, device, argv_flags: list[str]) -> dict | None:
+    """memory_probe in a child process (None where the pool cannot tell)."""
+    if not (device.is_cuda and wp.is_mempool_enabled(device)):
+        return None
+    cmd = [sys.executable, "-m", "warpraster.bench", "--device", str(device),
+           "--memory-probe", scene.name, *argv_flags]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+    if res.returncode != 0 or not lines:
+        print(f"memory probe of {scene.name} failed:\n{res.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(lines[-1])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m warpraster.bench", description=__doc__)
     ap.add_argument("--device", default=None, help="Warp device (default: Warp's default)")
@@ -296,6 +353,11 @@ def main(argv=None) -> int:
     ap.add_argument("--scenes", default=None, help="comma-separated scene names (default: all)")
     ap.add_argument("--bin-size", type=int, default=None, help="override the bin size")
     ap.add_argument("--profile", action="store_true", help="per-kernel times (CUDA)")
+    ap.add_argument(
+        "--no-memory", action="store_true",
+        help="skip the per-scene memory probe (CUDA: one child process per scene)",
+    )  # fmt: skip
+    ap.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
     ap.add_argument(
         "--generic-kernels", action="store_true",
         help="CUDA: queue kernels read the flags at run time (no compiled-in variants)",
@@ -332,6 +394,11 @@ def main(argv=None) -> int:
         raster.CALL_GRAPHS = False
     if args.narrow_outputs:
         raster.WIDE_OUTPUTS = False
+    if args.memory_probe is not None:
+        scene = next(s for s in GPU_SCENES + CPU_SCENES if s.name == args.memory_probe)
+        print(json.dumps(memory_probe(scene, device)))
+        return 0
+    passed_on = ["--no-call-graphs"] if args.no_call_graphs else []
     scenes = GPU_SCENES if device.is_cuda else CPU_SCENES
     if args.scenes:
         wanted = set(args.scenes.split(","))
@@ -340,12 +407,15 @@ def main(argv=None) -> int:
     head = (
         f"{'scene':<26}{'faces':>9}{'tile':>5}{'fwd ms':>10}{'fwd+bwd':>10}{'bwd':>9}"
         f"{'target':>8}{'check':>7}{'ws MB':>8}{'out MB':>8}{'graph fwd':>10}{'g f+b':>8}"
+        f"{'peak MB':>9}{'+call':>7}"
     )
     print(f"warpraster bench on {device} ({getattr(device, 'name', '')})")
     print(head)
     for sc in scenes:
         r = run_scene(sc, device, args.runs, bin_size=args.bin_size, profile_kernels=args.profile)
+        r["memory_bytes"] = None if args.no_memory else _probe_memory(sc, device, passed_on)
         rows.append(r)
+        mem = r["memory_bytes"]
         tgt = f"{sc.target_ms:.2f}" if sc.target_ms else "-"
         ok = "ok" if r["check_mismatches"] == 0 else f"{r['check_mismatches']}!"
         print(
@@ -355,6 +425,12 @@ def main(argv=None) -> int:
             + (
                 f"{r['graph_fwd_ms']:>10.3f}{r['graph_fwd_bwd_ms']:>8.3f}"
                 if r["graph_fwd_ms"] is not None
+                else ""
+            )
+            + (
+                f"{mem['fwd_bwd_peak'] / 2**20:>9.1f}"
+                f"{(mem['fwd_bwd_peak'] - mem['persistent']) / 2**20:>7.1f}"
+                if mem
                 else ""
             ),
             flush=True,
