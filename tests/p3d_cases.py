@@ -1,12 +1,12 @@
-"""Loader for the PyTorch3D golden cases in ``shared/reference/pytorch3d/*.npz``.
+"""Loader for the PyTorch3D golden cases in ``tests/data/pytorch3d/*.npz``.
 
-The directory is found relative to this repository
-(``<repo>/../shared/reference/pytorch3d``) unless the environment variable
-``WARPRASTER_P3D_REFERENCE`` names another one. The file format is described
-in that directory's ``README.md``.
+The cases ship with the repository (a fresh clone runs every parity test); the
+environment variable ``WARPRASTER_P3D_REFERENCE`` names another directory of
+cases in the same format instead. The format is described in that directory's
+``README.md``.
 
-Tests parametrised with :func:`case_params` skip with a clear reason when the
-directory is missing (CI always has it).
+Tests parametrised with :func:`case_params` skip with a clear reason only when
+an override names a directory that is missing.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def reference_dir() -> Path:
     override = os.environ.get(REFERENCE_ENV)
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[2] / "shared" / "reference" / "pytorch3d"
+    return Path(__file__).resolve().parent / "data" / "pytorch3d"
 
 
 def _missing_reason() -> str:
