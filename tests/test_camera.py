@@ -34,15 +34,14 @@ from warpraster.camera import (
 )
 from warpraster.rasterizer import MeshRasterizer, RasterizationSettings
 
+from p3d_cases import reference_dir
+
 CAMERA_CASES = ["p10_cam_persp_ico2", "p11_cam_ortho_ico1_nonsquare", "p12_cam_persp_near_clip"]
 
 
 # ----------------------------------------------------------------------------- helpers
 def _reference_dir() -> Path:
-    env = os.environ.get("WARPRASTER_P3D_REFERENCE")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "reference" / "pytorch3d"
+    return reference_dir()
 
 
 def _load(name: str) -> dict:
