@@ -1,0 +1,257 @@
+"""Lights: ambient, directional and point lights with PyTorch3D's formulas.
+
+The Warp functions :func:`diffuse` and :func:`specular` are PyTorch3D's
+``pytorch3d.renderer.lighting.diffuse`` / ``specular`` for one point (float32,
+same operation order): vectors are normalised as ``F.normalize(v, eps=1e-6)``
+(``v / max(|v|, 1e-6)``), the diffuse term is ``color * relu(n . l)``, the
+specular term ``color * relu(v . r) ** shininess`` with ``r = -l + 2 (n . l) n``,
+masked to zero where ``n . l <= 0``.
+
+Light objects hold their parameters as Warp arrays with a batch of 1 or N rows
+(one per image, a batch of 1 shared by all images); see
+:mod:`warpraster.shading.params` for what each argument accepts. Parameters
+given as Warp arrays with ``requires_grad=True`` receive gradients in place;
+NumPy input becomes trainable with ``requires_grad=True``.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import warp as wp
+
+from .params import check_batch, row, vec3_param
+
+wp.set_module_options({"fuse_fp": False})
+
+__all__ = [
+    "AmbientLights",
+    "DirectionalLights",
+    "LightKind",
+    "PointLights",
+    "diffuse",
+    "light_terms",
+    "normalize_eps",
+    "specular",
+]
+
+
+class LightKind(IntEnum):
+    """Which light a kernel evaluates (the ``light_kind`` kernel argument)."""
+
+    AMBIENT = 0
+    DIRECTIONAL = 1
+    POINT = 2
+
+
+#: PyTorch3D's ``F.normalize`` epsilon in ``diffuse``/``specular``.
+NORMALIZE_EPS = wp.constant(1.0e-6)
+
+
+@wp.func
+def normalize_eps(v: wp.vec3) -> wp.vec3:
+    """``v / max(|v|, 1e-6)`` (torch's ``F.normalize(v, eps=1e-6)``)."""
+    return v / wp.max(wp.length(v), NORMALIZE_EPS)
+
+
+@wp.func
+def diffuse(normal: wp.vec3, color: wp.vec3, direction: wp.vec3) -> wp.vec3:
+    """Lambert term ``color * relu(n^ . l^)`` (``direction`` points toward the light)."""
+    n = normalize_eps(normal)
+    d = normalize_eps(direction)
+    angle = wp.max(wp.dot(n, d), 0.0)
+    return color * angle
+
+
+@wp.func
+def specular(
+    point: wp.vec3,
+    normal: wp.vec3,
+    direction: wp.vec3,
+    color: wp.vec3,
+    camera_position: wp.vec3,
+    shininess: float,
+) -> wp.vec3:
+    """Phong term ``color * relu(v^ . r)^shininess``, zero where ``n^ . l^ <= 0``."""
+    n = normalize_eps(normal)
+    d = normalize_eps(direction)
+    cos_angle = wp.dot(n, d)
+    view = normalize_eps(camera_position - point)
+    reflect = -d + 2.0 * (cos_angle * n)
+    alpha = float(0.0)
+    if cos_angle > 0.0:
+        alpha = wp.max(wp.dot(view, reflect), 0.0)
+    power = float(0.0)
+    if alpha > 0.0:
+        power = wp.pow(alpha, shininess)
+    elif shininess == 0.0:
+        power = 1.0  # torch.pow(0, 0) == 1
+    return color * power
+
+
+@wp.func
+def light_terms(
+    light_kind: int,
+    light_param: wp.array(dtype=wp.vec3),
+    light_diffuse: wp.array(dtype=wp.vec3),
+    light_specular: wp.array(dtype=wp.vec3),
+    n: int,
+    point: wp.vec3,
+    normal: wp.vec3,
+    camera_position: wp.vec3,
+    shininess: float,
+):
+    """(diffuse, specular) light of row ``n`` at ``point`` (before the material colours).
+
+    ``light_param`` holds the location (point lights) or direction (directional).
+    """
+    if light_kind == LightKind.AMBIENT:
+        return wp.vec3(0.0), wp.vec3(0.0)
+    p = light_param[row(n, light_param.shape[0])]
+    direction = p
+    if light_kind == LightKind.POINT:
+        direction = p - point
+    dc = light_diffuse[row(n, light_diffuse.shape[0])]
+    sc = light_specular[row(n, light_specular.shape[0])]
+    return (
+        diffuse(normal, dc, direction),
+        specular(point, normal, direction, sc, camera_position, shininess),
+    )
+
+
+class LightsBase:
+    """What every light holds: ambient/diffuse/specular colours and one vec3 parameter.
+
+    Attributes:
+        ambient_color, diffuse_color, specular_color: ``wp.vec3`` (B,) arrays.
+        kind: :class:`LightKind`.
+        device: the Warp device.
+    """
+
+    kind: LightKind
+
+    def _setup(self, values: dict, device, requires_grad: bool) -> None:
+        if device is None:
+            arrays = [v for v in values.values() if isinstance(v, wp.array)]
+            device = arrays[0].device if arrays else None
+        self.device = wp.get_device(device)
+        parsed = {
+            name: vec3_param(v, name, self.device, requires_grad) for name, v in values.items()
+        }
+        self._n = check_batch(type(self).__name__, parsed)
+        for name, arr in parsed.items():
+            setattr(self, name, arr)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _param(self) -> wp.array:
+        raise NotImplementedError
+
+    def kernel_args(self) -> list:
+        """[kind, param, ambient, diffuse, specular]: the kernels' light arguments."""
+        return [int(self.kind), self._param(), self.ambient_color, self.diffuse_color,
+                self.specular_color]  # fmt: skip
+
+    def parameters(self) -> dict[str, wp.array]:
+        """The parameter arrays by name."""
+        raise NotImplementedError
+
+
+class DirectionalLights(LightsBase):
+    """Directional lights, as PyTorch3D's ``DirectionalLights``.
+
+    Args (keyword-only, each ``(3,)``, ``(1, 3)`` or ``(N, 3)``; see module docs):
+        ambient_color: default (0.5, 0.5, 0.5).
+        diffuse_color: default (0.3, 0.3, 0.3).
+        specular_color: default (0.2, 0.2, 0.2).
+        direction: direction toward the light (need not be unit), default (0, 1, 0).
+        device: Warp device (default: that of the Warp arrays given, else Warp's default).
+        requires_grad: make NumPy-given parameters trainable Warp arrays.
+    """
+
+    kind = LightKind.DIRECTIONAL
+
+    def __init__(
+        self,
+        *,
+        ambient_color=((0.5, 0.5, 0.5),),
+        diffuse_color=((0.3, 0.3, 0.3),),
+        specular_color=((0.2, 0.2, 0.2),),
+        direction=((0.0, 1.0, 0.0),),
+        device=None,
+        requires_grad: bool = False,
+    ):
+        self._setup(
+            dict(ambient_color=ambient_color, diffuse_color=diffuse_color,
+                 specular_color=specular_color, direction=direction),
+            device, requires_grad,
+        )  # fmt: skip
+
+    def _param(self) -> wp.array:
+        return self.direction
+
+    def parameters(self) -> dict[str, wp.array]:
+        return dict(ambient_color=self.ambient_color, diffuse_color=self.diffuse_color,
+                    specular_color=self.specular_color, direction=self.direction)  # fmt: skip
+
+
+class PointLights(LightsBase):
+    """Point lights, as PyTorch3D's ``PointLights`` (world-space ``location``).
+
+    Args (keyword-only, each ``(3,)``, ``(1, 3)`` or ``(N, 3)``):
+        ambient_color: default (0.5, 0.5, 0.5).
+        diffuse_color: default (0.3, 0.3, 0.3).
+        specular_color: default (0.2, 0.2, 0.2).
+        location: light position, default (0, 1, 0).
+        device, requires_grad: as :class:`DirectionalLights`.
+    """
+
+    kind = LightKind.POINT
+
+    def __init__(
+        self,
+        *,
+        ambient_color=((0.5, 0.5, 0.5),),
+        diffuse_color=((0.3, 0.3, 0.3),),
+        specular_color=((0.2, 0.2, 0.2),),
+        location=((0.0, 1.0, 0.0),),
+        device=None,
+        requires_grad: bool = False,
+    ):
+        self._setup(
+            dict(ambient_color=ambient_color, diffuse_color=diffuse_color,
+                 specular_color=specular_color, location=location),
+            device, requires_grad,
+        )  # fmt: skip
+
+    def _param(self) -> wp.array:
+        return self.location
+
+    def parameters(self) -> dict[str, wp.array]:
+        return dict(ambient_color=self.ambient_color, diffuse_color=self.diffuse_color,
+                    specular_color=self.specular_color, location=self.location)  # fmt: skip
+
+
+class AmbientLights(LightsBase):
+    """Ambient light only (no diffuse or specular term), as PyTorch3D's ``AmbientLights``.
+
+    Args:
+        ambient_color: ``(3,)``, ``(1, 3)`` or ``(N, 3)``, default (1, 1, 1).
+        device, requires_grad: as :class:`DirectionalLights`.
+    """
+
+    kind = LightKind.AMBIENT
+
+    def __init__(self, *, ambient_color=None, device=None, requires_grad: bool = False):
+        if ambient_color is None:
+            ambient_color = ((1.0, 1.0, 1.0),)
+        self._setup(dict(ambient_color=ambient_color), device, requires_grad)
+        zero = wp.zeros(1, dtype=wp.vec3, device=self.device)
+        self.diffuse_color = self.specular_color = self._zero = zero
+
+    def _param(self) -> wp.array:
+        return self._zero
+
+    def parameters(self) -> dict[str, wp.array]:
+        return dict(ambient_color=self.ambient_color)

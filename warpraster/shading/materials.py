@@ -1,0 +1,61 @@
+"""Materials: ambient/diffuse/specular reflectivity and shininess, as PyTorch3D's."""
+
+from __future__ import annotations
+
+import warp as wp
+
+from .params import check_batch, scalar_param, vec3_param
+
+__all__ = ["Materials"]
+
+
+class Materials:
+    """A batch of materials (one per image), as PyTorch3D's ``Materials``.
+
+    Args (keyword-only):
+        ambient_color, diffuse_color, specular_color: ``(3,)``, ``(1, 3)`` or ``(N, 3)``
+            reflectivities, default (1, 1, 1) each (NumPy, or Warp ``vec3``/float32 arrays
+            used zero-copy).
+        shininess: specular exponent, a scalar or ``(N,)``, default 64.
+        device: Warp device (default: that of the Warp arrays given, else Warp's default).
+        requires_grad: make NumPy-given parameters trainable Warp arrays.
+
+    Attributes:
+        ambient_color, diffuse_color, specular_color: ``wp.vec3`` (B,) arrays.
+        shininess: float32 (B,) array.
+    """
+
+    def __init__(
+        self,
+        *,
+        ambient_color=((1.0, 1.0, 1.0),),
+        diffuse_color=((1.0, 1.0, 1.0),),
+        specular_color=((1.0, 1.0, 1.0),),
+        shininess=64.0,
+        device=None,
+        requires_grad: bool = False,
+    ):
+        given = [ambient_color, diffuse_color, specular_color, shininess]
+        if device is None:
+            arrays = [v for v in given if isinstance(v, wp.array)]
+            device = arrays[0].device if arrays else None
+        self.device = wp.get_device(device)
+        self.ambient_color = vec3_param(ambient_color, "ambient_color", self.device, requires_grad)
+        self.diffuse_color = vec3_param(diffuse_color, "diffuse_color", self.device, requires_grad)
+        self.specular_color = vec3_param(
+            specular_color, "specular_color", self.device, requires_grad
+        )
+        self.shininess = scalar_param(shininess, "shininess", self.device, requires_grad)
+        self._n = check_batch("Materials", self.parameters())
+
+    def __len__(self) -> int:
+        return self._n
+
+    def parameters(self) -> dict[str, wp.array]:
+        """The parameter arrays by name."""
+        return dict(ambient_color=self.ambient_color, diffuse_color=self.diffuse_color,
+                    specular_color=self.specular_color, shininess=self.shininess)  # fmt: skip
+
+    def kernel_args(self) -> list:
+        """[ambient, diffuse, specular, shininess]: the kernels' material arguments."""
+        return [self.ambient_color, self.diffuse_color, self.specular_color, self.shininess]

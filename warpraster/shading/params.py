@@ -1,0 +1,123 @@
+"""Parsing of the array-valued parameters of lights, materials and blending.
+
+Every colour, location, direction and shininess is kept as a Warp array with a
+batch dimension B (1 or N; a batch of 1 is shared by all N images, as PyTorch3D
+broadcasts):
+
+* NumPy / Python input (``(3,)``, ``(B, 3)``, a scalar or ``(B,)``) is copied to the
+  device, with ``requires_grad`` as asked;
+* a Warp ``vec3`` array ``(B,)`` or float32 ``(B, 3)`` array (``(B,)`` for scalars)
+  is used zero-copy: values written into it later are seen by the next render
+  (also in a captured graph) and, with ``requires_grad=True``, gradients
+  accumulate in the caller's ``.grad``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import warp as wp
+
+from ..meshes import as_vec3_array
+
+__all__ = ["check_batch", "row", "scalar_param", "vec3_param"]
+
+
+@wp.func
+def row(n: int, count: int) -> int:
+    """Row of image (or vertex mesh) ``n`` in a parameter with ``count`` rows (1 = shared)."""
+    if count == 1:
+        return 0
+    return n
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def vec3_param(value, name: str, device=None, requires_grad: bool = False) -> wp.array:
+    """A ``(B,)`` ``wp.vec3`` array from NumPy/Python ``(3,)``/``(B, 3)`` or a Warp array.
+
+    Raises:
+        TypeError: torch tensors (use ``warpraster.torch``), non-numeric values,
+            Warp arrays of another dtype.
+        ValueError: wrong shape, empty batch, non-finite host values.
+    """
+    if _is_torch(value):
+        raise TypeError(f"{name} is a torch tensor: use warpraster.torch for torch inputs")
+    if isinstance(value, wp.array):
+        if device is not None and wp.get_device(value.device) != wp.get_device(device):
+            raise ValueError(f"{name} is on device {value.device}, expected {wp.get_device(device)}")
+        if value.dtype == wp.float32 and value.ndim == 1 and value.shape[0] == 3:
+            value = value.reshape((1, 3))
+        try:
+            arr = as_vec3_array(value, name, value.device)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"{name} must be a wp.array of vec3 (B,) or float32 (B, 3), got dtype "
+                f"{wp.types.type_repr(value.dtype)} shape {value.shape}"
+            ) from None
+        if arr.shape[0] < 1:
+            raise ValueError(f"{name} must hold at least one row")
+        return arr
+    try:
+        a = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be numeric, got {value!r}") from None
+    if a.ndim == 1:
+        a = a[None]
+    if a.ndim != 2 or a.shape[1] != 3 or a.shape[0] < 1:
+        raise ValueError(f"{name} must have shape (3,) or (B, 3), got {np.shape(value)}")
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name} must be finite, got {a.tolist()}")
+    return wp.array(
+        a.astype(np.float32), dtype=wp.vec3, device=device, requires_grad=bool(requires_grad)
+    )
+
+
+def scalar_param(value, name: str, device=None, requires_grad: bool = False) -> wp.array:
+    """A ``(B,)`` float32 array from a Python scalar, NumPy ``(B,)`` or a Warp array."""
+    if _is_torch(value):
+        raise TypeError(f"{name} is a torch tensor: use warpraster.torch for torch inputs")
+    if isinstance(value, wp.array):
+        if device is not None and wp.get_device(value.device) != wp.get_device(device):
+            raise ValueError(f"{name} is on device {value.device}, expected {wp.get_device(device)}")
+        if value.dtype != wp.float32 or value.ndim != 1 or value.shape[0] < 1:
+            raise TypeError(
+                f"{name} must be a float32 wp.array of shape (B,), got dtype "
+                f"{wp.types.type_repr(value.dtype)} shape {value.shape}"
+            )
+        return value
+    try:
+        a = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be numeric, got {value!r}") from None
+    a = a.reshape(1) if a.ndim == 0 else a
+    if a.ndim != 1 or a.shape[0] < 1:
+        raise ValueError(f"{name} must be a scalar or have shape (B,), got {np.shape(value)}")
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name} must be finite, got {a.tolist()}")
+    return wp.array(
+        a.astype(np.float32), dtype=wp.float32, device=device, requires_grad=bool(requires_grad)
+    )
+
+
+def check_batch(owner: str, arrays: dict[str, wp.array]) -> int:
+    """The broadcast batch size of ``arrays`` (each 1 or N); ValueError otherwise."""
+    n = max(a.shape[0] for a in arrays.values())
+    bad = {k: a.shape[0] for k, a in arrays.items() if a.shape[0] not in (1, n)}
+    if bad:
+        sizes = ", ".join(f"{k}: {a.shape[0]}" for k, a in arrays.items())
+        raise ValueError(f"{owner} parameters have batch sizes that do not broadcast ({sizes})")
+    devices = {str(a.device) for a in arrays.values()}
+    if len(devices) > 1:
+        raise ValueError(f"{owner} parameters are on different devices: {sorted(devices)}")
+    return n
+
+
+def batch_fits(owner: str, batch: int, n_images: int) -> None:
+    """ValueError unless a parameter batch of ``batch`` rows serves ``n_images`` images."""
+    if batch not in (1, n_images):
+        raise ValueError(
+            f"{owner} has a batch of {batch}, but {n_images} images are rendered "
+            "(expected 1 or one per image)"
+        )

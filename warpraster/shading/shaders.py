@@ -1,0 +1,607 @@
+"""Shaders: PyTorch3D's Phong, Gouraud, flat and silhouette shaders on Warp arrays.
+
+A shader turns fragments into an RGBA image in two steps, as PyTorch3D's:
+
+1. per slot ``(n, y, x, k)``, a colour (N, H, W, K) ``vec3``:
+
+   * Phong: position and vertex normal interpolated with the barycentrics,
+     lit per slot: ``(ambient + diffuse) * texel + specular``;
+   * flat: the face centroid and face normal, lit the same way;
+   * Gouraud: every vertex lit (``colour * (ambient + diffuse) + specular``),
+     then the lit vertex colours interpolated;
+   * silhouette: white;
+
+   The Phong/flat kernel is one thread per slot and loop-free (interpolation,
+   texel fetch and lighting fused: the fragments are read once), so Warp's
+   generated adjoint is exact: gradients reach the world vertices (through the
+   interpolated positions and through the barycentrics into the rasterizer's
+   own backward), the normals (and from them the vertices, when the normals were
+   computed on the same tape), vertex colours or texels, light, material and
+   camera (R, T: the specular term's eye position) arrays with ``requires_grad``.
+
+2. a blend over the K slots (:mod:`warpraster.shading.blending`): hard for the
+   ``Hard*`` shaders, softmax for ``Soft*Phong``/``SoftGouraud`` (with the camera's
+   znear/zfar, 1 and 100 if it has none), sigmoid alpha for the silhouette.
+
+Positions, normals, lights and the eye are in world space, as PyTorch3D's
+``MeshRenderer`` uses them. Textures: ``None`` (white), a ``TexturesVertex``-like
+object (``verts_features``), a ``TexturesUV``-like object (sampled per slot by
+its own ``sample`` method), or a (N, H, W, K) ``vec3`` texel array.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+import warp as wp
+
+from ..meshes import as_faces_array, as_index_array, as_vec3_array
+from .blending import (
+    BlendParams,
+    check_fragments,
+    launch_hard_blend,
+    launch_sigmoid_blend,
+    launch_softmax_blend,
+    scalar_param,
+)
+from .lighting import LightKind, LightsBase, PointLights, light_terms
+from .materials import Materials
+from .params import row
+
+wp.set_module_options({"fuse_fp": False})
+
+__all__ = [
+    "HardFlatShader",
+    "HardGouraudShader",
+    "HardPhongShader",
+    "ShaderBase",
+    "ShadingBuffers",
+    "ShadingMode",
+    "SoftGouraudShader",
+    "SoftPhongShader",
+    "SoftSilhouetteShader",
+    "TexelSource",
+    "shade_slots",
+    "shade_vertices",
+]
+
+
+class ShadingMode(IntEnum):
+    """Where the lighting is evaluated."""
+
+    PHONG = 0  # per slot, interpolated position and vertex normal
+    FLAT = 1  # per slot, face centroid and face normal
+    GOURAUD = 2  # per vertex, then interpolated
+
+
+class TexelSource(IntEnum):
+    """Where a slot's texel colour comes from."""
+
+    WHITE = 0
+    VERTEX = 1  # vertex colours interpolated with the barycentrics
+    PIXEL = 2  # a (N, H, W, K) texel array (UV textures)
+
+
+class BlendMode(IntEnum):
+    HARD = 0
+    SOFTMAX = 1
+    SIGMOID = 2
+
+
+# ----------------------------------------------------------------------------- kernels
+@wp.func
+def camera_centre(cam_R: wp.array(dtype=wp.mat33), cam_T: wp.array(dtype=wp.vec3), n: int):
+    """World position of camera ``n``: ``C @ R + T = 0`` (row vectors), so ``C = -R T``."""
+    r = cam_R[row(n, cam_R.shape[0])]
+    t = cam_T[row(n, cam_T.shape[0])]
+    return -(r * t)
+
+
+@wp.func
+def lit_colour(
+    n: int,
+    point: wp.vec3,
+    normal: wp.vec3,
+    texel: wp.vec3,
+    eye: wp.vec3,
+    light_kind: int,
+    light_param: wp.array(dtype=wp.vec3),
+    light_ambient: wp.array(dtype=wp.vec3),
+    light_diffuse: wp.array(dtype=wp.vec3),
+    light_specular: wp.array(dtype=wp.vec3),
+    mat_ambient: wp.array(dtype=wp.vec3),
+    mat_diffuse: wp.array(dtype=wp.vec3),
+    mat_specular: wp.array(dtype=wp.vec3),
+    mat_shininess: wp.array(dtype=wp.float32),
+):
+    """``(m_a * l_a + m_d * diffuse) * texel + m_s * specular`` for row ``n`` (PyTorch3D)."""
+    shininess = mat_shininess[row(n, mat_shininess.shape[0])]
+    d, s = light_terms(
+        light_kind, light_param, light_diffuse, light_specular, n, point, normal, eye, shininess
+    )
+    ambient = wp.cw_mul(
+        mat_ambient[row(n, mat_ambient.shape[0])], light_ambient[row(n, light_ambient.shape[0])]
+    )
+    diff = wp.cw_mul(mat_diffuse[row(n, mat_diffuse.shape[0])], d)
+    spec = wp.cw_mul(mat_specular[row(n, mat_specular.shape[0])], s)
+    return wp.cw_mul(ambient + diff, texel) + spec
+
+
+@wp.kernel
+def _shade_slots_kernel(
+    # Fragments in:
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    bary_coords: wp.array4d(dtype=wp.vec3),
+    # Mesh in:
+    verts: wp.array(dtype=wp.vec3),
+    faces: wp.array2d(dtype=wp.int32),
+    normals: wp.array(dtype=wp.vec3),  # per vertex (Phong) or per face (flat)
+    mode: int,
+    texel_source: int,
+    vert_colors: wp.array(dtype=wp.vec3),
+    texels: wp.array4d(dtype=wp.vec3),
+    # Camera, light, material in:
+    cam_R: wp.array(dtype=wp.mat33),
+    cam_T: wp.array(dtype=wp.vec3),
+    light_kind: int,
+    light_param: wp.array(dtype=wp.vec3),
+    light_ambient: wp.array(dtype=wp.vec3),
+    light_diffuse: wp.array(dtype=wp.vec3),
+    light_specular: wp.array(dtype=wp.vec3),
+    mat_ambient: wp.array(dtype=wp.vec3),
+    mat_diffuse: wp.array(dtype=wp.vec3),
+    mat_specular: wp.array(dtype=wp.vec3),
+    mat_shininess: wp.array(dtype=wp.float32),
+    # Data out:
+    colors_out: wp.array4d(dtype=wp.vec3),
+):
+    n, y, x, k = wp.tid()
+    f = pix_to_face[n, y, x, k]
+    c = wp.vec3(0.0)
+    if f >= 0:
+        b = bary_coords[n, y, x, k]
+        i0 = faces[f, 0]
+        i1 = faces[f, 1]
+        i2 = faces[f, 2]
+        v0 = verts[i0]
+        v1 = verts[i1]
+        v2 = verts[i2]
+        point = wp.vec3(0.0)
+        normal = wp.vec3(0.0)
+        if mode == ShadingMode.FLAT:
+            point = (v0 + v1 + v2) / 3.0
+            normal = normals[f]
+        else:
+            point = b[0] * v0 + b[1] * v1 + b[2] * v2
+            normal = b[0] * normals[i0] + b[1] * normals[i1] + b[2] * normals[i2]
+        texel = wp.vec3(1.0)
+        if texel_source == TexelSource.VERTEX:
+            texel = b[0] * vert_colors[i0] + b[1] * vert_colors[i1] + b[2] * vert_colors[i2]
+        elif texel_source == TexelSource.PIXEL:
+            texel = texels[n, y, x, k]
+        c = lit_colour(
+            n, point, normal, texel, camera_centre(cam_R, cam_T, n), light_kind, light_param,
+            light_ambient, light_diffuse, light_specular, mat_ambient, mat_diffuse,
+            mat_specular, mat_shininess,
+        )  # fmt: skip
+    colors_out[n, y, x, k] = c
+
+
+@wp.kernel
+def _shade_vertices_kernel(
+    # Mesh in:
+    verts: wp.array(dtype=wp.vec3),
+    normals: wp.array(dtype=wp.vec3),
+    vert_colors: wp.array(dtype=wp.vec3),
+    texel_source: int,
+    vert_to_mesh: wp.array(dtype=wp.int32),
+    per_vertex_mesh: int,
+    # Camera, light, material in:
+    cam_R: wp.array(dtype=wp.mat33),
+    cam_T: wp.array(dtype=wp.vec3),
+    light_kind: int,
+    light_param: wp.array(dtype=wp.vec3),
+    light_ambient: wp.array(dtype=wp.vec3),
+    light_diffuse: wp.array(dtype=wp.vec3),
+    light_specular: wp.array(dtype=wp.vec3),
+    mat_ambient: wp.array(dtype=wp.vec3),
+    mat_diffuse: wp.array(dtype=wp.vec3),
+    mat_specular: wp.array(dtype=wp.vec3),
+    mat_shininess: wp.array(dtype=wp.float32),
+    # Data out:
+    shaded_out: wp.array(dtype=wp.vec3),
+):
+    v = wp.tid()
+    m = int(0)
+    if per_vertex_mesh != 0:
+        m = vert_to_mesh[v]
+    texel = wp.vec3(1.0)
+    if texel_source == TexelSource.VERTEX:
+        texel = vert_colors[v]
+    shaded_out[v] = lit_colour(
+        m, verts[v], normals[v], texel, camera_centre(cam_R, cam_T, m), light_kind, light_param,
+        light_ambient, light_diffuse, light_specular, mat_ambient, mat_diffuse, mat_specular,
+        mat_shininess,
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- buffers
+class ShadingBuffers:
+    """Preallocated shading outputs (no allocation per render call).
+
+    Attributes:
+        colors: (N, H, W, K) ``vec3`` per-slot colours.
+        image: (N, H, W, 4) float32 RGBA.
+        shaded_verts: (V,) ``vec3`` lit vertex colours (Gouraud).
+        ones: (N, H, W, K) ``vec3`` of ones (silhouette colours).
+    """
+
+    def __init__(self, shape, num_verts: int, device, requires_grad: bool = True):
+        n, h, w, k = shape
+        self.shape = tuple(shape)
+        self.num_verts = int(num_verts)
+        self.device = wp.get_device(device)
+        rg = bool(requires_grad)
+        self.colors = wp.zeros(shape, dtype=wp.vec3, device=device, requires_grad=rg)
+        self.image = wp.zeros((n, h, w, 4), dtype=wp.float32, device=device, requires_grad=rg)
+        self.shaded_verts = wp.zeros(max(num_verts, 1), dtype=wp.vec3, device=device,
+                                     requires_grad=rg)  # fmt: skip
+        self._ones = None
+
+    @property
+    def ones(self) -> wp.array:
+        if self._ones is None:
+            self._ones = wp.full(self.shape, wp.vec3(1.0), dtype=wp.vec3, device=self.device)
+        return self._ones
+
+    def matches(self, shape, num_verts, device) -> bool:
+        return (
+            self.shape == tuple(shape)
+            and self.num_verts == int(num_verts)
+            and self.device == wp.get_device(device)
+        )
+
+
+# ----------------------------------------------------------------------------- helpers
+def _camera_arrays(cameras, device):
+    if cameras is None:
+        raise ValueError(
+            "cameras must be specified either at initialization or in the call of the shader"
+        )
+    R, T = getattr(cameras, "R", None), getattr(cameras, "T", None)
+    if not isinstance(R, wp.array) or not isinstance(T, wp.array):
+        raise TypeError(f"cameras must be a warpraster camera, got {type(cameras).__name__}")
+    if R.dtype != wp.mat33:
+        R = R.view(wp.mat33) if R.dtype == wp.float32 else R
+    if T.dtype != wp.vec3:
+        T = as_vec3_array(T, "cameras.T", device)
+    if wp.get_device(R.device) != wp.get_device(device):
+        raise ValueError(f"cameras are on device {R.device}, the fragments on {device}")
+    return R, T
+
+
+def _z_planes(cameras, znear, zfar, device, cache: dict):
+    """znear/zfar arrays: the call's, else the camera's, else PyTorch3D's 1 and 100."""
+    out = []
+    for name, given, default in (("znear", znear, 1.0), ("zfar", zfar, 100.0)):
+        val = given if given is not None else getattr(cameras, name, None)
+        if val is None:
+            val = default
+        if isinstance(val, wp.array):
+            out.append(scalar_param(val, name, device))
+            continue
+        key = (name, str(device), tuple(np.asarray(val, dtype=np.float64).reshape(-1).tolist()))
+        if key not in cache:
+            cache[key] = scalar_param(np.asarray(val, dtype=np.float64).reshape(-1), name, device)
+        out.append(cache[key])
+    return out
+
+
+def _vertex_colors(textures, num_verts: int, device):
+    feats = getattr(textures, "verts_features", None)
+    if feats is None and hasattr(textures, "verts_features_packed"):
+        feats = textures.verts_features_packed()
+    if feats is None:
+        return None
+    arr = as_vec3_array(feats, "textures.verts_features", device)
+    if arr.shape[0] != num_verts:
+        raise ValueError(
+            f"textures.verts_features has {arr.shape[0]} rows for {num_verts} vertices"
+        )
+    return arr
+
+
+def texel_source(textures, fragments, verts, faces, device, cache: dict):
+    """(TexelSource, vertex colours, texel array) for ``textures`` (see module docs)."""
+    dummy_v = cache.setdefault(("dv", str(device)), wp.zeros(1, dtype=wp.vec3, device=device))
+    dummy_t = cache.setdefault(
+        ("dt", str(device)), wp.zeros((1, 1, 1, 1), dtype=wp.vec3, device=device)
+    )
+    if textures is None:
+        return TexelSource.WHITE, dummy_v, dummy_t
+    if isinstance(textures, wp.array):
+        shape = tuple(fragments.pix_to_face.shape)
+        if textures.dtype != wp.vec3 or tuple(textures.shape) != shape:
+            raise ValueError(f"a texel array must be vec3 of shape {shape}, got {textures.shape}")
+        return TexelSource.PIXEL, dummy_v, textures
+    vc = _vertex_colors(textures, verts.shape[0], device)
+    if vc is not None:
+        return TexelSource.VERTEX, vc, dummy_t
+    sample = getattr(textures, "sample_textures", None) or getattr(textures, "sample", None)
+    if sample is None:
+        raise TypeError(
+            "textures must be None, a TexturesVertex, a TexturesUV or a (N, H, W, K) vec3 "
+            f"texel array, got {type(textures).__name__}"
+        )
+    texels = sample(fragments)
+    if texels.dtype != wp.vec3:
+        raise ValueError("textures must have 3 channels (RGB) for the lit shaders")
+    return TexelSource.PIXEL, dummy_v, texels
+
+
+def _normals(kind: str, given, verts, faces, device):
+    if given is not None:
+        arr = as_vec3_array(given, f"{kind}_normals", device)
+        want = verts.shape[0] if kind == "verts" else faces.shape[0]
+        if arr.shape[0] != want:
+            raise ValueError(f"{kind}_normals must have {want} rows, got {arr.shape[0]}")
+        return arr
+    from . import normals as _n  # noqa: PLC0415 (the normals module is optional until set up)
+
+    fn = _n.vertex_normals if kind == "verts" else _n.face_normals
+    return fn(verts, faces)
+
+
+def shade_slots(
+    fragments, verts, faces, normals, *, mode, texels_from, vert_colors, texels, cameras_RT,
+    lights: LightsBase, materials: Materials, out,
+) -> wp.array:  # fmt: skip
+    """Launches the per-slot Phong/flat kernel (no checks; recorded on the tape)."""
+    n, h, w, k = fragments.pix_to_face.shape
+    R, T = cameras_RT
+    wp.launch(
+        _shade_slots_kernel,
+        dim=(n, h, w, k),
+        inputs=[
+            fragments.pix_to_face, fragments.bary_coords, verts, faces, normals, int(mode),
+            int(texels_from), vert_colors, texels, R, T, *lights.kernel_args(),
+            *materials.kernel_args(),
+        ],  # fmt: skip
+        outputs=[out],
+        device=fragments.pix_to_face.device,
+    )
+    return out
+
+
+def shade_vertices(
+    verts, normals, vert_colors, texels_from, vert_to_mesh, *, cameras_RT,
+    lights: LightsBase, materials: Materials, out,
+) -> wp.array:  # fmt: skip
+    """Launches the per-vertex (Gouraud) lighting kernel (no checks; on the tape)."""
+    R, T = cameras_RT
+    per_vertex = vert_to_mesh is not None
+    v2m = vert_to_mesh if per_vertex else wp.zeros(1, dtype=wp.int32, device=verts.device)
+    if verts.shape[0] == 0:
+        return out
+    wp.launch(
+        _shade_vertices_kernel,
+        dim=verts.shape[0],
+        inputs=[
+            verts, normals, vert_colors, int(texels_from), v2m, int(per_vertex), R, T,
+            *lights.kernel_args(), *materials.kernel_args(),
+        ],  # fmt: skip
+        outputs=[out],
+        device=verts.device,
+    )
+    return out
+
+
+# ----------------------------------------------------------------------------- shaders
+class ShaderBase:
+    """Holds cameras, lights, materials and blend parameters (PyTorch3D's ``ShaderBase``).
+
+    Args (keyword-only):
+        cameras: a warpraster camera (its ``R``, ``T`` give the eye position; FoV
+            cameras' ``znear``/``zfar`` the softmax depth range). May be given per call.
+        lights: default ``PointLights()``.
+        materials: default ``Materials()``.
+        blend_params: default ``BlendParams()``.
+        device: Warp device of the default lights/materials.
+
+    Call: ``shader(fragments, verts, faces, *, textures=None, vert_to_mesh=None,
+    verts_normals=None, faces_normals=None, cameras=None, lights=None,
+    materials=None, blend_params=None, znear=None, zfar=None, buffers=None)``:
+
+        fragments: :class:`warpraster.Fragments` of the render.
+        verts: (V, 3) world-space vertices (``vec3``/float32 Warp array or NumPy).
+        faces: (F, 3) int32 packed faces.
+        textures: see the module docs.
+        vert_to_mesh: (V,) int32 mesh of each vertex (Gouraud with N > 1 meshes;
+            derived from the faces on the device when not given).
+        verts_normals / faces_normals: (V, 3) / (F, 3) normals to use instead of
+            computing them from the vertices (area-weighted, as PyTorch3D).
+        buffers: :class:`ShadingBuffers` for allocation-free calls.
+
+    Returns the (N, H, W, 4) float32 RGBA image (a Warp array).
+    """
+
+    mode: ShadingMode = ShadingMode.PHONG
+    blend: BlendMode = BlendMode.HARD
+
+    def __init__(
+        self,
+        *,
+        cameras=None,
+        lights: LightsBase | None = None,
+        materials: Materials | None = None,
+        blend_params: BlendParams | None = None,
+        device=None,
+    ):
+        self.cameras = cameras
+        self.lights = lights if lights is not None else PointLights(device=device)
+        self.materials = materials if materials is not None else Materials(device=device)
+        self.blend_params = blend_params if blend_params is not None else BlendParams()
+        self._check_types(self.lights, self.materials, self.blend_params)
+        self._cache: dict = {}
+
+    @staticmethod
+    def _check_types(lights, materials, blend_params):
+        if not isinstance(lights, LightsBase):
+            raise TypeError(f"lights must be a warpraster light, got {type(lights).__name__}")
+        if not isinstance(materials, Materials):
+            raise TypeError(f"materials must be Materials, got {type(materials).__name__}")
+        if not isinstance(blend_params, BlendParams):
+            raise TypeError(f"blend_params must be BlendParams, got {type(blend_params).__name__}")
+
+    def __call__(
+        self,
+        fragments,
+        verts,
+        faces,
+        *,
+        textures=None,
+        vert_to_mesh=None,
+        verts_normals=None,
+        faces_normals=None,
+        cameras=None,
+        lights: LightsBase | None = None,
+        materials: Materials | None = None,
+        blend_params: BlendParams | None = None,
+        znear=None,
+        zfar=None,
+        buffers: ShadingBuffers | None = None,
+    ) -> wp.array:
+        shape = check_fragments(fragments)
+        device = fragments.pix_to_face.device
+        cameras = self.cameras if cameras is None else cameras
+        lights = self.lights if lights is None else lights
+        materials = self.materials if materials is None else materials
+        blend_params = self.blend_params if blend_params is None else blend_params
+        self._check_types(lights, materials, blend_params)
+        for name, obj in (("lights", lights), ("materials", materials)):
+            if len(obj) not in (1, shape[0]):
+                raise ValueError(
+                    f"{name} has a batch of {len(obj)} for {shape[0]} images (expected 1 or N)"
+                )
+            if obj.device != wp.get_device(device):
+                raise ValueError(f"{name} are on device {obj.device}, the fragments on {device}")
+        v = as_vec3_array(verts, "verts", device)
+        f = as_faces_array(faces, "faces", device)
+        if buffers is None:
+            rg = True
+            buffers = ShadingBuffers(shape, v.shape[0], device, requires_grad=rg)
+        elif not buffers.matches(shape, v.shape[0], device):
+            raise ValueError("buffers were made for another image shape, vertex count or device")
+        colors = self._colors(
+            fragments, v, f, textures=textures, vert_to_mesh=vert_to_mesh,
+            verts_normals=verts_normals, faces_normals=faces_normals, cameras=cameras,
+            lights=lights, materials=materials, buffers=buffers, device=device,
+        )  # fmt: skip
+        return self._blend(fragments, colors, cameras, blend_params, znear, zfar, buffers, device)
+
+    # -- step 1
+    def _colors(self, fragments, v, f, *, textures, vert_to_mesh, verts_normals, faces_normals,
+                cameras, lights, materials, buffers, device):  # fmt: skip
+        RT = _camera_arrays(cameras, device)
+        src, vc, tx = texel_source(textures, fragments, v, f, device, self._cache)
+        if self.mode == ShadingMode.GOURAUD:
+            if src == TexelSource.PIXEL:
+                raise ValueError("Gouraud shading needs vertex colours (TexturesVertex) or None")
+            nrm = _normals("verts", verts_normals, v, f, device)
+            n_img = fragments.pix_to_face.shape[0]
+            v2m = None
+            if n_img > 1:
+                if vert_to_mesh is None:
+                    raise ValueError(
+                        "vert_to_mesh ((V,) int32 mesh of each vertex) is required for "
+                        "Gouraud shading of more than one mesh"
+                    )
+                v2m = as_index_array(vert_to_mesh, "vert_to_mesh", device, length=v.shape[0])
+            shaded = buffers.shaded_verts
+            if v.shape[0] == 0:
+                shaded = shaded[:0]
+            shade_vertices(v, nrm, vc, src, v2m, cameras_RT=RT, lights=lights,
+                           materials=materials, out=shaded)  # fmt: skip
+            from .interpolate import interpolate_vertex_attributes  # noqa: PLC0415
+
+            return interpolate_vertex_attributes(
+                fragments.pix_to_face, fragments.bary_coords, shaded, f,
+                out=buffers.colors, validate=False,
+            )  # fmt: skip
+        if self.mode == ShadingMode.FLAT:
+            nrm = _normals("faces", faces_normals, v, f, device)
+        else:
+            nrm = _normals("verts", verts_normals, v, f, device)
+        return shade_slots(
+            fragments, v, f, nrm, mode=self.mode, texels_from=src, vert_colors=vc, texels=tx,
+            cameras_RT=RT, lights=lights, materials=materials, out=buffers.colors,
+        )  # fmt: skip
+
+    # -- step 2
+    def _blend(self, fragments, colors, cameras, blend_params, znear, zfar, buffers, device):
+        out = buffers.image
+        if self.blend == BlendMode.HARD:
+            launch_hard_blend(
+                fragments.pix_to_face, colors, blend_params.background_array(device), out
+            )
+        elif self.blend == BlendMode.SIGMOID:
+            launch_sigmoid_blend(fragments, colors, float(blend_params.sigma), out)
+        else:
+            zn, zf = _z_planes(cameras, znear, zfar, device, self._cache)
+            launch_softmax_blend(
+                fragments, colors, blend_params.background_array(device), zn, zf,
+                float(blend_params.sigma), float(blend_params.gamma), out,
+            )  # fmt: skip
+        return out
+
+
+class HardPhongShader(ShaderBase):
+    """Per-pixel lighting, nearest face's colour (PyTorch3D's ``HardPhongShader``)."""
+
+    mode = ShadingMode.PHONG
+    blend = BlendMode.HARD
+
+
+class SoftPhongShader(ShaderBase):
+    """Per-pixel lighting, softmax blend of the K faces (PyTorch3D's ``SoftPhongShader``)."""
+
+    mode = ShadingMode.PHONG
+    blend = BlendMode.SOFTMAX
+
+
+class HardGouraudShader(ShaderBase):
+    """Per-vertex lighting, nearest face's colour (PyTorch3D's ``HardGouraudShader``)."""
+
+    mode = ShadingMode.GOURAUD
+    blend = BlendMode.HARD
+
+
+class SoftGouraudShader(ShaderBase):
+    """Per-vertex lighting, softmax blend (PyTorch3D's ``SoftGouraudShader``)."""
+
+    mode = ShadingMode.GOURAUD
+    blend = BlendMode.SOFTMAX
+
+
+class HardFlatShader(ShaderBase):
+    """Per-face lighting (centroid, face normal), nearest face (PyTorch3D's ``HardFlatShader``)."""
+
+    mode = ShadingMode.FLAT
+    blend = BlendMode.HARD
+
+
+class SoftSilhouetteShader(ShaderBase):
+    """Sigmoid-alpha silhouette, RGB ones (PyTorch3D's ``SoftSilhouetteShader``).
+
+    Only ``blend_params`` matters (sigma); use ``blur_radius = log(1/1e-4 - 1) * sigma``
+    in the rasterizer, as SoftRas. ``verts``/``faces`` are accepted for a uniform call.
+    """
+
+    blend = BlendMode.SIGMOID
+
+    def __init__(self, *, blend_params: BlendParams | None = None, **kwargs):
+        super().__init__(blend_params=blend_params, **kwargs)
+
+    def _colors(self, fragments, v, f, *, buffers, **_):
+        return buffers.ones
