@@ -1,0 +1,26 @@
+"""Differentiable camera sensor for Warp simulations (import explicitly: ``import warpraster.sim``).
+
+:class:`CameraSensor` renders W worlds x C cameras per call into Newton's
+``(world, camera, H, W)`` layout, on a ``wp.Tape`` and inside captured graphs.
+The Newton adapter is :mod:`warpraster.sim.newton` (needs ``newton``; never
+imported by ``import warpraster`` or ``import warpraster.sim``).
+"""
+
+from .geometry import SensorGeometry, VertexSource
+from .loss import image_loss
+from .sensor import CameraSensor, SensorFrame, look_at_transform
+from .tessellate import box_mesh, capsule_mesh, cylinder_mesh, grid_mesh, sphere_mesh
+
+__all__ = [
+    "CameraSensor",
+    "SensorFrame",
+    "SensorGeometry",
+    "VertexSource",
+    "box_mesh",
+    "capsule_mesh",
+    "cylinder_mesh",
+    "grid_mesh",
+    "image_loss",
+    "look_at_transform",
+    "sphere_mesh",
+]

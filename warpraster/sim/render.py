@@ -1,0 +1,176 @@
+"""The sensor's differentiable kernels: sources -> world points -> NDC, fragments -> channels.
+
+All three are loop-free, so Warp's generated adjoints are exact (see the notes on
+loops in the project's Warp notes); they are recorded on an enclosing ``wp.Tape``
+and replay inside a captured graph.
+
+Camera convention (Newton's): a camera transform maps camera to world; the
+camera looks down its local -Z axis with +Y up and +X right; the field of view
+is vertical, in radians. Pixel (row y, column x) looks along
+``((x + 0.5) / W - 0.5) * 2 tan(fov/2) * W/H`` to the right and
+``(0.5 - (y + 0.5) / H) * 2 tan(fov/2)`` up, as Newton's pinhole rays.
+warpraster's NDC has +X left and the shorter image side spanning [-1, 1], so
+``ndc = (-x_c, y_c) / (z tan(fov/2) min(1, W/H))`` with ``z = -z_c`` the view depth.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from .geometry import VertexSource
+
+# No FMA contraction: CPU and CUDA then round the projection alike.
+wp.set_module_options({"fuse_fp": False})
+
+_PARTICLE = wp.constant(int(VertexSource.PARTICLE))
+_BODY = wp.constant(int(VertexSource.BODY))
+_NO_SHAPE = wp.constant(wp.uint32(0xFFFFFFFF))
+#: Smallest view depth divided by in the projection (faces nearer than the
+#: rasterizer's epsilon are dropped anyway; this keeps the adjoint finite).
+_MIN_DEPTH = wp.constant(1.0e-6)
+
+
+@wp.kernel
+def world_points_kernel(
+    # Model:
+    source: wp.array(dtype=wp.int32),
+    index: wp.array(dtype=wp.int32),
+    local: wp.array(dtype=wp.vec3),
+    # Data in:
+    particle_q: wp.array(dtype=wp.vec3),
+    body_q: wp.array(dtype=wp.transform),
+    # Data out:
+    points_out: wp.array(dtype=wp.vec3),
+):
+    """World position of each sensor vertex from its source."""
+    i = wp.tid()
+    s = source[i]
+    p = local[i]
+    if s == _PARTICLE:
+        p = particle_q[index[i]]
+    elif s == _BODY:
+        p = wp.transform_point(body_q[index[i]], local[i])
+    points_out[i] = p
+
+
+@wp.kernel
+def project_kernel(
+    # Model:
+    proj_vertex: wp.array(dtype=wp.int32),
+    proj_image: wp.array(dtype=wp.int32),
+    camera_count: int,
+    aspect_min: float,
+    # Data in:
+    points: wp.array(dtype=wp.vec3),
+    camera_transforms: wp.array2d(dtype=wp.transform),
+    camera_fovs: wp.array(dtype=float),
+    # Data out:
+    ndc_out: wp.array(dtype=wp.vec3),
+):
+    """NDC x, y and view depth z of each (image, vertex) pair; image n = world * C + camera.
+
+    ``camera_transforms`` is (C, W), camera to world (Newton's layout).
+    """
+    j = wp.tid()
+    n = proj_image[j]
+    w = n // camera_count
+    c = n - w * camera_count
+    to_camera = wp.transform_inverse(camera_transforms[c, w])
+    pc = wp.transform_point(to_camera, points[proj_vertex[j]])
+    z = -pc[2]
+    s = wp.tan(0.5 * camera_fovs[c]) * aspect_min * wp.max(z, _MIN_DEPTH)
+    ndc_out[j] = wp.vec3(-pc[0] / s, pc[1] / s, z)
+
+
+@wp.func
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + wp.exp(-x))
+
+
+@wp.kernel
+def channels_kernel(
+    # Fragments (K = 1), (N, H, W, 1):
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    bary: wp.array4d(dtype=wp.vec3),
+    zbuf: wp.array4d(dtype=float),
+    dists: wp.array4d(dtype=float),
+    # Model:
+    face_vertices: wp.array2d(dtype=wp.int32),
+    face_shape: wp.array(dtype=wp.int32),
+    shape_index: wp.array(dtype=wp.uint32),
+    camera_count: int,
+    sigma: float,
+    ambient: int,
+    up: wp.vec3,
+    sky: wp.vec3,
+    ground: wp.vec3,
+    ambient_intensity: float,
+    clear_color: wp.vec3,
+    clear_depth: float,
+    # Data in:
+    shape_colors: wp.array(dtype=wp.vec3),
+    light_direction: wp.array(dtype=wp.vec3),
+    light_intensity: wp.array(dtype=float),
+    points: wp.array(dtype=wp.vec3),
+    camera_transforms: wp.array2d(dtype=wp.transform),
+    # Data out, (world, camera, H, W):
+    color_out: wp.array4d(dtype=wp.vec3),
+    albedo_out: wp.array4d(dtype=wp.vec3),
+    normal_out: wp.array4d(dtype=wp.vec3),
+    depth_out: wp.array4d(dtype=float),
+    forward_depth_out: wp.array4d(dtype=float),
+    alpha_out: wp.array4d(dtype=float),
+    shape_index_out: wp.array4d(dtype=wp.uint32),
+):
+    """Every output channel of one pixel from its nearest face (K = 1).
+
+    Shading is Newton's: hemispheric ambient (``sky`` / ``ground`` blended by the
+    normal's ``up`` component, times ``ambient_intensity``) plus one directional
+    light, Lambertian with the face normal, no shadows. With ``sigma > 0`` the
+    coverage is ``sigmoid(-dists / sigma)`` (a soft silhouette) and every float
+    channel is composited over its clear value with it.
+    """
+    n, y, x = wp.tid()
+    w = n // camera_count
+    c = n - w * camera_count
+    f = pix_to_face[n, y, x, 0]
+    if f < 0:
+        color_out[w, c, y, x] = clear_color
+        albedo_out[w, c, y, x] = wp.vec3(0.0)
+        normal_out[w, c, y, x] = wp.vec3(0.0)
+        depth_out[w, c, y, x] = clear_depth
+        forward_depth_out[w, c, y, x] = clear_depth
+        alpha_out[w, c, y, x] = 0.0
+        shape_index_out[w, c, y, x] = _NO_SHAPE
+        return
+    p0 = points[face_vertices[f, 0]]
+    p1 = points[face_vertices[f, 1]]
+    p2 = points[face_vertices[f, 2]]
+    b = bary[n, y, x, 0]
+    hit = b[0] * p0 + b[1] * p1 + b[2] * p2
+    origin = wp.transform_get_translation(camera_transforms[c, w])
+    depth = wp.length(hit - origin)
+    nrm = wp.normalize(wp.cross(p1 - p0, p2 - p0))
+    s = face_shape[f]
+    albedo = shape_colors[s]
+    shaded = wp.vec3(0.0)
+    if ambient != 0:
+        hemi = 0.5 * (wp.dot(nrm, up) + 1.0)
+        shaded = wp.cw_mul(albedo, (sky * hemi + ground * (1.0 - hemi)) * ambient_intensity)
+    to_light = -wp.normalize(light_direction[0])
+    ndotl = wp.max(wp.dot(nrm, to_light), 0.0)
+    shaded = shaded + albedo * (ndotl * light_intensity[0])
+    d = dists[n, y, x, 0]
+    a = float(1.0)
+    if sigma > 0.0:
+        a = _sigmoid(-d / sigma)
+    color_out[w, c, y, x] = a * shaded + (1.0 - a) * clear_color
+    albedo_out[w, c, y, x] = a * albedo
+    normal_out[w, c, y, x] = a * nrm
+    depth_out[w, c, y, x] = a * depth + (1.0 - a) * clear_depth
+    forward_depth_out[w, c, y, x] = a * zbuf[n, y, x, 0] + (1.0 - a) * clear_depth
+    alpha_out[w, c, y, x] = a
+    if d <= 0.0:
+        shape_index_out[w, c, y, x] = shape_index[s]
+    else:
+        shape_index_out[w, c, y, x] = _NO_SHAPE

@@ -1,0 +1,371 @@
+"""A differentiable multi-world, multi-camera sensor for Warp simulations.
+
+One :meth:`CameraSensor.update` runs, with no allocation and no host read:
+
+1. ``world_points_kernel``: sensor vertices from particle positions, body
+   transforms and fixed points (the simulation's own device arrays);
+2. ``project_kernel``: every (world, camera) image's vertices to NDC (camera
+   poses and fields of view from device arrays);
+3. :func:`warpraster.rasterize_meshes` of the packed batch (W x C images, K = 1)
+   into the frame's :class:`~warpraster.RasterWorkspace`;
+4. ``channels_kernel``: colour, albedo, normal, depth, forward depth, coverage and
+   shape index, in Newton's ``(world, camera, H, W)`` layout.
+
+Steps 1, 2 and 4 are recorded on an enclosing ``wp.Tape`` by Warp's own adjoints,
+step 3 by the rasterizer's hand-written backward; so gradients of any image loss
+reach particle positions, body transforms, camera transforms, fields of view,
+shape colours and light parameters. Every frame slot owns its buffers (the tape
+needs the old values of a recorded frame): render frame ``t`` of a rollout into
+slot ``t``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import warp as wp
+
+from .. import RasterWorkspace, rasterize_meshes
+from .geometry import SensorGeometry, VertexSource
+from .render import channels_kernel, project_kernel, world_points_kernel
+
+#: PyTorch3D's soft-silhouette cut-off: a face counts out to the squared distance
+#: where sigmoid(-d / sigma) falls to 1e-4, i.e. d = sigma * ln(1 / 1e-4 - 1).
+_BLUR_PER_SIGMA = math.log(1.0 / 1.0e-4 - 1.0)
+
+
+@dataclass
+class SensorFrame:
+    """The buffers of one frame slot (all on the sensor's device).
+
+    Image outputs have shape ``(world_count, camera_count, H, W)``:
+
+    Attributes:
+        color: vec3, linear RGB, shaded (Newton's ``hdr_color``), composited over
+            ``clear_color`` by ``alpha``.
+        albedo: vec3, linear unshaded colour (premultiplied by ``alpha``).
+        normal: vec3, world-space face normal (counter-clockwise front), zero
+            where empty.
+        depth: float32, ray-hit distance from the camera centre (Newton's
+            ``depth``), ``clear_depth`` where empty.
+        forward_depth: float32, view-space depth along the camera's -Z axis.
+        alpha: float32, coverage: 1 / 0 (hard) or the soft silhouette.
+        shape_index: uint32, the shape's index, 0xFFFFFFFF where empty (a pixel
+            only reached by the soft silhouette's blur counts as empty).
+        points: vec3 (V,), world positions of the sensor vertices.
+        ndc: vec3 (P,), projected vertices of every image.
+        workspace: the frame's rasterizer buffers (its ``fragments``).
+    """
+
+    color: wp.array
+    albedo: wp.array
+    normal: wp.array
+    depth: wp.array
+    forward_depth: wp.array
+    alpha: wp.array
+    shape_index: wp.array
+    points: wp.array
+    ndc: wp.array
+    workspace: RasterWorkspace
+
+    CHANNELS = ("color", "albedo", "normal", "depth", "forward_depth", "alpha", "shape_index")
+
+    def numpy(self) -> dict[str, np.ndarray]:
+        """Host copies of the image channels (reads the device)."""
+        return {name: getattr(self, name).numpy() for name in self.CHANNELS}
+
+
+def _vec3(value, name: str) -> wp.vec3:
+    a = np.asarray(value, dtype=np.float64).reshape(-1)
+    if a.size != 3 or not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be 3 finite numbers, got {value!r}")
+    return wp.vec3(*a.tolist())
+
+
+def _positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
+class CameraSensor:
+    """Renders W worlds x C cameras of a :class:`SensorGeometry`, differentiably.
+
+    Args:
+        geometry: the static scene (topology, vertex sources, colours, worlds).
+        world_count: W.
+        camera_count: C.
+        image_size: ``int`` or ``(H, W)``.
+        frames: number of frame slots (one per frame recorded on one tape).
+        silhouette_sigma: 0 for hard coverage; > 0 for a soft silhouette
+            ``sigmoid(-dists / sigma)`` (``dists``: signed squared NDC distance
+            to the face's edges) that gives gradients at object outlines.
+        clear_color: linear RGB of empty pixels.
+        clear_depth: depth of empty pixels (Newton's default 0).
+        ambient: Newton's hemispheric ambient light on/off.
+        up: the world's up axis for the ambient term (Newton: +Z).
+        light_direction: direction a directional light travels (Newton's default
+            light: (-1, 1, -1) normalised), or None for none.
+        light_intensity: its intensity.
+        bin_size: passed to the rasterizer (None = its default tiles).
+        device: Warp device.
+        requires_grad: allocate gradients for every buffer (needed for the tape).
+
+    The colours (``shape_colors``, vec3 (S,)), light direction and intensity live
+    in device arrays (``light_direction``, ``light_intensity``, (1,)): assign new
+    values or give them ``requires_grad`` to train them.
+    """
+
+    def __init__(
+        self,
+        geometry: SensorGeometry,
+        *,
+        world_count: int = 1,
+        camera_count: int = 1,
+        image_size=64,
+        frames: int = 1,
+        silhouette_sigma: float = 0.0,
+        clear_color=(0.0, 0.0, 0.0),
+        clear_depth: float = 0.0,
+        ambient: bool = True,
+        up=(0.0, 0.0, 1.0),
+        light_direction=None,
+        light_intensity: float = 1.0,
+        bin_size: int | None = None,
+        device=None,
+        requires_grad: bool = False,
+    ):
+        if not isinstance(geometry, SensorGeometry):
+            raise TypeError(f"geometry must be a SensorGeometry, got {type(geometry).__name__}")
+        self.world_count = _positive_int(world_count, "world_count")
+        self.camera_count = _positive_int(camera_count, "camera_count")
+        self.frame_count = _positive_int(frames, "frames")
+        if isinstance(image_size, (int, np.integer)) and not isinstance(image_size, bool):
+            h = w = int(image_size)
+        else:
+            try:
+                h, w = (int(s) for s in image_size)
+            except (TypeError, ValueError):
+                raise TypeError(f"image_size must be an int or (H, W), got {image_size!r}") from None
+        if h < 1 or w < 1:
+            raise ValueError(f"image_size must be >= 1, got {(h, w)}")
+        self.image_size = (h, w)
+        sigma = float(silhouette_sigma)
+        if not math.isfinite(sigma) or sigma < 0.0:
+            raise ValueError(f"silhouette_sigma must be finite and >= 0, got {silhouette_sigma}")
+        self.silhouette_sigma = sigma
+        self.blur_radius = sigma * _BLUR_PER_SIGMA
+        self.clear_color = _vec3(clear_color, "clear_color")
+        self.clear_depth = float(clear_depth)
+        self.ambient = bool(ambient)
+        self.up = _vec3(up, "up")
+        self.bin_size = bin_size
+        self.device = wp.get_device(device)
+        self.requires_grad = bool(requires_grad)
+        if geometry.num_vertices == 0:
+            raise ValueError("geometry has no shapes")
+        self.geometry = geometry
+
+        dev = self.device
+        src, idx, local = geometry.packed_vertices()
+        self.num_particles = geometry.max_index(VertexSource.PARTICLE) + 1
+        self.num_bodies = geometry.max_index(VertexSource.BODY) + 1
+        self.vertex_source = wp.array(src, dtype=wp.int32, device=dev)
+        self.vertex_index = wp.array(idx, dtype=wp.int32, device=dev)
+        self.vertex_local = wp.array(local, dtype=wp.vec3, device=dev)
+        packed = geometry.images(self.world_count, self.camera_count)
+        self.proj_vertex = wp.array(packed["proj_vertex"], dtype=wp.int32, device=dev)
+        self.proj_image = wp.array(packed["proj_image"], dtype=wp.int32, device=dev)
+        self.faces = wp.array(packed["faces"], dtype=wp.int32, device=dev)
+        self.face_vertices = wp.array(packed["face_vertices"], dtype=wp.int32, device=dev)
+        self.face_shape = wp.array(packed["face_shape"], dtype=wp.int32, device=dev)
+        self.mesh_first = wp.array(packed["first"], dtype=wp.int32, device=dev)
+        self.mesh_count = wp.array(packed["count"], dtype=wp.int32, device=dev)
+        shape_idx = geometry.shape_indices()
+        if shape_idx.size and (shape_idx.min() < 0 or shape_idx.max() > 0xFFFFFFFF):
+            raise ValueError("shape_index values must fit in uint32")
+        self.shape_index = wp.array(shape_idx.astype(np.uint32), dtype=wp.uint32, device=dev)
+        self.shape_colors = wp.array(
+            geometry.shape_colors(), dtype=wp.vec3, device=dev, requires_grad=self.requires_grad
+        )
+        direction = (0.0, 0.0, -1.0) if light_direction is None else light_direction
+        self.light_direction = wp.array(
+            [_vec3(direction, "light_direction")], dtype=wp.vec3, device=dev,
+            requires_grad=self.requires_grad,
+        )  # fmt: skip
+        intensity = 0.0 if light_direction is None else float(light_intensity)
+        self.light_intensity = wp.array(
+            [intensity], dtype=wp.float32, device=dev, requires_grad=self.requires_grad
+        )
+        # stand-ins for a source the geometry does not use
+        self._no_particles = wp.zeros(1, dtype=wp.vec3, device=dev)
+        self._no_bodies = wp.zeros(1, dtype=wp.transform, device=dev)
+        self.frames = [self._allocate_frame() for _ in range(self.frame_count)]
+
+    # ------------------------------------------------------------------ set-up
+    @property
+    def num_images(self) -> int:
+        return self.world_count * self.camera_count
+
+    def _allocate_frame(self) -> SensorFrame:
+        dev, rg = self.device, self.requires_grad
+        shape = (self.world_count, self.camera_count, *self.image_size)
+
+        def img(dtype, grad=rg):
+            return wp.zeros(shape, dtype=dtype, device=dev, requires_grad=grad)
+
+        ws = RasterWorkspace(
+            num_meshes=self.num_images,
+            num_faces=self.faces.shape[0],
+            image_size=self.image_size,
+            faces_per_pixel=1,
+            bin_size=self.bin_size,
+            device=dev,
+            requires_grad=rg,
+        )
+        return SensorFrame(
+            color=img(wp.vec3),
+            albedo=img(wp.vec3),
+            normal=img(wp.vec3),
+            depth=img(wp.float32),
+            forward_depth=img(wp.float32),
+            alpha=img(wp.float32),
+            shape_index=img(wp.uint32, False),
+            points=wp.zeros(self.vertex_source.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg),
+            ndc=wp.zeros(self.proj_vertex.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg),
+            workspace=ws,
+        )
+
+    def _check_input(self, arr, name, dtype, min_len, ndim=1):
+        if not isinstance(arr, wp.array):
+            raise TypeError(f"{name} must be a wp.array, got {type(arr).__name__}")
+        if arr.dtype != dtype:
+            raise TypeError(f"{name} must have dtype {dtype.__name__}, got {arr.dtype.__name__}")
+        if arr.ndim != ndim:
+            raise ValueError(f"{name} must be {ndim}-d, got shape {arr.shape}")
+        if arr.device != self.device:
+            raise ValueError(f"{name} is on {arr.device}, the sensor on {self.device}")
+        if arr.shape[0] < min_len:
+            raise ValueError(f"{name} has {arr.shape[0]} entries, the geometry uses {min_len}")
+
+    # ------------------------------------------------------------------ per step
+    def update(
+        self,
+        *,
+        camera_transforms: wp.array,
+        camera_fovs: wp.array,
+        particle_q: wp.array | None = None,
+        body_q: wp.array | None = None,
+        frame: int = 0,
+    ) -> SensorFrame:
+        """Renders every (world, camera) image into frame slot ``frame``.
+
+        Allocates nothing and reads nothing back (capturable in a graph); checks
+        only array metadata on the host.
+
+        Args:
+            camera_transforms: ``wp.array2d`` of ``wp.transform`` (C, W), camera
+                to world (Newton's ``SensorTiledCamera`` layout); may require grad.
+            camera_fovs: float32 (C,), vertical field of view [rad]; may require grad.
+            particle_q: vec3 (>= particles used,), particle positions.
+            body_q: ``wp.transform`` (>= bodies used,), body to world.
+            frame: the frame slot to render into.
+
+        Returns:
+            The slot's :class:`SensorFrame` (its arrays are overwritten by the next
+            update of the same slot).
+        """
+        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)):
+            raise TypeError(f"frame must be an int, got {frame!r}")
+        if not 0 <= frame < self.frame_count:
+            raise ValueError(f"frame must be in [0, {self.frame_count}), got {frame}")
+        self._check_input(camera_transforms, "camera_transforms", wp.transform, self.camera_count, 2)
+        if camera_transforms.shape[1] != self.world_count:
+            raise ValueError(
+                f"camera_transforms must have shape (camera_count, world_count) = "
+                f"{(self.camera_count, self.world_count)}, got {camera_transforms.shape}"
+            )
+        self._check_input(camera_fovs, "camera_fovs", wp.float32, self.camera_count)
+        if self.num_particles > 0:
+            if particle_q is None:
+                raise ValueError("particle_q is required: the geometry has particle meshes")
+            self._check_input(particle_q, "particle_q", wp.vec3, self.num_particles)
+        else:
+            particle_q = self._no_particles
+        if self.num_bodies > 0:
+            if body_q is None:
+                raise ValueError("body_q is required: the geometry has body meshes")
+            self._check_input(body_q, "body_q", wp.transform, self.num_bodies)
+        else:
+            body_q = self._no_bodies
+        out = self.frames[frame]
+        dev = self.device
+        wp.launch(
+            world_points_kernel,
+            dim=out.points.shape[0],
+            inputs=[self.vertex_source, self.vertex_index, self.vertex_local, particle_q, body_q],
+            outputs=[out.points],
+            device=dev,
+        )
+        h, w = self.image_size
+        wp.launch(
+            project_kernel,
+            dim=out.ndc.shape[0],
+            inputs=[self.proj_vertex, self.proj_image, self.camera_count, min(1.0, w / h),
+                    out.points, camera_transforms, camera_fovs],
+            outputs=[out.ndc],
+            device=dev,
+        )  # fmt: skip
+        frags = rasterize_meshes(
+            out.ndc,
+            self.faces,
+            self.mesh_first,
+            self.mesh_count,
+            image_size=self.image_size,
+            blur_radius=self.blur_radius,
+            faces_per_pixel=1,
+            bin_size=self.bin_size,
+            perspective_correct=True,
+            workspace=out.workspace,
+            validate=False,
+        )
+        wp.launch(
+            channels_kernel,
+            dim=(self.num_images, h, w),
+            inputs=[
+                frags.pix_to_face, frags.bary_coords, frags.zbuf, frags.dists,
+                self.face_vertices, self.face_shape, self.shape_index, self.camera_count,
+                self.silhouette_sigma, int(self.ambient), self.up,
+                wp.vec3(0.4, 0.4, 0.45), wp.vec3(0.1, 0.1, 0.12), 0.5,
+                self.clear_color, self.clear_depth,
+                self.shape_colors, self.light_direction, self.light_intensity, out.points,
+                camera_transforms,
+            ],
+            outputs=[out.color, out.albedo, out.normal, out.depth, out.forward_depth, out.alpha,
+                     out.shape_index],
+            device=dev,
+        )  # fmt: skip
+        return out
+
+
+def look_at_transform(eye, target, up=(0.0, 0.0, 1.0)) -> wp.transform:
+    """Camera-to-world transform of a camera at ``eye`` looking at ``target``
+    (Newton's camera frame: looks down -Z, +Y up)."""
+    eye = np.asarray(eye, dtype=np.float64)
+    fwd = np.asarray(target, dtype=np.float64) - eye
+    fwd /= np.linalg.norm(fwd)
+    right = np.cross(fwd, np.asarray(up, dtype=np.float64))
+    if np.linalg.norm(right) < 1e-9:
+        raise ValueError("up is parallel to the viewing direction")
+    right /= np.linalg.norm(right)
+    cam_up = np.cross(right, fwd)
+    rot = np.stack([right, cam_up, -fwd], axis=1)  # columns: camera axes in world
+    q = wp.quat_from_matrix(wp.mat33(*rot.reshape(-1).tolist()))
+    return wp.transform(wp.vec3(*eye.tolist()), q)
+
+
+__all__ = ["CameraSensor", "SensorFrame", "look_at_transform"]
