@@ -1,0 +1,65 @@
+"""USD scenes in, images out: ``import warpraster.usd`` (needs ``usd-core``).
+
+Reading (pxr): :func:`load_stage` gives a :class:`Scene` (packed world-space
+meshes, materials, cameras, lights, frame range) from a file or a ``Usd.Stage``;
+:class:`StageAnimation` re-evaluates time-sampled points and transforms into
+the same device buffers. Rendering (no pxr): :class:`StageRenderer` draws a
+scene to RGBA colour, depth and id images through a USD camera.
+
+The containers and the renderer do not import pxr, so
+``warpraster.usd.scene`` and ``warpraster.usd.render`` also serve scenes read
+from other formats; the names that need pxr are imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .errors import SceneError
+from .scene import (
+    AspectConform,
+    CameraParams,
+    LightSet,
+    Material,
+    Projection,
+    Scene,
+    SceneMeshes,
+    TextureImage,
+    WrapMode,
+)
+
+_LAZY = {
+    "load_stage": "load",
+    "read_cameras": "load",
+    "open_stage": "stage",
+    "StageAnimation": "animation",
+    "StageRenderer": "render",
+    "RenderOutput": "render",
+    "raster_camera": "cameras",
+    "default_camera": "cameras",
+    "opencv_from_usd_camera": "cameras",
+    "read_camera": "cameras",
+    "read_lights": "lights",
+    "triangulate": "triangulate",
+}
+
+__all__ = [
+    "AspectConform",
+    "CameraParams",
+    "LightSet",
+    "Material",
+    "Projection",
+    "Scene",
+    "SceneError",
+    "SceneMeshes",
+    "TextureImage",
+    "WrapMode",
+    *sorted(_LAZY),
+]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

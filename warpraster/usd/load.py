@@ -1,0 +1,73 @@
+"""One call from a file or a ``Usd.Stage`` to a :class:`~warpraster.usd.scene.Scene`."""
+
+from __future__ import annotations
+
+from pxr import Usd, UsdGeom
+
+from .cameras import read_camera
+from .errors import SceneError
+from .lights import read_lights
+from .materials import MaterialLibrary
+from .meshes import MeshSet
+from .scene import Scene
+from .stage import frame_range, open_stage, stage_name, time_code, up_axis
+
+__all__ = ["load_stage", "read_cameras"]
+
+
+def read_cameras(stage: Usd.Stage, time) -> dict:
+    """Every ``UsdGeom.Camera`` of the stage (instance proxies included) at ``time``."""
+    out = {}
+    for prim in Usd.PrimRange.Stage(stage, Usd.TraverseInstanceProxies()):
+        if prim.IsA(UsdGeom.Camera):
+            out[str(prim.GetPath())] = read_camera(prim, time)
+    return out
+
+
+def load_stage(
+    source,
+    *,
+    time=None,
+    purposes=("default", "render"),
+    require_meshes: bool = False,
+) -> Scene:
+    """Reads a stage's meshes, materials, cameras and lights at one time.
+
+    Args:
+        source: a path to a ``.usd``/``.usda``/``.usdc``/``.usdz`` file or a ``Usd.Stage``.
+        time: a time code (float); None reads the stage's start time when it has
+            a frame range, else the default values.
+        purposes: the ``purpose`` values drawn.
+        require_meshes: raise when nothing would be drawn.
+
+    Returns:
+        :class:`~warpraster.usd.scene.Scene`; ``scene.mesh_set`` keeps the
+        per-mesh data to evaluate other times (see :class:`~warpraster.usd.animation.StageAnimation`).
+
+    Raises:
+        SceneError: an unreadable file, bad topology or primvars (naming the prim),
+            a missing texture, or (``require_meshes``) no mesh with faces.
+    """
+    stage = open_stage(source)
+    name = stage_name(stage)
+    rng = frame_range(stage)
+    if time is None and rng is not None:
+        time = rng[0]
+    t = time_code(time)
+    library = MaterialLibrary(stage, t)
+    mesh_set = MeshSet(stage, t, materials=library, purposes=purposes)
+    if require_meshes and mesh_set.num_faces == 0:
+        raise SceneError(name, "no meshes to render (no visible UsdGeom.Mesh with faces)")
+    scene = Scene(
+        source=name,
+        meshes=mesh_set.evaluate(t),
+        materials=library.materials,
+        cameras=read_cameras(stage, t),
+        lights=read_lights(stage, t),
+        frame_range=rng,
+        time=None if time is None else float(time),
+        up_axis=up_axis(stage),
+    )
+    scene.mesh_set = mesh_set
+    scene.stage = stage
+    return scene

@@ -1,0 +1,398 @@
+"""``UsdGeom.Mesh`` prims to one packed, world-space triangle list.
+
+Read once per mesh (topology, primvars, material per triangle; NumPy over whole
+arrays), then evaluated at any time: world positions from the points at that
+time and ``UsdGeom.XformCache`` (row vectors: ``p @ M[:3, :3] + M[3, :3]``).
+
+What is drawn: every ``UsdGeom.Mesh`` reached by
+``Usd.PrimRange.Stage(stage, Usd.TraverseInstanceProxies())`` (instances
+included), skipping subtrees whose ``visibility`` is ``invisible`` or whose
+``purpose`` is not in ``purposes`` (``default`` and ``render`` by default).
+Visibility is read at the load time.
+
+Winding: ``orientation = "leftHanded"`` reverses each polygon, and so does a
+world transform with a negative determinant (a mirror), so triangles are
+counter-clockwise seen from their front in world space.
+
+Normals: an authored ``primvars:normals`` (else ``normals``) with its
+interpolation, transformed by the inverse transpose of the world matrix. When
+none is authored they are computed: smooth (area-weighted vertex normals) for
+subdivision meshes (``subdivisionScheme`` other than ``none``, USD's fallback
+being ``catmullClark``), flat for ``none``; the authored normals of a
+subdivision mesh are ignored, as USD specifies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pxr import Sdf, Usd, UsdGeom, UsdShade
+
+from .errors import SceneError
+from .scene import SceneMeshes
+from .triangulate import Triangulation, triangulate
+
+__all__ = ["MeshItem", "MeshSet", "corner_values", "find_meshes"]
+
+#: Primvar names tried, in order, for texture coordinates when no material names one.
+UV_NAMES = ("st", "st0", "st_0", "UVMap", "uv", "map1")
+
+DEFAULT_DISPLAY_COLOR = (0.5, 0.5, 0.5)
+
+
+def find_meshes(
+    stage: Usd.Stage, time: Usd.TimeCode, purposes=("default", "render")
+) -> list[Usd.Prim]:
+    """Mesh prims to draw (instance proxies included; invisible / other purposes pruned)."""
+    prims = []
+    it = iter(Usd.PrimRange.Stage(stage, Usd.TraverseInstanceProxies()))
+    for prim in it:
+        if prim.IsA(UsdGeom.Imageable):
+            img = UsdGeom.Imageable(prim)
+            if img.GetVisibilityAttr().Get(time) == UsdGeom.Tokens.invisible:
+                it.PruneChildren()
+                continue
+            purpose = img.GetPurposeAttr().Get()
+            if purpose and purpose not in purposes:
+                it.PruneChildren()
+                continue
+        if prim.IsA(UsdGeom.Mesh):
+            prims.append(prim)
+    return prims
+
+
+def corner_values(
+    values: np.ndarray, interpolation: str, tri: Triangulation, num_points: int, where: str
+) -> np.ndarray:
+    """A primvar's values expanded to every triangle corner, (T, 3, D).
+
+    ``constant``: value 0 everywhere; ``uniform``: one per polygon; ``vertex`` and
+    ``varying``: one per point; ``faceVarying``: one per face-vertex.
+    Indexed primvars must be flattened first (``ComputeFlattened``).
+    """
+    values = np.asarray(values)
+    if values.ndim == 1:
+        values = values[:, None]
+    n = values.shape[0]
+    need = {
+        "constant": 1,
+        "uniform": tri.num_polygons,
+        "vertex": num_points,
+        "varying": num_points,
+        "faceVarying": None,
+    }
+    if interpolation not in need:
+        raise SceneError(where, f"unknown primvar interpolation {interpolation!r}")
+    if interpolation == "constant":
+        if n < 1:
+            raise SceneError(where, "constant primvar has no value")
+        return np.broadcast_to(values[:1][None], (len(tri), 3, values.shape[1]))
+    if interpolation == "uniform":
+        rows = tri.face
+    elif interpolation == "faceVarying":
+        rows = tri.corner
+    else:
+        rows = tri.vertex
+    want = need[interpolation]
+    if want is not None and n < want:
+        raise SceneError(where, f"{interpolation} primvar has {n} values, needs {want}")
+    if len(tri) and rows.max() >= n:
+        raise SceneError(where, f"{interpolation} primvar has {n} values, needs {int(rows.max()) + 1}")
+    return values[rows]
+
+
+def _flattened(primvar: UsdGeom.Primvar, time: Usd.TimeCode, where: str) -> np.ndarray | None:
+    value = primvar.ComputeFlattened(time)
+    if value is None:
+        return None
+    arr = np.asarray(value, dtype=np.float32)
+    if primvar.IsIndexed():
+        idx = primvar.GetIndices(time)
+        raw = primvar.Get(time)
+        if idx is not None and raw is not None and len(idx):
+            i = np.asarray(idx)
+            if i.min() < 0 or i.max() >= len(raw):
+                raise SceneError(where, f"indices out of range (0..{len(raw) - 1})")
+    return arr
+
+
+def _time_varying_xform(prim: Usd.Prim) -> bool:
+    p = prim
+    while p and not p.IsPseudoRoot():
+        if p.IsA(UsdGeom.Xformable) and UsdGeom.Xformable(p).TransformMightBeTimeVarying():
+            return True
+        p = p.GetParent()
+    return False
+
+
+def _smooth_normals(points: np.ndarray, tri: np.ndarray) -> np.ndarray:
+    """(N, 3) area-weighted vertex normals (zero where no face touches)."""
+    p = points[tri]
+    fn = np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
+    flat = tri.reshape(-1)
+    n = points.shape[0]
+    acc = np.stack(
+        [np.bincount(flat, weights=np.repeat(fn[:, k], 3), minlength=n) for k in range(3)], axis=1
+    )
+    return acc
+
+
+def _normalize(v: np.ndarray) -> np.ndarray:
+    norm = np.linalg.norm(v, axis=-1, keepdims=True)
+    return v / np.where(norm > 0, norm, 1.0)
+
+
+class MeshItem:
+    """One mesh prim: topology and primvars read once, world data at any time.
+
+    Attributes:
+        prim: the mesh prim (possibly an instance proxy).
+        path: its path as a string.
+        tri: :class:`~warpraster.usd.triangulate.Triangulation` (local winding).
+        num_points: points of the mesh at the load time.
+        colors: (T, 3, 4) float32 displayColor + displayOpacity per corner.
+        uvs: (T, 3, 2) float32 or None.
+        dynamic: points, normals or a transform above it may change over time.
+    """
+
+    def __init__(self, prim: Usd.Prim, time: Usd.TimeCode, uv_name: str | None = None):
+        self.prim = prim
+        self.path = str(prim.GetPath())
+        mesh = UsdGeom.Mesh(prim)
+        self.mesh = mesh
+        where = self.path
+        counts = mesh.GetFaceVertexCountsAttr().Get(time)
+        indices = mesh.GetFaceVertexIndicesAttr().Get(time)
+        points = mesh.GetPointsAttr().Get(time)
+        counts = np.zeros(0, np.int64) if counts is None else np.asarray(counts, np.int64)
+        indices = np.zeros(0, np.int64) if indices is None else np.asarray(indices, np.int64)
+        points = np.zeros((0, 3), np.float32) if points is None else np.asarray(points, np.float32)
+        if points.ndim != 2 or points.shape[1] != 3:
+            raise SceneError(where, f"points must be (N, 3), got shape {points.shape}")
+        if (counts < 0).any():
+            raise SceneError(where, "faceVertexCounts has a negative count")
+        if int(counts.sum()) != indices.shape[0]:
+            raise SceneError(
+                where,
+                f"faceVertexCounts sum to {int(counts.sum())} but faceVertexIndices has "
+                f"{indices.shape[0]} entries",
+            )
+        if indices.size and (indices.min() < 0 or indices.max() >= points.shape[0]):
+            bad = int(indices.max()) if indices.max() >= points.shape[0] else int(indices.min())
+            raise SceneError(
+                where,
+                f"faceVertexIndices refers to point {bad} but the mesh has {points.shape[0]} points",
+            )
+        self.num_points = points.shape[0]
+        self.left_handed = mesh.GetOrientationAttr().Get() == UsdGeom.Tokens.leftHanded
+        self.tri = triangulate(counts, indices, points)
+        self.subdivided = mesh.GetSubdivisionSchemeAttr().Get() != UsdGeom.Tokens.none
+        pv_api = UsdGeom.PrimvarsAPI(prim)
+
+        # displayColor / displayOpacity (constant primvars inherit down namespace)
+        colors = np.empty((len(self.tri), 3, 4), np.float32)
+        colors[..., :3] = DEFAULT_DISPLAY_COLOR
+        colors[..., 3] = 1.0
+        for name, sl in (("displayColor", slice(0, 3)), ("displayOpacity", slice(3, 4))):
+            pv = pv_api.FindPrimvarWithInheritance(name)
+            if pv and pv.HasValue():
+                vals = _flattened(pv, time, f"{where} primvars:{name}")
+                if vals is not None and vals.size:
+                    colors[..., sl] = corner_values(
+                        vals, pv.GetInterpolation(), self.tri, self.num_points,
+                        f"{where} primvars:{name}",
+                    )  # fmt: skip
+        self.colors = colors
+
+        # texture coordinates
+        self.uvs = None
+        self.uv_name = None
+        for name in ((uv_name,) if uv_name else ()) + UV_NAMES:
+            pv = pv_api.GetPrimvar(name)
+            if pv and pv.HasValue():
+                break
+        else:
+            pv = next(
+                (
+                    p
+                    for p in pv_api.GetPrimvarsWithValues()
+                    if p.GetTypeName().role == Sdf.ValueRoleNames.TextureCoordinate
+                    and p.GetTypeName().scalarType.type.pythonClass.__name__.endswith("2f")
+                ),
+                None,
+            )
+        if pv:
+            vals = _flattened(pv, time, f"{where} primvars:{pv.GetPrimvarName()}")
+            if vals is not None and vals.size:
+                if vals.ndim != 2 or vals.shape[1] < 2:
+                    raise SceneError(where, f"primvar {pv.GetPrimvarName()} is not 2-D")
+                self.uvs = np.ascontiguousarray(
+                    corner_values(
+                        vals[:, :2], pv.GetInterpolation(), self.tri, self.num_points,
+                        f"{where} primvars:{pv.GetPrimvarName()}",
+                    ), dtype=np.float32,
+                )  # fmt: skip
+                self.uv_name = str(pv.GetPrimvarName())
+
+        # authored normals (ignored on subdivision surfaces, as USD specifies)
+        self._normals_source = None
+        if not self.subdivided:
+            pv = pv_api.GetPrimvar("normals")
+            if pv and pv.HasValue():
+                self._normals_source = ("primvar", pv)
+            elif mesh.GetNormalsAttr().HasValue():
+                self._normals_source = ("attr", mesh.GetNormalsAttr())
+        normals_vary = False
+        if self._normals_source is not None:
+            kind, src = self._normals_source
+            attr = src.GetAttr() if kind == "primvar" else src
+            normals_vary = attr.ValueMightBeTimeVarying()
+        self.dynamic = (
+            mesh.GetPointsAttr().ValueMightBeTimeVarying()
+            or normals_vary
+            or _time_varying_xform(prim)
+        )
+        self.face_material = np.full(len(self.tri), -1, np.int32)
+        self.subsets: dict[str, np.ndarray] = {}
+
+    # -------------------------------------------------------------- per-time data
+    def world(
+        self, time: Usd.TimeCode, xform_cache: UsdGeom.XformCache
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """World points (N, 3) float32, triangles (T, 3) int32 with world winding,
+        and corner normals (T, 3, 3) float32 at ``time``."""
+        where = self.path
+        points = self.mesh.GetPointsAttr().Get(time)
+        points = np.zeros((0, 3), np.float32) if points is None else np.asarray(points, np.float64)
+        if points.shape[0] != self.num_points:
+            raise SceneError(
+                where,
+                f"has {points.shape[0]} points at time {time}, {self.num_points} at the load time "
+                "(topology must not change over time)",
+            )
+        m = np.array(xform_cache.GetLocalToWorldTransform(self.prim), dtype=np.float64)
+        m3 = m[:3, :3]
+        world = points @ m3 + m[3, :3]
+        flip = self.left_handed != (np.linalg.det(m3) < 0)
+        tri = self.tri.vertex[:, [0, 2, 1]] if flip else self.tri.vertex
+        normals = None
+        if self._normals_source is not None:
+            kind, src = self._normals_source
+            if kind == "primvar":
+                vals = _flattened(src, time, f"{where} primvars:normals")
+                interp = src.GetInterpolation()
+            else:
+                vals = src.Get(time)
+                vals = None if vals is None else np.asarray(vals, np.float64)
+                interp = self.mesh.GetNormalsInterpolation()
+            if vals is not None and len(vals):
+                local = corner_values(vals, interp, self.tri, self.num_points, f"{where} normals")
+                inv_t = np.linalg.inv(m3).T if np.linalg.det(m3) != 0 else np.eye(3)
+                normals = _normalize(local.astype(np.float64) @ inv_t)
+        if normals is None:
+            if self.subdivided:
+                vn = _normalize(_smooth_normals(world, tri))
+                normals = vn[tri]
+            else:
+                p = world[tri]
+                fn = _normalize(np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0]))
+                normals = np.repeat(fn[:, None], 3, axis=1)
+        if flip:
+            normals = normals[:, [0, 2, 1]]
+        return world.astype(np.float32), tri, normals.astype(np.float32)
+
+    def corner_permutation(self, time: Usd.TimeCode, xform_cache: UsdGeom.XformCache) -> bool:
+        """Whether the world winding reverses the local corner order at ``time``."""
+        m = np.array(xform_cache.GetLocalToWorldTransform(self.prim), dtype=np.float64)
+        return self.left_handed != (np.linalg.det(m[:3, :3]) < 0)
+
+
+class MeshSet:
+    """All meshes of a stage, packed; static topology, world data re-evaluated per time.
+
+    Args:
+        stage: the stage.
+        time: the load time (topology, primvars, materials, visibility).
+        materials: a :class:`~warpraster.usd.materials.MaterialLibrary` (bindings
+            become ``face_material``), or None.
+        purposes: the purposes drawn.
+    """
+
+    def __init__(self, stage: Usd.Stage, time: Usd.TimeCode, *, materials=None, purposes=("default", "render")):
+        self.stage = stage
+        self.items: list[MeshItem] = []
+        for prim in find_meshes(stage, time, purposes):
+            uv_name = materials.uv_primvar_for(prim) if materials is not None else None
+            item = MeshItem(prim, time, uv_name)
+            if materials is not None:
+                item.face_material, item.subsets = materials.per_triangle(prim, item.tri, time)
+            self.items.append(item)
+        counts_f = np.array([len(it.tri) for it in self.items], np.int64)
+        counts_v = np.array([it.num_points for it in self.items], np.int64)
+        self.face_first = np.cumsum(counts_f) - counts_f
+        self.vert_first = np.cumsum(counts_v) - counts_v
+        self.face_count = counts_f
+        self.vert_count = counts_v
+        self.dynamic = np.array([it.dynamic for it in self.items], bool)
+
+    @property
+    def num_faces(self) -> int:
+        return int(self.face_count.sum())
+
+    def evaluate(self, time: Usd.TimeCode, out: SceneMeshes | None = None) -> SceneMeshes:
+        """The packed meshes at ``time``.
+
+        With ``out`` (a result of an earlier call) only the dynamic meshes are
+        re-read, and their positions, faces and normals are written into
+        ``out``'s arrays in place (same arrays, same shapes); corner data that
+        follows the winding (colours, UVs) is permuted when a mirror flips.
+        """
+        cache = UsdGeom.XformCache(time)
+        if out is None:
+            nf, nv = self.num_faces, int(self.vert_count.sum())
+            verts = np.zeros((nv, 3), np.float32)
+            faces = np.zeros((nf, 3), np.int32)
+            normals = np.zeros((nf, 3, 3), np.float32)
+            colors = np.zeros((nf, 3, 4), np.float32)
+            uvs = np.zeros((nf, 3, 2), np.float32)
+            face_material = np.full(nf, -1, np.int32)
+            face_mesh = np.repeat(np.arange(len(self.items), dtype=np.int32), self.face_count)
+            subsets = {}
+            todo = range(len(self.items))
+        else:
+            verts, faces, normals = out.verts, out.faces, out.normals
+            colors, uvs = out.colors, out.uvs
+            todo = np.nonzero(self.dynamic)[0].tolist()
+        for i in todo:
+            it = self.items[i]
+            f0, f1 = self.face_first[i], self.face_first[i] + self.face_count[i]
+            v0 = self.vert_first[i]
+            w, tri, n = it.world(time, cache)
+            verts[v0 : v0 + it.num_points] = w
+            faces[f0:f1] = tri + v0
+            normals[f0:f1] = n
+            flip = it.corner_permutation(time, cache)
+            order = [0, 2, 1] if flip else [0, 1, 2]
+            colors[f0:f1] = it.colors[:, order]
+            if it.uvs is not None:
+                uvs[f0:f1] = it.uvs[:, order]
+            if out is None:
+                face_material[f0:f1] = it.face_material
+                for name, rows in it.subsets.items():
+                    subsets[name] = rows + f0
+        if out is not None:
+            return out
+        return SceneMeshes(
+            names=[it.path for it in self.items],
+            verts=verts,
+            faces=faces,
+            vert_first=self.vert_first,
+            vert_count=self.vert_count,
+            face_first=self.face_first,
+            face_count=self.face_count,
+            face_mesh=face_mesh,
+            normals=normals,
+            colors=colors,
+            uvs=uvs,
+            face_material=face_material,
+            subsets=subsets,
+        )

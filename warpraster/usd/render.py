@@ -1,0 +1,283 @@
+"""Rendering a loaded scene: device buffers allocated once, one render per frame.
+
+:class:`StageRenderer` uploads a :class:`~warpraster.usd.scene.Scene` once
+(:class:`StageBuffers`), then each :meth:`StageRenderer.render` rasterizes the
+packed meshes through the camera (one image, K = 1, perspective-correct
+barycentrics, near-plane clipping at the camera's near distance), shades the
+samples (:mod:`warpraster.usd.shade`) and resolves ``spp`` samples per pixel
+(an s x s grid, s = sqrt(spp), box filter) on the host. New positions, normals
+and cameras of a later frame are written into the same device arrays
+(``wp.array.assign``): nothing is reallocated per frame.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import warp as wp
+
+from .cameras import default_camera, raster_camera
+from .scene import AspectConform, CameraParams, LightSet, Projection, Scene, SceneMeshes
+from .shade import launch_shade
+
+__all__ = ["RenderOutput", "StageBuffers", "StageRenderer", "linear_to_srgb", "parse_spp"]
+
+
+def linear_to_srgb(c: np.ndarray) -> np.ndarray:
+    """Linear values to sRGB-encoded values, both in [0, 1] (IEC 61966-2-1)."""
+    c = np.clip(np.asarray(c, np.float32), 0.0, 1.0)
+    return np.where(c <= 0.0031308, 12.92 * c, 1.055 * np.power(c, 1 / 2.4) - 0.055)
+
+
+def parse_spp(spp) -> int:
+    """The grid side s of ``spp`` = s * s samples per pixel (1, 4, 9, 16, ...)."""
+    if isinstance(spp, bool) or not isinstance(spp, (int, np.integer)):
+        raise TypeError(f"spp must be an int, got {type(spp).__name__}")
+    s = math.isqrt(int(spp)) if spp > 0 else 0
+    if spp < 1 or s * s != spp:
+        raise ValueError(f"spp must be a square number of samples per pixel (1, 4, 9, 16, ...), got {spp}")
+    return s
+
+
+@dataclass
+class RenderOutput:
+    """One rendered frame, host arrays of (H, W).
+
+    Attributes:
+        color: (H, W, 4) float32 linear RGB (not premultiplied) and alpha =
+            coverage x opacity, resolved over the samples of each pixel.
+        depth: (H, W) float32 view depth of the centre sample, ``inf`` where empty.
+        face_id: (H, W) int32 packed triangle index of the centre sample, -1 empty.
+        mesh_id: (H, W) int32 mesh index (into ``scene.meshes.names``), -1 empty.
+    """
+
+    color: np.ndarray
+    depth: np.ndarray
+    face_id: np.ndarray
+    mesh_id: np.ndarray
+
+    @property
+    def coverage(self) -> float:
+        """Fraction of pixels whose centre sample hit a face."""
+        return float((self.face_id >= 0).mean())
+
+
+def _vec_array(a: np.ndarray, dtype, device) -> wp.array:
+    return wp.array(np.ascontiguousarray(a, np.float32), dtype=dtype, device=device)
+
+
+class StageBuffers:
+    """Every device array of a scene: geometry per corner, materials, textures, lights."""
+
+    def __init__(self, scene: Scene, device):
+        m = scene.meshes
+        self.device = wp.get_device(device)
+        d = self.device
+        nf = max(m.num_faces, 1)
+        self.verts = _vec_array(m.verts.reshape(-1, 3), wp.vec3, d)
+        faces = m.faces if m.num_faces else np.zeros((1, 3), np.int32)
+        self.faces = wp.array(np.ascontiguousarray(faces, np.int32), dtype=wp.int32, device=d)
+        self.corner_normals = _vec_array(m.normals.reshape(-1, 3), wp.vec3, d)
+        self.corner_colors = _vec_array(m.colors.reshape(-1, 4), wp.vec4, d)
+        self.corner_uvs = _vec_array(m.uvs.reshape(-1, 2), wp.vec2, d)
+        fm = m.face_material if m.num_faces else np.full(nf, -1, np.int32)
+        self.face_material = wp.array(fm.astype(np.int32), dtype=wp.int32, device=d)
+        mats = scene.materials
+        nm = max(len(mats), 1)
+        diffuse = np.zeros((nm, 3), np.float32)
+        spec = np.zeros((nm, 3), np.float32)
+        shin = np.ones(nm, np.float32)
+        opac = np.ones(nm, np.float32)
+        tex_info = np.zeros((nm, 4), np.int32)
+        scale = np.ones((nm, 4), np.float32)
+        bias = np.zeros((nm, 4), np.float32)
+        chunks, offset = [np.zeros((1, 4), np.float32)], 1
+        for i, mat in enumerate(mats):
+            diffuse[i], spec[i] = mat.diffuse, mat.specular
+            shin[i] = mat.shininess / 4.0  # Blinn-Phong exponent -> Phong (r . v) exponent
+            opac[i] = mat.opacity
+            if mat.texture is not None:
+                t = mat.texture.texels
+                h, w = t.shape[:2]
+                tex_info[i] = (offset, w, h, int(mat.texture.wrap_s) * 4 + int(mat.texture.wrap_t))
+                scale[i], bias[i] = mat.texture.scale, mat.texture.bias
+                chunks.append(t.reshape(-1, 4))
+                offset += h * w
+        self.mat_diffuse = _vec_array(diffuse, wp.vec3, d)
+        self.mat_specular = _vec_array(spec, wp.vec3, d)
+        self.mat_shininess = wp.array(shin, dtype=float, device=d)
+        self.mat_opacity = wp.array(opac, dtype=float, device=d)
+        self.mat_texture = wp.array(tex_info, dtype=wp.vec4i, device=d)
+        self.mat_tex_scale = _vec_array(scale, wp.vec4, d)
+        self.mat_tex_bias = _vec_array(bias, wp.vec4, d)
+        self.texels = _vec_array(np.concatenate(chunks), wp.vec4, d)
+        self.lights = scene.lights
+        self.dir_lights = self._light_rows(scene.lights.directional)
+        self.point_lights = self._light_rows(scene.lights.point)
+        self.ambient = _vec_array(scene.lights.ambient.reshape(1, 3), wp.vec3, d)
+        self.view = wp.zeros(2, dtype=wp.vec3, device=d)  # camera position, forward
+
+    def _light_rows(self, rows: np.ndarray) -> wp.array:
+        rows = np.asarray(rows, np.float32).reshape(-1, 2, 3)
+        return wp.array(rows, dtype=wp.vec3, device=self.device)
+
+    def update_meshes(self, meshes: SceneMeshes) -> None:
+        """Writes a later frame's positions, faces (winding), normals, colours and UVs in place."""
+        self.verts.assign(np.ascontiguousarray(meshes.verts.reshape(-1, 3), np.float32))
+        if meshes.num_faces:
+            self.faces.assign(np.ascontiguousarray(meshes.faces, np.int32))
+        self.corner_normals.assign(np.ascontiguousarray(meshes.normals.reshape(-1, 3), np.float32))
+        self.corner_colors.assign(np.ascontiguousarray(meshes.colors.reshape(-1, 4), np.float32))
+        self.corner_uvs.assign(np.ascontiguousarray(meshes.uvs.reshape(-1, 2), np.float32))
+
+    def update_lights(self, lights: LightSet, camera: CameraParams) -> None:
+        """Writes the lights (the headlight follows the camera) and the view into place."""
+        rot = np.asarray(camera.cam_to_world, np.float64)
+        forward = -rot[2, :3] / max(np.linalg.norm(rot[2, :3]), 1e-12)
+        self.view.assign(np.array([camera.position, forward], np.float32))
+        d = np.asarray(lights.directional, np.float32).reshape(-1, 2, 3).copy()
+        if lights.headlight and len(d):
+            d[0, 0] = forward
+        if d.shape == tuple(self.dir_lights.shape) + (3,):
+            self.dir_lights.assign(d)
+        else:
+            self.dir_lights = self._light_rows(d)
+        p = np.asarray(lights.point, np.float32).reshape(-1, 2, 3)
+        if p.shape == tuple(self.point_lights.shape) + (3,):
+            self.point_lights.assign(p)
+        else:
+            self.point_lights = self._light_rows(p)
+        self.ambient.assign(np.asarray(lights.ambient, np.float32).reshape(1, 3))
+
+
+class StageRenderer:
+    """Renders a :class:`~warpraster.usd.scene.Scene` through one of its cameras.
+
+    Args:
+        scene: the scene (from :func:`warpraster.usd.load_stage` or built by hand).
+        camera: a camera prim path of the scene, a :class:`CameraParams`, or None
+            for the scene's only camera or, if it has none, :func:`default_camera`
+            framing the meshes.
+        image_size: (H, W) of the pictures.
+        spp: samples per pixel, a square number (an s x s grid per pixel).
+        conform: how an image aspect unlike the aperture's is resolved.
+        device: Warp device.
+
+    Raises:
+        ValueError: a camera path the scene does not have (naming it), bad sizes.
+    """
+
+    def __init__(
+        self,
+        scene: Scene,
+        *,
+        camera: str | CameraParams | None = None,
+        image_size=(384, 512),
+        spp: int = 1,
+        conform: AspectConform = AspectConform.ADJUST_PIXEL_ASPECT_RATIO,
+        device=None,
+    ):
+        import warpraster as wr
+
+        h, w = (int(x) for x in image_size)
+        if h < 1 or w < 1:
+            raise ValueError(f"image_size must be >= 1 in both dimensions, got {h}x{w}")
+        self.s = parse_spp(spp)
+        self.scene = scene
+        self.image_size = (h, w)
+        self.sample_size = (h * self.s, w * self.s)
+        self.conform = AspectConform(conform)
+        self.device = wp.get_device(device)
+        self.camera = self.resolve_camera(scene, camera, aspect=w / h)
+        self.buffers = StageBuffers(scene, self.device)
+        self.rgba = wp.zeros(self.sample_size, dtype=wp.vec4, device=self.device)
+        nf = scene.meshes.num_faces
+        self._workspaces = {}
+        self._first = wp.array([0], dtype=wp.int32, device=self.device)
+        self._count = wp.array([nf], dtype=wp.int32, device=self.device)
+        self.buffers.update_lights(scene.lights, self.camera)
+
+    @staticmethod
+    def resolve_camera(scene: Scene, camera, *, aspect: float = 4.0 / 3.0) -> CameraParams:
+        """The :class:`CameraParams` meant by ``camera`` (see the class arguments)."""
+        if isinstance(camera, CameraParams):
+            return camera
+        if camera is None:
+            if len(scene.cameras) >= 1:
+                return scene.cameras[sorted(scene.cameras)[0]]
+            lo, hi = scene.meshes.bounds()
+            return default_camera(lo, hi, up_axis=scene.up_axis, aspect=aspect)
+        if not isinstance(camera, str):
+            raise TypeError(f"camera must be a prim path, CameraParams or None, got {type(camera).__name__}")
+        if camera not in scene.cameras:
+            have = ", ".join(sorted(scene.cameras)) or "none"
+            raise ValueError(f"{camera}: not a camera of {scene.source} (cameras: {have})")
+        return scene.cameras[camera]
+
+    def set_frame(self, meshes: SceneMeshes | None = None, camera: CameraParams | None = None,
+                  lights: LightSet | None = None) -> None:  # fmt: skip
+        """Writes a later frame's meshes / camera / lights into the same device buffers."""
+        if meshes is not None:
+            self.buffers.update_meshes(meshes)
+        if camera is not None:
+            self.camera = camera
+        self.buffers.update_lights(lights if lights is not None else self.scene.lights, self.camera)
+
+    def fragments(self):
+        """Rasterizes the current frame at the sample resolution (K = 1)."""
+        import warpraster as wr
+
+        cam = self.camera
+        cameras = raster_camera(cam, self.sample_size, conform=self.conform, device=self.device)
+        persp = cam.projection == Projection.PERSPECTIVE
+        settings = wr.RasterizationSettings(
+            image_size=self.sample_size,
+            faces_per_pixel=1,
+            perspective_correct=persp,
+            z_clip_value=max(cam.near, 1e-6) if persp else None,
+        )
+        rasterizer = wr.MeshRasterizer(cameras=cameras, raster_settings=settings)
+        return rasterizer(
+            self.buffers.verts, self.buffers.faces, self._first, self._count,
+            workspace=self.workspace(clipped=persp), validate=False,
+        )  # fmt: skip
+
+    def workspace(self, *, clipped: bool):
+        """The raster buffers (made on first use): a ClipWorkspace when near-clipping."""
+        import warpraster as wr
+
+        if clipped not in self._workspaces:
+            nf = max(self.scene.meshes.num_faces, 1)
+            kw = dict(num_faces=nf, num_meshes=1, image_size=self.sample_size, faces_per_pixel=1,
+                      device=self.device)  # fmt: skip
+            if clipped:
+                ws = wr.ClipWorkspace(num_verts=max(self.scene.meshes.num_verts, 1), **kw)
+            else:
+                ws = wr.RasterWorkspace(**kw)
+            self._workspaces[clipped] = ws
+        return self._workspaces[clipped]
+
+    def render(self) -> RenderOutput:
+        """Renders the current frame: colour, depth and ids on the host."""
+        frags = self.fragments()
+        cam = self.camera
+        launch_shade(
+            frags, self.buffers, orthographic=cam.projection == Projection.ORTHOGRAPHIC,
+            far=cam.far, out=self.rgba,
+        )  # fmt: skip
+        s = self.s
+        h, w = self.image_size
+        rgba = self.rgba.numpy().reshape(h, s, w, s, 4).mean(axis=(1, 3))
+        alpha = rgba[..., 3:4]
+        color = np.concatenate([rgba[..., :3] / np.where(alpha > 0, alpha, 1.0), alpha], axis=-1)
+        c = s // 2
+        p2f = frags.pix_to_face.numpy()[0, c::s, c::s, 0]
+        z = frags.zbuf.numpy()[0, c::s, c::s, 0]
+        empty = (p2f < 0) | (z > cam.far)
+        p2f = np.where(empty, -1, p2f).astype(np.int32)
+        depth = np.where(empty, np.inf, z).astype(np.float32)
+        fm = self.scene.meshes.face_mesh
+        mesh_id = np.where(empty, -1, fm[np.maximum(p2f, 0)] if len(fm) else -1).astype(np.int32)
+        return RenderOutput(color=color.astype(np.float32), depth=depth, face_id=p2f, mesh_id=mesh_id)

@@ -1,0 +1,222 @@
+"""What a loaded scene holds, free of pxr: meshes, materials, cameras, lights.
+
+These containers are plain NumPy on the host; :class:`warpraster.usd.StageRenderer`
+uploads them once. The OBJ loader of the command line fills the same containers
+without USD.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+__all__ = [
+    "AspectConform",
+    "CameraParams",
+    "LightSet",
+    "Material",
+    "Projection",
+    "Scene",
+    "SceneMeshes",
+    "TextureImage",
+    "WrapMode",
+]
+
+
+class Projection(IntEnum):
+    """Camera projection (``UsdGeom.Camera.projection``)."""
+
+    PERSPECTIVE = 0
+    ORTHOGRAPHIC = 1
+
+
+class AspectConform(IntEnum):
+    """How an image aspect ratio different from the aperture's is resolved.
+
+    The names are UsdRender's ``aspectRatioConformPolicy`` tokens.
+    ``ADJUST_PIXEL_ASPECT_RATIO`` (the default here) keeps both apertures: the
+    horizontal aperture spans the full image width and the vertical aperture the
+    full height, whatever the image shape (non-square pixels if the aspects
+    differ). ``EXPAND_APERTURE`` (UsdRender's fallback) grows one aperture so the
+    image shows more; ``CROP_APERTURE`` shrinks one; ``ADJUST_APERTURE_WIDTH`` /
+    ``ADJUST_APERTURE_HEIGHT`` change that one to the image aspect.
+    """
+
+    ADJUST_PIXEL_ASPECT_RATIO = 0
+    EXPAND_APERTURE = 1
+    CROP_APERTURE = 2
+    ADJUST_APERTURE_WIDTH = 3
+    ADJUST_APERTURE_HEIGHT = 4
+
+
+class WrapMode(IntEnum):
+    """Texture wrap (``UsdUVTexture`` ``wrapS``/``wrapT``)."""
+
+    REPEAT = 0
+    CLAMP = 1
+    MIRROR = 2
+    BLACK = 3
+
+
+@dataclass
+class TextureImage:
+    """A decoded texture: (H, W, 4) float32 linear RGBA, row 0 at the top (v = 1)."""
+
+    path: str
+    texels: np.ndarray
+    wrap_s: WrapMode = WrapMode.REPEAT
+    wrap_t: WrapMode = WrapMode.REPEAT
+    scale: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
+    bias: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+
+
+@dataclass
+class Material:
+    """A Phong material from ``UsdPreviewSurface`` (see :mod:`warpraster.usd.materials`).
+
+    Attributes:
+        name: the material prim's path (or a made-up name).
+        diffuse: (3,) linear RGB diffuse colour (multiplied by the texture, if any).
+        specular: (3,) linear RGB specular colour.
+        shininess: Phong exponent.
+        opacity: 0..1.
+        texture: the diffuse texture, or None.
+        uv_primvar: the primvar the texture reads (``st`` unless the network says).
+    """
+
+    name: str
+    diffuse: np.ndarray = field(default_factory=lambda: np.full(3, 0.18, np.float32))
+    specular: np.ndarray = field(default_factory=lambda: np.full(3, 0.04, np.float32))
+    shininess: float = 10.0
+    opacity: float = 1.0
+    texture: TextureImage | None = None
+    uv_primvar: str = "st"
+
+
+@dataclass
+class CameraParams:
+    """A USD-style camera: the parameters of ``UsdGeom.Camera`` at one time.
+
+    Apertures, offsets and focal length in the camera's units (tenths of a scene
+    unit; only their ratios matter for a perspective camera); ``cam_to_world`` is
+    the 4x4 row-vector local-to-world matrix (the camera looks down its -Z with
+    +Y up, USD's convention).
+    """
+
+    name: str
+    cam_to_world: np.ndarray
+    projection: Projection = Projection.PERSPECTIVE
+    focal_length: float = 50.0
+    horizontal_aperture: float = 20.955
+    vertical_aperture: float = 15.2908
+    horizontal_aperture_offset: float = 0.0
+    vertical_aperture_offset: float = 0.0
+    near: float = 1.0
+    far: float = 1e6
+
+    @property
+    def aspect(self) -> float:
+        """Aperture width / height."""
+        return self.horizontal_aperture / self.vertical_aperture
+
+    @property
+    def position(self) -> np.ndarray:
+        """(3,) float64 camera centre in world space."""
+        return np.asarray(self.cam_to_world, np.float64)[3, :3].copy()
+
+
+@dataclass
+class LightSet:
+    """Lights in the renderer's terms (colours already scaled by intensity).
+
+    Attributes:
+        directional: (D, 2, 3) float32 rows of (direction the light travels, colour).
+        point: (P, 2, 3) float32 rows of (world position, colour).
+        ambient: (3,) float32 ambient colour.
+        names: light prim paths (``"headlight"`` for the one added when there is none).
+        headlight: the light is a directional light travelling along the view
+            direction, placed at render time.
+    """
+
+    directional: np.ndarray
+    point: np.ndarray
+    ambient: np.ndarray
+    names: list[str]
+    headlight: bool = False
+
+
+@dataclass
+class SceneMeshes:
+    """Every mesh of a scene in world space, packed as one triangle list.
+
+    Attributes:
+        names: (M) mesh prim paths.
+        verts: (V, 3) float32 world positions.
+        faces: (F, 3) int32 triangles (global vertex indices, counter-clockwise
+            from the front).
+        vert_first, vert_count, face_first, face_count: (M,) int64 ranges of each mesh.
+        face_mesh: (F,) int32 mesh of each triangle.
+        normals: (F, 3, 3) float32 world normal of each triangle corner.
+        colors: (F, 3, 4) float32 ``displayColor`` and ``displayOpacity`` per corner.
+        uvs: (F, 3, 2) float32 texture coordinates per corner (0 where a mesh has none).
+        face_material: (F,) int32 index into the scene's materials, -1 for none
+            (then ``colors`` is the diffuse colour).
+        subsets: GeomSubset path -> (n,) int64 triangle indices.
+    """
+
+    names: list[str]
+    verts: np.ndarray
+    faces: np.ndarray
+    vert_first: np.ndarray
+    vert_count: np.ndarray
+    face_first: np.ndarray
+    face_count: np.ndarray
+    face_mesh: np.ndarray
+    normals: np.ndarray
+    colors: np.ndarray
+    uvs: np.ndarray
+    face_material: np.ndarray
+    subsets: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def num_faces(self) -> int:
+        return int(self.faces.shape[0])
+
+    @property
+    def num_verts(self) -> int:
+        return int(self.verts.shape[0])
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(3,), (3,) float64 world bounding box (finite vertices only)."""
+        v = np.asarray(self.verts, np.float64)
+        v = v[np.isfinite(v).all(axis=1)]
+        if v.size == 0:
+            return np.zeros(3), np.zeros(3)
+        return v.min(0), v.max(0)
+
+
+@dataclass
+class Scene:
+    """A scene at one time: meshes, materials, cameras, lights and its frame range.
+
+    Attributes:
+        source: the file (or the in-memory layer's identifier).
+        meshes: :class:`SceneMeshes`.
+        materials: list of :class:`Material` (``SceneMeshes.face_material`` indexes it).
+        cameras: camera prim path -> :class:`CameraParams`.
+        lights: :class:`LightSet` (a headlight when the scene has none).
+        frame_range: ``(start, end)`` time codes, None for a static scene.
+        time: the time code the scene was read at (None = default values).
+        up_axis: ``"Y"`` or ``"Z"``.
+    """
+
+    source: str
+    meshes: SceneMeshes
+    materials: list[Material]
+    cameras: dict[str, CameraParams]
+    lights: LightSet
+    frame_range: tuple[float, float] | None = None
+    time: float | None = None
+    up_axis: str = "Y"
