@@ -1,0 +1,390 @@
+"""Textures of packed meshes: per-vertex colours and UV maps, sampled per fragment slot.
+
+* :class:`TexturesVertex`: per-vertex features ``(V, C)``, interpolated with the
+  fragments' barycentrics (PyTorch3D's ``TexturesVertex``).
+* :class:`TexturesUV`: one map per mesh ``(N, Ht, Wt, C)``, UVs ``(T, 2)`` with their
+  own faces ``(F, 3)``, sampled exactly as PyTorch3D's ``TexturesUV.sample_textures``
+  (``torch.nn.functional.grid_sample`` on the map flipped in v: row 0 of a map is
+  at v = 1) with its ``align_corners``, ``padding_mode`` and ``sampling_mode``.
+* :class:`TexturesUVMipmap` (in :mod:`warpraster.shading.mipmap`): the same maps and
+  UVs, filtered with a mip pyramid as nvdiffrast's ``texture``.
+
+Every texture object has ``sample_textures(fragments, faces=None, *, ..., out=None)``
+returning the per-slot texel values, a ``wp.array`` (N, H, W, K) of
+``vector(C, float32)``; empty slots (``pix_to_face < 0``) hold zeros (PyTorch3D
+samples the map at uv = (0, 0) there, a value every blend discards).
+
+The UV sampler is written out (Warp's built-in texture sampling has no adjoint):
+one loop-free kernel per (slot, channel) that interpolates the UVs and reads the
+taps from the map array, so Warp's generated adjoint gives exact gradients to the
+texels (atomic scatter), to the UVs, and through the barycentrics to the vertices.
+The coordinate arithmetic follows PyTorch's CPU ``grid_sample`` step by step
+(unnormalisation, border clip, reflection, floor, weights as products of
+``x - x_w`` and ``x_e - x``), and a clipped coordinate has zero gradient on and
+beyond the clip limits, as there.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import warp as wp
+
+from ..meshes import as_faces_array
+from .interpolate import (
+    _alloc_out,
+    _check_face_range,
+    as_float_array,
+    as_fragment_arrays,
+    float_view,
+    interpolate_vertex_attributes,
+)
+
+wp.set_module_options({"fuse_fp": False})
+
+__all__ = [
+    "PaddingMode",
+    "SamplingMode",
+    "TexturesUV",
+    "TexturesVertex",
+    "fragment_arrays",
+]
+
+
+class PaddingMode(enum.IntEnum):
+    """Where ``grid_sample`` reads outside the map (PyTorch's ``padding_mode``)."""
+
+    ZEROS = 0
+    BORDER = 1
+    REFLECTION = 2
+
+
+class SamplingMode(enum.IntEnum):
+    """``grid_sample``'s ``mode``."""
+
+    BILINEAR = 0
+    NEAREST = 1
+
+
+def parse_enum(value, enum_type, name: str):
+    """An ``enum_type`` member from a member, its value, or its name (case and '-'/'_' free)."""
+    if isinstance(value, enum_type):
+        return value
+    if isinstance(value, str):
+        key = value.strip().upper().replace("-", "_")
+        if key in enum_type.__members__:
+            return enum_type[key]
+    elif isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return enum_type(value)
+        except ValueError:
+            pass
+    choices = ", ".join(repr(m.name.lower().replace("_", "-")) for m in enum_type)
+    raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def fragment_arrays(fragments, name: str = "fragments"):
+    """(pix_to_face, bary_coords) of a :class:`~warpraster.Fragments` or a (p2f, bary) pair."""
+    if isinstance(fragments, (tuple, list)) and len(fragments) == 2:
+        return as_fragment_arrays(fragments[0], fragments[1])
+    if hasattr(fragments, "pix_to_face") and hasattr(fragments, "bary_coords"):
+        return as_fragment_arrays(fragments.pix_to_face, fragments.bary_coords)
+    raise TypeError(
+        f"{name} must be a Fragments (pix_to_face, bary_coords) or a (pix_to_face, "
+        f"bary_coords) pair, got {type(fragments).__name__}"
+    )
+
+
+# ----------------------------------------------------------------------------- vertex colours
+class TexturesVertex:
+    """Per-vertex features of a packed batch (PyTorch3D's ``TexturesVertex``).
+
+    Args:
+        verts_features: (V, C) float32 ``wp.array``, (V,) ``vector(C)`` ``wp.array``
+            (zero-copy: later writes are seen, gradients arrive in it) or NumPy.
+        device: where NumPy input goes (default: Warp's default device).
+        requires_grad: for NumPy input, whether the copy records gradients.
+    """
+
+    def __init__(self, verts_features, *, device=None, requires_grad: bool = False):
+        if isinstance(verts_features, wp.array):
+            device = verts_features.device
+        self.verts_features = as_float_array(
+            verts_features, "verts_features", (None, None), device, requires_grad
+        )
+        if self.verts_features.shape[1] < 1:
+            raise ValueError("verts_features must have C >= 1 channels")
+        self.device = self.verts_features.device
+
+    @property
+    def channels(self) -> int:
+        return self.verts_features.shape[1]
+
+    def sample_textures(
+        self,
+        fragments,
+        faces=None,
+        *,
+        verts_ndc=None,
+        perspective_correct: bool = True,
+        out: wp.array | None = None,
+        validate: bool = True,
+    ) -> wp.array:
+        """Per-slot features ``sum_i bary[i] * verts_features[faces[f, i]]``.
+
+        Args:
+            fragments: :class:`~warpraster.Fragments` (or a (pix_to_face, bary_coords) pair).
+            faces: (F, 3) packed faces the fragments index (required).
+            verts_ndc, perspective_correct: unused (same signature as the UV textures).
+            out: optional preallocated (N, H, W, K) ``vector(C)`` result.
+            validate: check the face indices on the host.
+
+        Returns:
+            ``wp.array`` (N, H, W, K) of ``vector(C, float32)``; zeros in empty slots.
+        """
+        if faces is None:
+            raise ValueError("faces must be given to sample a TexturesVertex")
+        p2f, bary = fragment_arrays(fragments)
+        return interpolate_vertex_attributes(
+            p2f, bary, self.verts_features, faces, out=out, validate=validate
+        )
+
+
+# ----------------------------------------------------------------------------- grid_sample
+@wp.func
+def clip_coordinate(x: float, size: int) -> float:
+    """``min(max(x, 0), size - 1)`` with zero gradient on and beyond the limits (PyTorch)."""
+    hi = float(size - 1)
+    if x <= 0.0:
+        return 0.0
+    if x >= hi:
+        return hi
+    return x
+
+
+@wp.func
+def reflect_coordinate(x: float, twice_low: float, twice_high: float) -> float:
+    """Reflects ``x`` into [twice_low / 2, twice_high / 2], as PyTorch's grid sampler."""
+    if twice_low == twice_high:
+        return 0.0
+    lo = twice_low * 0.5
+    span = (twice_high - twice_low) * 0.5
+    a = wp.abs(x - lo)
+    extra = wp.mod(a, span)
+    flips = int(wp.floor(a / span))
+    if flips % 2 == 0:
+        return extra + lo
+    return span - extra + lo
+
+
+@wp.func
+def grid_source_index(g: float, size: int, padding: int, align_corners: int) -> float:
+    """Texel coordinate of normalised grid coordinate ``g`` in [-1, 1] (PyTorch's CPU kernel)."""
+    x = float(0.0)
+    if align_corners != 0:
+        x = (g + 1.0) * (float(size - 1) * 0.5)
+    else:
+        half = float(size) * 0.5
+        x = g * half + (half - 0.5)
+    if padding == PaddingMode.BORDER:
+        x = clip_coordinate(x, size)
+    elif padding == PaddingMode.REFLECTION:
+        if align_corners != 0:
+            x = reflect_coordinate(x, 0.0, 2.0 * float(size - 1))
+        else:
+            x = reflect_coordinate(x, -1.0, 2.0 * float(size) - 1.0)
+        x = clip_coordinate(x, size)
+    return x
+
+
+@wp.func
+def flipped_texel(
+    maps: wp.array4d(dtype=wp.float32), m: int, yf: int, x: int, c: int
+) -> float:
+    """Texel (row ``yf`` of the map flipped in v, column ``x``), 0 outside the map."""
+    h = maps.shape[1]
+    w = maps.shape[2]
+    if x < 0 or x >= w or yf < 0 or yf >= h:
+        return 0.0
+    return maps[m, h - 1 - yf, x, c]
+
+
+@wp.func
+def grid_sample_channel(
+    maps: wp.array4d(dtype=wp.float32),
+    m: int,
+    c: int,
+    u: float,
+    v: float,
+    padding: int,
+    align_corners: int,
+    sampling: int,
+) -> float:
+    """Channel ``c`` of PyTorch3D's ``TexturesUV`` sample of map ``m`` at (u, v)."""
+    h = maps.shape[1]
+    w = maps.shape[2]
+    ix = grid_source_index(u * 2.0 - 1.0, w, padding, align_corners)
+    iy = grid_source_index(v * 2.0 - 1.0, h, padding, align_corners)
+    # Far outside (or NaN) with zero padding: no tap is inside; keeps int() in range.
+    if not (ix > -2.0 and ix < float(w) + 1.0 and iy > -2.0 and iy < float(h) + 1.0):
+        return 0.0
+    if sampling == SamplingMode.NEAREST:
+        return flipped_texel(maps, m, int(wp.rint(iy)), int(wp.rint(ix)), c)
+    x0f = wp.floor(ix)
+    y0f = wp.floor(iy)
+    x0 = int(x0f)
+    y0 = int(y0f)
+    we = ix - x0f
+    ww = (x0f + 1.0) - ix
+    wn = iy - y0f
+    ws = (y0f + 1.0) - iy
+    return (
+        flipped_texel(maps, m, y0, x0, c) * (ws * ww)
+        + flipped_texel(maps, m, y0, x0 + 1, c) * (ws * we)
+        + flipped_texel(maps, m, y0 + 1, x0, c) * (wn * ww)
+        + flipped_texel(maps, m, y0 + 1, x0 + 1, c) * (wn * we)
+    )
+
+
+@wp.kernel
+def _sample_uv(
+    # Fragments in:
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    bary_coords: wp.array4d(dtype=wp.vec3),
+    # Texture in:
+    maps: wp.array4d(dtype=wp.float32),
+    faces_uvs: wp.array2d(dtype=wp.int32),
+    verts_uvs: wp.array2d(dtype=wp.float32),
+    padding: int,
+    align_corners: int,
+    sampling: int,
+    # Data out: (N, H, W, K * C) float view of a vector(C) array
+    texels_out: wp.array4d(dtype=wp.float32),
+):
+    n, yi, xi, j = wp.tid()
+    cc = maps.shape[3]
+    k = j // cc
+    c = j - k * cc
+    f = pix_to_face[n, yi, xi, k]
+    if f < 0:
+        texels_out[n, yi, xi, j] = 0.0
+        return
+    b = bary_coords[n, yi, xi, k]
+    t0 = faces_uvs[f, 0]
+    t1 = faces_uvs[f, 1]
+    t2 = faces_uvs[f, 2]
+    u = b[0] * verts_uvs[t0, 0] + b[1] * verts_uvs[t1, 0] + b[2] * verts_uvs[t2, 0]
+    v = b[0] * verts_uvs[t0, 1] + b[1] * verts_uvs[t1, 1] + b[2] * verts_uvs[t2, 1]
+    m = n
+    if maps.shape[0] == 1:
+        m = 0
+    texels_out[n, yi, xi, j] = grid_sample_channel(
+        maps, m, c, u, v, padding, align_corners, sampling
+    )
+
+
+class TexturesUV:
+    """UV-mapped textures of a packed batch, sampled as PyTorch3D's ``TexturesUV``.
+
+    Args:
+        maps: (N, Ht, Wt, C) one map per mesh (or (1, Ht, Wt, C) shared), PyTorch3D's
+            row order (row 0 at v = 1): float32 ``wp.array``, (N, Ht, Wt)
+            ``vector(C)`` ``wp.array`` (zero-copy; gradients arrive in it) or NumPy.
+        faces_uvs: (F, 3) int indices into ``verts_uvs``, one row per packed face.
+        verts_uvs: (T, 2) UVs: float32 ``wp.array``, (T,) ``vec2`` ``wp.array`` or NumPy.
+        padding_mode: ``"zeros"``, ``"border"`` or ``"reflection"`` (or :class:`PaddingMode`).
+        align_corners: ``grid_sample``'s: True maps u = 0, 1 to the centres of the
+            edge texels, False to their outer edges.
+        sampling_mode: ``"bilinear"`` or ``"nearest"`` (or :class:`SamplingMode`).
+        device: where NumPy input goes.
+        requires_grad: for NumPy ``maps``/``verts_uvs``, whether the copies record gradients.
+
+    Raises:
+        TypeError, ValueError: bad input, named by argument.
+    """
+
+    def __init__(
+        self,
+        maps,
+        faces_uvs,
+        verts_uvs,
+        padding_mode: str | PaddingMode = "border",
+        align_corners: bool = True,
+        sampling_mode: str | SamplingMode = "bilinear",
+        *,
+        device=None,
+        requires_grad: bool = False,
+    ):
+        for x in (maps, verts_uvs, faces_uvs):
+            if isinstance(x, wp.array):
+                device = x.device
+                break
+        self.padding_mode = parse_enum(padding_mode, PaddingMode, "padding_mode")
+        self.sampling_mode = parse_enum(sampling_mode, SamplingMode, "sampling_mode")
+        if not isinstance(align_corners, (bool, int)):
+            raise TypeError(f"align_corners must be a bool, got {type(align_corners).__name__}")
+        self.align_corners = bool(align_corners)
+        self.maps = as_float_array(maps, "maps", (None, None, None, None), device, requires_grad)
+        device = self.maps.device
+        if min(self.maps.shape) < 1:
+            raise ValueError(f"maps must be non-empty (N, Ht, Wt, C), got {self.maps.shape}")
+        self.verts_uvs = as_float_array(verts_uvs, "verts_uvs", (None, 2), device, requires_grad)
+        self.faces_uvs = as_faces_array(faces_uvs, "faces_uvs", device)
+        _check_face_range(self.faces_uvs, self.verts_uvs.shape[0], "faces_uvs", "UVs")
+        self.device = device
+
+    @property
+    def channels(self) -> int:
+        return self.maps.shape[3]
+
+    def sample_textures(
+        self,
+        fragments,
+        faces=None,
+        *,
+        verts_ndc=None,
+        perspective_correct: bool = True,
+        out: wp.array | None = None,
+        validate: bool = True,
+    ) -> wp.array:
+        """Per-slot texels, as PyTorch3D's ``TexturesUV.sample_textures`` (zeros in empty slots).
+
+        Args:
+            fragments: :class:`~warpraster.Fragments` (or a (pix_to_face, bary_coords) pair)
+                whose face indices are rows of ``faces_uvs``; image n samples map n.
+            faces, verts_ndc, perspective_correct: unused (one signature for all textures).
+            out: optional preallocated (N, H, W, K) ``vector(C)`` result: the call then
+                allocates nothing and reads nothing back (graph-capturable).
+            validate: check the number of maps against the number of images.
+
+        Returns:
+            ``wp.array`` (N, H, W, K) of ``vector(C, float32)``. On a ``wp.Tape``
+            gradients flow to ``maps``, ``verts_uvs`` and the barycentrics.
+        """
+        p2f, bary = fragment_arrays(fragments)
+        n = p2f.shape[0]
+        if self.maps.shape[0] not in (1, n):
+            raise ValueError(f"maps has {self.maps.shape[0]} maps for {n} images (need 1 or {n})")
+        if wp.get_device(p2f.device) != wp.get_device(self.device):
+            raise ValueError(f"fragments are on {p2f.device}, the texture on {self.device}")
+        c = self.channels
+        rg = bool(self.maps.requires_grad or self.verts_uvs.requires_grad or bary.requires_grad)
+        texels = _alloc_out(out, "out", tuple(p2f.shape), c, self.device, rg)
+        nn, h, w, k = p2f.shape
+        wp.launch(
+            _sample_uv,
+            dim=(nn, h, w, k * c),
+            inputs=[
+                p2f,
+                bary,
+                self.maps,
+                self.faces_uvs,
+                self.verts_uvs,
+                int(self.padding_mode),
+                int(self.align_corners),
+                int(self.sampling_mode),
+            ],
+            outputs=[float_view(texels)],
+            device=self.device,
+        )
+        return texels
