@@ -214,13 +214,12 @@ def _render_args(device, scale: float):
     return verts.astype(np.float32), faces
 
 
-def test_repeated_calls_replay_one_graph_and_follow_their_inputs(device, monkeypatch):
+def test_repeated_calls_replay_one_graph_and_follow_their_inputs(device):
     """rasterize_packed replays a workspace's launches as one graph once a call
     repeats the previous call's arguments (forced on here; CUDA's default). Every
     call must still equal a fresh render of what it was given: vertex values
     rewritten in the same array (the graph reads them at replay), a new vertex
     array (new address: launched anew, then captured again), other flags."""
-    monkeypatch.setattr(wr.raster, "CALL_GRAPHS", True)
     verts, faces = _render_args(device, 1.0)
     size, k = (12, 10), 4
     wv = wp.array(verts, dtype=wp.vec3, device=device)
@@ -228,7 +227,8 @@ def test_repeated_calls_replay_one_graph_and_follow_their_inputs(device, monkeyp
     first = wp.array([0], dtype=wp.int32, device=device)
     count = wp.array([len(faces)], dtype=wp.int32, device=device)
     ws = wr.RasterWorkspace(
-        num_meshes=1, num_faces=len(faces), image_size=size, faces_per_pixel=k, device=device
+        num_meshes=1, num_faces=len(faces), image_size=size, faces_per_pixel=k, device=device,
+        tuning=wr.Tuning(call_graphs=True),
     )
     graphs = []
 
@@ -269,13 +269,12 @@ def test_repeated_calls_replay_one_graph_and_follow_their_inputs(device, monkeyp
         check(out, fresh(verts, perspective_correct=True, clip_barycentric_coords=True))
 
 
-def test_call_graph_gradients_match_eager(device, monkeypatch):
+def test_call_graph_gradients_match_eager(device):
     """The backward recorded on a tape is the same whether the forward ran as
     launches or as the replayed graph."""
     verts, faces = _render_args(device, 1.0)
     grads = {}
     for mode in (False, True):
-        monkeypatch.setattr(wr.raster, "CALL_GRAPHS", mode)
         wv = wp.array(verts, dtype=wp.vec3, device=device, requires_grad=True)
         wf = wp.array(faces, dtype=wp.int32, device=device)
         first = wp.array([0], dtype=wp.int32, device=device)
@@ -283,6 +282,7 @@ def test_call_graph_gradients_match_eager(device, monkeypatch):
         ws = wr.RasterWorkspace(
             num_meshes=1, num_faces=len(faces), image_size=(12, 10), faces_per_pixel=4,
             device=device, requires_grad=True, deterministic=True,
+            tuning=wr.Tuning(call_graphs=mode),
         )  # fmt: skip
         for _ in range(3):  # the third forward is a graph replay when mode is on
             tape = wp.Tape()

@@ -16,7 +16,7 @@ from warpraster.clip import (
     clip_faces,
     unclip_fragments,
 )
-from warpraster.raster import rasterize_meshes
+from warpraster import rasterize_meshes
 
 P12 = "p12_cam_persp_near_clip"
 

@@ -399,12 +399,12 @@ def test_import_does_not_pull_torch_or_pxr():
     "flags", [{}, {"blur_radius": 2e-4}, {"perspective_correct": True, "cull_backfaces": True}]
 )
 @pytest.mark.parametrize("lanes", [None, 3], ids=["auto-lanes", "3-lanes"])
-def test_k1_small_face_pass_matches_naive(flags, lanes, device, monkeypatch):
+def test_k1_small_face_pass_matches_naive(flags, lanes, device):
     """K = 1 draws faces of <= 64 pixels face by face (atomic minima of 64-bit
     (depth, face) keys, ``lanes`` threads per face; 3 does not divide the boxes
     evenly) and bins only the larger ones: a mix of both, with exact depth ties,
     must equal the naive pass bit for bit."""
-    monkeypatch.setattr(wr.raster, "SMALL_FACE_LANES", lanes)
+    flags = {**flags, "tuning": wr.Tuning(small_face_lanes=lanes)}
     v, f = ico_sphere(3)
     v = v * 0.7 + np.array([0.0, 0.0, 2.0], np.float32)
     big = np.array([[-1.2, -1.2, 2.2], [1.2, -1.1, 2.0], [0.0, 1.3, 1.1]], np.float32)
@@ -476,18 +476,18 @@ def test_two_queue_sizes_in_one_captured_graph(device):
 
 @pytest.mark.parametrize("flags", FLAG_SETS, ids=lambda f: "-".join(f) or "plain")
 @pytest.mark.parametrize("specialize", [None, True], ids=["default-kernels", "flag-kernels"])
-def test_bit_identical_to_the_oracles_float32_emulation(flags, specialize, device, monkeypatch):
+def test_bit_identical_to_the_oracles_float32_emulation(flags, specialize, device):
     """The oracle's float32 mode performs PyTorch3D's kernel arithmetic step by step
     (it reproduces every reference case bit for bit). Without FMA contraction our
     kernels perform the same IEEE operations in the same order: every output must
     be equal to the bit, on both raster paths, with the flags read at run time or
     compiled in (CUDA's default; forced here on the CPU too)."""
-    monkeypatch.setattr(wr.variants, "SPECIALIZE", specialize)
     rng = np.random.default_rng(4321 + len(flags))
     scene = _random_scene(rng)
     ref = rasterize_reference(**scene, faces_per_pixel=4, **flags, dtype=np.float32)
+    tuning = wr.Tuning(specialize=specialize)
     for bs in (0, 8):
-        out = _run(scene, device, faces_per_pixel=4, bin_size=bs, **flags)
+        out = _run(scene, device, faces_per_pixel=4, bin_size=bs, tuning=tuning, **flags)
         np.testing.assert_array_equal(out["pix_to_face"], ref.pix_to_face)
         for key in ("zbuf", "bary_coords", "dists"):
             np.testing.assert_array_equal(out[key], getattr(ref, key).astype(np.float32))
@@ -561,20 +561,20 @@ def test_overflowing_bin_still_exact_for_k1(device):
 
 @pytest.mark.parametrize("wide", [True, False], ids=["16-byte", "4-byte"])
 @pytest.mark.parametrize(("k", "size"), [(4, (12, 10)), (8, (7, 9)), (3, (7, 9))])
-def test_output_stores_wide_and_narrow_match_the_oracle(k, size, wide, device, monkeypatch):
+def test_output_stores_wide_and_narrow_match_the_oracle(k, size, wide, device):
     """The output pass writes four slots per 16-byte store where K is a multiple
     of 4 (and the queue kernels their pix_to_face rows), one per store otherwise
     (K = 3) or when asked. Every path equals the float32 oracle bit for bit,
     also when the workspace still holds a render that covered more slots (every
     stale slot must be overwritten)."""
-    monkeypatch.setattr(wr.raster, "WIDE_OUTPUTS", wide)
     v, f = ico_sphere(2)
     verts = np.concatenate([v * 0.6 + [0.1, 0.0, 2.0], v * 0.5 + [-0.2, 0.1, 2.3]])
     faces = np.concatenate([f, f + len(v)]).astype(np.int32)
     first = wp.array([0], dtype=wp.int32, device=device)
     count = wp.array([len(faces)], dtype=wp.int32, device=device)
     ws = wr.RasterWorkspace(
-        num_meshes=1, num_faces=len(faces), image_size=size, faces_per_pixel=k, device=device
+        num_meshes=1, num_faces=len(faces), image_size=size, faces_per_pixel=k, device=device,
+        tuning=wr.Tuning(wide_outputs=wide),
     )
     wf = wp.array(faces, dtype=wp.int32, device=device)
     ref = rasterize_reference(

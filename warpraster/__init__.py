@@ -12,11 +12,12 @@ from .camera import (
     look_at_view_transform,
     opencv_from_cameras_projection,
 )
-from .clip import ClipWorkspace
 from .fragments import Fragments
 from .meshes import PackedMeshes, pack_meshes
-from .raster import RasterWorkspace, rasterize_meshes
+from .raster import ClipWorkspace, RasterWorkspace
+from .rasterize import rasterize_meshes
 from .rasterizer import MeshRasterizer, RasterizationSettings
+from .settings import RasterSettings, Tuning
 
 __version__ = "0.1.0"
 
@@ -28,8 +29,10 @@ __all__ = [
     "MeshRasterizer",
     "PackedMeshes",
     "PerspectiveCameras",
+    "RasterSettings",
     "RasterWorkspace",
     "RasterizationSettings",
+    "Tuning",
     "cameras_from_opencv_projection",
     "look_at_view_transform",
     "opencv_from_cameras_projection",

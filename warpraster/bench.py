@@ -1,6 +1,7 @@
 """Benchmark: icosphere scenes, forward and forward + backward, on one Warp device.
 
-``python -m warpraster.bench [--device cuda:0] [--json out.json] [--runs 20]``
+``python -m warpraster.bench [--device cuda:0] [--json out.json] [--runs 20]`` (also
+``warpraster bench ...``)
 
 Scenes are generated in code: unit icospheres of radius 0.8 in NDC centred near
 z = 2, N copies jittered by up to 0.15, blur 0 unless stated. Times are medians
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -28,12 +30,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import warp as wp
 
-from . import raster, variants
 from .fragments import fragment_values
 from .geometry import pixel_centre
 from .meshes import pack_meshes
 from .primitives import ico_sphere
 from .raster import RasterWorkspace, rasterize_naive_at, rasterize_packed
+from .raster.small_faces import small_face_lanes
+from .settings import RasterSettings, Tuning
 
 
 @dataclass
@@ -155,30 +158,30 @@ def _nbytes(*arrays) -> int:
     return int(sum(a.capacity for a in arrays if a is not None))
 
 
+def scene_settings(scene: Scene, bin_size=None) -> RasterSettings:
+    """The render settings of a benchmark scene."""
+    return RasterSettings(image_size=(scene.height, scene.width), faces_per_pixel=scene.k,
+                          blur_radius=scene.blur, bin_size=bin_size)  # fmt: skip
+
+
 def run_scene(
-    scene: Scene, device, runs: int, bin_size=None, check_pixels: int = 2048, profile_kernels=False
+    scene: Scene,
+    device,
+    runs: int,
+    bin_size=None,
+    check_pixels: int = 2048,
+    profile_kernels=False,
+    tuning: Tuning | None = None,
 ) -> dict:
     v, f, first, count = make_scene(scene)
     verts = wp.array(v, dtype=wp.vec3, device=device, requires_grad=True)
     meshes = pack_meshes(verts, wp.array(f, dtype=wp.int32, device=device), first, count)
     h, w = scene.height, scene.width
     bs = bin_size
-    ws = RasterWorkspace(
-        num_meshes=scene.copies,
-        num_faces=len(f),
-        image_size=(h, w),
-        faces_per_pixel=scene.k,
-        bin_size=bs,
-        device=device,
-        requires_grad=True,
-    )
-    kw = dict(
-        blur_radius=scene.blur,
-        perspective_correct=False,
-        clip_barycentric_coords=False,
-        cull_backfaces=False,
-    )
-    frags = rasterize_packed(meshes, ws, **kw)  # warm-up: compiles, loads
+    settings = scene_settings(scene, bs)
+    ws = RasterWorkspace(num_meshes=scene.copies, num_faces=len(f), settings=settings,
+                         device=device, requires_grad=True, tuning=tuning)  # fmt: skip
+    frags = rasterize_packed(meshes, ws, settings)  # warm-up: compiles, loads
 
     # Self-check: the timed path against the naive pass on a pixel subsample.
     rng = np.random.default_rng(1)
@@ -186,14 +189,8 @@ def run_scene(
     pix = np.stack(
         [rng.integers(0, scene.copies, m), rng.integers(0, h, m), rng.integers(0, w, m)], 1
     ).astype(np.int32)
-    ref = rasterize_naive_at(
-        meshes,
-        ws,
-        wp.array(pix, dtype=wp.vec3i, device=device),
-        blur_radius=scene.blur,
-        perspective_correct=False,
-        clip_barycentric_coords=False,
-    ).numpy()
+    ref = rasterize_naive_at(meshes, ws, wp.array(pix, dtype=wp.vec3i, device=device),
+                             settings).numpy()  # fmt: skip
     at = (pix[:, 0], pix[:, 1], pix[:, 2])
     got = frags.pix_to_face.numpy()[at]
     mismatches = int((got != ref).any(-1).sum())
@@ -214,13 +211,13 @@ def run_scene(
     covered = float((frags.pix_to_face.numpy()[..., 0] >= 0).mean())
 
     timed = _timer(device)
-    fwd = [timed(lambda: rasterize_packed(meshes, ws, **kw)) for _ in range(runs)]
+    fwd = [timed(lambda: rasterize_packed(meshes, ws, settings)) for _ in range(runs)]
 
     # Upstream gradients seeded once (a loss kernel would write them); each timed
     # run is forward + backward, with only the vertex gradient zeroed in between.
     tape = wp.Tape()
     with tape:
-        out = rasterize_packed(meshes, ws, **kw)
+        out = rasterize_packed(meshes, ws, settings)
     out.zbuf.grad.fill_(1.0)
     out.dists.grad.fill_(0.5)
     out.bary_coords.grad.fill_(wp.vec3(0.25, -0.5, 0.75))
@@ -228,7 +225,7 @@ def run_scene(
     def fwd_bwd():
         t = wp.Tape()  # a fresh tape: Tape.reset() would also zero the seeded gradients
         with t:
-            rasterize_packed(meshes, ws, **kw)
+            rasterize_packed(meshes, ws, settings)
         verts.grad.zero_()
         t.backward()
 
@@ -240,7 +237,7 @@ def run_scene(
     graph_fwd = graph_both = None
     if device.is_cuda:
         with wp.ScopedCapture(device=device) as cap:
-            rasterize_packed(meshes, ws, **kw)
+            rasterize_packed(meshes, ws, settings)
         g_fwd = cap.graph
         with wp.ScopedCapture(device=device) as cap:
             fwd_bwd()
@@ -263,7 +260,7 @@ def run_scene(
             profile[r.name] = profile.get(r.name, 0.0) + r.elapsed / 5
     fr = ws.fragments
     ws_bytes = _nbytes(
-        ws.face_mesh, ws.face_bbox, ws.face_verts, ws.no_neighbors, ws._counters,
+        ws.face_mesh, ws.face_bbox, ws.face_verts, ws.no_neighbors, ws.counters,
         ws.tile_offset, ws.tile_faces, ws.depth_keys, ws.face_grads.face_grad,
     )  # fmt: skip
     out_bytes = _nbytes(fr.pix_to_face, fr.zbuf, fr.bary_coords, fr.dists)
@@ -287,12 +284,14 @@ def run_scene(
         "output_bytes": out_bytes,
         "kernel_ms": profile,
         "small_face_lanes": (
-            raster.small_face_lanes(len(f), scene.copies * h * w) if scene.k == 1 else None
+            small_face_lanes(len(f), scene.copies * h * w, ws.tuning.small_face_lanes)
+            if scene.k == 1
+            else None
         ),
     }
 
 
-def memory_probe(scene: Scene, device) -> dict:
+def memory_probe(scene: Scene, device, tuning: Tuning | None = None) -> dict:
     """Device memory of one scene's calls, measured by the CUDA memory pool in a
     process of its own (its high-water mark cannot be reset, so a process that
     ran other scenes first would hide a smaller peak).
@@ -307,22 +306,19 @@ def memory_probe(scene: Scene, device) -> dict:
     v, f, first, count = make_scene(scene)
     verts = wp.array(v, dtype=wp.vec3, device=device, requires_grad=True)
     meshes = pack_meshes(verts, wp.array(f, dtype=wp.int32, device=device), first, count)
-    ws = RasterWorkspace(
-        num_meshes=scene.copies, num_faces=len(f), image_size=(scene.height, scene.width),
-        faces_per_pixel=scene.k, device=device, requires_grad=True,
-    )  # fmt: skip
-    kw = dict(blur_radius=scene.blur, perspective_correct=False, clip_barycentric_coords=False,
-              cull_backfaces=False)  # fmt: skip
+    settings = scene_settings(scene)
+    ws = RasterWorkspace(num_meshes=scene.copies, num_faces=len(f), settings=settings,
+                         device=device, requires_grad=True, tuning=tuning)  # fmt: skip
     wp.synchronize_device(device)
     c1 = wp.get_mempool_used_mem_current(device)
     for _ in range(3):
-        rasterize_packed(meshes, ws, **kw)
+        rasterize_packed(meshes, ws, settings)
     wp.synchronize_device(device)
     h1 = wp.get_mempool_used_mem_high(device)
     for _ in range(3):
         tape = wp.Tape()
         with tape:
-            out = rasterize_packed(meshes, ws, **kw)
+            out = rasterize_packed(meshes, ws, settings)
         out.zbuf.grad.fill_(1.0)
         verts.grad.zero_()
         tape.backward()
@@ -345,11 +341,14 @@ def _probe_memory(scene: Scene, device, argv_flags: list[str]) -> dict | None:
     return json.loads(lines[-1])
 
 
+_TUNING_FLAGS = ("--no-call-graphs", "--generic-kernels", "--narrow-outputs")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m warpraster.bench", description=__doc__)
     ap.add_argument("--device", default=None, help="Warp device (default: Warp's default)")
     ap.add_argument("--runs", type=int, default=20, help="timed runs per scene (median)")
-    ap.add_argument("--json", default="bench.json", help="where to write the results")
+    ap.add_argument("--json", default=None, help="also write the results to this JSON file")
     ap.add_argument("--scenes", default=None, help="comma-separated scene names (default: all)")
     ap.add_argument("--bin-size", type=int, default=None, help="override the bin size")
     ap.add_argument("--profile", action="store_true", help="per-kernel times (CUDA)")
@@ -368,11 +367,11 @@ def main(argv=None) -> int:
     )  # fmt: skip
     ap.add_argument(
         "--no-call-graphs", action="store_true",
-        help="eager calls issue their launches from Python every time (see raster.CALL_GRAPHS)",
+        help="eager calls issue their launches from Python every time (Tuning.call_graphs)",
     )  # fmt: skip
     ap.add_argument(
         "--max-regs", default=None,
-        help="CUDA register caps, e.g. queue8=56,outputs=40, 0 = none (see raster.MAX_REGISTERS)",
+        help="CUDA register caps, e.g. queue8=56,outputs=40 (Tuning.max_registers)",
     )  # fmt: skip
     ap.add_argument(
         "--small-lanes", type=int, default=None,
@@ -383,22 +382,24 @@ def main(argv=None) -> int:
     wp.config.log_level = getattr(wp, "LOG_WARNING", 30)  # no per-module load lines
     wp.init()
     device = wp.get_device(args.device)
-    if args.small_lanes is not None:
-        raster.SMALL_FACE_LANES = args.small_lanes
-    if args.generic_kernels:
-        variants.SPECIALIZE = False
+    regs = {}
     for item in filter(None, (args.max_regs or "").split(",")):
-        name, regs = item.split("=")
-        raster.MAX_REGISTERS[name] = int(regs) or None  # 0: the compiler's choice
-    if args.no_call_graphs:
-        raster.CALL_GRAPHS = False
-    if args.narrow_outputs:
-        raster.WIDE_OUTPUTS = False
+        name, cap = item.split("=")
+        regs[name] = int(cap) or None  # 0: the compiler's choice
+    tuning = Tuning(
+        small_face_lanes=args.small_lanes,
+        specialize=False if args.generic_kernels else None,
+        max_registers=tuple(regs.items()),
+        call_graphs=False if args.no_call_graphs else None,
+        wide_outputs=not args.narrow_outputs,
+    )
     if args.memory_probe is not None:
         scene = next(s for s in GPU_SCENES + CPU_SCENES if s.name == args.memory_probe)
-        print(json.dumps(memory_probe(scene, device)))
+        print(json.dumps(memory_probe(scene, device, tuning)))
         return 0
-    passed_on = ["--no-call-graphs"] if args.no_call_graphs else []
+    # the child processes of the memory probe run with the same tuning
+    passed_on = [a for a in (argv if argv is not None else sys.argv[1:])
+                 if a.split("=")[0] in _TUNING_FLAGS]  # fmt: skip
     scenes = GPU_SCENES if device.is_cuda else CPU_SCENES
     if args.scenes:
         wanted = set(args.scenes.split(","))
@@ -412,7 +413,8 @@ def main(argv=None) -> int:
     print(f"warpraster bench on {device} ({getattr(device, 'name', '')})")
     print(head)
     for sc in scenes:
-        r = run_scene(sc, device, args.runs, bin_size=args.bin_size, profile_kernels=args.profile)
+        r = run_scene(sc, device, args.runs, bin_size=args.bin_size, profile_kernels=args.profile,
+                      tuning=tuning)  # fmt: skip
         r["memory_bytes"] = None if args.no_memory else _probe_memory(sc, device, passed_on)
         rows.append(r)
         mem = r["memory_bytes"]
@@ -438,8 +440,10 @@ def main(argv=None) -> int:
         if r["kernel_ms"]:
             for name, ms in sorted(r["kernel_ms"].items(), key=lambda kv: -kv[1]):
                 print(f"    {ms:8.3f} ms  {name}")
-    with open(args.json, "w", encoding="utf-8") as fh:
-        json.dump(rows, fh, indent=1)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=1)
+        print(f"results written to {os.path.abspath(args.json)}")
     bad = [r["name"] for r in rows if r["check_mismatches"]]
     if bad:
         print(f"SELF-CHECK FAILED (binned != naive) for: {', '.join(bad)}", file=sys.stderr)

@@ -42,6 +42,8 @@ import operator
 
 import warp as wp
 
+from .meshes import PackedMeshes
+
 # fuse_fp off: PyTorch3D computes the crossings as separately rounded float32
 # operations; without FMA contraction CUDA gives those same bits (as the cpu device
 # does), so depth ties between clipped faces break the same way everywhere.
@@ -52,10 +54,8 @@ wp.set_module_options({"fuse_fp": False, "deterministic": wp.DeterministicMode.R
 
 __all__ = [
     "ClipBuffers",
-    "ClipWorkspace",
     "FrustumCullRule",
     "clip_faces",
-    "rasterize_clipped",
     "unclip_fragments",
 ]
 
@@ -395,8 +395,6 @@ class ClipBuffers:
     @property
     def packed(self):
         """The clipped list as the rasterizer's :class:`~warpraster.meshes.PackedMeshes`."""
-        from .meshes import PackedMeshes  # noqa: PLC0415 - the clipper itself needs only warp
-
         return PackedMeshes(
             self.verts,
             self.faces,
@@ -576,159 +574,3 @@ def unclip_fragments(
         outputs=[out_pix_to_face, out_bary_coords],
         device=d,
     )
-
-
-# ----------------------------------------------------------------------------- render path
-class ClipWorkspace:
-    """Everything a clipped render allocates, made once and reused.
-
-    Holds the :class:`ClipBuffers`, a :class:`~warpraster.raster.RasterWorkspace`
-    for the 2F-face clipped list, and the final :class:`Fragments` (whose
-    ``pix_to_face`` / ``bary_coords`` refer to the input faces; ``zbuf`` and
-    ``dists`` are the raster workspace's arrays).
-    """
-
-    def __init__(
-        self,
-        *,
-        num_verts: int,
-        num_faces: int,
-        num_meshes: int,
-        image_size,
-        faces_per_pixel: int,
-        bin_size: int,
-        max_faces_per_bin: int | None = None,
-        device=None,
-        requires_grad: bool = False,
-        deterministic: bool = False,
-    ):
-        from .fragments import Fragments  # noqa: PLC0415 - see rasterize_clipped
-        from .raster import RasterWorkspace, default_max_faces_per_bin  # noqa: PLC0415
-
-        device = wp.get_device(device)
-        self.clip = ClipBuffers(
-            num_verts, num_faces, num_meshes, device, requires_grad=requires_grad
-        )
-        if max_faces_per_bin is None:
-            # PyTorch3D sizes bins from the unclipped face count.
-            max_faces_per_bin = default_max_faces_per_bin(num_faces)
-        self.raster = RasterWorkspace(
-            num_meshes=num_meshes,
-            num_faces=2 * num_faces,
-            image_size=image_size,
-            faces_per_pixel=faces_per_pixel,
-            bin_size=bin_size,
-            max_faces_per_bin=max_faces_per_bin,
-            device=device,
-            requires_grad=requires_grad,
-            deterministic=deterministic,
-        )
-        self.deterministic = bool(deterministic)
-        inner = self.raster.fragments
-        self.fragments = Fragments(
-            pix_to_face=wp.full(inner.shape, -1, dtype=wp.int32, device=device),
-            zbuf=inner.zbuf,
-            bary_coords=wp.zeros(
-                inner.shape, dtype=wp.vec3, device=device, requires_grad=requires_grad
-            ),
-            dists=inner.dists,
-            _overflow=inner._overflow,
-        )
-
-    def matches(
-        self, *, num_verts, num_faces, num_meshes, image_size, faces_per_pixel, bin_size, device
-    ):
-        return (
-            self.clip.num_verts == num_verts
-            and self.clip.num_faces == num_faces
-            and self.raster.matches(
-                num_meshes=num_meshes,
-                num_faces=2 * num_faces,
-                image_size=image_size,
-                faces_per_pixel=faces_per_pixel,
-                bin_size=bin_size,
-                device=device,
-            )
-        )
-
-
-def rasterize_clipped(
-    meshes,
-    *,
-    image_size: tuple[int, int],
-    blur_radius: float,
-    faces_per_pixel: int,
-    bin_size: int | None,
-    max_faces_per_bin: int | None,
-    perspective_correct: bool,
-    clip_barycentric_coords: bool,
-    cull_backfaces: bool,
-    z_clip_value: float | None,
-    cull_to_frustum: bool,
-    workspace: ClipWorkspace | None = None,
-    frustum_cull_rule: FrustumCullRule = FrustumCullRule.PYTORCH3D,
-    deterministic: bool = False,
-):
-    """Clip, rasterize the clipped list, map the fragments back: PyTorch3D's clipped path.
-
-    ``meshes`` is validated input (its ``clipped_faces_neighbor_idx`` is replaced by
-    the clipper's, as in PyTorch3D). The returned fragments index the input faces;
-    ``zbuf`` and ``dists`` are those of the clipped sub-triangles.
-    """
-    # The raster modules are imported here, not at the top: raster.py imports this
-    # module lazily for its clipped path, and the clipper proper needs only warp.
-    from .raster import rasterize_packed  # noqa: PLC0415
-
-    h, w = image_size
-    config = dict(
-        num_verts=meshes.num_verts,
-        num_faces=meshes.num_faces,
-        num_meshes=meshes.num_meshes,
-        image_size=(h, w),
-        faces_per_pixel=faces_per_pixel,
-        bin_size=bin_size,
-    )
-    if workspace is None:
-        workspace = ClipWorkspace(
-            **config,
-            max_faces_per_bin=max_faces_per_bin,
-            device=meshes.device,
-            requires_grad=meshes.verts.requires_grad,
-            deterministic=deterministic,
-        )
-    elif not isinstance(workspace, ClipWorkspace):
-        raise TypeError(
-            "with z_clip_value or cull_to_frustum, workspace must be a ClipWorkspace, "
-            f"got {type(workspace).__name__}"
-        )
-    elif not workspace.matches(**config, device=meshes.device):
-        raise ValueError(
-            "workspace was made for another configuration (vertices, faces, meshes, "
-            "image size, faces_per_pixel, bin_size or device differ)"
-        )
-    elif deterministic and not workspace.deterministic:
-        raise ValueError("deterministic=True needs a workspace made with deterministic=True")
-    clipped = clip_faces(
-        meshes.verts,
-        meshes.faces,
-        meshes.mesh_to_face_first_idx,
-        meshes.num_faces_per_mesh,
-        z_clip_value=z_clip_value,
-        cull_to_frustum=cull_to_frustum,
-        perspective_correct=perspective_correct,
-        buffers=workspace.clip,
-        frustum_cull_rule=frustum_cull_rule,
-    )
-    inner = rasterize_packed(
-        clipped.packed,
-        workspace.raster,
-        blur_radius=blur_radius,
-        perspective_correct=perspective_correct,
-        clip_barycentric_coords=clip_barycentric_coords,
-        cull_backfaces=cull_backfaces,
-    )
-    out = workspace.fragments
-    unclip_fragments(
-        inner.pix_to_face, inner.bary_coords, clipped, out.pix_to_face, out.bary_coords
-    )
-    return out

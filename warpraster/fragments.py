@@ -57,7 +57,9 @@ class Fragments:
     zbuf: wp.array
     bary_coords: wp.array
     dists: wp.array
-    _overflow: wp.array | None = field(default=None, repr=False)
+    overflow_count: wp.array | None = field(default=None, repr=False)
+    """int32 (1,) on the device: bins that overflowed in the last binned call
+    (None on the naive path). Read it with :meth:`overflowed_bins`."""
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -72,9 +74,9 @@ class Fragments:
         Reads one integer back from the device: call it after the render, not
         inside a captured graph. Always 0 for the naive path.
         """
-        if self._overflow is None:
+        if self.overflow_count is None:
             return 0
-        return int(self._overflow.numpy()[0])
+        return int(self.overflow_count.numpy()[0])
 
     def numpy(self) -> dict[str, np.ndarray]:
         """Host copies: bary_coords as (N, H, W, K, 3)."""
@@ -86,10 +88,13 @@ class Fragments:
         }
 
 
-def allocate_fragments(n, h, w, k, device, requires_grad: bool) -> Fragments:
+def allocate_fragments(
+    n: int, h: int, w: int, k: int, device, requires_grad: bool, overflow_count=None
+) -> Fragments:
     """Output arrays for one render (the float outputs carry gradients if asked)."""
     shape = (n, h, w, k)
     return Fragments(
+        overflow_count=overflow_count,
         pix_to_face=wp.full(shape, -1, dtype=wp.int32, device=device),
         zbuf=wp.zeros(shape, dtype=wp.float32, device=device, requires_grad=requires_grad),
         bary_coords=wp.zeros(shape, dtype=wp.vec3, device=device, requires_grad=requires_grad),

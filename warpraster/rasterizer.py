@@ -16,9 +16,16 @@ import warp as wp
 from .camera import CamerasBase, vert_to_mesh_from_faces
 from .fragments import Fragments
 from .meshes import as_index_array, as_vec3_array
-from .raster import rasterize_meshes
+from .rasterize import rasterize_meshes
+from .settings import RasterSettings
 
 __all__ = ["MeshRasterizer", "RasterizationSettings"]
+
+_PYTORCH3D_OPTIONS = (
+    "image_size", "blur_radius", "faces_per_pixel", "bin_size", "max_faces_per_bin",
+    "perspective_correct", "clip_barycentric_coords", "cull_backfaces", "z_clip_value",
+    "cull_to_frustum",
+)  # fmt: skip
 
 
 @dataclass(kw_only=True)
@@ -30,7 +37,9 @@ class RasterizationSettings:
         blur_radius: squared NDC distance within which a face still covers a pixel.
         faces_per_pixel: K, faces kept per pixel.
         bin_size: None = heuristic, 0 = naive, > 0 = binned (same output).
-        max_faces_per_bin: bin list capacity (None = PyTorch3D's default).
+        max_faces_per_bin: bin list capacity (None = no per-bin cap on the
+            unclipped path, PyTorch3D's default on the clipped path; an
+            overflowing bin still renders exactly).
         perspective_correct: None = the camera's ``is_perspective()``.
         clip_barycentric_coords: None = ``blur_radius > 0``.
         cull_backfaces: skip faces that are clockwise in NDC xy.
@@ -89,8 +98,8 @@ class MeshRasterizer:
             raise TypeError(f"cameras must be a warpraster camera, got {type(cameras).__name__}")
         return cameras
 
-    def resolved_settings(self, cameras: CamerasBase | None = None) -> dict[str, Any]:
-        """The keyword arguments given to ``rasterize_meshes``, ``None`` resolved.
+    def settings_for(self, cameras: CamerasBase | None = None) -> RasterSettings:
+        """The :class:`~warpraster.settings.RasterSettings` of a call, ``None`` resolved.
 
         As PyTorch3D: ``clip_barycentric_coords = blur_radius > 0``;
         ``perspective_correct = cameras.is_perspective()``; ``z_clip_value =
@@ -110,18 +119,26 @@ class MeshRasterizer:
         if z_clip is None:
             znear = cameras.get_znear()
             z_clip = None if not persp or znear is None else float(znear.min()) / 2.0
-        return {
-            "image_size": s.image_size,
-            "blur_radius": s.blur_radius,
-            "faces_per_pixel": s.faces_per_pixel,
-            "bin_size": s.bin_size,
-            "max_faces_per_bin": s.max_faces_per_bin,
-            "perspective_correct": bool(persp),
-            "clip_barycentric_coords": bool(clip_bary),
-            "cull_backfaces": bool(s.cull_backfaces),
-            "z_clip_value": None if z_clip is None else float(z_clip),
-            "cull_to_frustum": bool(s.cull_to_frustum),
-        }
+        return RasterSettings(
+            image_size=s.image_size,
+            blur_radius=s.blur_radius,
+            faces_per_pixel=s.faces_per_pixel,
+            bin_size=s.bin_size,
+            max_faces_per_bin=s.max_faces_per_bin,
+            perspective_correct=bool(persp),
+            clip_barycentric_coords=bool(clip_bary),
+            cull_backfaces=bool(s.cull_backfaces),
+            z_clip_value=z_clip,
+            cull_to_frustum=bool(s.cull_to_frustum),
+        )
+
+    def resolved_settings(self, cameras: CamerasBase | None = None) -> dict[str, Any]:
+        """:meth:`settings_for` as the keyword arguments of ``rasterize_meshes``
+        (PyTorch3D's ten options; ``image_size`` as given)."""
+        r = self.settings_for(cameras)
+        out = {name: getattr(r, name) for name in _PYTORCH3D_OPTIONS}
+        out["image_size"] = self.raster_settings.image_size
+        return out
 
     def transform(
         self,
@@ -186,7 +203,7 @@ class MeshRasterizer:
             gradients flow to ``verts_world`` and the camera parameters.
         """
         cameras = self._cameras(cameras)
-        settings = self.resolved_settings(cameras)
+        settings = self.settings_for(cameras)
         projected = self.transform(
             verts_world,
             faces,
@@ -201,7 +218,7 @@ class MeshRasterizer:
             faces,
             mesh_to_face_first_idx,
             num_faces_per_mesh,
+            settings=settings,
             workspace=workspace,
             validate=validate,
-            **settings,
         )

@@ -1,14 +1,13 @@
-"""Kernel variants with the render flags compiled in.
+"""Kernel variants: one factory per kernel family, cached by its configuration key.
 
 A kernel that reads ``perspective_correct``, ``clip_barycentric_coords`` or
 "blur > 0" at run time keeps registers for every path; compiled in as
-constants, the dead paths drop out. Measured on an H200 (ico5 x8 512², K=8):
-the register-queue kernel went from 84 to 63 registers per thread (occupancy
-31% -> 50%) and the forward from 0.71 to 0.65 ms.
-
-On CUDA each flag set in use gets its own kernel; on the CPU one generic
-kernel per function is kept, since each variant is a separate compile
-(seconds each with Warp's bundled clang).
+constants, the dead paths drop out (docs/PERF.md: the register queue went from
+84 to 63 registers per thread on an H200). On CUDA each flag set in use gets
+its own kernel; on the CPU one generic kernel per family is kept by default,
+since each variant is a separate compile (seconds with Warp's bundled clang).
+Whether variants are made is the workspace's :attr:`Tuning.specialize
+<warpraster.settings.Tuning>`.
 """
 
 from __future__ import annotations
@@ -17,20 +16,48 @@ from collections.abc import Callable
 
 import warp as wp
 
-#: None = variants on CUDA only; True = on every device (tests); False = nowhere.
-SPECIALIZE: bool | None = None
-
-_CACHE: dict[tuple, wp.Kernel] = {}
+__all__ = ["kernel_family", "kernel_for", "variant_name"]
 
 
-def kernel_for(name: str, factory: Callable, device, flags: tuple, *args) -> wp.Kernel:
-    """``factory(*args, flags)`` for this device: ``flags`` (a tuple of ints) when
-    variants are wanted there, else None (the generic kernel). Cached."""
-    specialize = wp.get_device(device).is_cuda if SPECIALIZE is None else SPECIALIZE
-    key = (name, *args, tuple(int(f) for f in flags) if specialize else None)
-    if key not in _CACHE:
-        _CACHE[key] = factory(*args, key[-1])
-    return _CACHE[key]
+class _KernelFamily:
+    """``build(*config)`` -> ``wp.Kernel``, built once per configuration."""
+
+    def __init__(self, build: Callable[..., wp.Kernel]):
+        self.build = build
+        self.__doc__ = build.__doc__
+        self._cache: dict[tuple, wp.Kernel] = {}
+
+    def __call__(self, *config) -> wp.Kernel:
+        kernel = self._cache.get(config)
+        if kernel is None:
+            kernel = self._cache[config] = self.build(*config)
+        return kernel
+
+
+def kernel_family(build: Callable[..., wp.Kernel]) -> _KernelFamily:
+    """Decorator: a kernel factory whose results are cached by its arguments (all
+    hashable: flags tuples, ints, None). The factory names each variant with
+    :func:`variant_name` (``wp.kernel(name=...)``)."""
+    return _KernelFamily(build)
+
+
+def device_flags(device, flags: tuple, specialize: bool | None) -> tuple[int, ...] | None:
+    """``flags`` as ints when variants are wanted on ``device``, else None (generic)."""
+    on = wp.get_device(device).is_cuda if specialize is None else bool(specialize)
+    return tuple(int(f) for f in flags) if on else None
+
+
+def kernel_for(
+    name: str, factory: Callable, device, flags: tuple, *args, specialize: bool | None = None
+) -> wp.Kernel:
+    """``factory(*args, flags or None)`` for this device, cached (see :func:`device_flags`)."""
+    family = _FAMILIES.get((name, factory))
+    if family is None:
+        family = _FAMILIES[(name, factory)] = _KernelFamily(factory)
+    return family(*args, device_flags(device, flags, specialize))
+
+
+_FAMILIES: dict[tuple, _KernelFamily] = {}
 
 
 def variant_name(base: str, flags: tuple | None) -> str:

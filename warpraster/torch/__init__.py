@@ -28,9 +28,9 @@ from collections.abc import Sequence
 import torch
 import warp as wp
 
-from .backward import grads_from_pix_to_face
-from .raster import _check_settings, parse_image_size
-from .raster import rasterize_meshes as _rasterize_meshes_wp
+from ..backward import grads_from_pix_to_face
+from ..rasterize import rasterize_meshes as _rasterize_meshes_wp
+from ..settings import RasterSettings
 
 __all__ = ["rasterize_mesh_list", "rasterize_meshes"]
 
@@ -510,10 +510,14 @@ def rasterize_meshes(
             f"mesh_to_face_first_idx has {first.shape[0]}"
         )
     _check_functorch(verts_packed)
-    h, w = parse_image_size(image_size)
-    _check_settings(faces_per_pixel, blur_radius, bin_size, max_faces_per_bin)
-    if z_clip_value is not None:
-        z_clip_value = float(z_clip_value)
+    settings = RasterSettings(
+        image_size=image_size, blur_radius=blur_radius, faces_per_pixel=faces_per_pixel,
+        bin_size=bin_size, max_faces_per_bin=max_faces_per_bin,
+        perspective_correct=perspective_correct, clip_barycentric_coords=clip_barycentric_coords,
+        cull_backfaces=cull_backfaces, z_clip_value=z_clip_value, cull_to_frustum=cull_to_frustum,
+    )  # fmt: skip
+    h, w = settings.image_size
+    z_clip_value = settings.z_clip_value
 
     pix_to_face, zbuf, bary_coords, dists = _rasterize_op(
         _to_kernel_float(verts_packed),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from .geometry import pix_to_ndc
+from ..geometry import pix_to_ndc
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
@@ -162,18 +162,15 @@ def _sort_tiles(
         tile_faces[j + 1] = v
 
 
-#: Longest tile list that is sorted when faces must be offered in index order;
-#: longer lists fall back to the mesh's faces in order (exact, slower).
-MAX_SORTED_TILE = 256
-
-
 def _launch(name, kernel, dim, inputs, outputs=()):
     wp.launch(kernel, dim=dim, inputs=inputs, outputs=list(outputs), device=inputs[0].device,
               record_tape=False)  # fmt: skip
 
 
-def sort_tiles(tile_count, tile_offset, tile_faces, launch=_launch) -> None:
-    """Puts each tile's list in ascending face order (see ``MAX_SORTED_TILE``).
+def sort_tiles(tile_count, tile_offset, tile_faces, max_sorted: int, launch=_launch) -> None:
+    """Puts each tile's list of at most ``max_sorted`` faces in ascending face order
+    (longer lists are left as they are: the fine pass then tests every face of the
+    mesh in order, see ``Tuning.max_sorted_tile``).
 
     ``launch(name, kernel, dim, inputs, outputs)`` runs a kernel (e.g. a
     :class:`warpraster.raster.LaunchCache`); default: ``wp.launch``."""
@@ -181,7 +178,7 @@ def sort_tiles(tile_count, tile_offset, tile_faces, launch=_launch) -> None:
         "sort_tiles",
         _sort_tiles,
         tile_count.shape[0],
-        [tile_count, tile_offset, MAX_SORTED_TILE],
+        [tile_count, tile_offset, max_sorted],
         [tile_faces],
     )
 

@@ -1,0 +1,129 @@
+"""PyTorch3D's clipped path: clip, rasterize the clipped list, map the fragments back."""
+
+from __future__ import annotations
+
+import warp as wp
+
+from ..clip import ClipBuffers, FrustumCullRule, clip_faces, unclip_fragments
+from ..fragments import Fragments
+from ..meshes import PackedMeshes
+from ..settings import RasterSettings, Tuning
+from .launch import rasterize_packed
+from .workspace import RasterWorkspace, default_max_faces_per_bin
+
+__all__ = ["ClipWorkspace", "rasterize_clipped"]
+
+
+class ClipWorkspace:
+    """Everything a clipped render allocates, made once and reused.
+
+    Holds the :class:`~warpraster.clip.ClipBuffers`, a :class:`RasterWorkspace`
+    for the 2F-face clipped list, and the final :class:`Fragments` (whose
+    ``pix_to_face`` / ``bary_coords`` refer to the input faces; ``zbuf`` and
+    ``dists`` are the raster workspace's arrays).
+
+    Args:
+        num_verts, num_faces, num_meshes: V, F, N of the unclipped input.
+        settings: the render settings (or the keywords ``image_size``,
+            ``faces_per_pixel``, ``bin_size``, ``max_faces_per_bin``,
+            ``deterministic``, as for :class:`RasterWorkspace`).
+            ``max_faces_per_bin=None`` means PyTorch3D's default here, sized
+            from the unclipped face count, as PyTorch3D does on this path.
+        device, requires_grad, tuning: as for :class:`RasterWorkspace`.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_verts: int,
+        num_faces: int,
+        num_meshes: int,
+        settings: RasterSettings | None = None,
+        image_size=None,
+        faces_per_pixel: int | None = None,
+        bin_size: int | None = None,
+        max_faces_per_bin: int | None = None,
+        device=None,
+        requires_grad: bool = False,
+        deterministic: bool = False,
+        tuning: Tuning | None = None,
+    ):
+        if settings is None:
+            settings = RasterSettings(
+                image_size=256 if image_size is None else image_size,
+                faces_per_pixel=8 if faces_per_pixel is None else faces_per_pixel,
+                bin_size=bin_size,
+                max_faces_per_bin=max_faces_per_bin,
+                deterministic=deterministic,
+            )
+        device = wp.get_device(device)
+        self.settings = settings
+        self.clip = ClipBuffers(num_verts, num_faces, num_meshes, device, requires_grad=requires_grad)
+        inner = settings
+        if settings.binned and settings.max_faces_per_bin is None:
+            inner = settings.replace(max_faces_per_bin=default_max_faces_per_bin(num_faces))
+        self.raster = RasterWorkspace(
+            num_meshes=num_meshes, num_faces=2 * num_faces, settings=inner, device=device,
+            requires_grad=requires_grad, tuning=tuning,
+        )  # fmt: skip
+        frags = self.raster.fragments
+        self.fragments = Fragments(
+            pix_to_face=wp.full(frags.shape, -1, dtype=wp.int32, device=device),
+            zbuf=frags.zbuf,
+            bary_coords=wp.zeros(frags.shape, dtype=wp.vec3, device=device,
+                                 requires_grad=requires_grad),  # fmt: skip
+            dists=frags.dists,
+            overflow_count=frags.overflow_count,
+        )
+
+    @property
+    def deterministic(self) -> bool:
+        return self.settings.deterministic
+
+    @property
+    def tuning(self) -> Tuning:
+        """The inner raster workspace's tuning (assignable)."""
+        return self.raster.tuning
+
+    @tuning.setter
+    def tuning(self, value: Tuning) -> None:
+        self.raster.tuning = value
+
+    def matches(self, num_verts: int, num_faces: int, num_meshes: int,
+                settings: RasterSettings, device) -> bool:  # fmt: skip
+        """Whether this workspace serves a call of this size, settings and device."""
+        return (
+            self.clip.num_verts == num_verts
+            and self.clip.num_faces == num_faces
+            and self.raster.matches(num_meshes, 2 * num_faces, settings, device)
+        )
+
+
+def rasterize_clipped(
+    meshes: PackedMeshes,
+    settings: RasterSettings,
+    workspace: ClipWorkspace,
+    frustum_cull_rule: FrustumCullRule = FrustumCullRule.PYTORCH3D,
+) -> Fragments:
+    """Clip, rasterize the clipped list, map the fragments back.
+
+    ``meshes`` is validated input (its ``clipped_faces_neighbor_idx`` is replaced by
+    the clipper's, as in PyTorch3D). The returned fragments index the input faces;
+    ``zbuf`` and ``dists`` are those of the clipped sub-triangles.
+    """
+    clipped = clip_faces(
+        meshes.verts,
+        meshes.faces,
+        meshes.mesh_to_face_first_idx,
+        meshes.num_faces_per_mesh,
+        z_clip_value=settings.z_clip_value,
+        cull_to_frustum=settings.cull_to_frustum,
+        perspective_correct=settings.perspective_correct,
+        buffers=workspace.clip,
+        frustum_cull_rule=frustum_cull_rule,
+    )
+    inner = rasterize_packed(clipped.packed, workspace.raster, settings)
+    out = workspace.fragments
+    unclip_fragments(inner.pix_to_face, inner.bary_coords, clipped, out.pix_to_face,
+                     out.bary_coords)  # fmt: skip
+    return out

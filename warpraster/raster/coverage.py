@@ -1,0 +1,197 @@
+"""Does face f cover pixel p, and in which order: the tests every raster pass shares.
+
+:class:`PassArgs` carries everything a raster pass reads (one struct keeps the
+kernel signatures short); the functions here decide coverage exactly as
+PyTorch3D's kernel does, and order the queue by (depth, face index).
+"""
+
+import warp as wp
+
+from ..geometry import (
+    EPS,
+    barycentric,
+    clip_barycentric,
+    edge_function,
+    is_inside,
+    perspective_correct,
+    point_triangle_dist2,
+)
+
+# fuse_fp off: no a*b+c contraction into FMA, so every decision is made on the
+# same separately rounded float32 values as PyTorch3D's kernel (docs/PERF.md).
+wp.set_module_options({"enable_backward": False, "fuse_fp": False})
+
+NO_FACE_VALUE = 2147483647
+#: Empty queue slot face (sorts after every face).
+NO_FACE = wp.constant(NO_FACE_VALUE)
+
+
+@wp.struct
+class PassArgs:
+    """Everything a raster pass reads (one struct keeps the kernel signatures short)."""
+
+    face_mesh: wp.array(dtype=wp.int32)
+    face_bbox: wp.array(dtype=wp.vec4)
+    face_verts: wp.array(dtype=wp.mat33)
+    neighbor: wp.array(dtype=wp.int32)
+    mesh_first: wp.array(dtype=wp.int32)
+    mesh_count: wp.array(dtype=wp.int32)
+    height: int
+    width: int
+    faces_per_pixel: int
+    blur_radius: float
+    perspective: int
+    clip_bary: int
+    # bins ("tiles"): compacted per-tile face lists, see binning.py
+    naive: int
+    tile_h: int
+    tile_w: int
+    tiles_y: int
+    tiles_x: int
+    tile_count: wp.array(dtype=wp.int32)
+    tile_offset: wp.array(dtype=wp.int32)
+    tile_faces: wp.array(dtype=wp.int32)
+    max_per_tile: int
+    overflow: wp.array(dtype=wp.int32)
+    # K = 1: the queue starts from the (depth, face) keys the small-face pass left
+    seeded: int
+    keys: wp.array(dtype=wp.uint64)
+    # outputs, viewed as (N * H * W, K); zq is zbuf, also the depth queue of _offer
+    pix_to_face: wp.array2d(dtype=wp.int32)
+    zq: wp.array2d(dtype=wp.float32)
+    bary: wp.array2d(dtype=wp.vec3)
+    dists: wp.array2d(dtype=wp.float32)
+    # the same outputs as flat arrays of 16-byte vectors (when ``wide``), written
+    # through store4: the output pass 0.27 -> 0.19 ms on an H200 at K = 8
+    # (benchmarks/output_pass_probe.py, docs/PERF.md v15)
+    wide: int
+    pix_to_face4: wp.array(dtype=wp.vec4i)
+    zq4: wp.array(dtype=wp.vec4)
+    bary4: wp.array(dtype=wp.vec4)
+    dists4: wp.array(dtype=wp.vec4)
+
+
+@wp.func
+def test_face(ps: PassArgs, f: int, p: wp.vec2):
+    """(hit, z, squared distance or -1 if not computed) of face f at pixel centre p.
+
+    Same decisions as PyTorch3D's kernel, in an order that stops early: bbox;
+    then, without blur, the signs of the three edge functions (a pixel is inside
+    only if each barycentric numerator has the sign of the area, so a sign
+    mismatch rejects it without the divisions; a pass is re-decided exactly);
+    depth; the edge distance only when the pixel is outside and blur could
+    still keep it.
+    """
+    hit = False
+    z = float(0.0)
+    dist = float(-1.0)
+    bb = ps.face_bbox[f]
+    if not (p[0] > bb[2] or p[0] < bb[0] or p[1] > bb[3] or p[1] < bb[1]):
+        m = ps.face_verts[f]
+        a = wp.vec2(m[0, 0], m[0, 1])
+        b = wp.vec2(m[1, 0], m[1, 1])
+        c = wp.vec2(m[2, 0], m[2, 1])
+        maybe = True
+        if ps.blur_radius <= 0.0:
+            area = edge_function(c, a, b) + EPS
+            e0 = edge_function(p, b, c)
+            e1 = edge_function(p, c, a)
+            e2 = edge_function(p, a, b)
+            if area > 0.0:
+                maybe = e0 > 0.0 and e1 > 0.0 and e2 > 0.0
+            else:
+                maybe = e0 < 0.0 and e1 < 0.0 and e2 < 0.0
+        if maybe:
+            bary = barycentric(p, a, b, c)
+            if ps.perspective != 0:
+                bary = perspective_correct(bary, m[0, 2], m[1, 2], m[2, 2])
+            inside = is_inside(bary)
+            if inside or ps.blur_radius > 0.0:
+                if ps.clip_bary != 0:
+                    bary = clip_barycentric(bary)
+                z = bary[0] * m[0, 2] + bary[1] * m[1, 2] + bary[2] * m[2, 2]
+                if z >= 0.0:
+                    if inside:
+                        hit = True
+                    else:
+                        dist = point_triangle_dist2(p, a, b, c)
+                        hit = dist < ps.blur_radius
+    return hit, z, dist
+
+
+@wp.func
+def test_face_sharp(ps: PassArgs, f: int, p: wp.vec2):
+    """test_face without blur: the bbox and edge-sign tests computed for every
+    face (no branch between them, so the lanes of a warp stay together), then the
+    exact decision where both pass. Used by the queue kernels compiled for
+    blur = 0: measured on an H200, queue pass 0.285 -> 0.271 ms at K = 8 (no
+    change at K = 1 and 4)."""
+    hit = False
+    z = float(0.0)
+    bb = ps.face_bbox[f]
+    m = ps.face_verts[f]
+    a = wp.vec2(m[0, 0], m[0, 1])
+    b = wp.vec2(m[1, 0], m[1, 1])
+    c = wp.vec2(m[2, 0], m[2, 1])
+    in_box = p[0] <= bb[2] and p[0] >= bb[0] and p[1] <= bb[3] and p[1] >= bb[1]
+    area = edge_function(c, a, b) + EPS
+    e0 = edge_function(p, b, c)
+    e1 = edge_function(p, c, a)
+    e2 = edge_function(p, a, b)
+    pos = area > 0.0 and e0 > 0.0 and e1 > 0.0 and e2 > 0.0
+    neg = area <= 0.0 and e0 < 0.0 and e1 < 0.0 and e2 < 0.0
+    if in_box and (pos or neg):
+        bary = barycentric(p, a, b, c)
+        if ps.perspective != 0:
+            bary = perspective_correct(bary, m[0, 2], m[1, 2], m[2, 2])
+        if is_inside(bary):
+            if ps.clip_bary != 0:
+                bary = clip_barycentric(bary)
+            z = bary[0] * m[0, 2] + bary[1] * m[1, 2] + bary[2] * m[2, 2]
+            hit = z >= 0.0
+    return hit, z, float(-1.0)
+
+
+@wp.func
+def face_dist(ps: PassArgs, f: int, p: wp.vec2) -> float:
+    m = ps.face_verts[f]
+    return point_triangle_dist2(
+        p, wp.vec2(m[0, 0], m[0, 1]), wp.vec2(m[1, 0], m[1, 1]), wp.vec2(m[2, 0], m[2, 1])
+    )
+
+
+@wp.func
+def before(za: float, fa: int, zb: float, fb: int) -> bool:
+    """The queue's order: ascending depth, exact ties by ascending face index."""
+    return za < zb or (za == zb and fa < fb)
+
+
+@wp.func
+def locate_tile_pixel(ps: PassArgs, tid: int) -> wp.vec4i:
+    """Thread -> (image, tile, row, column): consecutive threads sweep one tile,
+    so a thread block reads the same face list (cache broadcast)."""
+    tt = ps.tile_h * ps.tile_w
+    local = tid % tt
+    tile = tid // tt
+    per_image = ps.tiles_y * ps.tiles_x
+    n = tile // per_image
+    tile_in_image = tile - n * per_image
+    yi = (tile_in_image // ps.tiles_x) * ps.tile_h + local // ps.tile_w
+    xi = (tile_in_image % ps.tiles_x) * ps.tile_w + local % ps.tile_w
+    return wp.vec4i(n, tile, yi, xi)
+
+
+@wp.func
+def face_range(ps: PassArgs, n: int, tile: int, first_pixel: bool) -> wp.vec3i:
+    """(begin, end, indirect) of the faces to test for a tile: its list, or all
+    faces of the mesh when the pass is naive or the list overflowed."""
+    if ps.naive == 0:
+        count = ps.tile_count[tile]
+        start = ps.tile_offset[tile]
+        if count <= ps.max_per_tile and start + count <= ps.tile_faces.shape[0]:
+            return wp.vec3i(start, start + count, 1)
+        if first_pixel:
+            wp.atomic_add(ps.overflow, 0, 1)
+    first = ps.mesh_first[n]
+    return wp.vec3i(first, first + ps.mesh_count[n], 0)
+

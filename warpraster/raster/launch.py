@@ -1,0 +1,131 @@
+"""The render call proper: issue setup, binning, queue and output passes.
+
+No validation, no allocation, no host reads: everything here runs on buffers a
+:class:`~warpraster.raster.workspace.RasterWorkspace` owns, through its launch
+cache, and repeated calls replay as one graph (:class:`CallGraph`). The
+backward is registered on the active tape by :mod:`warpraster.backward`.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from ..backward import record_backward
+from ..fragments import Fragments
+from ..meshes import PackedMeshes
+from ..settings import RasterSettings
+from . import binning
+from .faces import setup_faces
+from .outputs import write_outputs_kernel
+from .queue import raster_naive_at, raster_output_queue, register_kernel
+from .small_faces import EMPTY_KEY_VALUE, small_face_lanes, small_faces_k1
+from .workspace import RasterWorkspace, array_key, make_pass
+
+__all__ = ["rasterize_naive_at", "rasterize_packed"]
+
+
+def rasterize_packed(
+    meshes: PackedMeshes, workspace: RasterWorkspace, settings: RasterSettings
+) -> Fragments:
+    """Rasterizes validated meshes into ``workspace`` (no clipping; see
+    :func:`warpraster.raster.clipped.rasterize_clipped`).
+
+    ``meshes`` may be a capacity buffer (e.g. clipped faces) whose per-mesh
+    ranges live only on the device; faces outside every range are ignored. On
+    CUDA (``Tuning.call_graphs``), a call repeating the previous call's arrays,
+    settings and tuning replays the workspace's launches as one graph; inside a
+    user's capture the launches are issued as usual.
+    """
+    ws = workspace
+    key = (
+        *(array_key(a) for a in (meshes.verts, meshes.faces, meshes.mesh_to_face_first_idx,
+                                 meshes.num_faces_per_mesh)),
+        None if meshes.clipped_faces_neighbor_idx is None
+        else array_key(meshes.clipped_faces_neighbor_idx),
+        meshes.has_neighbors, settings, ws.tuning,
+    )  # fmt: skip
+    ws.call_graph(key, lambda: _launch_passes(meshes, ws, settings), ws.tuning.call_graphs)
+    exact = {"exact_perspective_grad": True} if settings.exact_perspective_grad else {}
+    record_backward(
+        meshes,
+        ws,
+        perspective_correct=settings.perspective_correct,
+        clip_barycentric_coords=settings.clip_barycentric_coords,
+        **exact,
+    )
+    return ws.fragments
+
+
+def _launch_passes(meshes: PackedMeshes, ws: RasterWorkspace, settings: RasterSettings) -> None:
+    """Issues the render's kernels (setup, binning, queue, outputs)."""
+    h, w = ws.image_size
+    n = ws.num_meshes
+    nf = meshes.num_faces
+    k = ws.faces_per_pixel
+    tuning = ws.tuning
+    launch = ws.launches
+    if nf > 0:
+        launch(
+            "setup",
+            setup_faces,
+            nf,
+            [meshes.verts, meshes.faces, meshes.mesh_to_face_first_idx,
+             meshes.num_faces_per_mesh, n, settings.blur_radius, int(settings.cull_backfaces)],
+            [ws.face_mesh, ws.face_bbox, ws.face_verts],
+        )  # fmt: skip
+    # Split faces (near-plane clipping): PyTorch3D's rule for them depends on the
+    # order faces are offered in, so every pixel sees its faces in ascending index
+    # order, in a queue of exactly K slots (the output-array queue).
+    ordered = meshes.has_neighbors
+    small = tuning.small_face_pixels if (k == 1 and ws.binned and not ordered) else 0
+    ps, ps_key = ws.pass_for(meshes, settings, seeded=small > 0,
+                             sorted_tiles=ordered and ws.binned)  # fmt: skip
+    if small > 0:
+        ws.depth_keys.fill_(EMPTY_KEY_VALUE)
+        if nf > 0:
+            lanes = small_face_lanes(nf, n * h * w, tuning.small_face_lanes)
+            launch("small", small_faces_k1, nf * lanes, [ps, small, lanes], key=(ps_key, lanes))
+    if ws.binned:
+        ws.counters.zero_()  # tile counts and cursors, overflow
+        if nf > 0:
+            binning.coarse_bin(
+                ws.face_mesh, ws.face_bbox, h, w, ws.tile_h, ws.tile_w, ws.tile_count,
+                ws.tile_offset, ws.tile_cursor, ws.tile_faces, small, launch=launch, zeroed=True,
+            )  # fmt: skip
+            if ordered:
+                binning.sort_tiles(ws.tile_count, ws.tile_offset, ws.tile_faces,
+                                   tuning.max_sorted_tile, launch=launch)  # fmt: skip
+        else:
+            ws.tile_offset.zero_()
+    if k <= tuning.register_queue_max_k and not ordered:
+        flags = (int(settings.perspective_correct), int(settings.clip_barycentric_coords),
+                 int(settings.blur_radius > 0.0))  # fmt: skip
+        kernel = register_kernel(k, ws.device, flags, tuning)
+    else:
+        kernel = raster_output_queue
+    per_tile = ws.tile_h * ws.tile_w
+    threads = n * ws.tiles_y * ws.tiles_x * per_tile
+    launch("queue", kernel, threads, [ps], key=ps_key, block_dim=min(per_tile, 256))
+    slots = n * h * w * k
+    wide = ps.wide != 0
+    write = write_outputs_kernel(ws.device, settings.perspective_correct,
+                                 settings.clip_barycentric_coords, wide, k, tuning)  # fmt: skip
+    launch("outputs", write, slots // 4 if wide else slots, [ps], key=ps_key)
+
+
+def rasterize_naive_at(
+    meshes: PackedMeshes, workspace: RasterWorkspace, pixels: wp.array, settings: RasterSettings
+) -> wp.array:
+    """``pix_to_face`` rows (M, K) of the naive pass at M (image, row, column) pixels.
+
+    A check for fast paths: reuses the face setup that the last
+    :func:`rasterize_packed` call on ``workspace`` left (same meshes and settings).
+    """
+    k = workspace.faces_per_pixel
+    m = pixels.shape[0]
+    p2f = wp.empty((m, k), dtype=wp.int32, device=workspace.device)
+    zq = wp.empty((m, k), dtype=wp.float32, device=workspace.device)
+    ps = make_pass(meshes, workspace, settings, p2f, zq)
+    wp.launch(raster_naive_at, dim=m, inputs=[ps, pixels], device=workspace.device,
+              record_tape=False)  # fmt: skip
+    return p2f

@@ -1,0 +1,143 @@
+"""The output pass: zbuf, bary_coords and dists of every slot from pix_to_face.
+
+A separate pass: measured on an H200, computing them inside the queue kernels
+(more registers) or one thread per pixel (strided stores) was 2-3x slower. One
+thread per four slots writes them in 16-byte stores where K is a multiple of 4
+(``Tuning.wide_outputs``), else one thread per slot.
+"""
+
+import warp as wp
+
+from .. import variants
+from ..fragments import fragment_values
+from ..geometry import pixel_centre
+from .coverage import PassArgs
+from .stores import load4i, store4
+
+# fuse_fp off: no a*b+c contraction into FMA, so every decision is made on the
+# same separately rounded float32 values as PyTorch3D's kernel (docs/PERF.md).
+wp.set_module_options({"enable_backward": False, "fuse_fp": False})
+
+
+@wp.func
+def _write_slot(ps: PassArgs, q: int, s: int, p: wp.vec2):
+    """Writes the fragment values of slot s of output row q (pixel centre p):
+    its face's, or the -1 fill (its pix_to_face, -1 where empty, stays)."""
+    z, bary, d = face_values(ps, ps.pix_to_face[q, s], p)
+    ps.zq[q, s] = z
+    ps.bary[q, s] = bary
+    ps.dists[q, s] = d
+
+
+@wp.func
+def face_values(ps: PassArgs, f: int, p: wp.vec2):
+    """(zbuf, bary, dist) of face f at pixel centre p, or the -1 fill if f < 0."""
+    z = float(-1.0)
+    bary = wp.vec3(-1.0, -1.0, -1.0)
+    d = float(-1.0)
+    if f >= 0:
+        m = ps.face_verts[f]
+        z, bary, d = fragment_values(
+            p,
+            wp.vec3(m[0, 0], m[0, 1], m[0, 2]),
+            wp.vec3(m[1, 0], m[1, 1], m[1, 2]),
+            wp.vec3(m[2, 0], m[2, 1], m[2, 2]),
+            ps.perspective,
+            ps.clip_bary,
+        )
+    return z, bary, d
+
+
+@wp.func
+def write_group(ps: PassArgs, e0: int, f: wp.vec4i):
+    """Slots e0 .. e0 + 3 of the flat outputs (e0 % 4 == 0, K % 4 == 0: one
+    pixel), holding faces f: their values in 16-byte stores (one for zbuf, one
+    for dists, three for bary). The pixel centre is computed once (its integer
+    and float divisions were most of the pass's instructions when computed per
+    slot)."""
+    g = e0 // 4
+    p = _flat_pixel(ps, e0)
+    z0, b0, d0 = face_values(ps, f[0], p)
+    z1, b1, d1 = face_values(ps, f[1], p)
+    z2, b2, d2 = face_values(ps, f[2], p)
+    z3, b3, d3 = face_values(ps, f[3], p)
+    store4(ps.zq4, g, wp.vec4(z0, z1, z2, z3))
+    store4(ps.dists4, g, wp.vec4(d0, d1, d2, d3))
+    store4(ps.bary4, 3 * g, wp.vec4(b0[0], b0[1], b0[2], b1[0]))
+    store4(ps.bary4, 3 * g + 1, wp.vec4(b1[1], b1[2], b2[0], b2[1]))
+    store4(ps.bary4, 3 * g + 2, wp.vec4(b2[2], b3[0], b3[1], b3[2]))
+
+
+@wp.func
+def _flat_pixel(ps: PassArgs, e: int) -> wp.vec2:
+    """Centre of the pixel holding flat output slot e."""
+    r = (e // ps.faces_per_pixel) % (ps.height * ps.width)
+    return pixel_centre(r // ps.width, r % ps.width, ps.height, ps.width)
+
+
+@variants.kernel_family
+def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ...] | None):
+    """zbuf, bary_coords, dists of every slot from pix_to_face, one thread per slot
+    or, ``wide``, per four slots written in 16-byte stores (``flags`` =
+    (perspective, clip_bary[, K when wide]) compiled in, or None: read at run time).
+    """
+
+    def write_outputs(ps_in: PassArgs):
+        ps = ps_in
+        if wp.static(flags is not None):
+            ps.perspective = wp.static(flags[0])
+            ps.clip_bary = wp.static(flags[1])
+            if wp.static(wide):
+                # K compiled in too: the slot -> pixel division becomes a shift
+                ps.faces_per_pixel = wp.static(flags[2])
+        i = wp.tid()
+        if wp.static(wide):
+            write_group(ps, 4 * i, load4i(ps.pix_to_face4, i))
+        else:
+            k = ps.faces_per_pixel
+            q = i // k
+            s = i - q * k
+            r = q % (ps.height * ps.width)
+            p = pixel_centre(r // ps.width, r % ps.width, ps.height, ps.width)
+            _write_slot(ps, q, s, p)
+
+    base = "write_outputs4" if wide else "write_outputs"
+    return wp.kernel(
+        write_outputs,
+        name=variants.variant_name(base, flags),
+        enable_backward=False,
+        module="unique",
+        module_options={"fuse_fp": False},
+        cuda_max_registers=max_regs,
+    )
+
+
+def write_outputs_kernel(
+    device, perspective: bool, clip_bary: bool, wide: bool, k: int, tuning
+) -> wp.Kernel:
+    """The output-pass kernel for these flags (K compiled in when ``wide``)."""
+    flags = (perspective, clip_bary, k) if wide else (perspective, clip_bary)
+    flags = variants.device_flags(device, flags, tuning.specialize)
+    return _write_outputs_family(wide, tuning.registers("outputs4" if wide else "outputs"), flags)
+
+
+def wide_views(pix_to_face, zbuf, bary, dists):
+    """The outputs as flat arrays of 16-byte vectors (same memory), or None: K
+    not a multiple of 4, or non-contiguous or unaligned memory.
+
+    For other K a group of four slots would span pixels (four pixel centres,
+    four face rows per thread): measured on an H200 at K = 1, 3-6% slower than
+    one thread per slot, so those keep the one-slot pass (and
+    write_group relies on one pixel per group)."""
+    if pix_to_face.shape[-1] % 4 != 0:
+        return None
+    arrays = (pix_to_face, zbuf, bary, dists)
+    if any(not a.is_contiguous or a.ptr is None or a.ptr % 16 != 0 for a in arrays):
+        return None
+    m = pix_to_face.size // 4
+    shapes = ((wp.vec4i, m), (wp.vec4, m), (wp.vec4, 3 * m), (wp.vec4, m))
+    return tuple(
+        wp.array(ptr=a.ptr, dtype=t, shape=(c,), device=a.device)
+        for a, (t, c) in zip(arrays, shapes, strict=True)
+    )
+

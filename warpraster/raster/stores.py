@@ -1,0 +1,54 @@
+"""16-byte loads and stores for the raster passes (``float4`` / ``int4`` casts).
+
+Warp's vectors are 4-byte aligned, so ``a[i] = v`` on a ``vec4`` array compiles
+to four 4-byte stores (lanes 16 bytes apart, partial sectors per instruction);
+these cast to CUDA's 16-byte-aligned ``float4`` / ``int4`` (the arrays must be
+16-byte aligned) for one coalesced 16-byte access per lane. On the CPU they are
+plain element accesses.
+"""
+
+import warp as wp
+
+wp.set_module_options({"enable_backward": False})
+
+
+# 16-byte accesses: Warp's vectors are 4-byte aligned, so ``a[i] = v`` on a vec4
+# array compiles to four 4-byte stores (lanes 16 bytes apart, partial sectors per
+# instruction); these cast to CUDA's 16-byte-aligned float4 / int4 (the views
+# are 16-byte aligned, see wide_views) for one coalesced 16-byte access per lane.
+@wp.func_native(
+    """
+#if defined(__CUDA_ARCH__)
+reinterpret_cast<float4*>(a.data)[i] = make_float4(v[0], v[1], v[2], v[3]);
+#else
+a.data[i] = v;
+#endif
+"""
+)
+def store4(a: wp.array(dtype=wp.vec4), i: int, v: wp.vec4): ...
+
+
+@wp.func_native(
+    """
+#if defined(__CUDA_ARCH__)
+reinterpret_cast<int4*>(a.data)[i] = make_int4(v[0], v[1], v[2], v[3]);
+#else
+a.data[i] = v;
+#endif
+"""
+)
+def store4i(a: wp.array(dtype=wp.vec4i), i: int, v: wp.vec4i): ...
+
+
+@wp.func_native(
+    """
+#if defined(__CUDA_ARCH__)
+int4 t = reinterpret_cast<const int4*>(a.data)[i];
+return wp::vec4i(t.x, t.y, t.z, t.w);
+#else
+return a.data[i];
+#endif
+"""
+)
+def load4i(a: wp.array(dtype=wp.vec4i), i: int) -> wp.vec4i: ...
+

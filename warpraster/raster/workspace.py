@@ -1,0 +1,328 @@
+"""Buffers of one rasterization configuration, and the replay of its launches.
+
+:class:`RasterWorkspace` owns every buffer a render writes (face setup, bin
+lists, the outputs, the backward's buffers), its :class:`~warpraster.settings.Tuning`,
+a :class:`LaunchCache` (recorded launches replayed while their arguments are
+unchanged) and a :class:`CallGraph` (repeated calls replayed as one graph).
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from ..backward import FaceGradBuffers
+from ..fragments import Fragments, allocate_fragments
+from ..settings import RasterSettings, Tuning
+from . import binning
+from .coverage import PassArgs
+from .outputs import wide_views
+
+
+def tile_shape(bin_size: int | None, faces_per_pixel: int) -> tuple[int, int]:
+    """(rows, columns) of pixels of a tile.
+
+    ``bin_size=b``: b x b. The naive pass (0) runs the same kernels over 16 x 16
+    tiles without face lists (one thread block reads the same face at a time).
+    ``None``: 8 x 8 for K = 1, 4 x 8 (one 32-thread warp) for K > 1. Measured on
+    an H200 with the benchmark scenes (icospheres of 5k to 1.3M faces, 128 to
+    1024 pixels): square 8 px tiles beat 16 and 32 px on every scene, by 1.2x to
+    2.5x (short lists; the coarse pass's extra (face, tile) pairs cost less than
+    the fine pass saves); 4 x 8 beat 8 x 8 by 2-4% at K = 4 and 8 (31% fewer
+    (warp, face) iterations) and lost 3-7% at K = 1, whose tile pass serves only
+    the faces larger than 64 pixels (docs/PERF.md, v14).
+    """
+    if bin_size is None:
+        return (8, 8) if faces_per_pixel == 1 else (4, 8)
+    b = int(bin_size)
+    return (b, b) if b > 0 else (16, 16)
+
+
+def default_max_faces_per_bin(num_faces: int) -> int:
+    """PyTorch3D's default capacity, capped at the face count (a list never needs more)."""
+    return max(1, min(num_faces, max(10000, num_faces // 5)))
+
+
+def array_key(a: wp.array) -> tuple:
+    """What a kernel sees of an array: its address, shape, strides and type."""
+    return (a.ptr, a.shape, a.strides, a.dtype)
+
+
+def _optional_key(a: wp.array | None) -> tuple | None:
+    return None if a is None else array_key(a)
+
+
+class LaunchCache:
+    """Recorded launches (``wp.Launch``) of one workspace, replayed while their
+    arguments are unchanged.
+
+    Saves host time only (the device work is the same): packing a launch's
+    arguments costs tens of microseconds, which an eager render would pay for
+    each of its kernels on every call. Arrays are compared by address, shape,
+    strides and type; a struct argument needs an explicit ``key``.
+    """
+
+    def __init__(self, device):
+        self.device = device
+        self._cmds: dict[str, tuple] = {}
+
+    def __call__(self, name, kernel, dim, inputs, outputs=(), *, key=None, block_dim=None):
+        if key is None:
+            key = tuple(array_key(a) if isinstance(a, wp.array) else a for a in (*inputs, *outputs))
+        key = (kernel, dim, block_dim, key)
+        hit = self._cmds.get(name)
+        if hit is None or hit[0] != key:
+            kw = {} if block_dim is None else {"block_dim": block_dim}
+            cmd = wp.launch(
+                kernel, dim=dim, inputs=list(inputs), outputs=list(outputs), device=self.device,
+                record_tape=False, record_cmd=True, **kw,
+            )  # fmt: skip
+            hit = self._cmds[name] = (key, cmd)
+        hit[1].launch()
+
+
+class CallGraph:
+    """A workspace's render launches captured once and replayed as one graph.
+
+    A call whose key (its arrays by address, shape, strides and type; its flags;
+    the module settings) equals the previous call's is captured, then replayed
+    while the key stays the same: one graph launch instead of ~10 kernel
+    launches and memsets from Python. A first call, or one whose key changed,
+    launches as usual (so inputs that change every call never pay a capture).
+    A graph keeps the pointers it saw: what it reads is whatever the arrays
+    hold at replay, as for any launch.
+    """
+
+    def __init__(self, device):
+        self.device = device
+        self._seen = None
+        self._key = None
+        self._graph = None
+
+    def enabled(self, mode: bool | None) -> bool:
+        """Whether to capture/replay (``mode`` is ``Tuning.call_graphs``: None = on
+        CUDA, where it saves the host time of ~10 launches per call; True = on
+        every device, the cpu device's graphs being experimental in Warp 1.19)."""
+        on = self.device.is_cuda if mode is None else bool(mode)
+        if not on or self.device.is_capturing:
+            return False
+        # stream-ordered allocations inside the capture (the prefix sum's scratch)
+        return self.device.is_cpu or wp.is_mempool_enabled(self.device)
+
+    def __call__(self, key, launch_all, mode: bool | None = None) -> None:
+        if not self.enabled(mode):
+            launch_all()
+            return
+        if self._graph is not None and key == self._key:
+            wp.capture_launch(self._graph)
+            return
+        if key == self._seen:
+            # the first call with this key loaded every module it launches
+            with wp.ScopedCapture(device=self.device, force_module_load=False) as cap:
+                launch_all()
+            self._graph, self._key = cap.graph, key
+            wp.capture_launch(self._graph)
+            return
+        self._graph = self._key = None
+        self._seen = key
+        launch_all()
+
+
+class RasterWorkspace:
+    """Buffers of one rasterization configuration, allocated once and reused.
+
+    A render call that is given a workspace allocates nothing and reads nothing
+    back to the host, so it can be captured in a CUDA graph. The fragments it
+    returns are this workspace's output arrays: keep one workspace per frame
+    recorded on a tape (a later call overwrites them). With ``deterministic``
+    the backward to the vertices is atomic-free and bit-identical run after run
+    (see :mod:`warpraster.backward`).
+
+    Args:
+        num_meshes: N, images per call.
+        num_faces: F, packed faces per call (a capacity: faces beyond every mesh
+            range are ignored).
+        settings: the :class:`~warpraster.settings.RasterSettings` of the calls
+            (their image size, K, bins and backward strategy size the buffers;
+            the per-call flags such as ``blur_radius`` may change between calls).
+            Or give ``image_size``, ``faces_per_pixel``, ``bin_size``,
+            ``max_faces_per_bin`` and ``deterministic`` as keywords instead.
+        device: Warp device.
+        requires_grad: allocate the outputs' gradients (for a ``wp.Tape``).
+        tuning: :class:`~warpraster.settings.Tuning` (default: the measured
+            defaults); ``ws.tuning`` may be reassigned between calls.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_meshes: int,
+        num_faces: int,
+        settings: RasterSettings | None = None,
+        image_size=None,
+        faces_per_pixel: int | None = None,
+        bin_size: int | None = None,
+        max_faces_per_bin: int | None = None,
+        device=None,
+        requires_grad: bool = False,
+        deterministic: bool = False,
+        tuning: Tuning | None = None,
+    ):
+        if settings is None:
+            settings = RasterSettings(
+                image_size=256 if image_size is None else image_size,
+                faces_per_pixel=8 if faces_per_pixel is None else faces_per_pixel,
+                bin_size=bin_size,
+                max_faces_per_bin=max_faces_per_bin,
+                deterministic=deterministic,
+            )
+        elif not isinstance(settings, RasterSettings):
+            raise TypeError(f"settings must be a RasterSettings, got {type(settings).__name__}")
+        self.settings = settings
+        self.tuning = Tuning() if tuning is None else tuning
+        h, w = settings.image_size
+        self.device = wp.get_device(device)
+        self.num_meshes = int(num_meshes)
+        self.num_faces = int(num_faces)
+        self.requires_grad = bool(requires_grad)
+        f_alloc = max(self.num_faces, 1)
+        self.face_mesh = wp.empty(f_alloc, dtype=wp.int32, device=self.device)
+        self.face_bbox = wp.empty(f_alloc, dtype=wp.vec4, device=self.device)
+        self.face_verts = wp.empty(f_alloc, dtype=wp.mat33, device=self.device)
+        # the split-partner index of meshes without split faces (-1 for all)
+        self.no_neighbors = wp.full(f_alloc, -1, dtype=wp.int32, device=self.device)
+        self.tile_h, self.tile_w = tile_shape(settings.bin_size, settings.faces_per_pixel)
+        self.tiles_y, self.tiles_x = binning.tile_grid(h, w, self.tile_h, self.tile_w)
+        num_tiles = self.num_meshes * self.tiles_y * self.tiles_x
+        if self.binned:
+            cap = settings.max_faces_per_bin
+            capacity = binning.default_capacity(self.num_faces, num_tiles)
+            if cap is None:
+                self.max_faces_per_bin = max(self.num_faces, 1)
+            else:
+                self.max_faces_per_bin = cap
+                capacity = min(num_tiles * cap, capacity)
+            # the counters zeroed before each call, in one buffer (one memset):
+            # tile counts, tile cursors, the overflow count
+            self.counters = wp.zeros(2 * num_tiles + 1, dtype=wp.int32, device=self.device)
+            self.tile_count = self.counters[:num_tiles]
+            self.tile_cursor = self.counters[num_tiles : 2 * num_tiles]
+            self.overflow = self.counters[2 * num_tiles :]
+            self.tile_offset = wp.zeros(num_tiles, dtype=wp.int32, device=self.device)
+            self.tile_faces = wp.zeros(capacity, dtype=wp.int32, device=self.device)
+        else:
+            self.max_faces_per_bin = 0
+            self.overflow = self.counters = wp.zeros(1, dtype=wp.int32, device=self.device)
+            self.tile_count = self.tile_offset = self.tile_cursor = self.tile_faces = wp.zeros(
+                1, dtype=wp.int32, device=self.device
+            )
+        self.fragments = allocate_fragments(
+            self.num_meshes, h, w, self.faces_per_pixel, self.device, self.requires_grad,
+            overflow_count=self.overflow if self.binned else None,
+        )  # fmt: skip
+        # K = 1 binned: one (depth, face) key per pixel for the small-face pass
+        key_count = self.num_meshes * h * w if self.faces_per_pixel == 1 and self.binned else 1
+        self.depth_keys = wp.empty(key_count, dtype=wp.uint64, device=self.device)
+        self.launches = LaunchCache(self.device)
+        self.call_graph = CallGraph(self.device)
+        self._pass = None
+        self.face_grads = FaceGradBuffers(
+            self.num_faces, self.device, self.deterministic, self.fragments.shape
+        )
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        return self.settings.image_size
+
+    @property
+    def faces_per_pixel(self) -> int:
+        return self.settings.faces_per_pixel
+
+    @property
+    def bin_size(self) -> int | None:
+        return self.settings.bin_size
+
+    @property
+    def binned(self) -> bool:
+        return self.settings.binned
+
+    @property
+    def deterministic(self) -> bool:
+        return self.settings.deterministic
+
+    def pass_for(self, meshes, settings: RasterSettings, *, seeded: bool, sorted_tiles: bool):
+        """The raster passes' argument struct for these meshes and settings, and its
+        key; rebuilt only when one of them (or the tuning) changed: it packs ~30
+        fields."""
+        key = (
+            _optional_key(meshes.clipped_faces_neighbor_idx),
+            array_key(meshes.mesh_to_face_first_idx),
+            array_key(meshes.num_faces_per_mesh),
+            settings.blur_radius, settings.perspective_correct,
+            settings.clip_barycentric_coords, bool(seeded), bool(sorted_tiles), self.tuning,
+        )  # fmt: skip
+        if self._pass is None or self._pass[1] != key:
+            out = self.fragments
+            ps = make_pass(meshes, self, settings, out.pix_to_face, out.zbuf, out.bary_coords,
+                           out.dists)  # fmt: skip
+            ps.seeded = int(seeded)
+            if sorted_tiles:
+                ps.max_per_tile = min(ps.max_per_tile, self.tuning.max_sorted_tile)
+            self._pass = (ps, key)
+        return self._pass
+
+    def matches(self, num_meshes: int, num_faces: int, settings: RasterSettings, device) -> bool:
+        """Whether this workspace serves a call of this size, settings and device."""
+        mine, theirs = self.settings, settings
+        return (
+            self.num_meshes == num_meshes
+            and self.num_faces == num_faces
+            and mine.image_size == theirs.image_size
+            and mine.faces_per_pixel == theirs.faces_per_pixel
+            and mine.bin_size == theirs.bin_size
+            and self.device == wp.get_device(device)
+        )
+
+
+def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face, zq, bary=None,
+              dists=None) -> PassArgs:  # fmt: skip
+    """The argument struct of the raster passes (outputs viewed as (N*H*W, K) rows;
+    their 16-byte views too when the tuning and K allow)."""
+    n, h, w, k = ws.fragments.shape
+    ps = PassArgs()
+    ps.face_mesh = ws.face_mesh
+    ps.face_bbox = ws.face_bbox
+    ps.face_verts = ws.face_verts
+    ps.neighbor = meshes.clipped_faces_neighbor_idx
+    if ps.neighbor is None:
+        ps.neighbor = ws.no_neighbors
+    ps.mesh_first = meshes.mesh_to_face_first_idx
+    ps.mesh_count = meshes.num_faces_per_mesh
+    ps.height = h
+    ps.width = w
+    ps.faces_per_pixel = k
+    ps.blur_radius = settings.blur_radius
+    ps.perspective = int(settings.perspective_correct)
+    ps.clip_bary = int(settings.clip_barycentric_coords)
+    ps.naive = int(not ws.binned)
+    ps.tile_h = ws.tile_h
+    ps.tile_w = ws.tile_w
+    ps.tiles_y = ws.tiles_y
+    ps.tiles_x = ws.tiles_x
+    ps.tile_count = ws.tile_count
+    ps.tile_offset = ws.tile_offset
+    ps.tile_faces = ws.tile_faces
+    ps.max_per_tile = max(ws.max_faces_per_bin, 1)
+    ps.overflow = ws.overflow
+    ps.seeded = 0
+    ps.keys = ws.depth_keys
+    ps.pix_to_face = pix_to_face.reshape((-1, k))
+    ps.zq = zq.reshape((-1, k))
+    ps.wide = 0
+    if bary is not None:
+        ps.bary = bary.reshape((-1, k))
+        ps.dists = dists.reshape((-1, k))
+        views = wide_views(pix_to_face, zq, bary, dists) if ws.tuning.wide_outputs else None
+        if views is not None:
+            ps.wide = 1
+            ps.pix_to_face4, ps.zq4, ps.bary4, ps.dists4 = views
+    return ps

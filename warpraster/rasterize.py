@@ -1,0 +1,142 @@
+"""The public rasterizer entry: validate, pick the path, call the raster stages.
+
+``rasterize_meshes`` turns PyTorch3D's arguments into one
+:class:`~warpraster.settings.RasterSettings`, packs and checks the meshes
+(:mod:`warpraster.meshes`), finds or makes the workspace, and calls
+:func:`warpraster.raster.rasterize_packed` (or the clipped path,
+:func:`warpraster.raster.rasterize_clipped`). Every error is raised here,
+before any kernel runs.
+"""
+
+from __future__ import annotations
+
+from .fragments import Fragments
+from .meshes import pack_meshes
+from .raster import ClipWorkspace, RasterWorkspace, rasterize_clipped, rasterize_packed
+from .settings import RasterSettings, Tuning
+
+__all__ = ["rasterize_meshes"]
+
+_DEFAULTS = RasterSettings()
+
+
+def rasterize_meshes(
+    verts,
+    faces,
+    mesh_to_face_first_idx,
+    num_faces_per_mesh,
+    *,
+    settings: RasterSettings | None = None,
+    image_size=256,
+    blur_radius: float = 0.0,
+    faces_per_pixel: int = 8,
+    bin_size: int | None = None,
+    max_faces_per_bin: int | None = None,
+    perspective_correct: bool = False,
+    clip_barycentric_coords: bool = False,
+    cull_backfaces: bool = False,
+    clipped_faces_neighbor_idx=None,
+    z_clip_value: float | None = None,
+    cull_to_frustum: bool = False,
+    workspace: RasterWorkspace | ClipWorkspace | None = None,
+    validate: bool = True,
+    deterministic: bool = False,
+    exact_perspective_grad: bool = False,
+    tuning: Tuning | None = None,
+) -> Fragments:
+    """Rasterizes a packed batch of triangle meshes, as PyTorch3D's ``rasterize_meshes``.
+
+    Each mesh n of the batch is drawn into its own H x W image; every pixel keeps
+    the K nearest faces that cover it (or come within ``blur_radius`` of it).
+
+    Args:
+        verts: (V, 3) vertices in NDC (x left, y up) with z = depth: a
+            ``wp.array`` of ``vec3`` (its ``.grad`` receives gradients when the
+            call is recorded on a ``wp.Tape``), a (V, 3) float32 ``wp.array``
+            (reinterpreted in place), or a NumPy array (copied to Warp's default
+            device).
+        faces: (F, 3) int vertex indices into ``verts`` (packed, global).
+        mesh_to_face_first_idx: (N,) first face of each mesh (N >= 1).
+        num_faces_per_mesh: (N,) face count of each mesh (0 allowed).
+        settings: a :class:`~warpraster.settings.RasterSettings` holding every
+            option below (then pass none of them), or None to build one from
+            the keywords. Its docstring describes each option.
+        image_size, blur_radius, faces_per_pixel, bin_size, max_faces_per_bin,
+            perspective_correct, clip_barycentric_coords, cull_backfaces,
+            z_clip_value, cull_to_frustum, deterministic, exact_perspective_grad:
+            PyTorch3D's options (and two of ours), see
+            :class:`~warpraster.settings.RasterSettings`.
+        clipped_faces_neighbor_idx: (F,) index of the other half of a face split
+            by near-plane clipping, -1 for none (the default).
+        workspace: reusable buffers (:class:`RasterWorkspace`; with clipping or
+            frustum culling a :class:`ClipWorkspace`). With one, the call
+            allocates nothing; without, one is made for this call.
+        validate: check face indices and offsets on the host (a device read).
+            Pass False in a captured loop once the topology has been checked.
+        tuning: :class:`~warpraster.settings.Tuning` of the workspace this call
+            makes when given none (a given workspace keeps its own ``tuning``).
+
+    Returns:
+        :class:`Fragments` (``pix_to_face``, ``zbuf``, ``bary_coords``, ``dists``),
+        (N, H, W, K) each; with a workspace, its arrays (overwritten by its next call).
+
+    Non-finite vertices: a face with any NaN or inf vertex coordinate is never
+    drawn (it covers no pixel and gets no gradient); other faces are unaffected.
+
+    Raises:
+        TypeError, ValueError: bad input, named by argument, before any kernel runs.
+    """
+    options = dict(
+        image_size=image_size, blur_radius=blur_radius, faces_per_pixel=faces_per_pixel,
+        bin_size=bin_size, max_faces_per_bin=max_faces_per_bin,
+        perspective_correct=perspective_correct, clip_barycentric_coords=clip_barycentric_coords,
+        cull_backfaces=cull_backfaces, z_clip_value=z_clip_value, cull_to_frustum=cull_to_frustum,
+        deterministic=deterministic, exact_perspective_grad=exact_perspective_grad,
+    )  # fmt: skip
+    if settings is None:
+        settings = RasterSettings(**options)
+    elif not isinstance(settings, RasterSettings):
+        raise TypeError(f"settings must be a RasterSettings, got {type(settings).__name__}")
+    elif RasterSettings(**options) != _DEFAULTS:
+        raise ValueError("pass either settings or the render options as keywords, not both")
+    meshes = pack_meshes(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
+                         clipped_faces_neighbor_idx, validate=validate)  # fmt: skip
+    n = meshes.num_meshes
+    settings.check_slots(n)
+    device = meshes.device
+    grad = meshes.verts.requires_grad
+    if settings.clipped:
+        if workspace is None:
+            workspace = ClipWorkspace(num_verts=meshes.num_verts, num_faces=meshes.num_faces,
+                                      num_meshes=n, settings=settings, device=device,
+                                      requires_grad=grad, tuning=tuning)  # fmt: skip
+        elif not isinstance(workspace, ClipWorkspace):
+            raise TypeError(
+                "with z_clip_value or cull_to_frustum, workspace must be a ClipWorkspace, "
+                f"got {type(workspace).__name__}"
+            )
+        elif not workspace.matches(meshes.num_verts, meshes.num_faces, n, settings, device):
+            raise ValueError(
+                "workspace was made for another configuration (vertices, faces, meshes, "
+                "image size, faces_per_pixel, bin_size or device differ)"
+            )
+    else:
+        if workspace is None:
+            workspace = RasterWorkspace(num_meshes=n, num_faces=meshes.num_faces,
+                                        settings=settings, device=device,
+                                        requires_grad=grad, tuning=tuning)  # fmt: skip
+        elif not isinstance(workspace, RasterWorkspace):
+            raise TypeError(
+                f"workspace must be a RasterWorkspace without clipping, got "
+                f"{type(workspace).__name__}"
+            )
+        elif not workspace.matches(n, meshes.num_faces, settings, device):
+            raise ValueError(
+                "workspace was made for another configuration (meshes, faces, image size, "
+                "faces_per_pixel, bin_size or device differ)"
+            )
+    if settings.deterministic and not workspace.deterministic:
+        raise ValueError("deterministic=True needs a workspace made with deterministic=True")
+    if settings.clipped:
+        return rasterize_clipped(meshes, settings, workspace)
+    return rasterize_packed(meshes, workspace, settings)
