@@ -89,11 +89,15 @@ def _sigmoid(x: float) -> float:
 
 @wp.kernel
 def channels_kernel(
-    # Fragments (K = 1), (N, H, W, 1):
+    # Fragments of the sharp pass (K = 1), (N, H, W, 1):
     pix_to_face: wp.array4d(dtype=wp.int32),
     bary: wp.array4d(dtype=wp.vec3),
     zbuf: wp.array4d(dtype=float),
-    dists: wp.array4d(dtype=float),
+    # Fragments of the blurred pass (K = 1; the sharp ones again when sigma = 0):
+    soft_pix_to_face: wp.array4d(dtype=wp.int32),
+    soft_bary: wp.array4d(dtype=wp.vec3),
+    soft_zbuf: wp.array4d(dtype=float),
+    soft_dists: wp.array4d(dtype=float),
     # Model:
     face_vertices: wp.array2d(dtype=wp.int32),
     face_shape: wp.array(dtype=wp.int32),
@@ -126,14 +130,30 @@ def channels_kernel(
 
     Shading is Newton's: hemispheric ambient (``sky`` / ``ground`` blended by the
     normal's ``up`` component, times ``ambient_intensity``) plus one directional
-    light, Lambertian with the face normal, no shadows. With ``sigma > 0`` the
-    coverage is ``sigmoid(-dists / sigma)`` (a soft silhouette) and every float
-    channel is composited over its clear value with it.
+    light, Lambertian with the face normal, no shadows.
+
+    Coverage: a pixel inside a face (sharp pass) has alpha 1. With ``sigma > 0``,
+    a pixel outside every face takes the nearest face of the blurred pass within
+    the blur radius, with alpha ``sigmoid(-dists / sigma)`` (< 0.5, a soft
+    silhouette outside the outline: it gives gradients at object outlines), and
+    every float channel is composited over its clear value with alpha. (One
+    blurred K = 1 pass alone would let a neighbouring face nearer in depth
+    shadow the face that covers an interior pixel.)
     """
     n, y, x = wp.tid()
     w = n // camera_count
     c = n - w * camera_count
     f = pix_to_face[n, y, x, 0]
+    b = bary[n, y, x, 0]
+    fwd = zbuf[n, y, x, 0]
+    a = float(1.0)
+    sharp = f >= 0
+    if not sharp and sigma > 0.0:
+        f = soft_pix_to_face[n, y, x, 0]
+        if f >= 0:
+            b = soft_bary[n, y, x, 0]
+            fwd = soft_zbuf[n, y, x, 0]
+            a = _sigmoid(-soft_dists[n, y, x, 0] / sigma)
     if f < 0:
         color_out[w, c, y, x] = clear_color
         albedo_out[w, c, y, x] = wp.vec3(0.0)
@@ -146,7 +166,6 @@ def channels_kernel(
     p0 = points[face_vertices[f, 0]]
     p1 = points[face_vertices[f, 1]]
     p2 = points[face_vertices[f, 2]]
-    b = bary[n, y, x, 0]
     hit = b[0] * p0 + b[1] * p1 + b[2] * p2
     origin = wp.transform_get_translation(camera_transforms[c, w])
     depth = wp.length(hit - origin)
@@ -160,17 +179,13 @@ def channels_kernel(
     to_light = -wp.normalize(light_direction[0])
     ndotl = wp.max(wp.dot(nrm, to_light), 0.0)
     shaded = shaded + albedo * (ndotl * light_intensity[0])
-    d = dists[n, y, x, 0]
-    a = float(1.0)
-    if sigma > 0.0:
-        a = _sigmoid(-d / sigma)
     color_out[w, c, y, x] = a * shaded + (1.0 - a) * clear_color
     albedo_out[w, c, y, x] = a * albedo
     normal_out[w, c, y, x] = a * nrm
     depth_out[w, c, y, x] = a * depth + (1.0 - a) * clear_depth
-    forward_depth_out[w, c, y, x] = a * zbuf[n, y, x, 0] + (1.0 - a) * clear_depth
+    forward_depth_out[w, c, y, x] = a * fwd + (1.0 - a) * clear_depth
     alpha_out[w, c, y, x] = a
-    if d <= 0.0:
+    if sharp:
         shape_index_out[w, c, y, x] = shape_index[s]
     else:
         shape_index_out[w, c, y, x] = _NO_SHAPE

@@ -56,7 +56,8 @@ class SensorFrame:
             only reached by the soft silhouette's blur counts as empty).
         points: vec3 (V,), world positions of the sensor vertices.
         ndc: vec3 (P,), projected vertices of every image.
-        workspace: the frame's rasterizer buffers (its ``fragments``).
+        workspace: the frame's rasterizer buffers (its ``fragments``), sharp pass.
+        soft_workspace: those of the blurred pass (``silhouette_sigma > 0`` only).
     """
 
     color: wp.array
@@ -69,6 +70,7 @@ class SensorFrame:
     points: wp.array
     ndc: wp.array
     workspace: RasterWorkspace
+    soft_workspace: RasterWorkspace | None = None
 
     CHANNELS = ("color", "albedo", "normal", "depth", "forward_depth", "alpha", "shape_index")
 
@@ -218,15 +220,17 @@ class CameraSensor:
         def img(dtype, grad=rg):
             return wp.zeros(shape, dtype=dtype, device=dev, requires_grad=grad)
 
-        ws = RasterWorkspace(
-            num_meshes=self.num_images,
-            num_faces=self.faces.shape[0],
-            image_size=self.image_size,
-            faces_per_pixel=1,
-            bin_size=self.bin_size,
-            device=dev,
-            requires_grad=rg,
-        )
+        def workspace():
+            return RasterWorkspace(
+                num_meshes=self.num_images,
+                num_faces=self.faces.shape[0],
+                image_size=self.image_size,
+                faces_per_pixel=1,
+                bin_size=self.bin_size,
+                device=dev,
+                requires_grad=rg,
+            )
+
         return SensorFrame(
             color=img(wp.vec3),
             albedo=img(wp.vec3),
@@ -237,7 +241,8 @@ class CameraSensor:
             shape_index=img(wp.uint32, False),
             points=wp.zeros(self.vertex_source.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg),
             ndc=wp.zeros(self.proj_vertex.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg),
-            workspace=ws,
+            workspace=workspace(),
+            soft_workspace=workspace() if self.silhouette_sigma > 0.0 else None,
         )
 
     def _check_input(self, arr, name, dtype, min_len, ndim=1):
@@ -320,24 +325,16 @@ class CameraSensor:
             outputs=[out.ndc],
             device=dev,
         )  # fmt: skip
-        frags = rasterize_meshes(
-            out.ndc,
-            self.faces,
-            self.mesh_first,
-            self.mesh_count,
-            image_size=self.image_size,
-            blur_radius=self.blur_radius,
-            faces_per_pixel=1,
-            bin_size=self.bin_size,
-            perspective_correct=True,
-            workspace=out.workspace,
-            validate=False,
-        )
+        frags = self._rasterize(out, out.workspace, 0.0)
+        soft = frags
+        if out.soft_workspace is not None:
+            soft = self._rasterize(out, out.soft_workspace, self.blur_radius)
         wp.launch(
             channels_kernel,
             dim=(self.num_images, h, w),
             inputs=[
-                frags.pix_to_face, frags.bary_coords, frags.zbuf, frags.dists,
+                frags.pix_to_face, frags.bary_coords, frags.zbuf,
+                soft.pix_to_face, soft.bary_coords, soft.zbuf, soft.dists,
                 self.face_vertices, self.face_shape, self.shape_index, self.camera_count,
                 self.silhouette_sigma, int(self.ambient), self.up,
                 wp.vec3(0.4, 0.4, 0.45), wp.vec3(0.1, 0.1, 0.12), 0.5,
@@ -350,6 +347,21 @@ class CameraSensor:
             device=dev,
         )  # fmt: skip
         return out
+
+    def _rasterize(self, out: SensorFrame, workspace: RasterWorkspace, blur_radius: float):
+        return rasterize_meshes(
+            out.ndc,
+            self.faces,
+            self.mesh_first,
+            self.mesh_count,
+            image_size=self.image_size,
+            blur_radius=blur_radius,
+            faces_per_pixel=1,
+            bin_size=self.bin_size,
+            perspective_correct=True,
+            workspace=workspace,
+            validate=False,
+        )
 
 
 def look_at_transform(eye, target, up=(0.0, 0.0, 1.0)) -> wp.transform:
