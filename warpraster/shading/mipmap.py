@@ -1,0 +1,788 @@
+"""Mip-mapped texture sampling, as nvdiffrast's ``texture``, with exact gradients.
+
+* :class:`MipPyramid` / :func:`build_mipmaps`: levels 1..L of a batch of maps
+  ``(N, Ht, Wt, C)``, built on the device by 2 x 2 box filtering (a 1 x 2 pair
+  once one extent is 1), level l of size ``(max(Ht >> l, 1), max(Wt >> l, 1))``,
+  as nvdiffrast (an odd extent > 1 cannot be halved: limit ``max_mip_level``).
+  The build kernels are recorded on a ``wp.Tape``: gradients reaching a level
+  flow back to the base texels.
+* :func:`texture`: samples per-slot UVs ``(N, H, W, K)`` with their screen-space
+  derivatives (``uv_dx``, ``uv_dy``: per pixel, x right, y down, as
+  :func:`~warpraster.shading.interpolate_vertex_attributes` returns them).
+* :class:`TexturesUVMipmap`: a texture object (maps, ``faces_uvs``, ``verts_uvs``)
+  that interpolates the UVs and their analytic derivatives and samples the
+  pyramid in one kernel, for renderers.
+
+Filtering (:class:`FilterMode`): ``nearest`` and ``linear`` read the base level;
+``linear-mipmap-nearest`` reads bilinearly the level ``floor(lambda)``,
+``linear-mipmap-linear`` blends levels ``floor(lambda)`` and the next by the
+fraction. The level is nvdiffrast's: with texel-space derivatives
+``s = u * Wt``, ``t = v * Ht``, ``A = s_x^2 + t_x^2``, ``B = s_y^2 + t_y^2``,
+``C = s_x s_y + t_x t_y``, the squared major axis of the pixel footprint ellipse
+is ``(A + B) / 2 + sqrt((A - B)^2 / 4 + C^2)`` and
+``lambda = 0.5 * log2(major^2)``, clamped to [0, L].
+Boundaries (:class:`BoundaryMode`): ``wrap`` (repeat), ``clamp`` (to the edge
+texels' centres) and ``zero``. Texel centres sit at ``(i + 0.5) / size``; with
+``flip_v`` (the texture objects' default) v is replaced by ``1 - v`` first, so
+maps keep PyTorch3D's row order (row 0 at v = 1); without it row 0 is at v = 0
+(nvdiffrast's convention).
+
+The samplers are loop-free ``@wp.func`` code; Warp's generated adjoint sends
+gradients to the texels of every level read (then through the pyramid to the
+base), to the UVs, and, in the ``linear-mipmap-linear`` mode, through the level
+fraction to the UV derivatives. The square root and logarithm are taken only
+where their argument is positive, so the adjoint stays finite (zero where the
+footprint is exactly isotropic or degenerate, as nvdiffrast).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+import warp as wp
+
+from ..geometry import pixel_centre
+from ..meshes import as_faces_array, as_vec3_array
+from .interpolate import (
+    _alloc_out,
+    _check_face_range,
+    _is_torch,
+    as_float_array,
+    bary_derivatives,
+    float_view,
+)
+from .textures import fragment_arrays, parse_enum
+
+wp.set_module_options({"fuse_fp": False})
+
+__all__ = [
+    "BoundaryMode",
+    "FilterMode",
+    "MipPyramid",
+    "TexturesUVMipmap",
+    "build_mipmaps",
+    "mip_level_sizes",
+    "texture",
+]
+
+
+class FilterMode(enum.IntEnum):
+    """nvdiffrast's ``filter_mode``."""
+
+    NEAREST = 0
+    LINEAR = 1
+    LINEAR_MIPMAP_NEAREST = 2
+    LINEAR_MIPMAP_LINEAR = 3
+
+
+class BoundaryMode(enum.IntEnum):
+    """nvdiffrast's ``boundary_mode`` (cube maps excluded)."""
+
+    WRAP = 0
+    CLAMP = 1
+    ZERO = 2
+
+
+def mip_level_sizes(height: int, width: int, max_mip_level: int | None = None) -> list:
+    """[(h_l, w_l)] for l = 0..L, as nvdiffrast's mip stack.
+
+    Halves until 1 x 1 or ``max_mip_level`` levels above the base.
+
+    Raises:
+        ValueError: an odd extent > 1 would have to be halved.
+    """
+    if max_mip_level is not None and (not isinstance(max_mip_level, int) or max_mip_level < 0):
+        raise ValueError(f"max_mip_level must be None or an int >= 0, got {max_mip_level!r}")
+    sizes = [(height, width)]
+    h, w = height, width
+    while (h > 1 or w > 1) and (max_mip_level is None or len(sizes) - 1 < max_mip_level):
+        if (w > 1 and w % 2) or (h > 1 and h % 2):
+            raise ValueError(
+                f"maps of {height} x {width} texels cannot be halved at level {len(sizes)} "
+                f"({h} x {w}: an odd extent > 1); use power-of-two maps or limit max_mip_level"
+            )
+        h, w = max(h // 2, 1), max(w // 2, 1)
+        sizes.append((h, w))
+    return sizes
+
+
+# ----------------------------------------------------------------------------- pyramid
+@wp.func
+def level_texel(
+    maps: wp.array4d(dtype=wp.float32),
+    levels: wp.array(dtype=wp.float32),
+    offsets: wp.array(dtype=wp.int32),
+    level: int,
+    m: int,
+    y: int,
+    x: int,
+    c: int,
+) -> float:
+    """Texel (y, x), channel c of map m at ``level`` (0: ``maps``; else the flat buffer)."""
+    if level == 0:
+        return maps[m, y, x, c]
+    h = wp.max(maps.shape[1] >> level, 1)
+    w = wp.max(maps.shape[2] >> level, 1)
+    cc = maps.shape[3]
+    return levels[offsets[level] + ((m * h + y) * w + x) * cc + c]
+
+
+@wp.kernel
+def _build_level(
+    # Texture in:
+    maps: wp.array4d(dtype=wp.float32),
+    levels: wp.array(dtype=wp.float32),
+    offsets: wp.array(dtype=wp.int32),
+    level: int,
+    # Data out (the same flat buffer, level ``level``):
+    levels_out: wp.array(dtype=wp.float32),
+):
+    m, y, x, c = wp.tid()
+    src = level - 1
+    hi = wp.max(maps.shape[1] >> src, 1)
+    wi = wp.max(maps.shape[2] >> src, 1)
+    h = wp.max(maps.shape[1] >> level, 1)
+    w = wp.max(maps.shape[2] >> level, 1)
+    cc = maps.shape[3]
+    value = float(0.0)
+    if hi == 1:
+        value = 0.5 * (
+            level_texel(maps, levels, offsets, src, m, 0, 2 * x, c)
+            + level_texel(maps, levels, offsets, src, m, 0, 2 * x + 1, c)
+        )
+    elif wi == 1:
+        value = 0.5 * (
+            level_texel(maps, levels, offsets, src, m, 2 * y, 0, c)
+            + level_texel(maps, levels, offsets, src, m, 2 * y + 1, 0, c)
+        )
+    else:
+        value = 0.25 * (
+            level_texel(maps, levels, offsets, src, m, 2 * y, 2 * x, c)
+            + level_texel(maps, levels, offsets, src, m, 2 * y, 2 * x + 1, c)
+            + level_texel(maps, levels, offsets, src, m, 2 * y + 1, 2 * x, c)
+            + level_texel(maps, levels, offsets, src, m, 2 * y + 1, 2 * x + 1, c)
+        )
+    levels_out[offsets[level] + ((m * h + y) * w + x) * cc + c] = value
+
+
+class MipPyramid:
+    """Mip levels of a batch of maps, in one flat device buffer.
+
+    Args:
+        maps: (N, Ht, Wt, C) maps (float32 ``wp.array``, (N, Ht, Wt) ``vector(C)``
+            ``wp.array`` or NumPy); level 0 is read from ``maps`` itself.
+        max_mip_level: most levels above the base (None: down to 1 x 1).
+        device, requires_grad: for NumPy ``maps``.
+
+    Attributes:
+        maps: the float32 (N, Ht, Wt, C) base.
+        levels: float32 flat buffer of levels 1..L (level l, map m, row y, column x,
+            channel c at ``offsets[l] + ((m * h_l + y) * w_l + x) * C + c``).
+        offsets: int32 (L + 1,) device array of level offsets (entry 0 unused).
+        sizes: [(h_l, w_l)] for l = 0..L.
+
+    :meth:`build` fills the levels from the current base texels (no allocation:
+    graph-capturable; recorded on a tape, gradients reach the base). Construction
+    calls it once.
+    """
+
+    def __init__(self, maps, *, max_mip_level: int | None = None, device=None,
+                 requires_grad: bool = False):
+        if isinstance(maps, wp.array):
+            device = maps.device
+        self.maps = as_float_array(maps, "maps", (None, None, None, None), device, requires_grad)
+        n, h, w, c = self.maps.shape
+        if min(n, h, w, c) < 1:
+            raise ValueError(f"maps must be non-empty (N, Ht, Wt, C), got {self.maps.shape}")
+        self.device = self.maps.device
+        self.sizes = mip_level_sizes(h, w, max_mip_level)
+        offs = [0, 0]
+        for lh, lw in self.sizes[1:]:
+            offs.append(offs[-1] + n * lh * lw * c)
+        self.offsets = wp.array(np.array(offs[:-1], np.int32), dtype=wp.int32, device=self.device)
+        self.levels = wp.zeros(
+            max(offs[-1], 1), dtype=wp.float32, device=self.device,
+            requires_grad=self.maps.requires_grad,
+        )
+        self.build()
+
+    @property
+    def max_level(self) -> int:
+        """L, the index of the coarsest level."""
+        return len(self.sizes) - 1
+
+    def build(self) -> MipPyramid:
+        """Recomputes levels 1..L from the base texels (L launches)."""
+        n, _, _, c = self.maps.shape
+        for lev in range(1, len(self.sizes)):
+            lh, lw = self.sizes[lev]
+            wp.launch(
+                _build_level,
+                dim=(n, lh, lw, c),
+                inputs=[self.maps, self.levels, self.offsets, lev],
+                outputs=[self.levels],
+                device=self.device,
+            )
+        return self
+
+
+def build_mipmaps(maps, *, max_mip_level: int | None = None) -> MipPyramid:
+    """A :class:`MipPyramid` of ``maps`` (built on the device)."""
+    return MipPyramid(maps, max_mip_level=max_mip_level)
+
+
+# ----------------------------------------------------------------------------- sampling
+@wp.func
+def clamp_branch(x: float, lo: float, hi: float) -> float:
+    """Clamp with zero gradient on and beyond the limits."""
+    if x <= lo:
+        return lo
+    if x >= hi:
+        return hi
+    return x
+
+
+@wp.func
+def boundary_texel(
+    maps: wp.array4d(dtype=wp.float32),
+    levels: wp.array(dtype=wp.float32),
+    offsets: wp.array(dtype=wp.int32),
+    level: int,
+    m: int,
+    y: int,
+    x: int,
+    c: int,
+    h: int,
+    w: int,
+    boundary: int,
+) -> float:
+    """Texel of a bilinear tap, wrapped (wrap), or 0 outside the level (zero, clamp)."""
+    xx = x
+    yy = y
+    if boundary == BoundaryMode.WRAP:
+        if xx < 0:
+            xx = xx + w
+        if xx >= w:
+            xx = xx - w
+        if yy < 0:
+            yy = yy + h
+        if yy >= h:
+            yy = yy - h
+    if xx < 0 or xx >= w or yy < 0 or yy >= h:
+        return 0.0
+    return level_texel(maps, levels, offsets, level, m, yy, xx, c)
+
+
+@wp.func
+def bilinear_level(
+    maps: wp.array4d(dtype=wp.float32),
+    levels: wp.array(dtype=wp.float32),
+    offsets: wp.array(dtype=wp.int32),
+    level: int,
+    m: int,
+    c: int,
+    u: float,
+    v: float,
+    boundary: int,
+) -> float:
+    """Bilinear sample of ``level`` at (u, v) (texel centres at (i + 0.5) / size)."""
+    h = wp.max(maps.shape[1] >> level, 1)
+    w = wp.max(maps.shape[2] >> level, 1)
+    uu = u
+    vv = v
+    if boundary == BoundaryMode.WRAP:
+        uu = uu - wp.floor(uu)
+        vv = vv - wp.floor(vv)
+    x = uu * float(w) - 0.5
+    y = vv * float(h) - 0.5
+    # Far outside (zero mode) or NaN: no tap inside; keeps int() in range.
+    if not (x > -2.0 and x < float(w) + 1.0 and y > -2.0 and y < float(h) + 1.0):
+        return 0.0
+    dx = 1
+    dy = 1
+    if boundary == BoundaryMode.CLAMP:
+        x = clamp_branch(x, 0.0, float(w - 1))
+        y = clamp_branch(y, 0.0, float(h - 1))
+        if x == 0.0 or x == float(w - 1):
+            dx = 0
+        if y == 0.0 or y == float(h - 1):
+            dy = 0
+    x0f = wp.floor(x)
+    y0f = wp.floor(y)
+    x0 = int(x0f)
+    y0 = int(y0f)
+    fx = x - x0f
+    fy = y - y0f
+    a00 = boundary_texel(maps, levels, offsets, level, m, y0, x0, c, h, w, boundary)
+    a10 = boundary_texel(maps, levels, offsets, level, m, y0, x0 + dx, c, h, w, boundary)
+    a01 = boundary_texel(maps, levels, offsets, level, m, y0 + dy, x0, c, h, w, boundary)
+    a11 = boundary_texel(maps, levels, offsets, level, m, y0 + dy, x0 + dx, c, h, w, boundary)
+    top = a00 + fx * (a10 - a00)
+    bottom = a01 + fx * (a11 - a01)
+    return top + fy * (bottom - top)
+
+
+@wp.func
+def nearest_base(
+    maps: wp.array4d(dtype=wp.float32), m: int, c: int, u: float, v: float, boundary: int
+) -> float:
+    """Nearest texel of the base level (nvdiffrast's nearest mode)."""
+    h = maps.shape[1]
+    w = maps.shape[2]
+    uu = u
+    vv = v
+    if boundary == BoundaryMode.WRAP:
+        uu = uu - wp.floor(uu)
+        vv = vv - wp.floor(vv)
+    # Bounded (and NaN sent to -1) before int(); the outcome is unchanged.
+    x = uu * float(w)
+    y = vv * float(h)
+    if not (x >= -1.0):
+        x = -1.0
+    if not (y >= -1.0):
+        y = -1.0
+    x = wp.min(x, float(w) + 1.0)
+    y = wp.min(y, float(h) + 1.0)
+    ix = int(wp.floor(x))
+    iy = int(wp.floor(y))
+    if boundary == BoundaryMode.ZERO:
+        if ix < 0 or ix >= w or iy < 0 or iy >= h:
+            return 0.0
+    ix = wp.clamp(ix, 0, w - 1)
+    iy = wp.clamp(iy, 0, h - 1)
+    return maps[m, iy, ix, c]
+
+
+@wp.func
+def mip_level(
+    dudx: float, dvdx: float, dudy: float, dvdy: float, h: int, w: int, max_level: int
+) -> float:
+    """nvdiffrast's level: 0.5 log2 of the squared major axis of the texel footprint."""
+    sx = dudx * float(w)
+    sy = dudy * float(w)
+    tx = dvdx * float(h)
+    ty = dvdy * float(h)
+    a = sx * sx + tx * tx
+    b = sy * sy + ty * ty
+    cc = sx * sy + tx * ty
+    l2b = 0.5 * (a + b)
+    l2n = 0.25 * (a - b) * (a - b) + cc * cc
+    l2a = float(0.0)
+    if l2n > 0.0:
+        l2a = wp.sqrt(l2n)
+    major = l2b + l2a
+    flevel = float(0.0)
+    if major > 0.0:
+        flevel = 0.5 * wp.log2(major)
+    return clamp_branch(flevel, 0.0, float(max_level))
+
+
+@wp.func
+def mip_sample_channel(
+    maps: wp.array4d(dtype=wp.float32),
+    levels: wp.array(dtype=wp.float32),
+    offsets: wp.array(dtype=wp.int32),
+    max_level: int,
+    m: int,
+    c: int,
+    uv: wp.vec2,
+    uv_dx: wp.vec2,
+    uv_dy: wp.vec2,
+    filter_mode: int,
+    boundary: int,
+    flip_v: int,
+) -> float:
+    """Channel ``c`` of map ``m`` sampled as nvdiffrast's ``texture`` at ``uv``."""
+    u = uv[0]
+    v = uv[1]
+    dvx = uv_dx[1]
+    dvy = uv_dy[1]
+    if flip_v != 0:
+        v = 1.0 - v
+        dvx = -dvx
+        dvy = -dvy
+    if filter_mode == FilterMode.NEAREST:
+        return nearest_base(maps, m, c, u, v, boundary)
+    if filter_mode == FilterMode.LINEAR or max_level == 0:
+        return bilinear_level(maps, levels, offsets, 0, m, c, u, v, boundary)
+    flevel = mip_level(uv_dx[0], dvx, uv_dy[0], dvy, maps.shape[1], maps.shape[2], max_level)
+    level0 = int(wp.floor(flevel))
+    a = bilinear_level(maps, levels, offsets, level0, m, c, u, v, boundary)
+    if filter_mode == FilterMode.LINEAR_MIPMAP_LINEAR and flevel > 0.0:
+        level1 = wp.min(level0 + 1, max_level)
+        frac = flevel - float(level0)
+        bb = bilinear_level(maps, levels, offsets, level1, m, c, u, v, boundary)
+        a = a + frac * (bb - a)
+    return a
+
+
+@wp.kernel
+def _texture(
+    # Slots in:
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    uv: wp.array4d(dtype=wp.vec2),
+    uv_dx: wp.array4d(dtype=wp.vec2),
+    uv_dy: wp.array4d(dtype=wp.vec2),
+    # Texture in:
+    maps: wp.array4d(dtype=wp.float32),
+    levels: wp.array(dtype=wp.float32),
+    offsets: wp.array(dtype=wp.int32),
+    max_level: int,
+    filter_mode: int,
+    boundary: int,
+    flip_v: int,
+    # Data out: (N, H, W, K * C) float view of a vector(C) array
+    texels_out: wp.array4d(dtype=wp.float32),
+):
+    n, yi, xi, j = wp.tid()
+    cc = maps.shape[3]
+    k = j // cc
+    c = j - k * cc
+    if pix_to_face:
+        if pix_to_face[n, yi, xi, k] < 0:
+            texels_out[n, yi, xi, j] = 0.0
+            return
+    dx = wp.vec2(0.0)
+    dy = wp.vec2(0.0)
+    if uv_dx:
+        dx = uv_dx[n, yi, xi, k]
+        dy = uv_dy[n, yi, xi, k]
+    m = n
+    if maps.shape[0] == 1:
+        m = 0
+    texels_out[n, yi, xi, j] = mip_sample_channel(
+        maps, levels, offsets, max_level, m, c, uv[n, yi, xi, k], dx, dy, filter_mode,
+        boundary, flip_v,
+    )
+
+
+def _as_slot_vec2(x, name: str, shape, device) -> wp.array:
+    if _is_torch(x):
+        raise TypeError(f"{name} is a torch tensor: use warpraster.torch for torch inputs")
+    if isinstance(x, wp.array):
+        if x.dtype != wp.vec2 or x.ndim != 4:
+            raise TypeError(
+                f"{name} must be a wp.array of vec2 with shape (N, H, W, K), got dtype "
+                f"{wp.types.type_repr(x.dtype)} shape {x.shape}"
+            )
+        if shape is not None and tuple(x.shape) != tuple(shape):
+            raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(x.shape)}")
+        if wp.get_device(x.device) != wp.get_device(device):
+            raise ValueError(f"{name} is on device {x.device}, expected {device}")
+        return x
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold numbers, got dtype {a.dtype}")
+    if a.ndim != 5 or a.shape[-1] != 2 or (shape is not None and a.shape[:4] != tuple(shape)):
+        want = "(N, H, W, K, 2)" if shape is None else str(tuple(shape) + (2,))
+        raise ValueError(f"{name} must have shape {want}, got {a.shape}")
+    return wp.array(np.ascontiguousarray(a, dtype=np.float32), dtype=wp.vec2, device=device)
+
+
+def _as_slot_faces(x, shape, device) -> wp.array:
+    if _is_torch(x):
+        raise TypeError("pix_to_face is a torch tensor: use warpraster.torch for torch inputs")
+    if isinstance(x, wp.array):
+        if x.dtype != wp.int32 or tuple(x.shape) != tuple(shape):
+            raise ValueError(
+                f"pix_to_face must be an int32 wp.array of shape {tuple(shape)}, got dtype "
+                f"{wp.types.type_repr(x.dtype)} shape {tuple(x.shape)}"
+            )
+        if wp.get_device(x.device) != wp.get_device(device):
+            raise ValueError(f"pix_to_face is on device {x.device}, expected {device}")
+        return x
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu" or a.shape != tuple(shape):
+        raise ValueError(f"pix_to_face must be integers of shape {tuple(shape)}, got {a.dtype} {a.shape}")
+    return wp.array(a.astype(np.int32), dtype=wp.int32, device=device)
+
+
+def _modes(filter_mode, boundary_mode, has_derivatives: bool):
+    if isinstance(filter_mode, str) and filter_mode.strip().lower() == "auto":
+        filter_mode = FilterMode.LINEAR_MIPMAP_LINEAR if has_derivatives else FilterMode.LINEAR
+    fm = parse_enum(filter_mode, FilterMode, "filter_mode")
+    bm = parse_enum(boundary_mode, BoundaryMode, "boundary_mode")
+    return fm, bm
+
+
+def texture(
+    tex,
+    uv,
+    uv_dx=None,
+    uv_dy=None,
+    *,
+    pix_to_face=None,
+    filter_mode: str | FilterMode = "auto",
+    boundary_mode: str | BoundaryMode = "wrap",
+    max_mip_level: int | None = None,
+    flip_v: bool = False,
+    out: wp.array | None = None,
+) -> wp.array:
+    """Samples maps at per-slot UVs, as nvdiffrast's ``texture`` (mip-mapped with derivatives).
+
+    Args:
+        tex: (N, Ht, Wt, C) maps (one per image, or one shared; float32 / vector
+            ``wp.array`` or NumPy; row 0 at v = 0 unless ``flip_v``) or a
+            :class:`MipPyramid` (capturable: rebuild it with ``tex.build()`` when
+            the texels change).
+        uv: (N, H, W, K) ``vec2`` array (or NumPy (N, H, W, K, 2)).
+        uv_dx, uv_dy: d uv / d x and d uv / d y per pixel (x right, y down), same
+            shape; required by the mip-mapped filter modes.
+        pix_to_face: optional (N, H, W, K) int32: slots with -1 give zeros.
+        filter_mode: ``"auto"`` (``linear-mipmap-linear`` with derivatives, else
+            ``linear``), ``"nearest"``, ``"linear"``, ``"linear-mipmap-nearest"``,
+            ``"linear-mipmap-linear"`` (or :class:`FilterMode`).
+        boundary_mode: ``"wrap"``, ``"clamp"`` or ``"zero"`` (or :class:`BoundaryMode`).
+        max_mip_level: limit of the pyramid built from plain maps (ignored for a
+            :class:`MipPyramid`).
+        flip_v: sample at ``1 - v`` (maps in PyTorch3D's row order).
+        out: optional preallocated (N, H, W, K) ``vector(C)`` result.
+
+    Returns:
+        ``wp.array`` (N, H, W, K) of ``vector(C, float32)``. On a ``wp.Tape``
+        gradients flow to the texels, ``uv`` and (``linear-mipmap-linear``)
+        ``uv_dx``/``uv_dy``.
+    """
+    fm, bm = _modes(filter_mode, boundary_mode, uv_dx is not None)
+    mips = fm in (FilterMode.LINEAR_MIPMAP_NEAREST, FilterMode.LINEAR_MIPMAP_LINEAR)
+    if isinstance(tex, MipPyramid):
+        pyramid = tex
+    elif mips:
+        pyramid = MipPyramid(tex, max_mip_level=max_mip_level,
+                             device=uv.device if isinstance(uv, wp.array) else None)
+    else:
+        pyramid = None
+    if pyramid is not None:
+        maps, levels, offsets, max_level = (
+            pyramid.maps, pyramid.levels, pyramid.offsets, pyramid.max_level
+        )
+    else:
+        maps = as_float_array(
+            tex, "tex", (None, None, None, None), uv.device if isinstance(uv, wp.array) else None
+        )
+        levels, offsets, max_level = None, None, 0
+    device = maps.device
+    uvs = _as_slot_vec2(uv, "uv", None, device)
+    shape = tuple(uvs.shape)
+    if mips and (uv_dx is None or uv_dy is None):
+        raise ValueError(f"filter_mode {fm.name.lower()} needs uv_dx and uv_dy")
+    if (uv_dx is None) != (uv_dy is None):
+        raise ValueError("uv_dx and uv_dy must be given together")
+    dxs = None if uv_dx is None else _as_slot_vec2(uv_dx, "uv_dx", shape, device)
+    dys = None if uv_dy is None else _as_slot_vec2(uv_dy, "uv_dy", shape, device)
+    p2f = None
+    if pix_to_face is not None:
+        p2f = _as_slot_faces(pix_to_face, shape, device)
+    if maps.shape[0] not in (1, shape[0]):
+        raise ValueError(f"tex has {maps.shape[0]} maps for {shape[0]} images (need 1 or {shape[0]})")
+    c = maps.shape[3]
+    rg = bool(maps.requires_grad or uvs.requires_grad or (dxs is not None and dxs.requires_grad))
+    texels = _alloc_out(out, "out", shape, c, device, rg)
+    n, h, w, k = shape
+    wp.launch(
+        _texture,
+        dim=(n, h, w, k * c),
+        inputs=[p2f, uvs, dxs, dys, maps, levels, offsets, max_level, int(fm), int(bm),
+                int(bool(flip_v))],
+        outputs=[float_view(texels)],
+        device=device,
+    )
+    return texels
+
+
+# ----------------------------------------------------------------------------- texture object
+@wp.kernel
+def _sample_uv_mipmap(
+    # Fragments in:
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    bary_coords: wp.array4d(dtype=wp.vec3),
+    # Geometry in (derivatives):
+    verts_ndc: wp.array(dtype=wp.vec3),
+    faces: wp.array2d(dtype=wp.int32),
+    perspective: int,
+    # Texture in:
+    faces_uvs: wp.array2d(dtype=wp.int32),
+    verts_uvs: wp.array2d(dtype=wp.float32),
+    maps: wp.array4d(dtype=wp.float32),
+    levels: wp.array(dtype=wp.float32),
+    offsets: wp.array(dtype=wp.int32),
+    max_level: int,
+    filter_mode: int,
+    boundary: int,
+    flip_v: int,
+    # Data out: (N, H, W, K * C) float view of a vector(C) array
+    texels_out: wp.array4d(dtype=wp.float32),
+):
+    n, yi, xi, j = wp.tid()
+    cc = maps.shape[3]
+    k = j // cc
+    c = j - k * cc
+    f = pix_to_face[n, yi, xi, k]
+    if f < 0:
+        texels_out[n, yi, xi, j] = 0.0
+        return
+    b = bary_coords[n, yi, xi, k]
+    uv0 = wp.vec2(verts_uvs[faces_uvs[f, 0], 0], verts_uvs[faces_uvs[f, 0], 1])
+    uv1 = wp.vec2(verts_uvs[faces_uvs[f, 1], 0], verts_uvs[faces_uvs[f, 1], 1])
+    uv2 = wp.vec2(verts_uvs[faces_uvs[f, 2], 0], verts_uvs[faces_uvs[f, 2], 1])
+    uv = b[0] * uv0 + b[1] * uv1 + b[2] * uv2
+    duv_dx = wp.vec2(0.0)
+    duv_dy = wp.vec2(0.0)
+    if verts_ndc:
+        height = pix_to_face.shape[1]
+        width = pix_to_face.shape[2]
+        p = pixel_centre(yi, xi, height, width)
+        dbx, dby = bary_derivatives(
+            p, verts_ndc[faces[f, 0]], verts_ndc[faces[f, 1]], verts_ndc[faces[f, 2]], perspective
+        )
+        step = -2.0 / float(wp.min(height, width))
+        duv_dx = step * (dbx[0] * uv0 + dbx[1] * uv1 + dbx[2] * uv2)
+        duv_dy = step * (dby[0] * uv0 + dby[1] * uv1 + dby[2] * uv2)
+    m = n
+    if maps.shape[0] == 1:
+        m = 0
+    texels_out[n, yi, xi, j] = mip_sample_channel(
+        maps, levels, offsets, max_level, m, c, uv, duv_dx, duv_dy, filter_mode, boundary, flip_v
+    )
+
+
+class TexturesUVMipmap:
+    """UV textures filtered as nvdiffrast's ``texture`` (mip-mapped, wrap/clamp/zero).
+
+    Same inputs as :class:`~warpraster.shading.TexturesUV` (maps in PyTorch3D's
+    row order by default, ``faces_uvs``, ``verts_uvs``); sampling interpolates the
+    UVs, their analytic screen-space derivatives (from the projected vertices) and
+    samples the pyramid, in one kernel.
+
+    Args:
+        maps: (N, Ht, Wt, C) (or (1, Ht, Wt, C) shared); float32 / vector
+            ``wp.array`` (zero-copy) or NumPy.
+        faces_uvs: (F, 3) indices into ``verts_uvs``.
+        verts_uvs: (T, 2) UVs (float32 ``wp.array``, ``vec2`` ``wp.array`` or NumPy).
+        filter_mode: see :func:`texture` (default ``linear-mipmap-linear``).
+        boundary_mode: ``wrap`` (default), ``clamp`` or ``zero``.
+        max_mip_level: limit of the pyramid (None: down to 1 x 1).
+        flip_v: True (default): row 0 at v = 1 (PyTorch3D); False: nvdiffrast's rows.
+        device, requires_grad: for NumPy inputs.
+
+    The pyramid is rebuilt from the base texels by every :meth:`sample_textures`
+    call (so texel updates are seen and gradients reach the base); pass
+    ``rebuild_mipmaps=False`` to skip that when the texels are constant.
+    """
+
+    def __init__(
+        self,
+        maps,
+        faces_uvs,
+        verts_uvs,
+        *,
+        filter_mode: str | FilterMode = "linear-mipmap-linear",
+        boundary_mode: str | BoundaryMode = "wrap",
+        max_mip_level: int | None = None,
+        flip_v: bool = True,
+        device=None,
+        requires_grad: bool = False,
+    ):
+        for x in (maps, verts_uvs, faces_uvs):
+            if isinstance(x, wp.array):
+                device = x.device
+                break
+        self.filter_mode, self.boundary_mode = _modes(filter_mode, boundary_mode, True)
+        self.flip_v = bool(flip_v)
+        self.pyramid = MipPyramid(
+            maps, max_mip_level=max_mip_level if self.uses_mipmaps else 0, device=device,
+            requires_grad=requires_grad,
+        )
+        self.maps = self.pyramid.maps
+        self.device = self.pyramid.device
+        self.verts_uvs = as_float_array(
+            verts_uvs, "verts_uvs", (None, 2), self.device, requires_grad
+        )
+        self.faces_uvs = as_faces_array(faces_uvs, "faces_uvs", self.device)
+        _check_face_range(self.faces_uvs, self.verts_uvs.shape[0], "faces_uvs", "UVs")
+
+    @property
+    def uses_mipmaps(self) -> bool:
+        return self.filter_mode in (
+            FilterMode.LINEAR_MIPMAP_NEAREST, FilterMode.LINEAR_MIPMAP_LINEAR
+        )
+
+    @property
+    def channels(self) -> int:
+        return self.maps.shape[3]
+
+    def sample_textures(
+        self,
+        fragments,
+        faces=None,
+        *,
+        verts_ndc=None,
+        perspective_correct: bool = True,
+        out: wp.array | None = None,
+        rebuild_mipmaps: bool = True,
+        validate: bool = True,
+    ) -> wp.array:
+        """Per-slot texels (zeros in empty slots).
+
+        Args:
+            fragments: :class:`~warpraster.Fragments` (or a (pix_to_face, bary_coords) pair).
+            faces: (F, 3) packed faces into ``verts_ndc`` (required with mipmaps).
+            verts_ndc: (V, 3) projected vertices the fragments were rasterized from
+                (required with mipmaps: the UV derivatives come from them).
+            perspective_correct: the rasterizer's setting.
+            out: optional preallocated (N, H, W, K) ``vector(C)`` result (with
+                ``validate=False`` the call allocates nothing: capturable).
+            rebuild_mipmaps: rebuild the pyramid from the base texels first.
+            validate: check face indices on the host.
+
+        Returns:
+            ``wp.array`` (N, H, W, K) of ``vector(C, float32)``; on a ``wp.Tape``
+            gradients flow to ``maps`` (through the pyramid), ``verts_uvs``, the
+            barycentrics and ``verts_ndc``.
+        """
+        p2f, bary = fragment_arrays(fragments)
+        n = p2f.shape[0]
+        if self.maps.shape[0] not in (1, n):
+            raise ValueError(f"maps has {self.maps.shape[0]} maps for {n} images (need 1 or {n})")
+        vn = None
+        fcs = None
+        if self.uses_mipmaps:
+            if verts_ndc is None or faces is None:
+                raise ValueError(
+                    f"filter_mode {self.filter_mode.name.lower()} needs verts_ndc and faces "
+                    "(the UV derivatives come from the projected vertices)"
+                )
+        if verts_ndc is not None:
+            if faces is None:
+                raise ValueError("faces must be given with verts_ndc")
+            vn = as_vec3_array(verts_ndc, "verts_ndc", self.device)
+            fcs = as_faces_array(faces, "faces", self.device)
+            if fcs.shape[0] != self.faces_uvs.shape[0]:
+                raise ValueError(
+                    f"faces has {fcs.shape[0]} faces, faces_uvs has {self.faces_uvs.shape[0]}"
+                )
+            if validate:
+                _check_face_range(fcs, vn.shape[0], "faces", "vertices in verts_ndc")
+        if rebuild_mipmaps and self.uses_mipmaps:
+            self.pyramid.build()
+        c = self.channels
+        rg = bool(
+            self.maps.requires_grad or self.verts_uvs.requires_grad or bary.requires_grad
+            or (vn is not None and vn.requires_grad)
+        )
+        texels = _alloc_out(out, "out", tuple(p2f.shape), c, self.device, rg)
+        nn, h, w, k = p2f.shape
+        wp.launch(
+            _sample_uv_mipmap,
+            dim=(nn, h, w, k * c),
+            inputs=[
+                p2f, bary, vn, fcs, int(bool(perspective_correct)), self.faces_uvs,
+                self.verts_uvs, self.maps, self.pyramid.levels, self.pyramid.offsets,
+                self.pyramid.max_level, int(self.filter_mode), int(self.boundary_mode),
+                int(self.flip_v),
+            ],
+            outputs=[float_view(texels)],
+            device=self.device,
+        )
+        return texels
