@@ -1,13 +1,23 @@
 """The hand-written backward (warpraster.backward) against Warp's generated adjoint
-of the straight-line recompute (warpraster.fragments), an independent derivation
-of the same derivatives, on random scenes and every flag that changes them."""
+of the straight-line recompute (warpraster.backward.recompute), an independent
+derivation of the same derivatives, on random scenes and every flag that changes them.
+
+The two follow different conventions at ties and clamps (the hand-written one
+PyTorch3D's, the generated adjoint Warp's ``wp.min``/``wp.max``/``wp.clamp``
+adjoints; docs/BACKWARD.md), so they are compared on random scenes, where no
+pixel centre lies exactly on an edge, a vertex, a medial axis of the distance
+or a clamp, and with ``exact_perspective_grad=True``: the perspective scenes
+clamp the denominator at blurred pixels outside the face, where PyTorch3D's
+default gradient is not the derivative (Warp's adjoint of ``wp.max`` is).
+tests/test_backward_conventions.py checks the ties and clamps.
+"""
 
 import numpy as np
 import pytest
 import warp as wp
 
 import warpraster as wr
-from warpraster.fragments import recompute_fragments
+from warpraster.backward import recompute_fragments
 
 FLAGS = [
     {},
@@ -43,13 +53,14 @@ def _seeded_grads(shape, seed):
     )
 
 
-def _grads(v, f, first, count, size, device, deterministic, flags, k=3):
+def _grads(v, f, first, count, size, device, deterministic, flags, k=3, specialize=None):
     verts = wp.array(v, dtype=wp.vec3, device=device, requires_grad=True)
     tape = wp.Tape()
     with tape:
         fr = wr.rasterize_meshes(
             verts, f, first, count, image_size=size, faces_per_pixel=k, bin_size=8,
-            deterministic=deterministic, **flags,
+            deterministic=deterministic, tuning=wr.Tuning(specialize=specialize),
+            exact_perspective_grad=True, **flags,
         )  # fmt: skip
     gz, gb, gd = _seeded_grads(fr.shape, 0)
     fr.zbuf.grad.assign(gz)
@@ -86,14 +97,13 @@ def _grads(v, f, first, count, size, device, deterministic, flags, k=3):
     ids=["atomic", "deterministic", "atomic-flag-kernels"],
 )
 @pytest.mark.parametrize("flags", FLAGS, ids=lambda f: "-".join(f) or "plain")
-def test_hand_written_backward_equals_warp_autodiff(
-    flags, deterministic, specialize, device, monkeypatch
-):
+def test_hand_written_backward_equals_warp_autodiff(flags, deterministic, specialize, device):
     """Also with the flags compiled into the kernels (CUDA's default), forced here
     on the CPU too."""
-    monkeypatch.setattr(wr.variants, "SPECIALIZE", specialize)
     v, f, first, count, size = _scene(5)
-    ours, auto, fr = _grads(v, f, first, count, size, device, deterministic, flags)
+    ours, auto, fr = _grads(
+        v, f, first, count, size, device, deterministic, flags, specialize=specialize
+    )
     assert (fr.pix_to_face.numpy() >= 0).sum() > 200  # the scene covers many slots
     assert np.abs(auto).max() > 1.0
     # Same derivatives in float32, summed in a different order (per face, then

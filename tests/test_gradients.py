@@ -1,7 +1,7 @@
 """Gradients of ``rasterize_meshes`` to the vertices (tape-recorded backward).
 
 Three backward modes: what ``rasterize_meshes`` records (``atomic``, and
-``deterministic=True``), and ``sorted``: :class:`warpraster.fragments.DeterministicBackward`
+``deterministic=True``), and ``sorted``: :class:`warpraster.backward.SortedBackward`
 recorded by ``recompute_fragments`` on the faces the raster pass chose.
 
 * PyTorch3D parity: ``grad_verts`` of every raw reference case, both raster
@@ -25,12 +25,8 @@ from p3d_cases import case_params, load_case, raster_args, raw_case_names
 from warp.autograd import gradcheck, gradcheck_tape
 
 import warpraster as wr
-from warpraster.deterministic import SortedSegmentSum
-from warpraster.fragments import (
-    DeterministicBackward,
-    allocate_fragments,
-    recompute_fragments,
-)
+from warpraster.backward import DeterministicBackward, SortedSegmentSum, recompute_fragments
+from warpraster.fragments import allocate_fragments
 
 # grad_verts vs PyTorch3D: both sum the same float32 per-slot terms, in another
 # order (PyTorch3D: pixel order, one vertex at a time); the README suggests
@@ -89,7 +85,7 @@ def _warp_inputs(verts, faces, first, count, device):
 
 
 #: Backward modes: what rasterize_meshes records (atomics / deterministic=True),
-#: and fragments.DeterministicBackward (sorted per-slot sums) on its fragments.
+#: and backward.SortedBackward (sorted per-slot sums) on its fragments.
 BACKWARDS = ["atomic", "deterministic", "sorted"]
 
 

@@ -1,0 +1,76 @@
+"""The active ``wp.Tape`` and the guard against recording one workspace twice on it.
+
+A render writes its fragments into its workspace's arrays, and the backward
+registered on the tape reads them (and the workspace's per-face buffers) when
+``tape.backward()`` runs. A second render with the same workspace overwrites
+them: the first render's backward would then run on the second render's
+fragments and give wrong gradients without a word (WARP-NOTES: overwriting an
+array the tape still needs). :class:`RecordGuard` catches both ways this
+happens:
+
+* at record time: the workspace is recorded again on a tape that still holds
+  its earlier recording (``tape.reset()`` clears a tape's recordings;
+  ``tape.zero()`` only zeroes gradients and does not);
+* at backward time: the workspace rendered again (on another tape or with no
+  tape at all) after the recording that is being replayed.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import warp as wp
+
+__all__ = ["RecordGuard", "active_tape"]
+
+
+def active_tape():
+    """The ``wp.Tape`` currently recording, or None (Warp keeps it on its runtime)."""
+    runtime = getattr(wp._src.context, "runtime", None)
+    return getattr(runtime, "tape", None)
+
+
+_WORKSPACE_ADVICE = (
+    "use one workspace per render recorded on a tape (e.g. one RasterWorkspace per frame), "
+    "or call tape.reset() before recording the workspace again"
+)
+
+
+class RecordGuard:
+    """Per-workspace record of the renders and of the tape entry of the last one."""
+
+    def __init__(self):
+        self.renders = 0  # renders into the workspace so far
+        self._tape = None  # weakref to the tape of the last recording
+        self._entry = None  # (index in tape.launches, the recorded callable)
+
+    def note_render(self) -> int:
+        """Counts a render into the workspace (every render, recorded or not)."""
+        self.renders += 1
+        return self.renders
+
+    def check_record(self, tape) -> None:
+        """Raises ValueError if ``tape`` still holds a recording of this workspace."""
+        if self._tape is None or self._tape() is not tape:
+            return
+        i, fn = self._entry
+        if i < len(tape.launches) and tape.launches[i] is fn:
+            raise ValueError(
+                "workspace: this workspace is already recorded on the active tape; a second "
+                "render with it overwrites the fragments the first render's backward needs "
+                f"({_WORKSPACE_ADVICE})"
+            )
+
+    def recorded(self, tape, fn) -> None:
+        """Notes that ``fn`` was just appended to ``tape.launches``."""
+        self._tape = weakref.ref(tape)
+        self._entry = (len(tape.launches) - 1, fn)
+
+    def check_backward(self, render: int) -> None:
+        """Raises ValueError if the workspace rendered again after render ``render``."""
+        if self.renders != render:
+            raise ValueError(
+                "workspace: the workspace rendered again after this render was recorded on "
+                "the tape, so its fragments no longer belong to the render being "
+                f"differentiated ({_WORKSPACE_ADVICE})"
+            )
