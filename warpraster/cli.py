@@ -1,149 +1,536 @@
-"""The ``warpraster`` command: render a mesh file to images, or run the benchmark.
+"""The ``warpraster`` command: render a USD scene to images, describe a scene, run the benchmark.
 
-``warpraster render [MESH.obj] --out DIR`` rasterizes the mesh through a
-perspective camera looking at it and writes ``depth.png``, ``faces.png`` (face
-ids in hashed colours) and ``shaded.png`` (Lambert shading from face normals),
-plus ``fragments.npz`` with the raw outputs. With no mesh it renders the bundled
-default scene, ``assets/default_scene.obj``.
+``warpraster render [SCENE] --out DIR`` renders every frame of a USD stage
+(``.usd``, ``.usda``, ``.usdc``, ``.usdz``; an ``.obj`` mesh works too) through
+one of its cameras (or a default camera framing it) and writes one RGBA colour
+PNG per frame, ``color.<frame>.png`` (alpha = coverage), plus depth, id images
+and raw fragments on request. With no scene it renders the bundled scene.
+``warpraster info SCENE`` lists meshes, materials, cameras, lights and the
+frame range. ``warpraster bench ...`` runs the benchmark (``warpraster bench --help``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import time
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-DEFAULT_SCENE = Path(__file__).resolve().parents[1] / "assets" / "default_scene.obj"
+USD_SUFFIXES = (".usd", ".usda", ".usdc", ".usdz")
+MESH_SUFFIXES = (".obj",)
+DEFAULT_SCENE_NAME = "default_scene.usda"
+DEFAULT_WIDTH = 640
+
+_RENDER_EPILOG = """\
+outputs (in --out, frame numbers as 4 digits, e.g. color.0001.png):
+  color.<frame>.png    RGBA, 8-bit sRGB colour, alpha = coverage (straight alpha)
+  depth.<frame>.png    with --depth: 16-bit, 0 = empty, v in 1..65535 maps linearly to
+                       view depth between the frame's nearest and farthest hit, which the
+                       PNG's text chunk "warpraster:depth_range" holds; depth.<frame>.exr
+                       (float32 view depth, inf = empty) when the openexr package is installed
+  face_id.<frame>.png  with --ids: id + 1 as 24-bit RGB (R + 256 G + 65536 B; 0 = empty),
+  mesh_id.<frame>.png  face ids index the packed triangles, mesh ids the meshes in `info` order
+  fragments.<frame>.npz  with --fragments: pix_to_face, zbuf, bary_coords, dists (K = 1)
+Files are written under a temporary name and renamed when complete.
+
+exit codes: 0 done, 1 the scene cannot be read or rendered, 2 bad arguments
+"""
 
 
-def _hash_colours(ids: np.ndarray) -> np.ndarray:
-    """A stable, well-spread RGB colour per face id; black for -1."""
-    x = (ids.astype(np.int64) + 1) * 2654435761 % (2**32)
-    rgb = np.stack([(x >> 16) & 255, (x >> 8) & 255, x & 255], -1).astype(np.uint8)
-    rgb = rgb // 2 + 96
-    rgb[ids < 0] = 0
-    return rgb
+class CliError(Exception):
+    """A failure reported as one line, ``error: <message>``, with an exit code."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(" ".join(str(message).split()))
+        self.code = code
 
 
-def render_images(
-    verts: np.ndarray,
-    faces: np.ndarray,
-    *,
-    image_size=(384, 512),
-    faces_per_pixel: int = 1,
-    dist: float = 3.2,
-    elev: float = 25.0,
-    azim: float = 30.0,
-    fov: float = 50.0,
-    device: str | None = None,
-) -> dict[str, np.ndarray]:
-    """Rasterizes one world-space mesh through a look-at perspective camera.
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (no usage block), exit code 2."""
 
-    Returns the fragments as NumPy arrays plus ``depth``, ``faces`` and ``shaded``
-    images (uint8, (H, W) or (H, W, 3)).
-    """
+    def error(self, message):
+        raise CliError(f"{self.prog}: {message} (see {self.prog} --help)", 2)
+
+
+# --------------------------------------------------------------------------- set-up
+def default_scene_path() -> Path:
+    """The bundled USD scene (package data, so it works from any folder after install)."""
+    return Path(str(resources.files("warpraster") / "assets" / DEFAULT_SCENE_NAME))
+
+
+@contextlib.contextmanager
+def _stderr_silenced(active: bool):
+    """Silences file descriptor 2 (native Warp start-up notices) while active."""
+    if not active:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _init_warp(verbose: bool):
+    """Imports and starts Warp: quiet (no banner, no module-load lines) unless verbose."""
     import warp as wp
 
-    from .camera import FoVPerspectiveCameras, look_at_view_transform
-    from .rasterizer import MeshRasterizer, RasterizationSettings
+    if not verbose:
+        wp.config.quiet = True
+        wp.config.log_level = wp.LOG_WARNING
+    with _stderr_silenced(not verbose):
+        wp.init()
+    return wp
 
-    wp.init()
-    h, w = image_size
-    R, T = look_at_view_transform(dist=dist, elev=elev, azim=azim)
-    cameras = FoVPerspectiveCameras(R=R, T=T, fov=fov, aspect_ratio=1.0, device=device)
-    settings = RasterizationSettings(image_size=(h, w), faces_per_pixel=faces_per_pixel)
-    rasterizer = MeshRasterizer(cameras=cameras, raster_settings=settings)
-    v = wp.array(verts, dtype=wp.vec3, device=device)
-    f = wp.array(faces, dtype=wp.int32, device=device)
-    frags = rasterizer(v, f, np.array([0], np.int32), np.array([len(faces)], np.int32))
-    out = frags.numpy()
-    p2f = out["pix_to_face"][0, ..., 0]
-    z = out["zbuf"][0, ..., 0]
-    hit = p2f >= 0
-    depth = np.zeros((h, w), np.uint8)
+
+def _device(wp, name: str | None):
+    if name is None:
+        return wp.get_device()
+    try:
+        dev = wp.get_device(name)
+    except Exception:  # Warp raises ValueError / RuntimeError depending on the name
+        dev = None
+    if dev is None:
+        have = ", ".join(str(d) for d in wp.get_devices())
+        raise CliError(f"--device {name}: not available on this machine (Warp sees: {have})", 2)
+    return dev
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    """``WxH`` -> (H, W)."""
+    parts = text.lower().split("x")
+    try:
+        w, h = (int(p) for p in parts)
+    except ValueError:
+        raise CliError(f"--size must be WxH with two whole numbers, got {text!r}", 2) from None
+    if w < 1 or h < 1:
+        raise CliError(f"--size must be at least 1x1, got {text!r}", 2)
+    return h, w
+
+
+def _image_size(args, aspect: float) -> tuple[int, int]:
+    """(H, W) from --size / --width / --height, else 640 wide at the camera's aspect."""
+    for flag in ("width", "height"):
+        v = getattr(args, flag)
+        if v is not None and v < 1:
+            raise CliError(f"--{flag} must be >= 1, got {v}", 2)
+    if args.size is not None:
+        h, w = _parse_size(args.size)
+    else:
+        w = args.width if args.width is not None else None
+        h = args.height
+        if w is None and h is None:
+            w = DEFAULT_WIDTH
+        if w is None:
+            w = max(1, round(h * aspect))
+        if h is None:
+            h = max(1, round(w / aspect))
+    if h * w > 64_000_000:
+        raise CliError(f"image of {w}x{h} pixels is too large (at most 64 megapixels)", 2)
+    return h, w
+
+
+# --------------------------------------------------------------------------- reading
+def _read_obj(path: Path):
+    """Vertices and fan-triangulated faces of an OBJ file, with one-line errors."""
+    raw = path.read_bytes()
+    if b"\x00" in raw[:65536]:
+        raise CliError(f"{path}: not a text OBJ file (binary data)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CliError(f"{path}: not a text OBJ file (not UTF-8)") from None
+    verts, faces = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        try:
+            if parts[0] == "v":
+                verts.append([float(x) for x in parts[1:4]])
+                if len(verts[-1]) != 3:
+                    raise ValueError
+            elif parts[0] == "f":
+                idx = [int(p.split("/")[0]) for p in parts[1:]]
+                if len(idx) < 3:
+                    raise ValueError
+                idx = [i - 1 if i > 0 else len(verts) + i for i in idx]
+                faces.extend([idx[0], idx[k], idx[k + 1]] for k in range(1, len(idx) - 1))
+        except ValueError:
+            raise CliError(f"{path} line {n}: malformed {parts[0]!r} line: {line.strip()[:60]!r}") from None
+    if not faces:
+        raise CliError(f"{path}: no faces to render")
+    f = np.asarray(faces, np.int64)
+    if f.min() < 0 or f.max() >= len(verts):
+        bad = int(f.max()) + 1 if f.max() >= len(verts) else int(f.min()) + 1
+        raise CliError(f"{path}: a face refers to vertex {bad} but the file has {len(verts)} vertices")
+    return np.asarray(verts, np.float32).reshape(-1, 3), f.astype(np.int32)
+
+
+def _load(path: Path, *, require_meshes: bool):
+    """A Scene from a USD or OBJ file; one-line CliError for anything unreadable."""
+    suffix = path.suffix.lower()
+    if not path.exists():
+        raise CliError(f"{path}: no such file")
+    if path.is_dir():
+        raise CliError(f"{path}: is a folder, not a scene file")
+    if suffix in MESH_SUFFIXES:
+        from .usd.scene import scene_from_arrays
+
+        v, f = _read_obj(path)
+        return scene_from_arrays(v, f, name=path.stem, source=str(path), smooth=False)
+    if suffix not in USD_SUFFIXES:
+        raise CliError(
+            f"{path}: unsupported file type {suffix or '(none)'!r} "
+            f"(reads {', '.join(USD_SUFFIXES + MESH_SUFFIXES)})"
+        )
+    try:
+        from .usd import SceneError, load_stage
+    except ImportError:
+        raise CliError(f"{path}: reading USD needs usd-core (pip install 'warpraster[usd]')") from None
+    try:
+        return load_stage(path, require_meshes=require_meshes)
+    except SceneError as err:
+        raise CliError(str(err)) from None
+
+
+# --------------------------------------------------------------------------- writing
+def _write_atomic(path: Path, write) -> None:
+    """``write(tmp_path)`` then rename to ``path``: no half-written file under its name."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _save_png(path: Path, array: np.ndarray, pnginfo=None) -> None:
+    from PIL import Image
+
+    def write(tmp):
+        Image.fromarray(array).save(tmp, format="PNG", pnginfo=pnginfo)
+
+    _write_atomic(path, write)
+
+
+def _encode_ids(ids: np.ndarray) -> np.ndarray:
+    x = ids.astype(np.int64) + 1
+    return np.stack([x & 255, (x >> 8) & 255, (x >> 16) & 255], -1).astype(np.uint8)
+
+
+def _write_depth(path_stem: Path, depth: np.ndarray) -> Path:
+    try:
+        import OpenEXR  # optional: float depth
+    except ImportError:
+        OpenEXR = None
+    if OpenEXR is not None:
+        out = path_stem.with_suffix(".exr")
+
+        def write(tmp):
+            header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+            channels = {"Z": np.ascontiguousarray(depth, np.float32)}
+            with OpenEXR.File(header, channels) as exr:
+                exr.write(str(tmp))
+
+        _write_atomic(out, write)
+        return out
+    from PIL.PngImagePlugin import PngInfo
+
+    hit = np.isfinite(depth)
+    lo = float(depth[hit].min()) if hit.any() else 0.0
+    hi = float(depth[hit].max()) if hit.any() else 0.0
+    v = np.zeros(depth.shape, np.uint16)
     if hit.any():
-        lo, hi = z[hit].min(), z[hit].max()
-        depth[hit] = (255 - 200 * (z[hit] - lo) / max(hi - lo, 1e-9)).astype(np.uint8)
-    tri = verts[faces]
-    normals = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
-    normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-12)
-    eye = -np.asarray(T, np.float64)[0] @ np.asarray(R, np.float64)[0].T  # camera centre
-    light = eye / np.linalg.norm(eye)
-    lam = np.abs(normals @ light)
-    base = np.array([0.85, 0.55, 0.3])
-    shaded = np.zeros((h, w, 3), np.uint8)
-    shaded[hit] = (255 * np.clip(0.15 + 0.85 * lam[p2f[hit], None] * base, 0, 1)).astype(np.uint8)
-    out.update(depth=depth, faces=_hash_colours(p2f), shaded=shaded)
+        span = hi - lo if hi > lo else 1.0
+        v[hit] = 1 + np.round((depth[hit] - lo) / span * 65534).astype(np.uint16)
+    info = PngInfo()
+    info.add_text("warpraster:depth_range", f"{lo!r} {hi!r}")
+    out = path_stem.with_suffix(".png")
+    _save_png(out, v, info)
     return out
 
 
+def _frame_label(t) -> str:
+    if t is None:
+        return "0000"
+    if float(t).is_integer():
+        return f"{int(t):04d}"
+    return f"{t:09.4f}".rstrip("0")
+
+
+# --------------------------------------------------------------------------- render
+def _why_empty(scene, camera, image_size) -> str:
+    """Why nothing was drawn: behind the camera, beyond far, or outside the view."""
+    from .usd.cameras import opencv_from_usd_camera
+    from .usd.scene import Projection
+
+    v = np.asarray(scene.meshes.verts, np.float64)
+    v = v[np.isfinite(v).all(1)]
+    rot = np.asarray(camera.cam_to_world, np.float64)
+    forward = -rot[2, :3] / np.linalg.norm(rot[2, :3])
+    z = (v - camera.position) @ forward
+    if not (z > camera.near).any():
+        return "every mesh is behind the camera (or nearer than its near clipping distance)"
+    if not (z[z > camera.near] < camera.far).any():
+        return "every mesh is beyond the camera's far clipping distance"
+    if camera.projection == Projection.PERSPECTIVE:
+        R, t, K = opencv_from_usd_camera(camera, image_size)
+        pc = v @ R.T + t
+        front = pc[:, 2] > 0
+        uv = pc[front, :2] / pc[front, 2:] * K[[0, 1], [0, 1]] + K[:2, 2]
+        h, w = image_size
+        if (uv[:, 0] < 0).all() or (uv[:, 0] > w).all() or (uv[:, 1] < 0).all() or (uv[:, 1] > h).all():
+            return "every mesh is outside the camera's field of view"
+    return "the meshes are outside the view or too small to cover a pixel centre"
+
+
 def _cmd_render(args) -> int:
-    from .primitives import load_obj
+    if args.spp < 1 or int(np.sqrt(args.spp)) ** 2 != args.spp:
+        raise CliError(f"--spp must be a square number (1, 4, 9, 16, ...), got {args.spp}", 2)
+    _image_size(args, 1.0)  # bad --size / --width / --height fail before any work
+    wp = _init_warp(args.verbose)
+    device = _device(wp, args.device)
+    path = Path(args.scene) if args.scene else default_scene_path()
+    scene = _load(path, require_meshes=True)
+    if scene.meshes.num_faces == 0:
+        raise CliError(f"{path}: no meshes to render")
+    from .usd.render import StageRenderer, linear_to_srgb
+    from .usd.scene import AspectConform
 
-    path = Path(args.mesh) if args.mesh else DEFAULT_SCENE
-    if not path.is_file():
-        print(f"error: no mesh file {path}", file=sys.stderr)
-        return 2
-    verts, faces = load_obj(path)
-    t0 = time.perf_counter()
-    out = render_images(
-        verts,
-        faces,
-        image_size=(args.height, args.width),
-        faces_per_pixel=args.faces_per_pixel,
-        dist=args.dist,
-        elev=args.elev,
-        azim=args.azim,
-        device=args.device,
-    )
-    dt = time.perf_counter() - t0
-    dest = Path(args.out)
-    dest.mkdir(parents=True, exist_ok=True)
-    from PIL import Image
+    is_usd = path.suffix.lower() in USD_SUFFIXES
+    if args.camera is not None and args.camera not in scene.cameras:
+        have = ", ".join(sorted(scene.cameras)) or "none"
+        if is_usd:
+            prim = scene.stage.GetPrimAtPath(args.camera) if args.camera.startswith("/") else None
+            if prim:
+                raise CliError(f"{args.camera}: is a {prim.GetTypeName() or 'typeless prim'}, "
+                               f"not a camera (cameras in {path}: {have})")  # fmt: skip
+        raise CliError(f"{args.camera}: no such camera in {path} (cameras: {have})")
+    cam = StageRenderer.resolve_camera(scene, args.camera, aspect=4.0 / 3.0)
+    image_size = _image_size(args, cam.aspect)
+    if cam.name == "default camera":  # frame the scene at the picture's aspect
+        cam = StageRenderer.resolve_camera(scene, None, aspect=image_size[1] / image_size[0])
+    frames = [None]
+    anim = None
+    if is_usd:
+        from .usd.animation import StageAnimation, parse_frames
 
-    for key in ("depth", "faces", "shaded"):
-        Image.fromarray(out[key]).save(dest / f"{key}.png")
-    np.savez_compressed(
-        dest / "fragments.npz",
-        **{k: out[k] for k in ("pix_to_face", "zbuf", "bary_coords", "dists")},
-    )
-    covered = int((out["pix_to_face"][..., 0] >= 0).sum())
+        try:
+            frames = parse_frames(args.frames, scene.frame_range) or [None]
+        except ValueError as err:
+            raise CliError(str(err), 2) from None
+        anim = StageAnimation(scene)
+    elif args.frames is not None:
+        raise CliError(f"--frames: {path} is not animated (an OBJ mesh)", 2)
+    conform = AspectConform[args.conform.upper().replace("-", "_")]
+    out_dir = Path(args.out)
+    cache_dir = Path(wp.config.kernel_cache_dir or "")
+    cached_before = set(os.listdir(cache_dir)) if cache_dir.is_dir() else set()
+
+    renderer = None
+    written: list[Path] = []
+    times: list[float] = []
+    coverage = []
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm is optional: no bar
+        tqdm = None
+    bar = tqdm(frames, unit="frame", disable=None if not args.no_progress else True,
+               file=sys.stderr, leave=False) if tqdm else frames  # fmt: skip
+    try:
+        for t in bar:
+            t0 = time.perf_counter()
+            if anim is not None and t is not None:
+                used = anim.frame(renderer, t, args.camera) if renderer is not None else None
+                if renderer is None:
+                    anim.evaluate(t)
+                    if args.camera is not None:
+                        cam = scene.cameras[args.camera]
+                    elif scene.cameras:
+                        cam = StageRenderer.resolve_camera(scene, None)
+                elif used is not None:
+                    cam = used
+            if renderer is None:
+                renderer = StageRenderer(scene, camera=cam, image_size=image_size, spp=args.spp,
+                                         conform=conform, device=device)  # fmt: skip
+            out = renderer.render()
+            coverage.append(out.coverage)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            label = _frame_label(t)
+            rgba = np.concatenate([linear_to_srgb(out.color[..., :3]), out.color[..., 3:]], -1)
+            png = out_dir / f"color.{label}.png"
+            _save_png(png, np.round(rgba * 255).astype(np.uint8))
+            written.append(png)
+            if args.depth:
+                written.append(_write_depth(out_dir / f"depth.{label}", out.depth))
+            if args.ids:
+                for key in ("face_id", "mesh_id"):
+                    ids = getattr(out, key)
+                    if ids.max() >= 2**24 - 1:
+                        raise CliError(f"{key} does not fit 24 bits ({ids.max()} ids)")
+                    p = out_dir / f"{key}.{label}.png"
+                    _save_png(p, _encode_ids(ids))
+                    written.append(p)
+            if args.fragments:
+                frags = renderer.fragments().numpy()
+                p = out_dir / f"fragments.{label}.npz"
+                _write_atomic(p, lambda tmp, fr=frags: np.savez_compressed(open(tmp, "wb"), **fr))
+                written.append(p)
+            times.append(time.perf_counter() - t0)
+    finally:
+        if tqdm and hasattr(bar, "close"):
+            bar.close()
+    compiled = cache_dir.is_dir() and bool(set(os.listdir(cache_dir)) - cached_before)
+
+    h, w = image_size
+    n = len(times)
+    per = (sum(times[1:]) / (n - 1)) if n > 1 else times[0]
+    timing = f"{per * 1000:.0f} ms per frame"
+    if n > 1:
+        timing += f" (first frame {times[0]:.2f} s"
+        timing += ", includes kernel compilation)" if compiled else ")"
+    elif compiled:
+        timing += " (includes kernel compilation)"
+    cam_name = renderer.camera.name
     print(
-        f"rendered {path.name}: {len(faces)} faces, {args.height}x{args.width}, "
-        f"{covered} pixels covered, {dt:.2f} s (first call includes kernel compilation)"
+        f"rendered {n} frame{'s' * (n != 1)} of {path} through {cam_name}: "
+        f"{scene.meshes.num_faces:,} triangles in {len(scene.meshes.names)} mesh"
+        f"{'es' * (len(scene.meshes.names) != 1)}, {w}x{h}, {args.spp} spp, {timing}"
     )
-    print(f"wrote {dest / 'depth.png'}, {dest / 'faces.png'}, {dest / 'shaded.png'}, fragments.npz")
+    if max(coverage) == 0.0:
+        print(f"warning: nothing drawn (0 pixels covered): "
+              f"{_why_empty(scene, renderer.camera, image_size)}")  # fmt: skip
+    else:
+        print(f"coverage {min(coverage):.0%}-{max(coverage):.0%} of the pixels"
+              if n > 1 else f"coverage {coverage[0]:.0%} of the pixels")  # fmt: skip
+    shown = written if len(written) <= 4 else [written[0], written[-1]]
+    sep = ", " if len(written) <= 4 else " ... "
+    print(f"wrote {len(written)} file{'s' * (len(written) != 1)} to {out_dir}/: "
+          + sep.join(str(p) for p in shown))  # fmt: skip
     return 0
 
 
-def _cmd_bench(args) -> int:
-    from . import bench
+# --------------------------------------------------------------------------- info
+def _cmd_info(args) -> int:
+    path = Path(args.scene) if args.scene else default_scene_path()
+    scene = _load(path, require_meshes=False)
+    m = scene.meshes
+    lines = [f"{path}"]
+    rng = scene.frame_range
+    lines.append(
+        f"  up axis {scene.up_axis}, "
+        + (f"frames {rng[0]:g}-{rng[1]:g}" if rng else "static (no frame range)")
+    )
+    anim = getattr(scene, "mesh_set", None)
+    lines.append(f"meshes: {len(m.names)} ({m.num_faces:,} triangles, {m.num_verts:,} points)")
+    for i, name in enumerate(m.names):
+        f0, nf = int(m.face_first[i]), int(m.face_count[i])
+        mats = sorted({int(x) for x in m.face_material[f0 : f0 + nf]})
+        mat_names = [scene.materials[k].name if k >= 0 else "displayColor" for k in mats]
+        tags = []
+        if anim is not None and anim.dynamic[i]:
+            tags.append("animated")
+        if anim is not None and anim.items[i].prim.IsInstanceProxy():
+            tags.append("instance")
+        lines.append(
+            f"  {name}: {nf:,} triangles, {int(m.vert_count[i]):,} points, "
+            f"material {', '.join(mat_names) or '-'}" + (f" [{', '.join(tags)}]" if tags else "")
+        )
+    for sub, rows in m.subsets.items():
+        lines.append(f"    subset {sub}: {len(rows):,} triangles")
+    lines.append(f"materials: {len(scene.materials)}")
+    for mat in scene.materials:
+        tex = f", texture {mat.texture.path}" if mat.texture is not None else ""
+        d = ", ".join(f"{x:.3g}" for x in mat.diffuse)
+        lines.append(f"  {mat.name}: diffuse ({d}){tex}, shininess {mat.shininess:.3g}, "
+                     f"opacity {mat.opacity:.3g}")  # fmt: skip
+    lines.append(f"cameras: {len(scene.cameras)}")
+    for name, c in scene.cameras.items():
+        kind = c.projection.name.lower()
+        lines.append(
+            f"  {name}: {kind}, focal length {c.focal_length:g}, aperture "
+            f"{c.horizontal_aperture:g} x {c.vertical_aperture:g}, clipping {c.near:g}-{c.far:g}"
+        )
+    lights = scene.lights
+    if lights.headlight:
+        lines.append("lights: none (a headlight is used)")
+    else:
+        lines.append(f"lights: {len(lights.names)}")
+        lines.extend(f"  {n}" for n in lights.names)
+    print("\n".join(lines))
+    return 0
 
-    return bench.main(args.bench_args)
+
+# --------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="warpraster", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    r = sub.add_parser(
+        "render",
+        help="render a USD scene (or OBJ mesh) to colour / depth / id images",
+        description="Render every frame of a USD scene to RGBA colour PNGs (and depth / ids).",
+        epilog=_RENDER_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    r.add_argument("scene", nargs="?", help=f"USD file or OBJ mesh (default: the bundled {DEFAULT_SCENE_NAME})")
+    r.add_argument("--camera", metavar="PRIM", help="camera prim path (default: the scene's first "
+                   "camera, or one framing the scene when it has none)")  # fmt: skip
+    r.add_argument("--frames", metavar="A:B", help="time codes A..B inclusive (A, A:B or A:B:STEP; "
+                   "default: the stage's frame range, or its default time)")  # fmt: skip
+    r.add_argument("--size", metavar="WxH", help=f"image size (default: {DEFAULT_WIDTH} wide at the camera's aspect)")
+    r.add_argument("--width", type=int, default=None, help="image width (when --size is not given)")
+    r.add_argument("--height", type=int, default=None, help="image height (when --size is not given)")
+    r.add_argument("--spp", type=int, default=4, help="samples per pixel, a square number (default: 4)")
+    r.add_argument("--device", default=None, help="Warp device, e.g. cpu or cuda:0 (default: Warp's default)")
+    r.add_argument("--out", default="out", help="output folder (default: out)")
+    r.add_argument("--depth", action="store_true", help="also write depth images")
+    r.add_argument("--ids", action="store_true", help="also write face-id and mesh-id images")
+    r.add_argument("--fragments", action="store_true", help="also write the raw fragments (.npz, large)")
+    r.add_argument(
+        "--conform", default="adjust-pixel-aspect-ratio",
+        choices=["adjust-pixel-aspect-ratio", "expand-aperture", "crop-aperture",
+                 "adjust-aperture-width", "adjust-aperture-height"],
+        help="image aspect unlike the camera aperture's: UsdRender's policies (default keeps "
+             "both apertures: horizontal aperture = image width, vertical = image height)",
+    )  # fmt: skip
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--verbose", action="store_true", help="show Warp's start-up and module-load messages")
+    r.set_defaults(func=_cmd_render)
+    i = sub.add_parser("info", help="list a scene's meshes, materials, cameras, lights and frames",
+                       description="List a scene's meshes, materials, cameras, lights and frame range.")  # fmt: skip
+    i.add_argument("scene", nargs="?", help=f"USD file or OBJ mesh (default: the bundled {DEFAULT_SCENE_NAME})")
+    i.set_defaults(func=_cmd_info)
+    sub.add_parser("bench", help="run the benchmark (options: warpraster bench --help)", add_help=False)
+    return parser
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="warpraster", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("render", help="render a mesh (OBJ) to depth / face-id / shaded PNGs")
-    r.add_argument("mesh", nargs="?", help=f"OBJ file (default: {DEFAULT_SCENE.name})")
-    r.add_argument("--out", default="out", help="output folder (default: out)")
-    r.add_argument("--height", type=int, default=384)
-    r.add_argument("--width", type=int, default=512)
-    r.add_argument("--faces-per-pixel", type=int, default=1)
-    r.add_argument("--dist", type=float, default=3.2, help="camera distance")
-    r.add_argument("--elev", type=float, default=25.0, help="camera elevation, degrees")
-    r.add_argument("--azim", type=float, default=30.0, help="camera azimuth, degrees")
-    r.add_argument("--device", default=None, help="Warp device (default: Warp's default)")
-    r.set_defaults(func=_cmd_render)
-    b = sub.add_parser("bench", help="run the benchmark (python -m warpraster.bench --help)")
-    b.add_argument("bench_args", nargs=argparse.REMAINDER)
-    b.set_defaults(func=_cmd_bench)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    """Runs the command; returns the exit code (errors: one line on stderr)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "bench":
+            from . import bench  # its own parser: every option and the real --help
+
+            return bench.main(argv[1:])
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except CliError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ from .scene import (
     SceneMeshes,
     TextureImage,
     WrapMode,
+    headlight,
+    scene_from_arrays,
 )
 
 _LAZY = {
@@ -40,6 +42,8 @@ _LAZY = {
     "opencv_from_usd_camera": "cameras",
     "read_camera": "cameras",
     "read_lights": "lights",
+    "linear_to_srgb": "render",
+    "parse_frames": "animation",
     "triangulate": "triangulate",
 }
 
@@ -54,6 +58,8 @@ __all__ = [
     "SceneMeshes",
     "TextureImage",
     "WrapMode",
+    "headlight",
+    "scene_from_arrays",
     *sorted(_LAZY),
 ]
 

@@ -24,24 +24,11 @@ from __future__ import annotations
 import numpy as np
 from pxr import Usd, UsdGeom, UsdLux
 
-from .scene import LightSet
+from .scene import LightSet, headlight
 
 __all__ = ["headlight", "read_lights"]
 
-HEADLIGHT_STRENGTH = 0.85
-HEADLIGHT_AMBIENT = 0.15
 AMBIENT_WITHOUT_DOME = 0.05
-
-
-def headlight() -> LightSet:
-    """The light of a stage that has none (the direction is set per view at render time)."""
-    return LightSet(
-        directional=np.array([[[0.0, 0.0, -1.0], [HEADLIGHT_STRENGTH] * 3]], np.float32),
-        point=np.zeros((0, 2, 3), np.float32),
-        ambient=np.full(3, HEADLIGHT_AMBIENT, np.float32),
-        names=["headlight"],
-        headlight=True,
-    )
 
 
 def _strength(light: UsdLux.LightAPI, time) -> np.ndarray:

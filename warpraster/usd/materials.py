@@ -8,7 +8,9 @@ overrides the polygons it lists.
 Mapping of ``UsdPreviewSurface`` to the renderer's Blinn-Phong material:
 
 * diffuse = ``diffuseColor`` (a constant, or the RGB of a ``UsdUVTexture`` it
-  is connected to, times the texture's ``scale`` plus ``bias``) x ``(1 - metallic)``;
+  is connected to, times the texture's ``scale`` plus ``bias``) x
+  ``(1 - metallic / 2)``: a Phong renderer has no environment to reflect, so a
+  metal keeps half its base colour as diffuse instead of turning black;
 * specular colour = ``0.04`` grey mixed toward the diffuse colour by
   ``metallic`` (a metal reflects its own colour), or ``specularColor`` when
   ``useSpecularWorkflow = 1``;
@@ -139,7 +141,7 @@ class MaterialLibrary:
             if _shader_id(tex_shader) == "UsdUVTexture":
                 out.texture, out.uv_primvar, fallback = self._texture(tex_shader, name)
                 base = np.ones(3, np.float32)
-        out.diffuse = (base * (1.0 - metallic)).astype(np.float32)
+        out.diffuse = (base * (1.0 - 0.5 * metallic)).astype(np.float32)
         if int(spec_workflow):
             out.specular = np.asarray(spec_color, np.float32).reshape(3)
         else:

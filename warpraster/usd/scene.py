@@ -22,7 +22,13 @@ __all__ = [
     "SceneMeshes",
     "TextureImage",
     "WrapMode",
+    "headlight",
+    "scene_from_arrays",
 ]
+
+#: Strength of the headlight a scene without lights gets, and its ambient light.
+HEADLIGHT_STRENGTH = 0.85
+HEADLIGHT_AMBIENT = 0.15
 
 
 class Projection(IntEnum):
@@ -220,3 +226,81 @@ class Scene:
     frame_range: tuple[float, float] | None = None
     time: float | None = None
     up_axis: str = "Y"
+
+
+def headlight() -> LightSet:
+    """The light of a scene that has none: a directional light of strength 0.85
+    travelling along the view direction (set per view at render time), plus 0.15 ambient."""
+    return LightSet(
+        directional=np.array([[[0.0, 0.0, -1.0], [HEADLIGHT_STRENGTH] * 3]], np.float32),
+        point=np.zeros((0, 2, 3), np.float32),
+        ambient=np.full(3, HEADLIGHT_AMBIENT, np.float32),
+        names=["headlight"],
+        headlight=True,
+    )
+
+
+def scene_from_arrays(
+    verts,
+    faces,
+    *,
+    name: str = "mesh",
+    color=(0.8, 0.55, 0.3),
+    smooth: bool = False,
+    source: str = "arrays",
+) -> Scene:
+    """A one-mesh :class:`Scene` from world-space arrays, lit by a headlight, no camera.
+
+    Args:
+        verts: (V, 3) float positions.
+        faces: (F, 3) int vertex indices (counter-clockwise from the front).
+        name: the mesh's name.
+        color: linear RGB display colour.
+        smooth: area-weighted vertex normals (else flat face normals).
+        source: what the scene says it was read from.
+
+    Raises:
+        ValueError: bad shapes, or face indices out of range (naming ``source``).
+    """
+    v = np.asarray(verts, np.float32)
+    f = np.asarray(faces)
+    if v.ndim != 2 or v.shape[1] != 3:
+        raise ValueError(f"{source}: verts must be (V, 3), got shape {v.shape}")
+    if f.size == 0:
+        f = np.zeros((0, 3), np.int64)
+    if f.ndim != 2 or f.shape[1] != 3 or not np.issubdtype(f.dtype, np.integer):
+        raise ValueError(f"{source}: faces must be (F, 3) integers, got shape {f.shape} {f.dtype}")
+    if f.size and (f.min() < 0 or f.max() >= v.shape[0]):
+        bad = int(f.max()) if f.max() >= v.shape[0] else int(f.min())
+        raise ValueError(f"{source}: a face refers to vertex {bad} but there are {v.shape[0]} vertices")
+    f = f.astype(np.int32)
+    p = v.astype(np.float64)[f]
+    fn = np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
+    if smooth:
+        acc = np.stack(
+            [np.bincount(f.ravel(), np.repeat(fn[:, k], 3), minlength=len(v)) for k in range(3)], 1
+        )
+        corner = acc[f]
+    else:
+        corner = np.repeat(fn[:, None], 3, axis=1)
+    norm = np.linalg.norm(corner, axis=-1, keepdims=True)
+    normals = (corner / np.where(norm > 0, norm, 1.0)).astype(np.float32)
+    nf = f.shape[0]
+    colors = np.empty((nf, 3, 4), np.float32)
+    colors[..., :3] = np.asarray(color, np.float32)
+    colors[..., 3] = 1.0
+    meshes = SceneMeshes(
+        names=[name],
+        verts=v,
+        faces=f,
+        vert_first=np.zeros(1, np.int64),
+        vert_count=np.array([v.shape[0]], np.int64),
+        face_first=np.zeros(1, np.int64),
+        face_count=np.array([nf], np.int64),
+        face_mesh=np.zeros(nf, np.int32),
+        normals=normals,
+        colors=colors,
+        uvs=np.zeros((nf, 3, 2), np.float32),
+        face_material=np.full(nf, -1, np.int32),
+    )
+    return Scene(source=source, meshes=meshes, materials=[], cameras={}, lights=headlight())
