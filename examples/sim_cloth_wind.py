@@ -137,7 +137,7 @@ class ClothWind:
         self.frames = steps // render_every
         self.sensor = wsim.CameraSensor(
             geo, camera_count=2, image_size=image_size, frames=self.frames,
-            silhouette_sigma=sigma, clear_color=(0.05, 0.05, 0.08),
+            silhouette_sigma=sigma, smooth_normals=True, clear_color=(0.05, 0.05, 0.08),
             light_direction=(-0.577, 0.577, -0.577), device=dev, requires_grad=True,
         )  # fmt: skip
         eyes = [((0.4, -3.0, 1.0), (0.0, 0.0, 0.9)), ((3.0, 1.0, 1.4), (0.0, 0.0, 0.9))]

@@ -224,6 +224,11 @@ class SensorGeometry:
             "count": np.asarray(count, np.int32),
         }
 
+    def all_faces(self) -> np.ndarray:
+        """(F, 3) int32 faces of every shape, in sensor vertex indices."""
+        parts = [s.faces for s in self.shapes]
+        return (np.concatenate(parts) if parts else np.zeros((0, 3))).astype(np.int32).reshape(-1, 3)
+
     def shape_colors(self) -> np.ndarray:
         return np.asarray([s.color for s in self.shapes], dtype=np.float32).reshape(-1, 3)
 

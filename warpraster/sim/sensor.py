@@ -29,7 +29,7 @@ import warp as wp
 
 from .. import RasterWorkspace, rasterize_meshes
 from .geometry import SensorGeometry, VertexSource
-from .render import channels_kernel, project_kernel, world_points_kernel
+from .render import SOFT_SLOTS, channels_kernel, project_kernel, vertex_normals_kernel, world_points_kernel
 
 #: PyTorch3D's soft-silhouette cut-off: a face counts out to the squared distance
 #: where sigmoid(-d / sigma) falls to 1e-4, i.e. d = sigma * ln(1 / 1e-4 - 1).
@@ -56,6 +56,7 @@ class SensorFrame:
             only reached by the soft silhouette's blur counts as empty).
         points: vec3 (V,), world positions of the sensor vertices.
         ndc: vec3 (P,), projected vertices of every image.
+        vertex_normals: vec3 (V,), area-weighted vertex normals (``smooth_normals``).
         workspace: the frame's rasterizer buffers (its ``fragments``), sharp pass.
         soft_workspace: those of the blurred pass (``silhouette_sigma > 0`` only).
     """
@@ -69,6 +70,7 @@ class SensorFrame:
     shape_index: wp.array
     points: wp.array
     ndc: wp.array
+    vertex_normals: wp.array
     workspace: RasterWorkspace
     soft_workspace: RasterWorkspace | None = None
 
@@ -104,11 +106,16 @@ class CameraSensor:
         image_size: ``int`` or ``(H, W)``.
         frames: number of frame slots (one per frame recorded on one tape).
         silhouette_sigma: 0 for hard coverage; > 0 for a soft silhouette
-            ``sigmoid(-dists / sigma)`` (``dists``: signed squared NDC distance
-            to the face's edges) that gives gradients at object outlines.
+            outside object outlines (a second, blurred raster pass of 8 faces
+            per pixel within the blur radius ``sigma ln(9999)``; see
+            ``warpraster.sim.render.channels_kernel``): coverage is continuous
+            as outlines move and gives gradients there.
         clear_color: linear RGB of empty pixels.
         clear_depth: depth of empty pixels (Newton's default 0).
         ambient: Newton's hemispheric ambient light on/off.
+        smooth_normals: shade with interpolated vertex normals (area-weighted,
+            per shape), so colour is continuous across edges; False: face
+            normals (Newton's triangle meshes). The ``normal`` channel follows.
         up: the world's up axis for the ambient term (Newton: +Z).
         light_direction: direction a directional light travels (Newton's default
             light: (-1, 1, -1) normalised), or None for none.
@@ -134,6 +141,7 @@ class CameraSensor:
         clear_color=(0.0, 0.0, 0.0),
         clear_depth: float = 0.0,
         ambient: bool = True,
+        smooth_normals: bool = False,
         up=(0.0, 0.0, 1.0),
         light_direction=None,
         light_intensity: float = 1.0,
@@ -164,6 +172,7 @@ class CameraSensor:
         self.clear_color = _vec3(clear_color, "clear_color")
         self.clear_depth = float(clear_depth)
         self.ambient = bool(ambient)
+        self.smooth_normals = bool(smooth_normals)
         self.up = _vec3(up, "up")
         self.bin_size = bin_size
         self.device = wp.get_device(device)
@@ -180,6 +189,7 @@ class CameraSensor:
         self.vertex_index = wp.array(idx, dtype=wp.int32, device=dev)
         self.vertex_local = wp.array(local, dtype=wp.vec3, device=dev)
         packed = geometry.images(self.world_count, self.camera_count)
+        self.sensor_faces = wp.array(geometry.all_faces(), dtype=wp.int32, device=dev)
         self.proj_vertex = wp.array(packed["proj_vertex"], dtype=wp.int32, device=dev)
         self.proj_image = wp.array(packed["proj_image"], dtype=wp.int32, device=dev)
         self.faces = wp.array(packed["faces"], dtype=wp.int32, device=dev)
@@ -220,12 +230,12 @@ class CameraSensor:
         def img(dtype, grad=rg):
             return wp.zeros(shape, dtype=dtype, device=dev, requires_grad=grad)
 
-        def workspace():
+        def workspace(k=1):
             return RasterWorkspace(
                 num_meshes=self.num_images,
                 num_faces=self.faces.shape[0],
                 image_size=self.image_size,
-                faces_per_pixel=1,
+                faces_per_pixel=k,
                 bin_size=self.bin_size,
                 device=dev,
                 requires_grad=rg,
@@ -241,8 +251,12 @@ class CameraSensor:
             shape_index=img(wp.uint32, False),
             points=wp.zeros(self.vertex_source.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg),
             ndc=wp.zeros(self.proj_vertex.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg),
+            vertex_normals=wp.zeros(
+                self.vertex_source.shape[0] if self.smooth_normals else 1, dtype=wp.vec3,
+                device=dev, requires_grad=rg,
+            ),
             workspace=workspace(),
-            soft_workspace=workspace() if self.silhouette_sigma > 0.0 else None,
+            soft_workspace=workspace(SOFT_SLOTS) if self.silhouette_sigma > 0.0 else None,
         )
 
     def _check_input(self, arr, name, dtype, min_len, ndim=1):
@@ -316,6 +330,11 @@ class CameraSensor:
             outputs=[out.points],
             device=dev,
         )
+        if self.smooth_normals:
+            out.vertex_normals.zero_()
+            wp.launch(vertex_normals_kernel, dim=self.sensor_faces.shape[0],
+                      inputs=[self.sensor_faces, out.points], outputs=[out.vertex_normals],
+                      device=dev)  # fmt: skip
         h, w = self.image_size
         wp.launch(
             project_kernel,
@@ -325,10 +344,10 @@ class CameraSensor:
             outputs=[out.ndc],
             device=dev,
         )  # fmt: skip
-        frags = self._rasterize(out, out.workspace, 0.0)
+        frags = self._rasterize(out, out.workspace, 0.0, 1)
         soft = frags
         if out.soft_workspace is not None:
-            soft = self._rasterize(out, out.soft_workspace, self.blur_radius)
+            soft = self._rasterize(out, out.soft_workspace, self.blur_radius, SOFT_SLOTS)
         wp.launch(
             channels_kernel,
             dim=(self.num_images, h, w),
@@ -338,9 +357,9 @@ class CameraSensor:
                 self.face_vertices, self.face_shape, self.shape_index, self.camera_count,
                 self.silhouette_sigma, int(self.ambient), self.up,
                 wp.vec3(0.4, 0.4, 0.45), wp.vec3(0.1, 0.1, 0.12), 0.5,
-                self.clear_color, self.clear_depth,
+                self.clear_color, self.clear_depth, int(self.smooth_normals),
                 self.shape_colors, self.light_direction, self.light_intensity, out.points,
-                camera_transforms,
+                out.vertex_normals, camera_transforms,
             ],
             outputs=[out.color, out.albedo, out.normal, out.depth, out.forward_depth, out.alpha,
                      out.shape_index],
@@ -348,7 +367,7 @@ class CameraSensor:
         )  # fmt: skip
         return out
 
-    def _rasterize(self, out: SensorFrame, workspace: RasterWorkspace, blur_radius: float):
+    def _rasterize(self, out: SensorFrame, workspace: RasterWorkspace, blur_radius: float, k: int):
         return rasterize_meshes(
             out.ndc,
             self.faces,
@@ -356,7 +375,7 @@ class CameraSensor:
             self.mesh_count,
             image_size=self.image_size,
             blur_radius=blur_radius,
-            faces_per_pixel=1,
+            faces_per_pixel=k,
             bin_size=self.bin_size,
             perspective_correct=True,
             workspace=workspace,
