@@ -116,7 +116,9 @@ def as_float_array(x, name: str, shape: tuple, device=None, requires_grad: bool 
         raise TypeError(f"{name} is a torch tensor: use warpraster.torch for torch inputs")
 
     def _check_shape(got):
-        if len(got) != len(shape) or any(s is not None and g != s for g, s in zip(got, shape)):
+        if len(got) != len(shape) or any(
+            s is not None and g != s for g, s in zip(got, shape, strict=True)
+        ):
             want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
             raise ValueError(f"{name} must have shape {want}, got {tuple(got)}")
 
@@ -471,9 +473,7 @@ def interpolate_vertex_attributes(
         vn = as_vec3_array(verts_ndc, "verts_ndc", device)
         nf = fcs if ndc_faces is None else as_faces_array(ndc_faces, "ndc_faces", device)
         if nf.shape[0] != fcs.shape[0]:
-            raise ValueError(
-                f"ndc_faces has {nf.shape[0]} faces, faces has {fcs.shape[0]}"
-            )
+            raise ValueError(f"ndc_faces has {nf.shape[0]} faces, faces has {fcs.shape[0]}")
     elif ndc_faces is not None:
         raise ValueError("ndc_faces is only used with verts_ndc")
     if not isinstance(pix_to_face, wp.array):

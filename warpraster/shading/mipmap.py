@@ -187,8 +187,9 @@ class MipPyramid:
     calls it once.
     """
 
-    def __init__(self, maps, *, max_mip_level: int | None = None, device=None,
-                 requires_grad: bool = False):
+    def __init__(
+        self, maps, *, max_mip_level: int | None = None, device=None, requires_grad: bool = False
+    ):
         if isinstance(maps, wp.array):
             device = maps.device
         self.maps = as_float_array(maps, "maps", (None, None, None, None), device, requires_grad)
@@ -202,7 +203,9 @@ class MipPyramid:
             offs.append(offs[-1] + n * lh * lw * c)
         self.offsets = wp.array(np.array(offs[:-1], np.int32), dtype=wp.int32, device=self.device)
         self.levels = wp.zeros(
-            max(offs[-1], 1), dtype=wp.float32, device=self.device,
+            max(offs[-1], 1),
+            dtype=wp.float32,
+            device=self.device,
             requires_grad=self.maps.requires_grad,
         )
         self.build()
@@ -452,8 +455,18 @@ def _texture(
     if maps.shape[0] == 1:
         m = 0
     texels_out[n, yi, xi, j] = mip_sample_channel(
-        maps, levels, offsets, max_level, m, c, uv[n, yi, xi, k], dx, dy, filter_mode,
-        boundary, flip_v,
+        maps,
+        levels,
+        offsets,
+        max_level,
+        m,
+        c,
+        uv[n, yi, xi, k],
+        dx,
+        dy,
+        filter_mode,
+        boundary,
+        flip_v,
     )
 
 
@@ -494,7 +507,9 @@ def _as_slot_faces(x, shape, device) -> wp.array:
         return x
     a = np.asarray(x)
     if a.dtype.kind not in "iu" or a.shape != tuple(shape):
-        raise ValueError(f"pix_to_face must be integers of shape {tuple(shape)}, got {a.dtype} {a.shape}")
+        raise ValueError(
+            f"pix_to_face must be integers of shape {tuple(shape)}, got {a.dtype} {a.shape}"
+        )
     return wp.array(a.astype(np.int32), dtype=wp.int32, device=device)
 
 
@@ -549,13 +564,17 @@ def texture(
     if isinstance(tex, MipPyramid):
         pyramid = tex
     elif mips:
-        pyramid = MipPyramid(tex, max_mip_level=max_mip_level,
-                             device=uv.device if isinstance(uv, wp.array) else None)
+        pyramid = MipPyramid(
+            tex, max_mip_level=max_mip_level, device=uv.device if isinstance(uv, wp.array) else None
+        )
     else:
         pyramid = None
     if pyramid is not None:
         maps, levels, offsets, max_level = (
-            pyramid.maps, pyramid.levels, pyramid.offsets, pyramid.max_level
+            pyramid.maps,
+            pyramid.levels,
+            pyramid.offsets,
+            pyramid.max_level,
         )
     else:
         maps = as_float_array(
@@ -575,7 +594,9 @@ def texture(
     if pix_to_face is not None:
         p2f = _as_slot_faces(pix_to_face, shape, device)
     if maps.shape[0] not in (1, shape[0]):
-        raise ValueError(f"tex has {maps.shape[0]} maps for {shape[0]} images (need 1 or {shape[0]})")
+        raise ValueError(
+            f"tex has {maps.shape[0]} maps for {shape[0]} images (need 1 or {shape[0]})"
+        )
     c = maps.shape[3]
     rg = bool(maps.requires_grad or uvs.requires_grad or (dxs is not None and dxs.requires_grad))
     texels = _alloc_out(out, "out", shape, c, device, rg)
@@ -583,8 +604,19 @@ def texture(
     wp.launch(
         _texture,
         dim=(n, h, w, k * c),
-        inputs=[p2f, uvs, dxs, dys, maps, levels, offsets, max_level, int(fm), int(bm),
-                int(bool(flip_v))],
+        inputs=[
+            p2f,
+            uvs,
+            dxs,
+            dys,
+            maps,
+            levels,
+            offsets,
+            max_level,
+            int(fm),
+            int(bm),
+            int(bool(flip_v)),
+        ],
         outputs=[float_view(texels)],
         device=device,
     )
@@ -691,7 +723,9 @@ class TexturesUVMipmap:
         self.filter_mode, self.boundary_mode = _modes(filter_mode, boundary_mode, True)
         self.flip_v = bool(flip_v)
         self.pyramid = MipPyramid(
-            maps, max_mip_level=max_mip_level if self.uses_mipmaps else 0, device=device,
+            maps,
+            max_mip_level=max_mip_level if self.uses_mipmaps else 0,
+            device=device,
             requires_grad=requires_grad,
         )
         self.maps = self.pyramid.maps
@@ -705,7 +739,8 @@ class TexturesUVMipmap:
     @property
     def uses_mipmaps(self) -> bool:
         return self.filter_mode in (
-            FilterMode.LINEAR_MIPMAP_NEAREST, FilterMode.LINEAR_MIPMAP_LINEAR
+            FilterMode.LINEAR_MIPMAP_NEAREST,
+            FilterMode.LINEAR_MIPMAP_LINEAR,
         )
 
     @property
@@ -768,7 +803,9 @@ class TexturesUVMipmap:
             self.pyramid.build()
         c = self.channels
         rg = bool(
-            self.maps.requires_grad or self.verts_uvs.requires_grad or bary.requires_grad
+            self.maps.requires_grad
+            or self.verts_uvs.requires_grad
+            or bary.requires_grad
             or (vn is not None and vn.requires_grad)
         )
         texels = _alloc_out(out, "out", tuple(p2f.shape), c, self.device, rg)
@@ -777,9 +814,19 @@ class TexturesUVMipmap:
             _sample_uv_mipmap,
             dim=(nn, h, w, k * c),
             inputs=[
-                p2f, bary, vn, fcs, int(bool(perspective_correct)), self.faces_uvs,
-                self.verts_uvs, self.maps, self.pyramid.levels, self.pyramid.offsets,
-                self.pyramid.max_level, int(self.filter_mode), int(self.boundary_mode),
+                p2f,
+                bary,
+                vn,
+                fcs,
+                int(bool(perspective_correct)),
+                self.faces_uvs,
+                self.verts_uvs,
+                self.maps,
+                self.pyramid.levels,
+                self.pyramid.offsets,
+                self.pyramid.max_level,
+                int(self.filter_mode),
+                int(self.boundary_mode),
                 int(self.flip_v),
             ],
             outputs=[float_view(texels)],

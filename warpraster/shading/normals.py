@@ -100,9 +100,7 @@ def _vec3_buffer(buf, name: str, length: int, device, requires_grad: bool) -> wp
     return buf
 
 
-def face_normals(
-    verts, faces, *, out: wp.array | None = None, validate: bool = True
-) -> wp.array:
+def face_normals(verts, faces, *, out: wp.array | None = None, validate: bool = True) -> wp.array:
     """Unit face normals, as PyTorch3D's ``Meshes.faces_normals_packed``.
 
     Args:
@@ -152,7 +150,10 @@ def vertex_normals(
     sums.zero_()
     if f.shape[0]:
         wp.launch(
-            _scatter_corner_normals, dim=(f.shape[0], 3), inputs=[v, f], outputs=[sums],
+            _scatter_corner_normals,
+            dim=(f.shape[0], 3),
+            inputs=[v, f],
+            outputs=[sums],
             device=v.device,
         )
     if nv:

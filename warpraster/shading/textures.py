@@ -198,9 +198,7 @@ def grid_source_index(g: float, size: int, padding: int, align_corners: int) -> 
 
 
 @wp.func
-def flipped_texel(
-    maps: wp.array4d(dtype=wp.float32), m: int, yf: int, x: int, c: int
-) -> float:
+def flipped_texel(maps: wp.array4d(dtype=wp.float32), m: int, yf: int, x: int, c: int) -> float:
     """Texel (row ``yf`` of the map flipped in v, column ``x``), 0 outside the map."""
     h = maps.shape[1]
     w = maps.shape[2]
