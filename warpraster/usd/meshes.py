@@ -97,6 +97,8 @@ def corner_values(
         raise SceneError(where, f"{interpolation} primvar has {n} values, needs {want}")
     if len(tri) and rows.max() >= n:
         raise SceneError(where, f"{interpolation} primvar has {n} values, needs {int(rows.max()) + 1}")
+    if interpolation == "uniform":
+        return np.repeat(values[rows][:, None], 3, axis=1)
     return values[rows]
 
 

@@ -1,0 +1,412 @@
+"""warpraster.usd: stages built in memory with pxr, checked against hand-computed values.
+
+Truths: world points from the transform ops' matrices multiplied by hand in
+float64 (not through XformCache), triangulations and primvar expansions written
+out by hand, areas of polygons (shoelace), light directions from the rotation
+written out by hand.
+"""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pxr = pytest.importorskip("pxr")
+from pxr import Gf, Sdf, Usd, UsdGeom, UsdLux, UsdShade, Vt  # noqa: E402
+
+import warpraster.usd as wu  # noqa: E402
+from warpraster.usd.triangulate import triangulate  # noqa: E402
+
+# float32 storage of positions: values of size ~10 carry ~1e-6 relative rounding
+ATOL_POS = 1e-5
+
+
+def _mesh(stage, path, points, counts, indices, **kw):
+    m = UsdGeom.Mesh.Define(stage, path)
+    m.CreatePointsAttr(Vt.Vec3fArray.FromNumpy(np.asarray(points, np.float32)))
+    m.CreateFaceVertexCountsAttr(list(counts))
+    m.CreateFaceVertexIndicesAttr(list(np.asarray(indices).ravel().tolist()))
+    for k, v in kw.items():
+        m.GetPrim().GetAttribute(k).Set(v) if m.GetPrim().HasAttribute(k) else None
+    return m
+
+
+def _rot_x(deg):
+    c, s = math.cos(math.radians(deg)), math.sin(math.radians(deg))
+    # USD row-vector rotation about X: p @ M
+    return np.array([[1, 0, 0], [0, c, s], [0, -s, c]])
+
+
+def _rot_y(deg):
+    c, s = math.cos(math.radians(deg)), math.sin(math.radians(deg))
+    return np.array([[c, 0, -s], [0, 1, 0], [s, 0, c]])
+
+
+def _area(p):
+    """Signed area of a planar (z = 0) polygon or triangles (shoelace)."""
+    x, y = p[..., 0], p[..., 1]
+    return 0.5 * np.sum(x * np.roll(y, -1, -1) - np.roll(x, -1, -1) * y, axis=-1)
+
+
+# ----------------------------------------------------------------------------- geometry
+def test_world_points_follow_nested_transforms_by_hand():
+    stage = Usd.Stage.CreateInMemory()
+    parent = UsdGeom.Xform.Define(stage, "/A")
+    parent.AddTranslateOp().Set(Gf.Vec3d(1.0, 2.0, 3.0))
+    parent.AddRotateYOp().Set(30.0)
+    child = UsdGeom.Xform.Define(stage, "/A/B")
+    child.AddScaleOp().Set(Gf.Vec3f(2.0, 1.0, 0.5))
+    child.AddRotateXOp().Set(-45.0)
+    pts = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0.3, -0.2, 2.0]], np.float32)
+    _mesh(stage, "/A/B/M", pts, [3, 3], [0, 1, 2, 0, 2, 3])
+    scene = wu.load_stage(stage)
+    # xformOpOrder [translate, rotate]: local matrix = R @ T in row-vector form
+    # (the last op is applied first), and world = child_local @ parent_local
+    t = np.array([1.0, 2.0, 3.0])
+    p = pts.astype(np.float64)
+    p = p @ _rot_x(-45.0)  # child: scale then rotateX -> rotate applied first
+    p = p * np.array([2.0, 1.0, 0.5])
+    p = p @ _rot_y(30.0) + t
+    np.testing.assert_allclose(scene.meshes.verts, p, atol=ATOL_POS)
+    assert scene.meshes.faces.tolist() == [[0, 1, 2], [0, 2, 3]]
+    assert scene.meshes.names == ["/A/B/M"]
+
+
+def test_fan_triangulation_of_convex_ngons_keeps_corners_and_polygon_rows():
+    tri = triangulate([3, 4, 5, 2], np.arange(14))
+    assert tri.vertex.tolist() == [
+        [0, 1, 2],
+        [3, 4, 5], [3, 5, 6],
+        [7, 8, 9], [7, 9, 10], [7, 10, 11],
+    ]  # fmt: skip
+    assert tri.face.tolist() == [0, 1, 1, 2, 2, 2]  # the 2-gon gives no triangle
+    assert tri.corner.tolist() == tri.vertex.tolist()  # identity indices here
+
+
+def test_concave_polygon_is_ear_clipped_and_covers_it_exactly():
+    # an L-shaped hexagon; a fan from corner 0 would leave it
+    ring = np.array([[0, 0], [2, 0], [2, 1], [1, 1], [1, 2], [0, 2]], float)
+    # corner 0 sees all others here, so rotate the ring to start at the reflex corner's neighbour
+    ring = np.roll(ring, -2, axis=0)
+    pts = np.concatenate([ring, np.zeros((6, 1))], axis=1)
+    tri = triangulate([6], np.arange(6), pts)
+    assert len(tri) == 4 and tri.num_concave == 1
+    areas = _area(pts[tri.vertex][..., :2])
+    assert (areas > 0).all()  # same (counter-clockwise) winding as the polygon
+    assert areas.sum() == pytest.approx(_area(ring), abs=1e-12)  # exact cover: 3
+
+
+def test_left_handed_and_mirrored_meshes_keep_front_faces_counter_clockwise():
+    stage = Usd.Stage.CreateInMemory()
+    pts = [[0, 0, 0], [1, 0, 0], [0, 1, 0]]
+    _mesh(stage, "/R", pts, [3], [0, 1, 2])
+    lh = _mesh(stage, "/L", pts, [3], [0, 2, 1])
+    lh.CreateOrientationAttr(UsdGeom.Tokens.leftHanded)
+    mirrored = _mesh(stage, "/M", pts, [3], [0, 1, 2])
+    UsdGeom.Xformable(mirrored).AddScaleOp().Set(Gf.Vec3f(-1, 1, 1))
+    m = wu.load_stage(stage).meshes
+    for i in range(3):
+        f = m.faces[m.face_first[i]]
+        p = m.verts[f].astype(np.float64)
+        n = np.cross(p[1] - p[0], p[2] - p[0])
+        # R: +z front; L: authored clockwise (0,2,1) but left-handed -> +z; M: mirrored -> +z
+        assert n[2] > 0, m.names[i]
+
+
+def test_instances_and_visibility_and_purpose():
+    stage = Usd.Stage.CreateInMemory()
+    proto = UsdGeom.Xform.Define(stage, "/Proto")
+    proto.GetPrim().SetSpecifier(Sdf.SpecifierClass)
+    _mesh(stage, "/Proto/M", [[0, 0, 0], [1, 0, 0], [0, 1, 0]], [3], [0, 1, 2])
+    for k, x in enumerate([10.0, 20.0]):
+        inst = UsdGeom.Xform.Define(stage, f"/I{k}")
+        inst.GetPrim().GetReferences().AddInternalReference("/Proto")
+        inst.GetPrim().SetInstanceable(True)
+        inst.AddTranslateOp().Set(Gf.Vec3d(x, 0, 0))
+    hidden = _mesh(stage, "/Hidden", [[0, 0, 0], [1, 0, 0], [0, 1, 0]], [3], [0, 1, 2])
+    UsdGeom.Imageable(hidden).MakeInvisible()
+    guide = UsdGeom.Xform.Define(stage, "/Guide")
+    guide.CreatePurposeAttr(UsdGeom.Tokens.guide)
+    _mesh(stage, "/Guide/M", [[0, 0, 0], [1, 0, 0], [0, 1, 0]], [3], [0, 1, 2])
+    m = wu.load_stage(stage).meshes
+    assert m.names == ["/I0/M", "/I1/M"]
+    np.testing.assert_allclose(m.verts[:3, 0], [10, 11, 10])
+    np.testing.assert_allclose(m.verts[3:, 0], [20, 21, 20])
+
+
+# ----------------------------------------------------------------------------- primvars
+QUAD_PTS = [[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [2, 0, 0]]
+
+
+def _uv_stage(interp, values, indices=None):
+    stage = Usd.Stage.CreateInMemory()
+    m = _mesh(stage, "/M", QUAD_PTS, [4, 3], [0, 1, 2, 3, 1, 4, 2])
+    pv = UsdGeom.PrimvarsAPI(m).CreatePrimvar("st", Sdf.ValueTypeNames.TexCoord2fArray, interp)
+    pv.Set(values)
+    if indices is not None:
+        pv.SetIndices(Vt.IntArray(indices))
+    return stage
+
+
+# triangles: (0,1,2) (0,2,3) from the quad [rows 0..3], (1,4,2) from the triangle [rows 4..6]
+@pytest.mark.parametrize(
+    "interp, values, indices, expected",
+    [
+        ("constant", [(0.25, 0.5)], None, [[(0.25, 0.5)] * 3] * 3),
+        ("uniform", [(1, 0), (2, 0)], None, [[(1, 0)] * 3, [(1, 0)] * 3, [(2, 0)] * 3]),
+        ("vertex", [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)], None,
+         [[(0, 0), (1, 1), (2, 2)], [(0, 0), (2, 2), (3, 3)], [(1, 1), (4, 4), (2, 2)]]),
+        ("faceVarying", [(k, -k) for k in range(7)], None,
+         [[(0, 0), (1, -1), (2, -2)], [(0, 0), (2, -2), (3, -3)], [(4, -4), (5, -5), (6, -6)]]),
+        ("faceVarying", [(0, 0), (9, 9)], [0, 1, 0, 1, 1, 1, 0],
+         [[(0, 0), (9, 9), (0, 0)], [(0, 0), (0, 0), (9, 9)], [(9, 9), (9, 9), (0, 0)]]),
+        ("vertex", [(5, 5), (7, 7)], [0, 0, 1, 1, 0],
+         [[(5, 5), (5, 5), (7, 7)], [(5, 5), (7, 7), (7, 7)], [(5, 5), (5, 5), (7, 7)]]),
+    ],
+    ids=["constant", "uniform", "vertex", "faceVarying", "faceVarying-indexed", "vertex-indexed"],
+)  # fmt: skip
+def test_uvs_for_every_interpolation(interp, values, indices, expected):
+    m = wu.load_stage(_uv_stage(interp, values, indices)).meshes
+    np.testing.assert_array_equal(m.uvs, np.asarray(expected, np.float32))
+
+
+def test_display_color_uniform_and_inherited_constant():
+    stage = Usd.Stage.CreateInMemory()
+    m = _mesh(stage, "/M", QUAD_PTS, [4, 3], [0, 1, 2, 3, 1, 4, 2])
+    pv = UsdGeom.PrimvarsAPI(m).CreatePrimvar(
+        "displayColor", Sdf.ValueTypeNames.Color3fArray, UsdGeom.Tokens.uniform
+    )
+    pv.Set([(1, 0, 0), (0, 0, 1)])
+    parent = UsdGeom.Xform.Define(stage, "/P")
+    UsdGeom.PrimvarsAPI(parent).CreatePrimvar(
+        "displayColor", Sdf.ValueTypeNames.Color3fArray, UsdGeom.Tokens.constant
+    ).Set([(0, 1, 0)])
+    _mesh(stage, "/P/N", QUAD_PTS[:3], [3], [0, 1, 2])
+    out = wu.load_stage(stage).meshes
+    np.testing.assert_array_equal(out.colors[0, :, :3], [[1, 0, 0]] * 3)
+    np.testing.assert_array_equal(out.colors[2, :, :3], [[0, 0, 1]] * 3)
+    np.testing.assert_array_equal(out.colors[3, :, :3], [[0, 1, 0]] * 3)  # inherited
+    assert (out.colors[..., 3] == 1).all()
+
+
+def test_normals_authored_are_transformed_by_the_inverse_transpose_else_computed():
+    stage = Usd.Stage.CreateInMemory()
+    # a 45-degree slanted triangle; authored per-vertex normal = its true normal
+    pts = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 1]], np.float64)
+    n = np.cross(pts[1] - pts[0], pts[2] - pts[0])
+    n /= np.linalg.norm(n)
+    a = _mesh(stage, "/A", pts, [3], [0, 1, 2])
+    a.CreateSubdivisionSchemeAttr(UsdGeom.Tokens.none)
+    a.CreateNormalsAttr([tuple(n)] * 3)
+    a.SetNormalsInterpolation(UsdGeom.Tokens.vertex)
+    UsdGeom.Xformable(a).AddScaleOp().Set(Gf.Vec3f(1, 3, 1))
+    b = _mesh(stage, "/B", pts, [3], [0, 1, 2])
+    b.CreateSubdivisionSchemeAttr(UsdGeom.Tokens.none)
+    UsdGeom.Xformable(b).AddScaleOp().Set(Gf.Vec3f(1, 3, 1))
+    m = wu.load_stage(stage).meshes
+    w = pts * np.array([1, 3, 1])
+    true_n = np.cross(w[1] - w[0], w[2] - w[0])
+    true_n /= np.linalg.norm(true_n)
+    # float32 normals, unit length: 1e-6
+    np.testing.assert_allclose(m.normals[0], [true_n] * 3, atol=1e-6)  # authored, transformed
+    np.testing.assert_allclose(m.normals[1], [true_n] * 3, atol=1e-6)  # computed (flat)
+
+
+# ----------------------------------------------------------------------------- materials
+def _preview(stage, path, **inputs):
+    mat = UsdShade.Material.Define(stage, path)
+    sh = UsdShade.Shader.Define(stage, f"{path}/S")
+    sh.CreateIdAttr("UsdPreviewSurface")
+    for k, (tn, v) in inputs.items():
+        sh.CreateInput(k, tn).Set(v)
+    mat.CreateSurfaceOutput().ConnectToSource(sh.ConnectableAPI(), "surface")
+    return mat, sh
+
+
+def test_preview_surface_mapping_and_subset_binding():
+    stage = Usd.Stage.CreateInMemory()
+    m = _mesh(stage, "/M", QUAD_PTS, [4, 3], [0, 1, 2, 3, 1, 4, 2])
+    red, _ = _preview(stage, "/Looks/Red", diffuseColor=(Sdf.ValueTypeNames.Color3f, (0.8, 0.1, 0.1)),
+                      roughness=(Sdf.ValueTypeNames.Float, 0.5))  # fmt: skip
+    gold, _ = _preview(stage, "/Looks/Gold", diffuseColor=(Sdf.ValueTypeNames.Color3f, (1.0, 0.7, 0.3)),
+                       metallic=(Sdf.ValueTypeNames.Float, 1.0), roughness=(Sdf.ValueTypeNames.Float, 1.0))  # fmt: skip
+    UsdShade.MaterialBindingAPI.Apply(m.GetPrim()).Bind(red)
+    sub = UsdGeom.Subset.CreateGeomSubset(m, "Tri", UsdGeom.Tokens.face, [1], UsdShade.Tokens.materialBind)
+    UsdShade.MaterialBindingAPI.Apply(sub.GetPrim()).Bind(gold)
+    scene = wu.load_stage(stage)
+    mats = {x.name: x for x in scene.materials}
+    idx = [scene.materials.index(mats[n]) for n in ("/Looks/Red", "/Looks/Gold")]
+    assert scene.meshes.face_material.tolist() == [idx[0], idx[0], idx[1]]
+    assert scene.meshes.subsets["/M/Tri"].tolist() == [2]
+    r, g = mats["/Looks/Red"], mats["/Looks/Gold"]
+    np.testing.assert_allclose(r.diffuse, [0.8, 0.1, 0.1], rtol=1e-6)
+    np.testing.assert_allclose(r.specular, [0.04] * 3, rtol=1e-6)
+    assert r.shininess == pytest.approx(2 / 0.5**4 - 2)  # 30: GGX alpha = r^2 -> Blinn-Phong
+    np.testing.assert_allclose(g.diffuse, np.array([1.0, 0.7, 0.3]) * 0.5, rtol=1e-6)
+    np.testing.assert_allclose(g.specular, [1.0, 0.7, 0.3], rtol=1e-6)  # metal: its own colour
+    assert g.shininess == pytest.approx(0.0)
+
+
+def _textured_stage(folder: Path, tex_rel: str, write_texture: bool):
+    from PIL import Image
+
+    stage = Usd.Stage.CreateNew(str(folder / "scene.usda"))
+    m = _mesh(stage, "/M", QUAD_PTS[:4], [4], [0, 1, 2, 3])
+    st = UsdGeom.PrimvarsAPI(m).CreatePrimvar("uv1", Sdf.ValueTypeNames.TexCoord2fArray, "vertex")
+    st.Set([(0, 0), (1, 0), (1, 1), (0, 1)])
+    mat, sh = _preview(stage, "/Looks/T")
+    reader = UsdShade.Shader.Define(stage, "/Looks/T/R")
+    reader.CreateIdAttr("UsdPrimvarReader_float2")
+    reader.CreateInput("varname", Sdf.ValueTypeNames.String).Set("uv1")
+    tex = UsdShade.Shader.Define(stage, "/Looks/T/Tex")
+    tex.CreateIdAttr("UsdUVTexture")
+    tex.CreateInput("file", Sdf.ValueTypeNames.Asset).Set(tex_rel)
+    tex.CreateInput("wrapS", Sdf.ValueTypeNames.Token).Set("clamp")
+    tex.CreateInput("sourceColorSpace", Sdf.ValueTypeNames.Token).Set("raw")
+    tex.CreateInput("st", Sdf.ValueTypeNames.Float2).ConnectToSource(reader.ConnectableAPI(), "result")
+    sh.CreateInput("diffuseColor", Sdf.ValueTypeNames.Color3f).ConnectToSource(tex.ConnectableAPI(), "rgb")
+    UsdShade.MaterialBindingAPI.Apply(m.GetPrim()).Bind(mat)
+    stage.Save()
+    if write_texture:
+        (folder / "textures").mkdir(exist_ok=True)
+        img = np.zeros((2, 2, 3), np.uint8)
+        img[0, 0] = (255, 0, 0)
+        Image.fromarray(img).save(folder / "textures" / "t.png")
+    return folder / "scene.usda"
+
+
+def test_texture_resolved_relative_to_its_layer_and_uv_primvar_from_the_reader(tmp_path, monkeypatch):
+    path = _textured_stage(tmp_path, "textures/t.png", write_texture=True)
+    monkeypatch.chdir(Path(path.anchor))  # resolution must not depend on the working folder
+    scene = wu.load_stage(path)
+    (mat,) = scene.materials
+    assert Path(mat.texture.path).resolve() == (tmp_path / "textures" / "t.png").resolve()
+    assert mat.uv_primvar == "uv1" and mat.texture.wrap_s == wu.WrapMode.CLAMP
+    assert mat.texture.texels.shape == (2, 2, 4)
+    np.testing.assert_array_equal(mat.texture.texels[0, 0], [1, 0, 0, 1])  # raw: no decoding
+    np.testing.assert_array_equal(scene.meshes.uvs[0], [(0, 0), (1, 0), (1, 1)])
+
+
+def test_missing_texture_names_the_material_and_file(tmp_path):
+    path = _textured_stage(tmp_path, "textures/nope.png", write_texture=False)
+    with pytest.raises(wu.SceneError, match=r"/Looks/T.*nope\.png.*not found"):
+        wu.load_stage(path)
+
+
+# ----------------------------------------------------------------------------- lights
+def test_lights_directions_positions_and_dome_as_ambient():
+    stage = Usd.Stage.CreateInMemory()
+    sun = UsdLux.DistantLight.Define(stage, "/Sun")
+    sun.CreateIntensityAttr(2.0)
+    sun.AddRotateXOp().Set(-90.0)  # -Z rotated about X by -90 degrees: pointing down (-Y)
+    bulb = UsdLux.SphereLight.Define(stage, "/Bulb")
+    bulb.CreateIntensityAttr(1.0)
+    bulb.CreateColorAttr(Gf.Vec3f(1.0, 0.5, 0.0))
+    bulb.AddTranslateOp().Set(Gf.Vec3d(1, 2, 3))
+    dome = UsdLux.DomeLight.Define(stage, "/Sky")
+    dome.CreateIntensityAttr(0.5)
+    lights = wu.read_lights(stage, Usd.TimeCode.Default())
+    np.testing.assert_allclose(lights.directional[0, 0], [0, -1, 0], atol=1e-6)
+    np.testing.assert_allclose(lights.directional[0, 1], [1, 1, 1])  # brightest = 1
+    np.testing.assert_allclose(lights.point[0], [[1, 2, 3], [0.5, 0.25, 0.0]])  # 1 / 2 of it
+    np.testing.assert_allclose(lights.ambient, [0.25] * 3)  # 0.5 / 2
+    assert not lights.headlight
+
+
+def test_stage_without_lights_gets_a_headlight():
+    stage = Usd.Stage.CreateInMemory()
+    _mesh(stage, "/M", QUAD_PTS[:3], [3], [0, 1, 2])
+    assert wu.load_stage(stage).lights.headlight
+
+
+# ----------------------------------------------------------------------------- animation
+def _animated_stage():
+    stage = Usd.Stage.CreateInMemory()
+    stage.SetStartTimeCode(1)
+    stage.SetEndTimeCode(3)
+    m = _mesh(stage, "/M", QUAD_PTS[:3], [3], [0, 1, 2])
+    pts = np.asarray(QUAD_PTS[:3], np.float32)
+    for t in (1, 3):
+        m.GetPointsAttr().Set(Vt.Vec3fArray.FromNumpy(pts * t), t)
+    op = UsdGeom.Xformable(m).AddTranslateOp()
+    op.Set(Gf.Vec3d(0, 0, 0), 1)
+    op.Set(Gf.Vec3d(0, 0, 10), 3)
+    _mesh(stage, "/Static", QUAD_PTS[:3], [3], [0, 1, 2])
+    return stage, pts
+
+
+def test_animation_reads_interpolated_samples_into_the_same_device_buffers():
+    stage, pts = _animated_stage()
+    scene = wu.load_stage(stage)
+    r = wu.StageRenderer(scene, image_size=(8, 8), device="cpu")
+    anim = wu.StageAnimation(scene)
+    assert anim.dynamic_meshes == ["/M"]
+    arrays = [r.buffers.verts, r.buffers.corner_normals, r.buffers.faces]
+    ptrs = [a.ptr for a in arrays]
+    host = scene.meshes.verts
+    anim.frame(r, 2.0)
+    # linear interpolation of both samples at t = 2: points x2, translate z = 5
+    np.testing.assert_allclose(r.buffers.verts.numpy()[:3], pts * 2 + [0, 0, 5], atol=ATOL_POS)
+    np.testing.assert_allclose(r.buffers.verts.numpy()[3:], pts, atol=0)  # static mesh kept
+    assert [a.ptr for a in arrays] == ptrs and r.buffers.verts is arrays[0]
+    assert scene.meshes.verts is host  # host arrays updated in place too
+
+
+def test_round_trip_of_a_stage_written_by_warp_usd_renderer(tmp_path):
+    import warp.render
+
+    path = str(tmp_path / "warp.usda")
+    ren = warp.render.UsdRenderer(path, up_axis="Y", fps=10)
+    pts = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0.5]], np.float32)
+    idx = np.array([0, 1, 2, 1, 3, 2], np.int32)
+    for k in range(3):
+        ren.begin_frame(k / 10)
+        ren.render_mesh("cloth", pts + np.float32(k), idx, update_topology=(k == 0))
+        ren.end_frame()
+    ren.save()
+    scene = wu.load_stage(path)
+    assert scene.meshes.num_faces == 2
+    anim = wu.StageAnimation(scene)
+    t0 = scene.frame_range[0]
+    for k in range(3):
+        # Warp writes time codes of t * fps; the points come back exactly (float32 both ways)
+        got = anim.positions(t0 + k)
+        np.testing.assert_array_equal(got, pts + np.float32(k))
+
+
+# ----------------------------------------------------------------------------- errors
+def test_bad_input_is_one_line_naming_the_file_or_prim(tmp_path):
+    with pytest.raises(wu.SceneError, match=r"nope\.usda: no such file"):
+        wu.load_stage(tmp_path / "nope.usda")
+    bad = tmp_path / "bad.usda"
+    bad.write_bytes(b"\x00\x01 not usd \xff" * 20)
+    with pytest.raises(wu.SceneError, match=r"bad\.usda: not a readable USD layer") as err:
+        wu.load_stage(bad)
+    assert "\n" not in str(err.value)
+    stage = Usd.Stage.CreateInMemory()
+    UsdGeom.Xform.Define(stage, "/Empty")
+    with pytest.raises(wu.SceneError, match="no meshes to render"):
+        wu.load_stage(stage, require_meshes=True)
+    _mesh(stage, "/Empty/M", QUAD_PTS[:3], [3], [0, 1, 7])
+    with pytest.raises(wu.SceneError, match=r"/Empty/M: faceVertexIndices refers to point 7 but the mesh has 3"):
+        wu.load_stage(stage)
+    stage2 = Usd.Stage.CreateInMemory()
+    _mesh(stage2, "/M", QUAD_PTS[:3], [4], [0, 1, 2])
+    with pytest.raises(wu.SceneError, match=r"/M: faceVertexCounts sum to 4 but faceVertexIndices has 3"):
+        wu.load_stage(stage2)
+    stage3 = Usd.Stage.CreateInMemory()
+    m = _mesh(stage3, "/M", QUAD_PTS[:3], [3], [0, 1, 2])
+    UsdGeom.PrimvarsAPI(m).CreatePrimvar("st", Sdf.ValueTypeNames.TexCoord2fArray, "vertex").Set([(0, 0)])
+    with pytest.raises(wu.SceneError, match=r"/M primvars:st: vertex primvar has 1 values, needs 3"):
+        wu.load_stage(stage3)
+
+
+def test_camera_path_that_is_not_a_camera():
+    stage = Usd.Stage.CreateInMemory()
+    _mesh(stage, "/M", QUAD_PTS[:3], [3], [0, 1, 2])
+    with pytest.raises(wu.SceneError, match=r"/M: is a Mesh, not a Camera"):
+        wu.read_camera(stage.GetPrimAtPath("/M"), Usd.TimeCode.Default())
+    scene = wu.load_stage(stage)
+    with pytest.raises(ValueError, match=r"/Cam: not a camera of"):
+        wu.StageRenderer(scene, camera="/Cam", image_size=(4, 4), device="cpu")
