@@ -1,5 +1,6 @@
 """Shading: from fragments to pictures (interpolation, normals, textures, lights, shaders)."""
 
+from .blending import BlendParams, hard_rgb_blend, sigmoid_alpha_blend, softmax_rgb_blend
 from .interpolate import interpolate_face_attributes, interpolate_vertex_attributes
 from .mipmap import (
     BoundaryMode,
@@ -9,10 +10,37 @@ from .mipmap import (
     build_mipmaps,
     texture,
 )
+from .lighting import AmbientLights, DirectionalLights, LightKind, PointLights
+from .materials import Materials
 from .normals import face_normals, vertex_normals
+from .shaders import (
+    HardFlatShader,
+    HardGouraudShader,
+    HardPhongShader,
+    ShadingBuffers,
+    SoftGouraudShader,
+    SoftPhongShader,
+    SoftSilhouetteShader,
+)
 from .textures import PaddingMode, SamplingMode, TexturesUV, TexturesVertex
 
 __all__ = [
+    "AmbientLights",
+    "BlendParams",
+    "DirectionalLights",
+    "HardFlatShader",
+    "HardGouraudShader",
+    "HardPhongShader",
+    "LightKind",
+    "Materials",
+    "PointLights",
+    "ShadingBuffers",
+    "SoftGouraudShader",
+    "SoftPhongShader",
+    "SoftSilhouetteShader",
+    "hard_rgb_blend",
+    "sigmoid_alpha_blend",
+    "softmax_rgb_blend",
     "BoundaryMode",
     "FilterMode",
     "MipPyramid",

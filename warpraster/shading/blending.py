@@ -158,6 +158,11 @@ def _image_out(out, shape, device, requires_grad: bool) -> wp.array:
     return out
 
 
+def _with_grad(*arrays) -> list:
+    """The arrays that carry a gradient (what ``tape.record_func`` may zero)."""
+    return [a for a in arrays if a.requires_grad and a.grad is not None]
+
+
 def _z_param(value, name, device) -> wp.array:
     if isinstance(value, wp.array):
         return scalar_param(value, name, device)
@@ -319,7 +324,7 @@ def launch_sigmoid_blend(fragments, colors, sigma: float, image_out) -> None:
             outputs=[dgrad, cgrad, int(want_d), int(want_c)], device=device,
         )  # fmt: skip
 
-    tape.record_func(backward, arrays=[image_out, dists, colors])
+    tape.record_func(backward, arrays=_with_grad(image_out, dists, colors))
 
 
 # ----------------------------------------------------------------------------- softmax
@@ -527,4 +532,4 @@ def launch_softmax_blend(fragments, colors, background, znear, zfar, sigma, gamm
             outputs=[*grads, *(int(x) for x in wants)], device=device,
         )  # fmt: skip
 
-    tape.record_func(backward, arrays=[image_out, dists, zbuf, colors, background])
+    tape.record_func(backward, arrays=_with_grad(image_out, dists, zbuf, colors, background))

@@ -39,14 +39,17 @@ import warp as wp
 from ..meshes import as_faces_array, as_index_array, as_vec3_array
 from .blending import (
     BlendParams,
+    active_tape,
     check_fragments,
     launch_hard_blend,
     launch_sigmoid_blend,
     launch_softmax_blend,
     scalar_param,
 )
-from .lighting import LightKind, LightsBase, PointLights, light_terms
+from .interpolate import interpolate_vertex_attributes
+from .lighting import LightsBase, PointLights, light_terms
 from .materials import Materials
+from .normals import face_normals, vertex_normals
 from .params import row
 
 wp.set_module_options({"fuse_fp": False})
@@ -234,20 +237,38 @@ class ShadingBuffers:
         colors: (N, H, W, K) ``vec3`` per-slot colours.
         image: (N, H, W, 4) float32 RGBA.
         shaded_verts: (V,) ``vec3`` lit vertex colours (Gouraud).
+        verts_normals, normal_sums: (V,) ``vec3`` vertex normals and their scratch sums.
+        faces_normals: (F,) ``vec3`` face normals.
         ones: (N, H, W, K) ``vec3`` of ones (silhouette colours).
     """
 
-    def __init__(self, shape, num_verts: int, device, requires_grad: bool = True):
+    def __init__(self, shape, num_verts: int, num_faces: int, device, requires_grad: bool = True):
         n, h, w, k = shape
         self.shape = tuple(shape)
         self.num_verts = int(num_verts)
+        self.num_faces = int(num_faces)
         self.device = wp.get_device(device)
         rg = bool(requires_grad)
         self.colors = wp.zeros(shape, dtype=wp.vec3, device=device, requires_grad=rg)
         self.image = wp.zeros((n, h, w, 4), dtype=wp.float32, device=device, requires_grad=rg)
-        self.shaded_verts = wp.zeros(max(num_verts, 1), dtype=wp.vec3, device=device,
-                                     requires_grad=rg)  # fmt: skip
+
+        def vec3s(count):
+            return wp.zeros(count, dtype=wp.vec3, device=device, requires_grad=rg)
+
+        self.shaded_verts = vec3s(self.num_verts)
+        self.verts_normals = vec3s(self.num_verts)
+        self.normal_sums = vec3s(self.num_verts)
+        self.faces_normals = vec3s(self.num_faces)
         self._ones = None
+        self._texels = None
+
+    @property
+    def texels(self) -> wp.array:
+        """(N, H, W, K) ``vec3`` sampled texels (UV textures), allocated on first use."""
+        if self._texels is None:
+            self._texels = wp.zeros(self.shape, dtype=wp.vec3, device=self.device,
+                                    requires_grad=self.colors.requires_grad)  # fmt: skip
+        return self._texels
 
     @property
     def ones(self) -> wp.array:
@@ -255,10 +276,11 @@ class ShadingBuffers:
             self._ones = wp.full(self.shape, wp.vec3(1.0), dtype=wp.vec3, device=self.device)
         return self._ones
 
-    def matches(self, shape, num_verts, device) -> bool:
+    def matches(self, shape, num_verts, num_faces, device) -> bool:
         return (
             self.shape == tuple(shape)
             and self.num_verts == int(num_verts)
+            and self.num_faces == int(num_faces)
             and self.device == wp.get_device(device)
         )
 
@@ -300,10 +322,11 @@ def _z_planes(cameras, znear, zfar, device, cache: dict):
 
 def _vertex_colors(textures, num_verts: int, device):
     feats = getattr(textures, "verts_features", None)
-    if feats is None and hasattr(textures, "verts_features_packed"):
-        feats = textures.verts_features_packed()
     if feats is None:
         return None
+    if isinstance(feats, wp.array) and feats.dtype == wp.float32 and feats.ndim == 2:
+        if feats.shape[1] != 3:
+            raise ValueError(f"textures must have 3 channels (RGB), got {feats.shape[1]}")
     arr = as_vec3_array(feats, "textures.verts_features", device)
     if arr.shape[0] != num_verts:
         raise ValueError(
@@ -312,8 +335,13 @@ def _vertex_colors(textures, num_verts: int, device):
     return arr
 
 
-def texel_source(textures, fragments, verts, faces, device, cache: dict):
-    """(TexelSource, vertex colours, texel array) for ``textures`` (see module docs)."""
+def texel_source(textures, fragments, verts, faces, device, cache: dict, *, buffers=None,
+                 verts_ndc=None, perspective_correct: bool = True):  # fmt: skip
+    """(TexelSource, vertex colours, texel array) for ``textures`` (see module docs).
+
+    Vertex colours are read by the shading kernel itself (fused); other textures
+    are sampled per slot by their ``sample_textures`` into ``buffers.texels``.
+    """
     dummy_v = cache.setdefault(("dv", str(device)), wp.zeros(1, dtype=wp.vec3, device=device))
     dummy_t = cache.setdefault(
         ("dt", str(device)), wp.zeros((1, 1, 1, 1), dtype=wp.vec3, device=device)
@@ -328,29 +356,35 @@ def texel_source(textures, fragments, verts, faces, device, cache: dict):
     vc = _vertex_colors(textures, verts.shape[0], device)
     if vc is not None:
         return TexelSource.VERTEX, vc, dummy_t
-    sample = getattr(textures, "sample_textures", None) or getattr(textures, "sample", None)
+    sample = getattr(textures, "sample_textures", None)
     if sample is None:
         raise TypeError(
-            "textures must be None, a TexturesVertex, a TexturesUV or a (N, H, W, K) vec3 "
-            f"texel array, got {type(textures).__name__}"
+            "textures must be None, a TexturesVertex, a TexturesUV(Mipmap) or a (N, H, W, K) "
+            f"vec3 texel array, got {type(textures).__name__}"
         )
-    texels = sample(fragments)
-    if texels.dtype != wp.vec3:
-        raise ValueError("textures must have 3 channels (RGB) for the lit shaders")
+    if getattr(textures, "channels", 3) != 3:
+        raise ValueError(f"textures must have 3 channels (RGB), got {textures.channels}")
+    out = None if buffers is None else buffers.texels
+    texels = sample(
+        fragments, faces, verts_ndc=verts_ndc, perspective_correct=perspective_correct,
+        out=out, validate=buffers is None,
+    )  # fmt: skip
     return TexelSource.PIXEL, dummy_v, texels
 
 
-def _normals(kind: str, given, verts, faces, device):
+def _normals(kind: str, given, verts, faces, device, buffers: ShadingBuffers):
+    """Given normals (checked), else computed from ``verts`` into ``buffers`` (on the tape)."""
     if given is not None:
         arr = as_vec3_array(given, f"{kind}_normals", device)
         want = verts.shape[0] if kind == "verts" else faces.shape[0]
         if arr.shape[0] != want:
             raise ValueError(f"{kind}_normals must have {want} rows, got {arr.shape[0]}")
         return arr
-    from . import normals as _n  # noqa: PLC0415 (the normals module is optional until set up)
-
-    fn = _n.vertex_normals if kind == "verts" else _n.face_normals
-    return fn(verts, faces)
+    if kind == "verts":
+        return vertex_normals(
+            verts, faces, out=buffers.verts_normals, sums_out=buffers.normal_sums, validate=False
+        )
+    return face_normals(verts, faces, out=buffers.faces_normals, validate=False)
 
 
 def shade_slots(
@@ -421,6 +455,8 @@ class ShaderBase:
             derived from the faces on the device when not given).
         verts_normals / faces_normals: (V, 3) / (F, 3) normals to use instead of
             computing them from the vertices (area-weighted, as PyTorch3D).
+        verts_ndc, perspective_correct: the projected vertices and the raster
+            setting, for mip-mapped UV textures (UV derivatives).
         buffers: :class:`ShadingBuffers` for allocation-free calls.
 
     Returns the (N, H, W, 4) float32 RGBA image (a Warp array).
@@ -470,6 +506,8 @@ class ShaderBase:
         blend_params: BlendParams | None = None,
         znear=None,
         zfar=None,
+        verts_ndc=None,
+        perspective_correct: bool = True,
         buffers: ShadingBuffers | None = None,
     ) -> wp.array:
         shape = check_fragments(fragments)
@@ -489,26 +527,35 @@ class ShaderBase:
         v = as_vec3_array(verts, "verts", device)
         f = as_faces_array(faces, "faces", device)
         if buffers is None:
-            rg = True
-            buffers = ShadingBuffers(shape, v.shape[0], device, requires_grad=rg)
-        elif not buffers.matches(shape, v.shape[0], device):
-            raise ValueError("buffers were made for another image shape, vertex count or device")
+            buffers = ShadingBuffers(
+                shape, v.shape[0], f.shape[0], device, requires_grad=active_tape() is not None
+            )
+        elif not buffers.matches(shape, v.shape[0], f.shape[0], device):
+            raise ValueError(
+                "buffers were made for another image shape, vertex or face count or device"
+            )
         colors = self._colors(
             fragments, v, f, textures=textures, vert_to_mesh=vert_to_mesh,
             verts_normals=verts_normals, faces_normals=faces_normals, cameras=cameras,
             lights=lights, materials=materials, buffers=buffers, device=device,
+            verts_ndc=verts_ndc, perspective_correct=perspective_correct,
         )  # fmt: skip
         return self._blend(fragments, colors, cameras, blend_params, znear, zfar, buffers, device)
 
     # -- step 1
     def _colors(self, fragments, v, f, *, textures, vert_to_mesh, verts_normals, faces_normals,
-                cameras, lights, materials, buffers, device):  # fmt: skip
+                cameras, lights, materials, buffers, device, verts_ndc, perspective_correct):  # fmt: skip
         RT = _camera_arrays(cameras, device)
-        src, vc, tx = texel_source(textures, fragments, v, f, device, self._cache)
+        if self.mode == ShadingMode.GOURAUD and textures is not None and (
+            _vertex_colors(textures, v.shape[0], device) is None
+        ):
+            raise ValueError("Gouraud shading needs vertex colours (TexturesVertex) or None")
+        src, vc, tx = texel_source(
+            textures, fragments, v, f, device, self._cache, buffers=buffers,
+            verts_ndc=verts_ndc, perspective_correct=perspective_correct,
+        )  # fmt: skip
         if self.mode == ShadingMode.GOURAUD:
-            if src == TexelSource.PIXEL:
-                raise ValueError("Gouraud shading needs vertex colours (TexturesVertex) or None")
-            nrm = _normals("verts", verts_normals, v, f, device)
+            nrm = _normals("verts", verts_normals, v, f, device, buffers)
             n_img = fragments.pix_to_face.shape[0]
             v2m = None
             if n_img > 1:
@@ -523,16 +570,14 @@ class ShaderBase:
                 shaded = shaded[:0]
             shade_vertices(v, nrm, vc, src, v2m, cameras_RT=RT, lights=lights,
                            materials=materials, out=shaded)  # fmt: skip
-            from .interpolate import interpolate_vertex_attributes  # noqa: PLC0415
-
             return interpolate_vertex_attributes(
                 fragments.pix_to_face, fragments.bary_coords, shaded, f,
                 out=buffers.colors, validate=False,
             )  # fmt: skip
         if self.mode == ShadingMode.FLAT:
-            nrm = _normals("faces", faces_normals, v, f, device)
+            nrm = _normals("faces", faces_normals, v, f, device, buffers)
         else:
-            nrm = _normals("verts", verts_normals, v, f, device)
+            nrm = _normals("verts", verts_normals, v, f, device, buffers)
         return shade_slots(
             fragments, v, f, nrm, mode=self.mode, texels_from=src, vert_colors=vc, texels=tx,
             cameras_RT=RT, lights=lights, materials=materials, out=buffers.colors,
