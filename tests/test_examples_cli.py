@@ -22,15 +22,17 @@ def _run(args, cwd):
 
 def test_render_command_writes_images_of_the_default_scene(tmp_path, cli_device):
     _run(["-m", "warpraster.cli", "render", "--out", str(tmp_path), "--height", "60",
-          "--width", "80", "--device", cli_device], ROOT)  # fmt: skip
-    shaded = np.asarray(Image.open(tmp_path / "shaded.png"))
-    faces = np.asarray(Image.open(tmp_path / "faces.png"))
-    assert shaded.shape == (60, 80, 3) and faces.shape == (60, 80, 3)
-    frags = np.load(tmp_path / "fragments.npz")
+          "--width", "80", "--spp", "1", "--frames", "1", "--fragments", "--device", cli_device],
+         ROOT)  # fmt: skip
+    color = np.asarray(Image.open(tmp_path / "color.0001.png"))
+    assert color.shape == (60, 80, 4)  # RGBA, alpha = coverage
+    frags = np.load(tmp_path / "fragments.0001.npz")
     hit = frags["pix_to_face"][0, ..., 0] >= 0
     assert 0.2 < hit.mean() < 0.9  # the scene is in view and does not fill the frame
-    assert (shaded[hit].sum(-1) > 0).all() and (shaded[~hit] == 0).all()
-    assert frags["pix_to_face"].max() < 5376  # faces of the bundled scene
+    # one sample per pixel: covered pixels are opaque and lit, the others fully transparent
+    assert (color[hit, 3] == 255).all() and (color[hit, :3].sum(-1) > 0).all()
+    assert (color[~hit] == 0).all()
+    assert frags["pix_to_face"].max() < 3622  # triangles of the bundled scene
 
 
 def test_bench_command_checks_itself_and_writes_json(tmp_path, cli_device):

@@ -235,7 +235,7 @@ def _write_depth(path_stem: Path, depth: np.ndarray) -> Path:
     except ImportError:
         OpenEXR = None
     if OpenEXR is not None:
-        out = path_stem.with_suffix(".exr")
+        out = path_stem.with_name(path_stem.name + ".exr")
 
         def write(tmp):
             header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
@@ -256,7 +256,7 @@ def _write_depth(path_stem: Path, depth: np.ndarray) -> Path:
         v[hit] = 1 + np.round((depth[hit] - lo) / span * 65534).astype(np.uint16)
     info = PngInfo()
     info.add_text("warpraster:depth_range", f"{lo!r} {hi!r}")
-    out = path_stem.with_suffix(".png")
+    out = path_stem.with_name(path_stem.name + ".png")
     _save_png(out, v, info)
     return out
 
