@@ -31,8 +31,9 @@ The samplers are loop-free ``@wp.func`` code; Warp's generated adjoint sends
 gradients to the texels of every level read (then through the pyramid to the
 base), to the UVs, and, in the ``linear-mipmap-linear`` mode, through the level
 fraction to the UV derivatives. The square root and logarithm are taken only
-where their argument is positive, so the adjoint stays finite (zero where the
-footprint is exactly isotropic or degenerate, as nvdiffrast).
+where their argument is positive, so the adjoint stays finite: the square
+root's kink at an exactly isotropic footprint contributes nothing there, and a
+degenerate (zero) footprint or a clamped level gets zero gradient.
 """
 
 from __future__ import annotations
@@ -299,9 +300,6 @@ def bilinear_level(
         vv = vv - wp.floor(vv)
     x = uu * float(w) - 0.5
     y = vv * float(h) - 0.5
-    # Far outside (zero mode) or NaN: no tap inside; keeps int() in range.
-    if not (x > -2.0 and x < float(w) + 1.0 and y > -2.0 and y < float(h) + 1.0):
-        return 0.0
     dx = 1
     dy = 1
     if boundary == BoundaryMode.CLAMP:
@@ -311,6 +309,9 @@ def bilinear_level(
             dx = 0
         if y == 0.0 or y == float(h - 1):
             dy = 0
+    # Far outside (zero mode) or NaN: no tap inside; keeps int() in range.
+    if not (x > -2.0 and x < float(w) + 1.0 and y > -2.0 and y < float(h) + 1.0):
+        return 0.0
     x0f = wp.floor(x)
     y0f = wp.floor(y)
     x0 = int(x0f)
