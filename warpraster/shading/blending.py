@@ -23,8 +23,8 @@ the max (to the first slot holding it, torch's ``max`` index) and the clamps.
 Gradients reach ``colors``, ``dists``, ``zbuf`` and a background colour array with
 ``requires_grad``; ``znear``/``zfar`` get none.
 
-Shapes: ``colors`` (N, H, W, K) ``vec3`` (or a (N, H, W, K, 3) float32 Warp array,
-viewed in place); fragments as :class:`warpraster.Fragments`; the image is a
+Shapes: ``colors`` (N, H, W, K) ``vec3`` (Warp arrays have at most 4 dimensions;
+NumPy (N, H, W, K, 3) is copied); fragments as :class:`warpraster.Fragments`; the image is a
 (N, H, W, 4) float32 Warp array.
 """
 
@@ -100,7 +100,7 @@ class BlendParams:
 
 # ----------------------------------------------------------------------------- inputs
 def as_colors_array(colors, shape: tuple, device, name: str = "colors") -> wp.array:
-    """(N, H, W, K) ``vec3`` colours, zero-copy from a (N, H, W, K, 3) float32 Warp array."""
+    """(N, H, W, K) ``vec3`` colours: a Warp array as is, NumPy (N, H, W, K, 3) copied."""
     if type(colors).__module__.startswith("torch"):
         raise TypeError(f"{name} is a torch tensor: use warpraster.torch for torch inputs")
     if isinstance(colors, wp.array):
@@ -108,19 +108,9 @@ def as_colors_array(colors, shape: tuple, device, name: str = "colors") -> wp.ar
             raise ValueError(f"{name} is on device {colors.device}, the fragments on {device}")
         if colors.dtype == wp.vec3 and colors.shape == shape:
             return colors
-        if colors.dtype == wp.float32 and colors.shape == (*shape, 3) and colors.is_contiguous:
-            out = wp.array(ptr=colors.ptr, dtype=wp.vec3, shape=shape, device=colors.device)
-            out._ref = colors
-            if colors.requires_grad and colors.grad is not None:
-                out.grad = wp.array(
-                    ptr=colors.grad.ptr, dtype=wp.vec3, shape=shape, device=colors.device
-                )
-                out.requires_grad = True
-            return out
         raise ValueError(
-            f"{name} must be a vec3 wp.array of shape {shape} or a contiguous float32 one of "
-            f"shape {(*shape, 3)}, got dtype {wp.types.type_repr(colors.dtype)} "
-            f"shape {colors.shape}"
+            f"{name} must be a vec3 wp.array of shape {shape}, got dtype "
+            f"{wp.types.type_repr(colors.dtype)} shape {colors.shape}"
         )
     a = np.asarray(colors, dtype=np.float32)
     if a.shape != (*shape, 3):
@@ -195,7 +185,7 @@ def hard_rgb_blend(colors, fragments, blend_params: BlendParams | None = None, *
     """RGB of the nearest face, background where the pixel is empty; alpha 1 / 0.
 
     Args:
-        colors: (N, H, W, K) ``vec3`` (or (N, H, W, K, 3) float32) shaded colours.
+        colors: (N, H, W, K) ``vec3`` Warp array (or NumPy (N, H, W, K, 3)) of colours.
         fragments: :class:`warpraster.Fragments` (``pix_to_face`` is used).
         blend_params: :class:`BlendParams` (background colour).
         out: optional (N, H, W, 4) float32 output (no allocation).
@@ -478,7 +468,7 @@ def softmax_rgb_blend(
     """PyTorch3D's softmax blend (module docstring gives the formula).
 
     Args:
-        colors: (N, H, W, K) ``vec3`` (or (N, H, W, K, 3) float32) shaded colours.
+        colors: (N, H, W, K) ``vec3`` Warp array (or NumPy (N, H, W, K, 3)) of colours.
         fragments: :class:`warpraster.Fragments` (``pix_to_face``, ``dists``, ``zbuf``).
         blend_params: :class:`BlendParams` (sigma, gamma, background colour).
         znear, zfar: scalars or (N,) per image (NumPy or float32 Warp arrays);
