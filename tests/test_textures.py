@@ -14,7 +14,8 @@ Truths used:
   boundaries;
 * identities between paths (bilinear clamp on the base level == grid_sample with
   align_corners=False and border padding; the fused texture object == interpolate
-  then ``texture``); graph capture on the cpu device equal to eager.
+  then ``texture``, values and gradients); graph capture on every device (cpu
+  included) equal to eager.
 """
 
 from __future__ import annotations
@@ -546,9 +547,8 @@ def test_fused_mipmap_texture_equals_interpolate_then_texture(device):
         )
 
 
-def test_texture_objects_capture_on_cpu():
+def test_texture_objects_capture(device):
     """Preallocated outputs: captured once, replayed with new texels/UVs equal to eager."""
-    device = "cpu"
     d, ndc, frags = _r07_scene(device)
     rng = np.random.default_rng(9)
     maps = wp.array(
@@ -606,3 +606,41 @@ def test_bad_input_names_the_argument():
         )
     with pytest.raises(ValueError, match="uv_dx"):
         texture(maps, np.zeros((1, 2, 2, 1, 2)), filter_mode="linear-mipmap-linear")
+
+
+def test_fused_mipmap_gradients_equal_the_two_stage_path(device):
+    """Gradients to maps (a vec3 array), verts_uvs and verts_ndc: fused kernel == interpolate
+    (finite-difference-checked in test_interpolate) -> texture (checked above)."""
+    d, ndc, frags = _r07_scene(device)
+    rng = np.random.default_rng(10)
+    maps_np = rng.uniform(size=(1, 64, 64, 3)).astype(np.float32)
+    faces = d["faces_packed"]
+    g = rng.normal(size=tuple(frags.pix_to_face.shape) + (3,)).astype(np.float32)
+    grads = []
+    for fused in (True, False):
+        maps = wp.array(maps_np, dtype=wp.vec3, device=device, requires_grad=True)
+        uvs = wp.array(d["verts_uvs"], dtype=wp.float32, device=device, requires_grad=True)
+        vn = wp.array(ndc.numpy(), dtype=wp.vec3, device=device, requires_grad=True)
+        tex = TexturesUVMipmap(maps, d["faces_uvs"], uvs)
+        tape = wp.Tape()
+        with tape:
+            if fused:
+                out = tex.sample_textures(frags, faces, verts_ndc=vn)
+            else:
+                tex.pyramid.build()
+                uv, dx, dy = interpolate_vertex_attributes(
+                    frags.pix_to_face,
+                    frags.bary_coords,
+                    uvs,
+                    d["faces_uvs"],
+                    verts_ndc=vn,
+                    ndc_faces=faces,
+                )
+                out = texture(tex.pyramid, uv, dx, dy, pix_to_face=frags.pix_to_face, flip_v=True)
+        out.grad.assign(g)
+        tape.backward()
+        grads.append([maps.grad.numpy(), uvs.grad.numpy(), vn.grad.numpy()])
+    for a, b in zip(*grads, strict=True):
+        # Same per-slot float32 terms, summed by atomics in another order.
+        assert np.abs(a).max() > 0
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * np.abs(b).max())
