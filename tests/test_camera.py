@@ -21,9 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import warp as wp
+from p3d_cases import reference_dir
 
 from warpraster.camera import (
     ROTATION_TOLERANCE,
+    CameraKind,
+    CameraParams,
     FoVOrthographicCameras,
     FoVPerspectiveCameras,
     PerspectiveCameras,
@@ -33,8 +36,6 @@ from warpraster.camera import (
     vert_to_mesh_from_faces,
 )
 from warpraster.rasterizer import MeshRasterizer, RasterizationSettings
-
-from p3d_cases import reference_dir
 
 CAMERA_CASES = ["p10_cam_persp_ico2", "p11_cam_ortho_ico1_nonsquare", "p12_cam_persp_near_clip"]
 
@@ -213,6 +214,19 @@ def _random_camera(kind: str, rng, n: int, device, requires_grad: bool = True):
             requires_grad=requires_grad,
         )
     return cam, p
+
+
+def _one_fov_camera(p: dict, i: int, device) -> FoVPerspectiveCameras:
+    """Camera ``i`` alone of a batch made by ``_random_camera("fov_persp", ...)``."""
+    return FoVPerspectiveCameras(
+        znear=p["znear"][i],
+        zfar=p["zfar"][i],
+        aspect_ratio=p["aspect_ratio"][i],
+        fov=p["fov"][i],
+        R=p["R"][i : i + 1],
+        T=p["T"][i : i + 1],
+        device=device,
+    )
 
 
 def _batch(rng, n: int, per_mesh: int = 6):
@@ -522,15 +536,7 @@ def test_heterogeneous_batch_uses_each_meshs_camera(device):
     out = cam.transform_points_ndc(verts, v2m).numpy()
     start = 0
     for i, cnt in enumerate(counts):
-        one = FoVPerspectiveCameras(
-            znear=p["znear"][i],
-            zfar=p["zfar"][i],
-            aspect_ratio=p["aspect_ratio"][i],
-            fov=p["fov"][i],
-            R=p["R"][i : i + 1],
-            T=p["T"][i : i + 1],
-            device=device,
-        )
+        one = _one_fov_camera(p, i, device)
         sl = slice(start, start + cnt)
         np.testing.assert_array_equal(out[sl], one.transform_points_ndc(verts[sl]).numpy())
         start += cnt
@@ -557,15 +563,7 @@ def test_mesh_rasterizer_batch_matches_single_renders(device):
         verts, faces, np.array([0, 2], np.int32), np.array([2, 2], np.int32)
     ).numpy()
     for i in range(2):
-        one = FoVPerspectiveCameras(
-            znear=p["znear"][i],
-            zfar=p["zfar"][i],
-            aspect_ratio=p["aspect_ratio"][i],
-            fov=p["fov"][i],
-            R=p["R"][i : i + 1],
-            T=p["T"][i : i + 1],
-            device=device,
-        )
+        one = _one_fov_camera(p, i, device)
         alone = MeshRasterizer(cameras=one, raster_settings=settings)(
             verts[4 * i : 4 * i + 4], faces[:2], np.array([0], np.int32), np.array([2], np.int32)
         ).numpy()
@@ -605,6 +603,58 @@ def test_projection_is_graph_capturable(device):
     np.testing.assert_allclose(
         out.numpy(), _project64("fov_persp", p, verts_np, v2m_np), rtol=1e-5, atol=1e-6
     )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_is_graph_capturable(kind, device):
+    """Each camera kind, and a screen-space camera given a call's image_size: a
+    captured call replays with new values written into the camera's own arrays."""
+    rng = np.random.default_rng(12)
+    cam, p = _random_camera(kind, rng, 2, device, requires_grad=False)
+    verts_np, v2m_np = _batch(rng, 2)
+    verts = wp.array(verts_np, dtype=wp.vec3, device=device)
+    v2m = wp.array(v2m_np, dtype=wp.int32, device=device)
+    out = wp.empty(len(verts_np), dtype=wp.vec3, device=device)
+    size = p.get("image_size")
+    cam.transform_points_ndc(verts, v2m, size, out)  # loads the module, makes the size's array
+    with wp.ScopedCapture(device=device) as capture:
+        cam.transform_points_ndc(verts, v2m, size, out)
+    p["R"] = _random_rotations(rng, 2)
+    cam.R.assign(p["R"].astype(np.float32))
+    wp.capture_launch(capture.graph)
+    # float32 vs float64, as test_projection_matches_float64_oracle.
+    np.testing.assert_allclose(
+        out.numpy(), _project64(kind, p, verts_np, v2m_np), rtol=1e-5, atol=1e-6
+    )
+
+
+EXPECTED_KIND = {
+    "fov_persp": CameraKind.FOV_PERSPECTIVE,
+    "fov_ortho": CameraKind.FOV_ORTHOGRAPHIC,
+    "persp_ndc": CameraKind.PERSPECTIVE,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED_KIND))
+def test_parameters_live_in_one_struct(kind):
+    """The kernels read one CameraParams: its array fields are the camera's
+    parameter arrays (so gradients reach them), the fields of other kinds are
+    empty, and a parameter attribute cannot be rebound behind the struct's back."""
+    cam, _ = _random_camera(kind, np.random.default_rng(0), 2, "cpu")
+    params = cam.params
+    assert params.kind == EXPECTED_KIND[kind] and cam.kind == EXPECTED_KIND[kind]
+    assert params.num_cameras == 2
+    fields = [n for n in CameraParams.vars if n not in ("kind", "num_cameras", "degrees")]
+    fields.remove("in_ndc")
+    for name in fields:
+        array = getattr(params, name)
+        if name in GRAD_PARAMS[kind] or hasattr(type(cam), name):
+            assert getattr(cam, name) is array, name
+            assert array.shape[0] == 2, name
+        else:
+            assert array.shape[0] == 0, name
+    with pytest.raises(AttributeError, match=r"R is fixed .*\(R\.assign"):
+        cam.R = wp.zeros(2, dtype=wp.mat33)
 
 
 # ----------------------------------------------------------------------------- OpenCV

@@ -1,0 +1,307 @@
+"""The camera kernels: world -> view -> NDC, view -> NDC matrices, vertex -> camera maps.
+
+One Warp module. The projection is differentiable (recorded on an enclosing
+``wp.Tape``; its adjoint reaches the vertices and every array field of the
+:class:`~warpraster.camera.params.CameraParams` that has a gradient); the
+vertex -> mesh map has no gradient.
+
+The view -> NDC matrices are PyTorch3D's, in row-vector form:
+``h = [x_view y_view z_view 1] @ M``, NDC x, y = ``h[0] / h[3], h[1] / h[3]``
+(plain division, no epsilon), z = view depth.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import warp as wp
+
+from ..meshes import as_faces_array, as_index_array
+from .params import CameraKind, CameraParams
+
+# No FMA contraction: the projection rounds like PyTorch3D's (separately rounded
+# products), which matters where vertices near the camera plane amplify ulps.
+wp.set_module_options({"fuse_fp": False})
+
+__all__ = ["project_points", "vert_to_mesh_from_faces", "view_to_ndc_matrices"]
+
+# float32(pi / 180), as PyTorch3D's float32 tensor times the Python scalar rounds it.
+_DEG2RAD = wp.constant(math.pi / 180.0)
+
+
+# ----------------------------------------------------------------------------- matrices
+@wp.func
+def _per_camera(values: wp.array(dtype=Any), cam: int):
+    """Row of camera ``cam`` in a per-camera array of batch 1 (shared) or N."""
+    return values[wp.min(cam, values.shape[0] - 1)]
+
+
+@wp.func
+def _fov_perspective_matrix(camera: CameraParams, cam: int) -> wp.mat44:
+    """PyTorch3D's FoVPerspectiveCameras projection, row-vector form (K transposed)."""
+    znear = _per_camera(camera.znear, cam)
+    zfar = _per_camera(camera.zfar, cam)
+    angle = _per_camera(camera.fov, cam)
+    if camera.degrees:
+        angle = _DEG2RAD * angle
+    max_y = wp.tan(angle / 2.0) * znear
+    min_y = -max_y
+    max_x = max_y * _per_camera(camera.aspect_ratio, cam)
+    min_x = -max_x
+    k00 = 2.0 * znear / (max_x - min_x)
+    k11 = 2.0 * znear / (max_y - min_y)
+    k02 = (max_x + min_x) / (max_x - min_x)
+    k12 = (max_y + min_y) / (max_y - min_y)
+    k22 = zfar / (zfar - znear)
+    k23 = -(zfar * znear) / (zfar - znear)
+    # fmt: off
+    return wp.mat44(
+        k00, 0.0, 0.0, 0.0,
+        0.0, k11, 0.0, 0.0,
+        k02, k12, k22, 1.0,
+        0.0, 0.0, k23, 0.0,
+    )
+    # fmt: on
+
+
+@wp.func
+def _fov_orthographic_matrix(camera: CameraParams, cam: int) -> wp.mat44:
+    """PyTorch3D's FoVOrthographicCameras projection, row-vector form."""
+    znear = _per_camera(camera.znear, cam)
+    zfar = _per_camera(camera.zfar, cam)
+    min_x = _per_camera(camera.min_x, cam)
+    max_x = _per_camera(camera.max_x, cam)
+    min_y = _per_camera(camera.min_y, cam)
+    max_y = _per_camera(camera.max_y, cam)
+    scale = _per_camera(camera.scale_xyz, cam)
+    k00 = (2.0 / (max_x - min_x)) * scale[0]
+    k11 = (2.0 / (max_y - min_y)) * scale[1]
+    k03 = -(max_x + min_x) / (max_x - min_x)
+    k13 = -(max_y + min_y) / (max_y - min_y)
+    k22 = (1.0 / (zfar - znear)) * scale[2]
+    k23 = -znear / (zfar - znear)
+    # fmt: off
+    return wp.mat44(
+        k00, 0.0, 0.0, 0.0,
+        0.0, k11, 0.0, 0.0,
+        0.0, 0.0, k22, 0.0,
+        k03, k13, k23, 1.0,
+    )
+    # fmt: on
+
+
+@wp.func
+def _perspective_matrix(camera: CameraParams, cam: int) -> wp.mat44:
+    """PyTorch3D's PerspectiveCameras projection composed with its NDC camera transform.
+
+    Column-vector pieces as PyTorch3D builds them, transposed at the end:
+    ``K`` (SfM calibration), and for screen-space cameras the principal-point fix
+    (x, y -= 2 p) followed by screen -> NDC (x, y += W/2, H/2, then / min(H, W)/2).
+    ``focal_length`` is (B, 1) (fx = fy) or (B, 2).
+    """
+    focal = camera.focal_length
+    f = wp.min(cam, focal.shape[0] - 1)
+    fx = focal[f, 0]
+    fy = focal[f, focal.shape[1] - 1]
+    principal_point = _per_camera(camera.principal_point, cam)
+    px = principal_point[0]
+    py = principal_point[1]
+    # fmt: off
+    k = wp.mat44(
+        fx, 0.0, px, 0.0,
+        0.0, fy, py, 0.0,
+        0.0, 0.0, 0.0, 1.0,
+        0.0, 0.0, 1.0, 0.0,
+    )
+    if not camera.in_ndc:
+        image_size = _per_camera(camera.image_size, cam)
+        h = image_size[0]
+        w = image_size[1]
+        s = wp.min(h, w) / 2.0
+        fix = wp.mat44(
+            1.0, 0.0, 0.0, -2.0 * px,
+            0.0, 1.0, 0.0, -2.0 * py,
+            0.0, 0.0, 1.0, 0.0,
+            0.0, 0.0, 0.0, 1.0,
+        )
+        to_ndc = wp.mat44(
+            1.0 / s, 0.0, 0.0, w / (2.0 * s),
+            0.0, 1.0 / s, 0.0, h / (2.0 * s),
+            0.0, 0.0, 1.0, 0.0,
+            0.0, 0.0, 0.0, 1.0,
+        )
+        k = to_ndc @ (fix @ k)
+    # fmt: on
+    return wp.transpose(k)
+
+
+@wp.func
+def view_to_ndc(camera: CameraParams, cam: int) -> wp.mat44:
+    """The row-vector view -> NDC matrix of camera ``cam`` of the batch ``camera``."""
+    if camera.kind == CameraKind.FOV_PERSPECTIVE:
+        return _fov_perspective_matrix(camera, cam)
+    if camera.kind == CameraKind.FOV_ORTHOGRAPHIC:
+        return _fov_orthographic_matrix(camera, cam)
+    return _perspective_matrix(camera, cam)
+
+
+@wp.kernel
+def _view_to_ndc_matrix_kernel(
+    # In:
+    camera: CameraParams,
+    # Out:
+    matrices_out: wp.array(dtype=wp.mat44),
+):
+    cam = wp.tid()
+    matrices_out[cam] = view_to_ndc(camera, cam)
+
+
+def view_to_ndc_matrices(camera: CameraParams, matrices_out: wp.array) -> wp.array:
+    """Writes the view -> NDC matrix of every camera (no tape record).
+
+    Args:
+        camera: the parameters of N cameras.
+        matrices_out: (N,) ``mat44`` output on the cameras' device.
+
+    Returns:
+        ``matrices_out``.
+    """
+    wp.launch(
+        _view_to_ndc_matrix_kernel,
+        dim=camera.num_cameras,
+        inputs=[camera],
+        outputs=[matrices_out],
+        device=matrices_out.device,
+        record_tape=False,
+    )
+    return matrices_out
+
+
+# ----------------------------------------------------------------------------- projection
+@wp.kernel
+def _project_kernel(
+    # In:
+    verts: wp.array(dtype=wp.vec3),
+    vert_to_mesh: wp.array(dtype=wp.int32),
+    per_vertex_camera: wp.bool,
+    camera: CameraParams,
+    # Out:
+    points_out: wp.array(dtype=wp.vec3),
+):
+    i = wp.tid()
+    cam = int(0)
+    if per_vertex_camera:
+        cam = wp.clamp(vert_to_mesh[i], 0, camera.num_cameras - 1)
+    v = verts[i] @ _per_camera(camera.R, cam) + _per_camera(camera.T, cam)
+    h = wp.vec4(v[0], v[1], v[2], 1.0) @ view_to_ndc(camera, cam)
+    points_out[i] = wp.vec3(h[0] / h[3], h[1] / h[3], v[2])
+
+
+def project_points(
+    camera: CameraParams,
+    verts: wp.array,
+    vert_to_mesh: wp.array,
+    points_out: wp.array,
+    *,
+    per_vertex_camera: bool,
+) -> wp.array:
+    """Projects world-space vertices: x, y in NDC, z = view-space depth.
+
+    One launch, recorded on an enclosing ``wp.Tape``. Allocates nothing and reads
+    nothing back (graph-capturable). Inputs are not validated here.
+
+    Args:
+        camera: the parameters of N cameras.
+        verts: (V,) ``vec3`` world-space vertices.
+        vert_to_mesh: (V,) int32 camera index of each vertex (clamped to
+            [0, N-1]); read only when ``per_vertex_camera``.
+        points_out: (V,) ``vec3`` output, ``(x_ndc, y_ndc, z_view)``.
+        per_vertex_camera: False: every vertex is seen by camera 0.
+
+    Returns:
+        ``points_out``.
+    """
+    wp.launch(
+        _project_kernel,
+        dim=verts.shape[0],
+        inputs=[verts, vert_to_mesh, bool(per_vertex_camera), camera],
+        outputs=[points_out],
+        device=points_out.device,
+    )
+    return points_out
+
+
+# ----------------------------------------------------------------------------- batches
+@wp.kernel(enable_backward=False)
+def _vert_to_mesh_kernel(
+    # In:
+    faces: wp.array2d(dtype=wp.int32),
+    mesh_to_face_first_idx: wp.array(dtype=wp.int32),
+    num_faces_per_mesh: wp.array(dtype=wp.int32),
+    # Out:
+    vert_to_mesh_out: wp.array(dtype=wp.int32),
+):
+    f = wp.tid()
+    nv = vert_to_mesh_out.shape[0]
+    for n in range(mesh_to_face_first_idx.shape[0]):
+        first = mesh_to_face_first_idx[n]
+        if f >= first and f < first + num_faces_per_mesh[n]:
+            for j in range(3):
+                v = faces[f, j]
+                if v >= 0 and v < nv:
+                    vert_to_mesh_out[v] = n
+
+
+def vert_to_mesh_from_faces(
+    faces: Any,
+    mesh_to_face_first_idx: Any,
+    num_faces_per_mesh: Any,
+    num_verts: int,
+    *,
+    out: wp.array | None = None,
+    device: wp.DeviceLike = None,
+) -> wp.array:
+    """(V,) int32 mesh index of every vertex, from the packed faces, on the device.
+
+    A vertex takes the index of the mesh whose faces use it; vertices used by no
+    face get 0 (they are projected, but never drawn). No host read-back: usable
+    in a captured graph when ``out`` is given. Packed meshes do not share
+    vertices; if they do, the vertex takes one of them.
+
+    Args:
+        faces: (F, 3) int32 packed faces (``wp.array2d`` or ``vec3i``, or NumPy).
+        mesh_to_face_first_idx: (N,) first face of each mesh.
+        num_faces_per_mesh: (N,) face count of each mesh.
+        num_verts: V.
+        out: optional (V,) int32 output buffer.
+        device: device for NumPy inputs (default: that of ``faces`` if it is a
+            Warp array, else Warp's default device).
+
+    Returns:
+        ``out`` (or a new array): ``wp.array(dtype=wp.int32)`` (V,).
+
+    Raises:
+        TypeError, ValueError: naming the argument (see ``warpraster.meshes``).
+    """
+    if device is None and isinstance(faces, wp.array):
+        device = faces.device
+    f = as_faces_array(faces, "faces", device)
+    device = f.device
+    first = as_index_array(mesh_to_face_first_idx, "mesh_to_face_first_idx", device)
+    count = as_index_array(num_faces_per_mesh, "num_faces_per_mesh", device, length=first.shape[0])
+    if out is None:
+        out = wp.zeros(int(num_verts), dtype=wp.int32, device=device)
+    else:
+        out = as_index_array(out, "out", device, length=int(num_verts))
+        out.zero_()
+    if f.shape[0] > 0 and int(num_verts) > 0:
+        wp.launch(
+            _vert_to_mesh_kernel,
+            dim=f.shape[0],
+            inputs=[f, first, count],
+            outputs=[out],
+            device=device,
+            record_tape=False,
+        )
+    return out
