@@ -18,9 +18,10 @@ from .camera import vert_to_mesh_from_faces
 from .fragments import Fragments
 from .meshes import as_faces_array, as_index_array, as_vec3_array
 from .rasterizer import MeshRasterizer
-from .shading.shaders import ShaderBase
+from .shading.normals import vertex_normals
+from .shading.shaders import ShaderBase, ShadingBuffers, ShadingMode, SoftSilhouetteShader
 
-__all__ = ["MeshRenderer"]
+__all__ = ["MeshRenderer", "RenderOutputs", "Renderer"]
 
 
 class MeshRenderer:
@@ -98,3 +99,228 @@ class MeshRenderer:
             fragments, verts, f, textures=textures, cameras=cameras, **shader_kwargs
         )
         return (image, fragments) if return_fragments else image
+
+
+# ----------------------------------------------------------------------------- Renderer
+@wp.kernel(enable_backward=False)
+def _channels_kernel(
+    # Fragments in:
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    zbuf: wp.array4d(dtype=wp.float32),
+    bary_coords: wp.array4d(dtype=wp.vec3),
+    # Mesh in:
+    faces: wp.array2d(dtype=wp.int32),
+    verts_normals: wp.array(dtype=wp.vec3),
+    face_to_object: wp.array(dtype=wp.int32),
+    has_objects: int,
+    # Data out:
+    depth_out: wp.array3d(dtype=wp.float32),
+    normals_out: wp.array3d(dtype=wp.vec3),
+    face_ids_out: wp.array3d(dtype=wp.int32),
+    mesh_ids_out: wp.array3d(dtype=wp.int32),
+):
+    n, y, x = wp.tid()
+    f = pix_to_face[n, y, x, 0]
+    depth = float(-1.0)
+    nrm = wp.vec3(0.0)
+    mesh = int(-1)
+    if f >= 0:
+        depth = zbuf[n, y, x, 0]
+        b = bary_coords[n, y, x, 0]
+        s = (b[0] * verts_normals[faces[f, 0]] + b[1] * verts_normals[faces[f, 1]]
+             + b[2] * verts_normals[faces[f, 2]])  # fmt: skip
+        ln = wp.length(s)
+        if ln > 0.0:
+            nrm = s / ln
+        mesh = n
+        if has_objects != 0:
+            mesh = face_to_object[f]
+    depth_out[n, y, x] = depth
+    normals_out[n, y, x] = nrm
+    face_ids_out[n, y, x] = f
+    mesh_ids_out[n, y, x] = mesh
+
+
+class RenderOutputs:
+    """The buffers one render call writes (one set per recorded step).
+
+    Attributes:
+        image: (N, H, W, 4) float32 RGBA (``requires_grad`` when the renderer does).
+        depth: (N, H, W) float32 view-space depth of the nearest face, -1 where empty.
+        normals: (N, H, W) ``vec3`` unit world-space normal (interpolated vertex
+            normal of the nearest face), 0 where empty.
+        face_ids: (N, H, W) int32 packed face index of the nearest face, -1 where empty.
+        mesh_ids: (N, H, W) int32 mesh (or object, see ``face_to_object``), -1 where empty.
+        fragments: the step's :class:`~warpraster.Fragments` (raster workspace arrays).
+    """
+
+    def __init__(self, shape, num_verts, num_faces, device, requires_grad, workspace):
+        n, h, w, _ = shape
+        self.workspace = workspace
+        self.verts_ndc = wp.zeros(num_verts, dtype=wp.vec3, device=device,
+                                  requires_grad=requires_grad)  # fmt: skip
+        self.shading = ShadingBuffers(shape, num_verts, num_faces, device,
+                                      requires_grad=requires_grad)  # fmt: skip
+        self.image = self.shading.image
+        self.depth = wp.zeros((n, h, w), dtype=wp.float32, device=device)
+        self.normals = wp.zeros((n, h, w), dtype=wp.vec3, device=device)
+        self.face_ids = wp.zeros((n, h, w), dtype=wp.int32, device=device)
+        self.mesh_ids = wp.zeros((n, h, w), dtype=wp.int32, device=device)
+        self.fragments: Fragments | None = None
+
+
+class Renderer:
+    """A Warp-native renderer that owns every buffer: capturable render calls.
+
+    Topology (faces, mesh ranges, textures' static parts), cameras, lights,
+    materials and shader are fixed at construction; per-frame data lives in
+    device arrays the caller updates in place (``verts`` passed to
+    :meth:`render`, camera ``R``/``T``, light and material arrays, texture maps).
+    :meth:`render` then allocates nothing, reads nothing back to the host and
+    validates nothing, so a render + loss + ``tape.backward()`` can be captured
+    in one graph (``wp.ScopedCapture``; on the cpu device too) and replayed.
+
+    Args (keyword-only):
+        cameras: a warpraster camera batch (one per mesh, or one for all).
+        raster_settings: :class:`~warpraster.RasterizationSettings` (None resolved
+            from the camera as :class:`~warpraster.MeshRasterizer` does).
+        shader: a shader of :mod:`warpraster.shading` (its lights/materials/blend).
+        faces: (F, 3) int32 packed faces; mesh n owns
+            ``[mesh_to_face_first_idx[n], + num_faces_per_mesh[n])``.
+        mesh_to_face_first_idx, num_faces_per_mesh: (N,) mesh ranges.
+        num_verts: V, length of the vertex arrays passed to :meth:`render`.
+        textures: ``None``, ``TexturesVertex``, ``TexturesUV`` or ``TexturesUVMipmap``.
+        face_to_object: optional (F,) int32 object id per face for ``mesh_ids``
+            (default: the mesh index n).
+        steps: output sets, one per render recorded on one tape (a render
+            overwrites its step's buffers; the tape needs each step's own).
+        requires_grad: allocate gradients (for a ``wp.Tape``).
+        device: Warp device (default: the camera's).
+
+    Example::
+
+        r = Renderer(cameras=cams, raster_settings=settings, shader=SoftPhongShader(...),
+                     faces=faces, mesh_to_face_first_idx=first, num_faces_per_mesh=count,
+                     num_verts=V, textures=TexturesVertex(colors))
+        with wp.ScopedCapture() as cap:
+            tape = wp.Tape()
+            loss.zero_()
+            with tape:
+                out = r.render(verts)
+                image_mse(out.image, target, out=loss)
+            tape.backward(loss)
+        wp.capture_launch(cap.graph)
+    """
+
+    def __init__(
+        self,
+        *,
+        cameras,
+        raster_settings,
+        shader: ShaderBase,
+        faces,
+        mesh_to_face_first_idx,
+        num_faces_per_mesh,
+        num_verts: int,
+        textures=None,
+        face_to_object=None,
+        steps: int = 1,
+        requires_grad: bool = True,
+        device=None,
+    ):
+        from .settings import RasterSettings  # noqa: PLC0415
+
+        if not isinstance(shader, ShaderBase):
+            raise TypeError(f"shader must be a warpraster shader, got {type(shader).__name__}")
+        if int(steps) < 1:
+            raise ValueError(f"steps must be >= 1, got {steps}")
+        self.rasterizer = MeshRasterizer(cameras=cameras, raster_settings=raster_settings)
+        self.cameras = cameras
+        self.device = wp.get_device(device if device is not None else cameras.device)
+        dev = self.device
+        self.shader = shader
+        self.textures = textures
+        self.faces = as_faces_array(faces, "faces", dev)
+        self.first = as_index_array(mesh_to_face_first_idx, "mesh_to_face_first_idx", dev)
+        n = self.first.shape[0]
+        self.count = as_index_array(num_faces_per_mesh, "num_faces_per_mesh", dev, length=n)
+        self.num_verts = int(num_verts)
+        cameras.check_batch(n)
+        # validate the static topology once (host reads happen here, not per call)
+        from .meshes import pack_meshes  # noqa: PLC0415
+
+        pack_meshes(wp.zeros(self.num_verts, dtype=wp.vec3, device=dev), self.faces, self.first,
+                    self.count, validate=True)  # fmt: skip
+        self.vert_to_mesh = None
+        if n > 1 and len(cameras) > 1 or n > 1 and shader.mode == ShadingMode.GOURAUD:
+            self.vert_to_mesh = vert_to_mesh_from_faces(self.faces, self.first, self.count,
+                                                        self.num_verts, device=dev)  # fmt: skip
+        self.settings = RasterSettings(**self.rasterizer.resolved_settings(cameras))
+        h, w = self.settings.image_size
+        k = self.settings.faces_per_pixel
+        self.shape = (n, h, w, k)
+        self.face_to_object = (
+            as_index_array(face_to_object, "face_to_object", dev, length=self.faces.shape[0])
+            if face_to_object is not None
+            else wp.zeros(1, dtype=wp.int32, device=dev)
+        )
+        self._has_objects = int(face_to_object is not None)
+        self.requires_grad = bool(requires_grad)
+        # the normals channel needs vertex normals; Phong and Gouraud compute them anyway
+        self._shader_skips_normals = shader.mode == ShadingMode.FLAT or isinstance(
+            shader, SoftSilhouetteShader)  # fmt: skip
+        self.outputs = [self._make_outputs() for _ in range(int(steps))]
+
+    def _make_outputs(self) -> RenderOutputs:
+        from .raster import ClipWorkspace, RasterWorkspace  # noqa: PLC0415
+
+        n = self.shape[0]
+        nf = self.faces.shape[0]
+        if self.settings.clipped:
+            ws = ClipWorkspace(num_verts=self.num_verts, num_faces=nf, num_meshes=n,
+                               settings=self.settings, device=self.device,
+                               requires_grad=self.requires_grad)  # fmt: skip
+        else:
+            ws = RasterWorkspace(num_meshes=n, num_faces=nf, settings=self.settings,
+                                 device=self.device, requires_grad=self.requires_grad)  # fmt: skip
+        return RenderOutputs(self.shape, self.num_verts, nf, self.device, self.requires_grad, ws)
+
+    def render(self, verts, *, step: int = 0) -> RenderOutputs:
+        """Renders ``verts`` (V,) ``vec3`` (or (V, 3) float32) world-space vertices.
+
+        Returns the step's :class:`RenderOutputs` (``image``, ``depth``, ``normals``,
+        ``face_ids``, ``mesh_ids``, ``fragments``): this renderer's own arrays,
+        overwritten by the next call of the same step. On a ``wp.Tape`` the image
+        is differentiable w.r.t. ``verts``, texture, light, material and camera
+        arrays with ``requires_grad``; the extra channels carry no gradient.
+        """
+        from .rasterize import rasterize_meshes  # noqa: PLC0415
+
+        out = self.outputs[step]
+        v = verts if isinstance(verts, wp.array) and verts.dtype == wp.vec3 else as_vec3_array(
+            verts, "verts", self.device)  # fmt: skip
+        if v.shape[0] != self.num_verts:
+            raise ValueError(f"verts has {v.shape[0]} rows, the renderer was made for "
+                             f"{self.num_verts}")  # fmt: skip
+        self.cameras.transform_points_ndc(v, self.vert_to_mesh, None, out.verts_ndc)
+        frags = rasterize_meshes(out.verts_ndc, self.faces, self.first, self.count,
+                                 settings=self.settings, workspace=out.workspace,
+                                 validate=False)  # fmt: skip
+        out.fragments = frags
+        self.shader(
+            frags, v, self.faces, textures=self.textures, vert_to_mesh=self.vert_to_mesh,
+            cameras=self.cameras, verts_ndc=out.verts_ndc,
+            perspective_correct=self.settings.perspective_correct, buffers=out.shading,
+        )  # fmt: skip
+        nrm = out.shading.verts_normals
+        if self._shader_skips_normals:
+            vertex_normals(v, self.faces, out=nrm, sums_out=out.shading.normal_sums,
+                           validate=False)  # fmt: skip
+        wp.launch(
+            _channels_kernel, dim=self.shape[:3],
+            inputs=[frags.pix_to_face, frags.zbuf, frags.bary_coords, self.faces, nrm,
+                    self.face_to_object, self._has_objects],
+            outputs=[out.depth, out.normals, out.face_ids, out.mesh_ids],
+            device=self.device, record_tape=False,
+        )  # fmt: skip
+        return out

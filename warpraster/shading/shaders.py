@@ -229,6 +229,9 @@ def _shade_vertices_kernel(
     )  # fmt: skip
 
 
+_NO_MESH_INDEX: dict = {}  # device -> a (1,) int32 placeholder (allocated once)
+
+
 # ----------------------------------------------------------------------------- buffers
 class ShadingBuffers:
     """Preallocated shading outputs (no allocation per render call).
@@ -415,7 +418,10 @@ def shade_vertices(
     """Launches the per-vertex (Gouraud) lighting kernel (no checks; on the tape)."""
     R, T = cameras_RT
     per_vertex = vert_to_mesh is not None
-    v2m = vert_to_mesh if per_vertex else wp.zeros(1, dtype=wp.int32, device=verts.device)
+    v2m = vert_to_mesh if per_vertex else R  # any array: not read without per_vertex
+    if not per_vertex:
+        v2m = _NO_MESH_INDEX.setdefault(str(verts.device),
+                                        wp.zeros(1, dtype=wp.int32, device=verts.device))  # fmt: skip
     if verts.shape[0] == 0:
         return out
     wp.launch(
