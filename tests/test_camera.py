@@ -25,8 +25,8 @@ from p3d_cases import reference_dir
 
 from warpraster.camera import (
     ROTATION_TOLERANCE,
+    CameraData,
     CameraKind,
-    CameraParams,
     FoVOrthographicCameras,
     FoVPerspectiveCameras,
     PerspectiveCameras,
@@ -637,17 +637,17 @@ EXPECTED_KIND = {
 
 @pytest.mark.parametrize("kind", sorted(EXPECTED_KIND))
 def test_parameters_live_in_one_struct(kind):
-    """The kernels read one CameraParams: its array fields are the camera's
+    """The kernels read one CameraData: its array fields are the camera's
     parameter arrays (so gradients reach them), the fields of other kinds are
     empty, and a parameter attribute cannot be rebound behind the struct's back."""
     cam, _ = _random_camera(kind, np.random.default_rng(0), 2, "cpu")
-    params = cam.params
-    assert params.kind == EXPECTED_KIND[kind] and cam.kind == EXPECTED_KIND[kind]
-    assert params.num_cameras == 2
-    fields = [n for n in CameraParams.vars if n not in ("kind", "num_cameras", "degrees")]
+    data = cam.data
+    assert data.kind == EXPECTED_KIND[kind] and cam.kind == EXPECTED_KIND[kind]
+    assert data.num_cameras == 2
+    fields = [n for n in CameraData.vars if n not in ("kind", "num_cameras", "degrees")]
     fields.remove("in_ndc")
     for name in fields:
-        array = getattr(params, name)
+        array = getattr(data, name)
         if name in GRAD_PARAMS[kind] or hasattr(type(cam), name):
             assert getattr(cam, name) is array, name
             assert array.shape[0] == 2, name

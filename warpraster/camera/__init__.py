@@ -3,7 +3,7 @@
 Modules, in the order a projection uses them:
 
 * ``inputs``: host-side parsing and validation of camera arguments;
-* ``params``: :class:`CameraParams`, the one ``@wp.struct`` carrying a camera
+* ``params``: :class:`CameraData`, the one ``@wp.struct`` carrying a camera
   batch's parameters to the kernels, and :class:`CameraKind`;
 * ``projection``: the kernels (world -> NDC, view -> NDC matrices, vertex ->
   mesh map) and the functions launching them;
@@ -40,7 +40,7 @@ Gradients: the projection is one Warp kernel, recorded on an enclosing
 ``wp.Tape``. Its adjoint accumulates into the ``.grad`` of the vertex array and of
 every camera parameter array that has ``requires_grad`` (R, T, fov, aspect_ratio,
 scale_xyz, focal_length, principal_point, ...): they are the array fields of
-:class:`CameraParams` (Warp differentiates a struct's array fields only).
+:class:`CameraData` (Warp differentiates a struct's array fields only).
 Parameters passed as Warp arrays keep the caller's ``requires_grad``; for NumPy
 input pass ``requires_grad=True`` to make the differentiable ones (see each
 class) trainable Warp arrays.
@@ -54,12 +54,12 @@ from .inputs import ROTATION_TOLERANCE
 from .look_at import look_at_rotation, look_at_view_transform
 from .models import CamerasBase, FoVOrthographicCameras, FoVPerspectiveCameras, PerspectiveCameras
 from .opencv import cameras_from_opencv_projection, opencv_from_cameras_projection
-from .params import CameraKind, CameraParams
+from .params import CameraData, CameraKind
 from .projection import vert_to_mesh_from_faces
 
 __all__ = [
+    "CameraData",
     "CameraKind",
-    "CameraParams",
     "CamerasBase",
     "FoVOrthographicCameras",
     "FoVPerspectiveCameras",

@@ -2,7 +2,7 @@
 
 Each model parses and validates its parameters once, at construction (on host
 copies of the values), and keeps them on the device in one
-:class:`~warpraster.camera.params.CameraParams`; the projection kernels read
+:class:`~warpraster.camera.data.CameraData`; the projection kernels read
 nothing else. See the package docstring for conventions, batches and gradients.
 """
 
@@ -25,7 +25,7 @@ from .inputs import (
     pixel_frame,
     resolve_device,
 )
-from .params import CameraKind, CameraParams, make_camera_params, replace_array
+from .params import CameraData, CameraKind, make_camera_data, replace_array
 from .projection import project_points, view_to_ndc_matrices
 
 __all__ = ["CamerasBase", "FoVOrthographicCameras", "FoVPerspectiveCameras", "PerspectiveCameras"]
@@ -38,7 +38,7 @@ class CameraParam:
     """A camera parameter: how it is given, and its attribute on the camera.
 
     The attribute is the Warp array of that name in the camera's
-    :class:`CameraParams`, read-only: write new values into the array instead
+    :class:`CameraData`, read-only: write new values into the array instead
     (``cam.R.assign(...)``, which a captured graph also sees).
 
     Args:
@@ -57,7 +57,7 @@ class CameraParam:
     def __get__(self, camera: CamerasBase | None, owner: type | None = None) -> wp.array:
         if camera is None:
             return self
-        return getattr(camera.params, self.name)
+        return getattr(camera.data, self.name)
 
     def __set__(self, camera: CamerasBase, value: object) -> None:
         raise AttributeError(
@@ -101,7 +101,7 @@ class CamerasBase:
         degrees: bool = True,
         in_ndc: bool = True,
     ) -> None:
-        """Parses ``values`` (name -> input, for every name of ``_SPEC``) into :attr:`params`."""
+        """Parses ``values`` (name -> input, for every name of ``_SPEC``) into :attr:`data`."""
         params = [ParsedParam(name, p.layout, values[name]) for name, p in self._SPEC.items()]
         self._n = broadcast_batch(params)
         self.device = resolve_device(device, params)
@@ -111,7 +111,7 @@ class CamerasBase:
             self._host[p.name] = np.broadcast_to(p.host, (self._n, *p.host.shape[1:]))
             arrays[p.name] = p.array if p.array is not None else self._device_copy(p, requires_grad)
         check_rotation(self._host["R"])
-        self._params = make_camera_params(
+        self._data = make_camera_data(
             self.kind, self._n, arrays, device=self.device, degrees=degrees, in_ndc=in_ndc
         )
         # Stands in for vert_to_mesh when every vertex is seen by camera 0 (never read).
@@ -130,9 +130,9 @@ class CamerasBase:
         )
 
     @property
-    def params(self) -> CameraParams:
-        """The device-side parameters that the projection kernels read."""
-        return self._params
+    def data(self) -> CameraData:
+        """The device-side parameters that the projection kernels read (one struct)."""
+        return self._data
 
     # -- batch ---------------------------------------------------------------------
     def __len__(self) -> int:
@@ -195,7 +195,7 @@ class CamerasBase:
                 and defaults to the camera's own.
         """
         out = wp.empty(self._n, dtype=wp.mat44, device=self.device)
-        return view_to_ndc_matrices(self._params_for(image_size), out).numpy()
+        return view_to_ndc_matrices(self._data_for(image_size), out).numpy()
 
     def get_camera_center(self) -> np.ndarray:
         """(N, 3) float32 camera positions in world coordinates (``C @ R + T = 0``)."""
@@ -203,9 +203,9 @@ class CamerasBase:
         return (-np.einsum("nj,nij->ni", T, R)).astype(np.float32)
 
     # -- projection ----------------------------------------------------------------
-    def _params_for(self, image_size: ArrayInput | None) -> CameraParams:
+    def _data_for(self, image_size: ArrayInput | None) -> CameraData:
         """The parameters to project with for a call's ``image_size`` (unused here)."""
-        return self._params
+        return self._data
 
     def transform_points_ndc(
         self,
@@ -274,7 +274,7 @@ class CamerasBase:
         if n_verts == 0:
             return out
         return project_points(
-            self._params_for(image_size),
+            self._data_for(image_size),
             v,
             v2m,
             out,
@@ -471,7 +471,7 @@ class PerspectiveCameras(CamerasBase):
                 f"focal_length must be nonzero, got {self._host['focal_length'].tolist()}"
             )
         # screen-space image sizes given per call -> parameters with that image_size
-        self._params_by_size: dict[tuple[float, ...], CameraParams] = {}
+        self._data_by_size: dict[tuple[float, ...], CameraData] = {}
         if image_size is None:
             if not self._in_ndc:
                 raise ValueError(
@@ -485,7 +485,7 @@ class PerspectiveCameras(CamerasBase):
             self._image_size_host.astype(np.float32), dtype=wp.vec2, device=self.device
         )
         if not self._in_ndc:
-            self._params.image_size = self.image_size
+            self._data.image_size = self.image_size
 
     def _image_size_rows(self, image_size: ArrayInput, hint: str = "") -> np.ndarray:
         rows = image_size_rows(image_size)
@@ -502,17 +502,17 @@ class PerspectiveCameras(CamerasBase):
         """(B, 2) float64 rows of (H, W) given at construction, or None."""
         return None if self._image_size_host is None else self._image_size_host.copy()
 
-    def _params_for(self, image_size: ArrayInput | None) -> CameraParams:
+    def _data_for(self, image_size: ArrayInput | None) -> CameraData:
         """Screen-space cameras project with ``image_size`` when given (one device
         array per distinct size, made on its first use); NDC cameras ignore it."""
         if self._in_ndc or image_size is None:
-            return self._params
+            return self._data
         rows = self._image_size_rows(image_size)
         key = tuple(rows.ravel().tolist())
-        if key not in self._params_by_size:
+        if key not in self._data_by_size:
             array = wp.array(rows.astype(np.float32), dtype=wp.vec2, device=self.device)
-            self._params_by_size[key] = replace_array(self._params, "image_size", array)
-        return self._params_by_size[key]
+            self._data_by_size[key] = replace_array(self._data, "image_size", array)
+        return self._data_by_size[key]
 
     def _ndc_intrinsics(self) -> tuple[np.ndarray, np.ndarray]:
         """(N, 2) NDC focal length and principal point, float64 (reads them back)."""

@@ -1,6 +1,6 @@
 """The camera parameter carrier: one Warp struct of device arrays, and the camera kinds.
 
-Every camera batch hands its parameters to the kernels as one :class:`CameraParams`
+Every camera batch hands its parameters to the kernels as one :class:`CameraData`
 instance. Warp passes a struct by value and differentiates only its array fields,
 so every parameter that can carry a gradient is an array field; the scalar fields
 (kind, flags, batch size) are fixed when the camera is made.
@@ -12,11 +12,11 @@ from enum import IntEnum
 
 import warp as wp
 
-__all__ = ["CameraKind", "CameraParams"]
+__all__ = ["CameraData", "CameraKind"]
 
 
 class CameraKind(IntEnum):
-    """The projection of a camera batch: :attr:`CameraParams.kind`, compared inside kernels."""
+    """The projection of a camera batch: :attr:`CameraData.kind`, compared inside kernels."""
 
     #: :class:`~warpraster.camera.FoVPerspectiveCameras`: an OpenGL-style frustum.
     FOV_PERSPECTIVE = 0
@@ -27,7 +27,7 @@ class CameraKind(IntEnum):
 
 
 @wp.struct
-class CameraParams:
+class CameraData:
     """The parameters of a batch of N cameras, as the projection kernels read them.
 
     Every array field holds a batch of 1 or N rows (a batch of 1 is shared by all
@@ -78,7 +78,7 @@ class CameraParams:
     image_size: wp.array(dtype=wp.vec2)
 
 
-def make_camera_params(
+def make_camera_data(
     kind: CameraKind,
     num_cameras: int,
     arrays: dict[str, wp.array],
@@ -86,8 +86,8 @@ def make_camera_params(
     device: wp.DeviceLike,
     degrees: bool = True,
     in_ndc: bool = True,
-) -> CameraParams:
-    """A :class:`CameraParams` holding ``arrays``; every other array field is empty.
+) -> CameraData:
+    """A :class:`CameraData` holding ``arrays``; every other array field is empty.
 
     Empty arrays own no device memory, so this allocates nothing on the device.
 
@@ -96,37 +96,37 @@ def make_camera_params(
         num_cameras: N.
         arrays: field name -> Warp array (of the field's dtype and dimension).
         device: the device of the arrays.
-        degrees: see :class:`CameraParams`.
-        in_ndc: see :class:`CameraParams`.
+        degrees: see :class:`CameraData`.
+        in_ndc: see :class:`CameraData`.
 
     Returns:
         The struct instance.
     """
-    params = CameraParams()
-    params.kind = int(kind)
-    params.num_cameras = int(num_cameras)
-    params.degrees = bool(degrees)
-    params.in_ndc = bool(in_ndc)
-    for name, var in CameraParams.vars.items():
+    data = CameraData()
+    data.kind = int(kind)
+    data.num_cameras = int(num_cameras)
+    data.degrees = bool(degrees)
+    data.in_ndc = bool(in_ndc)
+    for name, var in CameraData.vars.items():
         if wp.types.is_array(var.type):
             empty = wp.empty((0,) * var.type.ndim, dtype=var.type.dtype, device=device)
-            setattr(params, name, arrays.get(name, empty))
-    return params
+            setattr(data, name, arrays.get(name, empty))
+    return data
 
 
-def replace_array(params: CameraParams, name: str, array: wp.array) -> CameraParams:
-    """A copy of ``params`` whose array field ``name`` is ``array`` (no device copy).
+def replace_array(data: CameraData, name: str, array: wp.array) -> CameraData:
+    """A copy of ``data`` whose array field ``name`` is ``array`` (no device copy).
 
     Args:
-        params: the struct to copy.
-        name: an array field of :class:`CameraParams`.
+        data: the struct to copy.
+        name: an array field of :class:`CameraData`.
         array: the new array of that field.
 
     Returns:
-        A new struct instance sharing every other field with ``params``.
+        A new struct instance sharing every other field with ``data``.
     """
-    out = CameraParams()
-    for field in CameraParams.vars:
-        setattr(out, field, getattr(params, field))
+    out = CameraData()
+    for field in CameraData.vars:
+        setattr(out, field, getattr(data, field))
     setattr(out, name, array)
     return out

@@ -2,7 +2,7 @@
 
 One Warp module. The projection is differentiable (recorded on an enclosing
 ``wp.Tape``; its adjoint reaches the vertices and every array field of the
-:class:`~warpraster.camera.params.CameraParams` that has a gradient); the
+:class:`~warpraster.camera.data.CameraData` that has a gradient); the
 vertex -> mesh map has no gradient.
 
 The view -> NDC matrices are PyTorch3D's, in row-vector form:
@@ -18,7 +18,7 @@ from typing import Any
 import warp as wp
 
 from ..meshes import as_faces_array, as_index_array
-from .params import CameraKind, CameraParams
+from .params import CameraData, CameraKind
 
 # No FMA contraction: the projection rounds like PyTorch3D's (separately rounded
 # products), which matters where vertices near the camera plane amplify ulps.
@@ -38,7 +38,7 @@ def _per_camera(values: wp.array(dtype=Any), cam: int):
 
 
 @wp.func
-def _fov_perspective_matrix(camera: CameraParams, cam: int) -> wp.mat44:
+def _fov_perspective_matrix(camera: CameraData, cam: int) -> wp.mat44:
     """PyTorch3D's FoVPerspectiveCameras projection, row-vector form (K transposed)."""
     znear = _per_camera(camera.znear, cam)
     zfar = _per_camera(camera.zfar, cam)
@@ -66,7 +66,7 @@ def _fov_perspective_matrix(camera: CameraParams, cam: int) -> wp.mat44:
 
 
 @wp.func
-def _fov_orthographic_matrix(camera: CameraParams, cam: int) -> wp.mat44:
+def _fov_orthographic_matrix(camera: CameraData, cam: int) -> wp.mat44:
     """PyTorch3D's FoVOrthographicCameras projection, row-vector form."""
     znear = _per_camera(camera.znear, cam)
     zfar = _per_camera(camera.zfar, cam)
@@ -92,7 +92,7 @@ def _fov_orthographic_matrix(camera: CameraParams, cam: int) -> wp.mat44:
 
 
 @wp.func
-def _perspective_matrix(camera: CameraParams, cam: int) -> wp.mat44:
+def _perspective_matrix(camera: CameraData, cam: int) -> wp.mat44:
     """PyTorch3D's PerspectiveCameras projection composed with its NDC camera transform.
 
     Column-vector pieces as PyTorch3D builds them, transposed at the end:
@@ -137,7 +137,7 @@ def _perspective_matrix(camera: CameraParams, cam: int) -> wp.mat44:
 
 
 @wp.func
-def view_to_ndc(camera: CameraParams, cam: int) -> wp.mat44:
+def view_to_ndc(camera: CameraData, cam: int) -> wp.mat44:
     """The row-vector view -> NDC matrix of camera ``cam`` of the batch ``camera``."""
     if camera.kind == CameraKind.FOV_PERSPECTIVE:
         return _fov_perspective_matrix(camera, cam)
@@ -149,7 +149,7 @@ def view_to_ndc(camera: CameraParams, cam: int) -> wp.mat44:
 @wp.kernel
 def _view_to_ndc_matrix_kernel(
     # In:
-    camera: CameraParams,
+    camera: CameraData,
     # Out:
     matrices_out: wp.array(dtype=wp.mat44),
 ):
@@ -157,7 +157,7 @@ def _view_to_ndc_matrix_kernel(
     matrices_out[cam] = view_to_ndc(camera, cam)
 
 
-def view_to_ndc_matrices(camera: CameraParams, matrices_out: wp.array) -> wp.array:
+def view_to_ndc_matrices(camera: CameraData, matrices_out: wp.array) -> wp.array:
     """Writes the view -> NDC matrix of every camera (no tape record).
 
     Args:
@@ -185,7 +185,7 @@ def _project_kernel(
     verts: wp.array(dtype=wp.vec3),
     vert_to_mesh: wp.array(dtype=wp.int32),
     per_vertex_camera: wp.bool,
-    camera: CameraParams,
+    camera: CameraData,
     # Out:
     points_out: wp.array(dtype=wp.vec3),
 ):
@@ -199,7 +199,7 @@ def _project_kernel(
 
 
 def project_points(
-    camera: CameraParams,
+    camera: CameraData,
     verts: wp.array,
     vert_to_mesh: wp.array,
     points_out: wp.array,
