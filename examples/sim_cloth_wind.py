@@ -172,7 +172,7 @@ class ClothWind:
 
     def step(self) -> None:
         """Loss and its gradient w.r.t. the wind (``self.wind.grad``); capturable."""
-        self.tape.zero()
+        self.tape.reset()  # drops the last recording and zeroes its gradients
         self.loss.zero_()
         with self.tape:
             self.simulate_and_render()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from ..geometry import pixel_centre
 from .geometry import VertexSource
 
 # No FMA contraction: CPU and CUDA then round the projection alike.
@@ -125,6 +126,35 @@ def _slot_alpha(
 
 
 @wp.func
+def _edge_point(p: wp.vec2, a: wp.vec3, b: wp.vec3):
+    """(parameter t in [0, 1], squared distance) of the point of segment ab (xy)
+    nearest to p."""
+    ab = wp.vec2(b[0] - a[0], b[1] - a[1])
+    ap = wp.vec2(p[0] - a[0], p[1] - a[1])
+    t = wp.clamp(wp.dot(ap, ab) / wp.max(wp.dot(ab, ab), 1.0e-20), 0.0, 1.0)
+    d = ap - t * ab
+    return t, wp.dot(d, d)
+
+
+@wp.func
+def outline_barycentrics(p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3) -> wp.vec3:
+    """Perspective-correct barycentrics of the point of the triangle's outline nearest
+    (in NDC xy) to the pixel centre ``p`` outside it; ``v*`` are NDC x, y and view
+    depth z. Two faces sharing the nearest edge give the same point, so surface
+    values are continuous when the nearest slot changes between them."""
+    t0, d0 = _edge_point(p, v1, v2)
+    t1, d1 = _edge_point(p, v2, v0)
+    t2, d2 = _edge_point(p, v0, v1)
+    b = wp.vec3(0.0, 1.0 - t0, t0)
+    if d1 < d0 and d1 <= d2:
+        b = wp.vec3(t1, 0.0, 1.0 - t1)
+    elif d2 < d0 and d2 < d1:
+        b = wp.vec3(1.0 - t2, t2, 0.0)
+    w = wp.vec3(b[0] / v0[2], b[1] / v1[2], b[2] / v2[2])
+    return w / (w[0] + w[1] + w[2])
+
+
+@wp.func
 def _nearer(
     p2f: wp.array4d(dtype=wp.int32),
     dists: wp.array4d(dtype=float),
@@ -148,14 +178,15 @@ def channels_kernel(
     zbuf: wp.array4d(dtype=float),
     # Fragments of the blurred pass (K = SOFT_SLOTS; the sharp ones when sigma = 0):
     soft_pix_to_face: wp.array4d(dtype=wp.int32),
-    soft_bary: wp.array4d(dtype=wp.vec3),
-    soft_zbuf: wp.array4d(dtype=float),
     soft_dists: wp.array4d(dtype=float),
     # Model:
+    faces: wp.array2d(dtype=wp.int32),
     face_vertices: wp.array2d(dtype=wp.int32),
     face_shape: wp.array(dtype=wp.int32),
     shape_index: wp.array(dtype=wp.uint32),
     camera_count: int,
+    ndc_height: int,
+    ndc_width: int,
     sigma: float,
     ambient: int,
     up: wp.vec3,
@@ -170,6 +201,7 @@ def channels_kernel(
     light_direction: wp.array(dtype=wp.vec3),
     light_intensity: wp.array(dtype=float),
     points: wp.array(dtype=wp.vec3),
+    ndc: wp.array(dtype=wp.vec3),
     vertex_normals: wp.array(dtype=wp.vec3),
     camera_transforms: wp.array2d(dtype=wp.transform),
     # Data out, (world, camera, H, W):
@@ -196,8 +228,9 @@ def channels_kernel(
     (PyTorch3D's silhouette blend): continuous as an outline crosses a pixel
     centre and as a face enters or leaves the blur radius, so a soft silhouette
     outside the outlines that gives gradients there. The surface values (colour,
-    depth, normal) are those of the slot nearest in distance, composited over
-    the clear values with alpha. (One blurred K = 1 pass would let a face nearer
+    depth, normal) are those of the slot nearest in distance at the point of its
+    outline nearest to the pixel (:func:`outline_barycentrics`: faces sharing
+    that edge agree), composited over the clear values with alpha. (One blurred K = 1 pass would let a face nearer
     in depth shadow the face that covers an interior pixel, or the face nearest
     an outside pixel.) The slots are written out one by one, not looped over: a
     loop over slots gets wrong gradients from Warp's generated adjoint.
@@ -232,8 +265,12 @@ def channels_kernel(
         k = _nearer(sp, sd, n, y, x, 6, k)
         k = _nearer(sp, sd, n, y, x, 7, k)
         f = soft_pix_to_face[n, y, x, k]
-        b = soft_bary[n, y, x, k]
-        fwd = soft_zbuf[n, y, x, k]
+        if f >= 0:
+            v0 = ndc[faces[f, 0]]
+            v1 = ndc[faces[f, 1]]
+            v2 = ndc[faces[f, 2]]
+            b = outline_barycentrics(pixel_centre(y, x, ndc_height, ndc_width), v0, v1, v2)
+            fwd = 1.0 / (b[0] / v0[2] + b[1] / v1[2] + b[2] / v2[2])
     if f < 0:
         color_out[w, c, y, x] = clear_color
         albedo_out[w, c, y, x] = wp.vec3(0.0)

@@ -347,19 +347,24 @@ class CameraSensor:
         frags = self._rasterize(out, out.workspace, 0.0, 1)
         soft = frags
         if out.soft_workspace is not None:
+            # only coverage (pix_to_face, dists) is read from the blurred pass;
+            # without perspective correction: extrapolated perspective-correct
+            # depths just outside a face can be wild or negative, which drops
+            # the face or reorders the slots
             soft = self._rasterize(out, out.soft_workspace, self.blur_radius, SOFT_SLOTS)
         wp.launch(
             channels_kernel,
             dim=(self.num_images, h, w),
             inputs=[
                 frags.pix_to_face, frags.bary_coords, frags.zbuf,
-                soft.pix_to_face, soft.bary_coords, soft.zbuf, soft.dists,
-                self.face_vertices, self.face_shape, self.shape_index, self.camera_count,
+                soft.pix_to_face, soft.dists,
+                self.faces, self.face_vertices, self.face_shape, self.shape_index,
+                self.camera_count, h, w,
                 self.silhouette_sigma, int(self.ambient), self.up,
                 wp.vec3(0.4, 0.4, 0.45), wp.vec3(0.1, 0.1, 0.12), 0.5,
                 self.clear_color, self.clear_depth, int(self.smooth_normals),
                 self.shape_colors, self.light_direction, self.light_intensity, out.points,
-                out.vertex_normals, camera_transforms,
+                out.ndc, out.vertex_normals, camera_transforms,
             ],
             outputs=[out.color, out.albedo, out.normal, out.depth, out.forward_depth, out.alpha,
                      out.shape_index],
@@ -377,7 +382,7 @@ class CameraSensor:
             blur_radius=blur_radius,
             faces_per_pixel=k,
             bin_size=self.bin_size,
-            perspective_correct=True,
+            perspective_correct=blur_radius == 0.0,
             workspace=workspace,
             validate=False,
         )
