@@ -102,7 +102,7 @@ class Scene:
         b, nv, nf = views.numel(), self.base.shape[0], self.faces.shape[0]
         # orthographic views: rotate about y, shift, z = depth
         packed = (verts.unsqueeze(0) @ self.rot[views].transpose(1, 2)) + self.shift[views, None]
-        faces = (self.faces.unsqueeze(0) + nv * torch.arange(b, device=self.device)[:, None, None])
+        faces = self.faces.unsqueeze(0) + nv * torch.arange(b, device=self.device)[:, None, None]
         first = torch.arange(b, device=self.device) * nf
         count = torch.full((b,), nf, dtype=torch.int64, device=self.device)
         frags = wrt.rasterize_meshes(packed.reshape(-1, 3), faces.reshape(-1, 3), first, count,
@@ -172,7 +172,7 @@ def train(args) -> dict:
     device = _device(args)
     scene = Scene(args.views, args.image_size, device)
     model = MeshFit(scene, args.seed)
-    ddp = (torch.nn.parallel.DistributedDataParallel(model) if dist.is_initialized() else model)
+    ddp = torch.nn.parallel.DistributedDataParallel(model) if dist.is_initialized() else model
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     mine = shard_frames(args.views, info.rank, info.world_size)
     summary = {"rank": info.rank, "world_size": info.world_size, "device": device,
@@ -263,8 +263,12 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--check", action="store_true",
                    help="assert the all-reduced gradients equal one process's")  # fmt: skip
-    p.add_argument("--nproc", type=int, default=0,
-                   help="spawn this many ranks with torch.multiprocessing (not under torchrun)")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=0,
+        help="spawn this many ranks with torch.multiprocessing (not under torchrun)",
+    )
     p.add_argument("--save", default=None, help="rank 0 writes the first step's gradient (.npz)")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
