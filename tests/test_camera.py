@@ -145,6 +145,7 @@ def _random_camera(kind: str, rng, n: int, device, requires_grad: bool = True):
         # Camera 4-6 units away: vertices in [-0.5, 0.5]^3 have view z in [3, 7].
         "T": np.concatenate([rng.uniform(-0.3, 0.3, (n, 2)), rng.uniform(4, 6, (n, 1))], 1),
     }
+    pose = dict(R=p["R"], T=p["T"], device=device, requires_grad=requires_grad)
     if kind.startswith("fov_persp"):
         degrees = kind == "fov_persp"
         fov = rng.uniform(35.0, 80.0, n)
@@ -161,10 +162,7 @@ def _random_camera(kind: str, rng, n: int, device, requires_grad: bool = True):
             aspect_ratio=p["aspect_ratio"],
             fov=p["fov"],
             degrees=degrees,
-            R=p["R"],
-            T=p["T"],
-            device=device,
-            requires_grad=requires_grad,
+            **pose,
         )
     elif kind == "fov_ortho":
         p.update(
@@ -179,10 +177,7 @@ def _random_camera(kind: str, rng, n: int, device, requires_grad: bool = True):
         cam = FoVOrthographicCameras(
             **{k: p[k] for k in ("znear", "zfar", "min_x", "max_x", "min_y", "max_y")},
             scale_xyz=p["scale_xyz"],
-            R=p["R"],
-            T=p["T"],
-            device=device,
-            requires_grad=requires_grad,
+            **pose,
         )
     elif kind == "persp_ndc":
         p.update(
@@ -192,10 +187,7 @@ def _random_camera(kind: str, rng, n: int, device, requires_grad: bool = True):
         cam = PerspectiveCameras(
             focal_length=p["focal_length"],
             principal_point=p["principal_point"],
-            R=p["R"],
-            T=p["T"],
-            device=device,
-            requires_grad=requires_grad,
+            **pose,
         )
     else:
         p.update(
@@ -206,12 +198,9 @@ def _random_camera(kind: str, rng, n: int, device, requires_grad: bool = True):
         cam = PerspectiveCameras(
             focal_length=p["focal_length"],
             principal_point=p["principal_point"],
-            R=p["R"],
-            T=p["T"],
-            device=device,
             in_ndc=False,
             image_size=p["image_size"],
-            requires_grad=requires_grad,
+            **pose,
         )
     return cam, p
 
