@@ -29,7 +29,7 @@ from pxr import Sdf, Usd, UsdGeom, UsdShade
 
 from .errors import SceneError
 from .scene import SceneMeshes
-from .triangulate import Triangulation, triangulate
+from .triangulate import Triangulation, _cross, triangulate
 
 __all__ = ["MeshItem", "MeshSet", "corner_values", "find_meshes"]
 
@@ -129,7 +129,7 @@ def _time_varying_xform(prim: Usd.Prim) -> bool:
 def _smooth_normals(points: np.ndarray, tri: np.ndarray) -> np.ndarray:
     """(N, 3) area-weighted vertex normals (zero where no face touches)."""
     p = points[tri]
-    fn = np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
+    fn = _cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
     flat = tri.reshape(-1)
     n = points.shape[0]
     acc = np.stack(
@@ -143,6 +143,38 @@ def _normalize(v: np.ndarray) -> np.ndarray:
     return v / np.where(norm > 0, norm, 1.0)
 
 
+def read_topology(prim: Usd.Prim, time: Usd.TimeCode) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validated ``faceVertexCounts`` (int64), ``faceVertexIndices`` (int64) and points (float32).
+
+    Raises:
+        SceneError: naming the prim, for inconsistent counts or indices out of range.
+    """
+    where = str(prim.GetPath())
+    mesh = UsdGeom.Mesh(prim)
+    counts = mesh.GetFaceVertexCountsAttr().Get(time)
+    indices = mesh.GetFaceVertexIndicesAttr().Get(time)
+    points = mesh.GetPointsAttr().Get(time)
+    counts = np.zeros(0, np.int64) if counts is None else np.asarray(counts, np.int64)
+    indices = np.zeros(0, np.int64) if indices is None else np.asarray(indices, np.int64)
+    points = np.zeros((0, 3), np.float32) if points is None else np.asarray(points, np.float32)
+    if points.ndim != 2 or points.shape[1] != 3:
+        raise SceneError(where, f"points must be (N, 3), got shape {points.shape}")
+    if (counts < 0).any():
+        raise SceneError(where, "faceVertexCounts has a negative count")
+    if int(counts.sum()) != indices.shape[0]:
+        raise SceneError(
+            where,
+            f"faceVertexCounts sum to {int(counts.sum())} but faceVertexIndices has "
+            f"{indices.shape[0]} entries",
+        )
+    if indices.size and (indices.min() < 0 or indices.max() >= points.shape[0]):
+        bad = int(indices.max()) if indices.max() >= points.shape[0] else int(indices.min())
+        raise SceneError(
+            where, f"faceVertexIndices refers to point {bad} but the mesh has {points.shape[0]} points"
+        )
+    return counts, indices, points
+
+
 class MeshItem:
     """One mesh prim: topology and primvars read once, world data at any time.
 
@@ -151,54 +183,47 @@ class MeshItem:
         path: its path as a string.
         tri: :class:`~warpraster.usd.triangulate.Triangulation` (local winding).
         num_points: points of the mesh at the load time.
-        colors: (T, 3, 4) float32 displayColor + displayOpacity per corner.
+        colors: (T, 3, 4) float32 displayColor + displayOpacity per corner, or None
+            when neither is authored (the default grey, opaque).
         uvs: (T, 3, 2) float32 or None.
         dynamic: points, normals or a transform above it may change over time.
     """
 
-    def __init__(self, prim: Usd.Prim, time: Usd.TimeCode, uv_name: str | None = None):
+    def __init__(
+        self,
+        prim: Usd.Prim,
+        time: Usd.TimeCode,
+        uv_name: str | None = None,
+        *,
+        raw: tuple | None = None,
+        tri: Triangulation | None = None,
+    ):
         self.prim = prim
         self.path = str(prim.GetPath())
         mesh = UsdGeom.Mesh(prim)
         self.mesh = mesh
         where = self.path
-        counts = mesh.GetFaceVertexCountsAttr().Get(time)
-        indices = mesh.GetFaceVertexIndicesAttr().Get(time)
-        points = mesh.GetPointsAttr().Get(time)
-        counts = np.zeros(0, np.int64) if counts is None else np.asarray(counts, np.int64)
-        indices = np.zeros(0, np.int64) if indices is None else np.asarray(indices, np.int64)
-        points = np.zeros((0, 3), np.float32) if points is None else np.asarray(points, np.float32)
-        if points.ndim != 2 or points.shape[1] != 3:
-            raise SceneError(where, f"points must be (N, 3), got shape {points.shape}")
-        if (counts < 0).any():
-            raise SceneError(where, "faceVertexCounts has a negative count")
-        if int(counts.sum()) != indices.shape[0]:
-            raise SceneError(
-                where,
-                f"faceVertexCounts sum to {int(counts.sum())} but faceVertexIndices has "
-                f"{indices.shape[0]} entries",
-            )
-        if indices.size and (indices.min() < 0 or indices.max() >= points.shape[0]):
-            bad = int(indices.max()) if indices.max() >= points.shape[0] else int(indices.min())
-            raise SceneError(
-                where,
-                f"faceVertexIndices refers to point {bad} but the mesh has {points.shape[0]} points",
-            )
+        counts, indices, points = read_topology(prim, time) if raw is None else raw
         self.num_points = points.shape[0]
         self.left_handed = mesh.GetOrientationAttr().Get() == UsdGeom.Tokens.leftHanded
-        self.tri = triangulate(counts, indices, points)
+        self.points = points
+        self.tri = triangulate(counts, indices, points) if tri is None else tri
+        self.flipped = False
         self.subdivided = mesh.GetSubdivisionSchemeAttr().Get() != UsdGeom.Tokens.none
         pv_api = UsdGeom.PrimvarsAPI(prim)
 
-        # displayColor / displayOpacity (constant primvars inherit down namespace)
-        colors = np.empty((len(self.tri), 3, 4), np.float32)
-        colors[..., :3] = DEFAULT_DISPLAY_COLOR
-        colors[..., 3] = 1.0
+        # displayColor / displayOpacity (constant primvars inherit down namespace);
+        # None = the default colour everywhere
+        colors = None
         for name, sl in (("displayColor", slice(0, 3)), ("displayOpacity", slice(3, 4))):
             pv = pv_api.FindPrimvarWithInheritance(name)
             if pv and pv.HasValue():
                 vals = _flattened(pv, time, f"{where} primvars:{name}")
                 if vals is not None and vals.size:
+                    if colors is None:
+                        colors = np.empty((len(self.tri), 3, 4), np.float32)
+                        colors[..., :3] = DEFAULT_DISPLAY_COLOR
+                        colors[..., 3] = 1.0
                     colors[..., sl] = corner_values(
                         vals, pv.GetInterpolation(), self.tri, self.num_points,
                         f"{where} primvars:{name}",
@@ -257,55 +282,46 @@ class MeshItem:
         self.subsets: dict[str, np.ndarray] = {}
 
     # -------------------------------------------------------------- per-time data
-    def world(
-        self, time: Usd.TimeCode, xform_cache: UsdGeom.XformCache
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """World points (N, 3) float32, triangles (T, 3) int32 with world winding,
-        and corner normals (T, 3, 3) float32 at ``time``."""
-        where = self.path
-        points = self.mesh.GetPointsAttr().Get(time)
-        points = np.zeros((0, 3), np.float32) if points is None else np.asarray(points, np.float64)
+    @property
+    def normal_kind(self) -> int:
+        """0: flat (computed), 1: smooth (computed), 2: authored."""
+        if self._normals_source is not None:
+            return 2
+        return 1 if self.subdivided else 0
+
+    def points_at(self, time: Usd.TimeCode) -> np.ndarray:
+        """(N, 3) local points at ``time`` (the load-time points when they are not animated)."""
+        attr = self.mesh.GetPointsAttr()
+        if not attr.ValueMightBeTimeVarying():
+            return self.points
+        points = attr.Get(time)
+        points = np.zeros((0, 3), np.float32) if points is None else np.asarray(points, np.float32)
         if points.shape[0] != self.num_points:
             raise SceneError(
-                where,
+                self.path,
                 f"has {points.shape[0]} points at time {time}, {self.num_points} at the load time "
                 "(topology must not change over time)",
             )
-        m = np.array(xform_cache.GetLocalToWorldTransform(self.prim), dtype=np.float64)
-        m3 = m[:3, :3]
-        world = points @ m3 + m[3, :3]
-        flip = self.left_handed != (np.linalg.det(m3) < 0)
-        tri = self.tri.vertex[:, [0, 2, 1]] if flip else self.tri.vertex
-        normals = None
-        if self._normals_source is not None:
-            kind, src = self._normals_source
-            if kind == "primvar":
-                vals = _flattened(src, time, f"{where} primvars:normals")
-                interp = src.GetInterpolation()
-            else:
-                vals = src.Get(time)
-                vals = None if vals is None else np.asarray(vals, np.float64)
-                interp = self.mesh.GetNormalsInterpolation()
-            if vals is not None and len(vals):
-                local = corner_values(vals, interp, self.tri, self.num_points, f"{where} normals")
-                inv_t = np.linalg.inv(m3).T if np.linalg.det(m3) != 0 else np.eye(3)
-                normals = _normalize(local.astype(np.float64) @ inv_t)
-        if normals is None:
-            if self.subdivided:
-                vn = _normalize(_smooth_normals(world, tri))
-                normals = vn[tri]
-            else:
-                p = world[tri]
-                fn = _normalize(np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0]))
-                normals = np.repeat(fn[:, None], 3, axis=1)
-        if flip:
-            normals = normals[:, [0, 2, 1]]
-        return world.astype(np.float32), tri, normals.astype(np.float32)
+        return points
 
-    def corner_permutation(self, time: Usd.TimeCode, xform_cache: UsdGeom.XformCache) -> bool:
-        """Whether the world winding reverses the local corner order at ``time``."""
-        m = np.array(xform_cache.GetLocalToWorldTransform(self.prim), dtype=np.float64)
-        return self.left_handed != (np.linalg.det(m[:3, :3]) < 0)
+    def authored_normals(self, time: Usd.TimeCode, m3: np.ndarray) -> np.ndarray | None:
+        """(T, 3, 3) world normals per corner (local corner order) from the authored ones."""
+        if self._normals_source is None:
+            return None
+        where = self.path
+        kind, src = self._normals_source
+        if kind == "primvar":
+            vals = _flattened(src, time, f"{where} primvars:normals")
+            interp = src.GetInterpolation()
+        else:
+            vals = src.Get(time)
+            vals = None if vals is None else np.asarray(vals, np.float64)
+            interp = self.mesh.GetNormalsInterpolation()
+        if vals is None or not len(vals):
+            return None
+        local = corner_values(vals, interp, self.tri, self.num_points, f"{where} normals")
+        inv_t = np.linalg.inv(m3).T if np.linalg.det(m3) != 0 else np.eye(3)
+        return _normalize(local.astype(np.float64) @ inv_t)
 
 
 class MeshSet:
@@ -322,9 +338,12 @@ class MeshSet:
     def __init__(self, stage: Usd.Stage, time: Usd.TimeCode, *, materials=None, purposes=("default", "render")):
         self.stage = stage
         self.items: list[MeshItem] = []
-        for prim in find_meshes(stage, time, purposes):
+        prims = find_meshes(stage, time, purposes)
+        raws = [read_topology(p, time) for p in prims]
+        tris = _triangulate_all(raws)
+        for prim, raw, tri in zip(prims, raws, tris):
             uv_name = materials.uv_primvar_for(prim) if materials is not None else None
-            item = MeshItem(prim, time, uv_name)
+            item = MeshItem(prim, time, uv_name, raw=raw, tri=tri)
             if materials is not None:
                 item.face_material, item.subsets = materials.per_triangle(prim, item.tri, time)
             self.items.append(item)
@@ -347,41 +366,57 @@ class MeshSet:
         re-read, and their positions, faces and normals are written into
         ``out``'s arrays in place (same arrays, same shapes); corner data that
         follows the winding (colours, UVs) is permuted when a mirror flips.
+        Computed normals of all re-read meshes come from one vectorised pass.
         """
         cache = UsdGeom.XformCache(time)
-        if out is None:
+        first = out is None
+        if first:
             nf, nv = self.num_faces, int(self.vert_count.sum())
             verts = np.zeros((nv, 3), np.float32)
             faces = np.zeros((nf, 3), np.int32)
             normals = np.zeros((nf, 3, 3), np.float32)
-            colors = np.zeros((nf, 3, 4), np.float32)
+            colors = np.empty((nf, 3, 4), np.float32)
+            colors[..., :3] = DEFAULT_DISPLAY_COLOR
+            colors[..., 3] = 1.0
             uvs = np.zeros((nf, 3, 2), np.float32)
             face_material = np.full(nf, -1, np.int32)
             face_mesh = np.repeat(np.arange(len(self.items), dtype=np.int32), self.face_count)
             subsets = {}
-            todo = range(len(self.items))
+            todo = list(range(len(self.items)))
         else:
             verts, faces, normals = out.verts, out.faces, out.normals
-            colors, uvs = out.colors, out.uvs
+            colors, uvs, face_mesh = out.colors, out.uvs, out.face_mesh
             todo = np.nonzero(self.dynamic)[0].tolist()
+        swap = [0, 2, 1]
         for i in todo:
             it = self.items[i]
-            f0, f1 = self.face_first[i], self.face_first[i] + self.face_count[i]
-            v0 = self.vert_first[i]
-            w, tri, n = it.world(time, cache)
-            verts[v0 : v0 + it.num_points] = w
-            faces[f0:f1] = tri + v0
-            normals[f0:f1] = n
-            flip = it.corner_permutation(time, cache)
-            order = [0, 2, 1] if flip else [0, 1, 2]
-            colors[f0:f1] = it.colors[:, order]
-            if it.uvs is not None:
-                uvs[f0:f1] = it.uvs[:, order]
-            if out is None:
-                face_material[f0:f1] = it.face_material
-                for name, rows in it.subsets.items():
-                    subsets[name] = rows + f0
-        if out is not None:
+            f0, f1 = int(self.face_first[i]), int(self.face_first[i] + self.face_count[i])
+            v0 = int(self.vert_first[i])
+            m = np.array(cache.GetLocalToWorldTransform(it.prim), dtype=np.float64)
+            m3 = m[:3, :3]
+            verts[v0 : v0 + it.num_points] = it.points_at(time).astype(np.float64) @ m3 + m[3, :3]
+            flip = bool(it.left_handed != (np.linalg.det(m3) < 0))
+            if first or flip != it.flipped:
+                tri = it.tri.vertex[:, swap] if flip else it.tri.vertex
+                faces[f0:f1] = tri + v0
+                if first:
+                    order = swap if flip else slice(None)
+                    if it.colors is not None:
+                        colors[f0:f1] = it.colors[:, order]
+                    if it.uvs is not None:
+                        uvs[f0:f1] = it.uvs[:, order]
+                    face_material[f0:f1] = it.face_material
+                    for name, rows in it.subsets.items():
+                        subsets[name] = rows + f0
+                else:  # the winding changed since the last frame: permute in place
+                    colors[f0:f1] = colors[f0:f1][:, swap]
+                    uvs[f0:f1] = uvs[f0:f1][:, swap]
+                it.flipped = flip
+            authored = it.authored_normals(time, m3)
+            if authored is not None:
+                normals[f0:f1] = authored[:, swap] if flip else authored
+        self._computed_normals(todo, verts, faces, face_mesh, normals)
+        if not first:
             return out
         return SceneMeshes(
             names=[it.path for it in self.items],
@@ -398,3 +433,53 @@ class MeshSet:
             face_material=face_material,
             subsets=subsets,
         )
+
+    def _computed_normals(self, todo, verts, faces, face_mesh, normals) -> None:
+        """Flat and smooth normals of the meshes ``todo``, all triangles in one pass each."""
+        if not todo:
+            return
+        kind = np.array([it.normal_kind for it in self.items], np.int8)
+        chosen = np.zeros(len(self.items), bool)
+        chosen[todo] = True
+        tri_kind = np.where(chosen[face_mesh], kind[face_mesh], -1)
+        flat = np.nonzero(tri_kind == 0)[0]
+        if flat.size == tri_kind.size:
+            flat = slice(None)  # every triangle: slices instead of gathers
+        if not isinstance(flat, np.ndarray) or flat.size:
+            p = verts[faces[flat]]
+            fn = _normalize(_cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0]))
+            normals[flat] = fn[:, None]
+        smooth = np.nonzero(tri_kind == 1)[0]
+        if smooth.size:
+            vn = _normalize(_smooth_normals(verts, faces[smooth]))
+            normals[smooth] = vn[faces[smooth]]
+
+
+def _triangulate_all(raws) -> list[Triangulation]:
+    """Triangulates every mesh in one vectorised pass, then splits per mesh."""
+    if not raws:
+        return []
+    counts = [r[0] for r in raws]
+    npoly = np.array([len(c) for c in counts], np.int64)
+    npts = np.array([len(r[2]) for r in raws], np.int64)
+    ncorner = np.array([len(r[1]) for r in raws], np.int64)
+    pt0 = np.cumsum(npts) - npts
+    poly0 = np.cumsum(npoly) - npoly
+    corner0 = np.cumsum(ncorner) - ncorner
+    all_idx = np.concatenate([r[1] + o for r, o in zip(raws, pt0)])
+    all_pts = np.concatenate([r[2] for r in raws])
+    tri = triangulate(np.concatenate(counts), all_idx, all_pts)
+    bounds = np.searchsorted(tri.face, np.append(poly0, poly0[-1] + npoly[-1]))
+    out = []
+    for i in range(len(raws)):
+        a, b = bounds[i], bounds[i + 1]
+        out.append(
+            Triangulation(
+                (tri.vertex[a:b] - pt0[i]).astype(np.int32),
+                tri.corner[a:b] - corner0[i],
+                tri.face[a:b] - poly0[i],
+                int(npoly[i]),
+                tri.concave[(tri.concave >= poly0[i]) & (tri.concave < poly0[i] + npoly[i])] - poly0[i],
+            )
+        )
+    return out

@@ -1,10 +1,12 @@
 """Polygons to triangles, vectorised over whole meshes (NumPy, no per-face Python loop).
 
-Convex polygons (and all triangles and quads that are convex) are fanned from
-their first corner. A polygon that is not convex (a corner turning against the
-polygon's Newell normal) is ear-clipped instead, one Python loop per such
-polygon: they are rare in production meshes, and a fan would draw triangles
-outside a concave polygon. Polygons with fewer than 3 corners give no triangle
+Polygons are fanned from their first corner. A fan covers a polygon exactly
+when that corner sees all the others (always for convex polygons); where it
+does not (a concave polygon whose fan has a triangle turning against the
+polygon, found in one vectorised pass), the polygon is ear-clipped instead,
+one Python loop per such polygon: they are rare in production meshes, and a fan
+would draw triangles outside them. Self-intersecting polygons are ear-clipped as
+far as possible and the rest fanned. Polygons with fewer than 3 corners give no triangle
 (USD calls them degenerate and renderers skip them).
 """
 
@@ -24,15 +26,19 @@ class Triangulation:
             row of a ``faceVarying`` value).
         face: (T,) int64 polygon of each triangle (the row of a ``uniform`` value).
         num_polygons: number of polygons (``len(faceVertexCounts)``).
-        num_concave: polygons that were ear-clipped because they are not convex.
+        concave: (n,) int64 polygons that were ear-clipped (a fan would not cover them).
     """
 
-    def __init__(self, vertex, corner, face, num_polygons: int, num_concave: int):
+    def __init__(self, vertex, corner, face, num_polygons: int, concave=None):
         self.vertex = vertex
         self.corner = corner
         self.face = face
         self.num_polygons = int(num_polygons)
-        self.num_concave = int(num_concave)
+        self.concave = np.zeros(0, np.int64) if concave is None else np.asarray(concave, np.int64)
+
+    @property
+    def num_concave(self) -> int:
+        return int(self.concave.size)
 
     def __len__(self) -> int:
         return int(self.vertex.shape[0])
@@ -48,33 +54,38 @@ def _fan(counts: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return np.stack([s, s + k + 1, s + k + 2], axis=1), face
 
 
-def _concave_polygons(
-    counts: np.ndarray, starts: np.ndarray, indices: np.ndarray, points: np.ndarray
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cross products along the last axis (np.cross without its per-call overhead)."""
+    ax, ay, az = a[..., 0], a[..., 1], a[..., 2]
+    bx, by, bz = b[..., 0], b[..., 1], b[..., 2]
+    return np.stack([ay * bz - az * by, az * bx - ax * bz, ax * by - ay * bx], axis=-1)
+
+
+def _unfannable_polygons(
+    counts: np.ndarray, corner: np.ndarray, face: np.ndarray, indices: np.ndarray, points: np.ndarray
 ) -> np.ndarray:
-    """Polygon ids (with >= 4 corners) that are not convex, vectorised."""
-    big = np.nonzero(counts >= 4)[0]
-    if big.size == 0:
-        return big
-    c = counts[big]
-    poly = np.repeat(np.arange(big.size), c)
-    first = np.cumsum(c) - c
-    local = np.arange(poly.size) - first[poly]
-    row = starts[big][poly] + local
-    nxt = starts[big][poly] + (local + 1) % c[poly]
-    prv = starts[big][poly] + (local - 1) % c[poly]
-    p = points[indices[row]]
-    pn = points[indices[nxt]]
-    pp = points[indices[prv]]
-    # Newell normal of each polygon
-    cross = np.cross(p, pn)
-    normal = np.zeros((big.size, 3))
-    np.add.at(normal, poly, cross)
-    turn = np.cross(p - pp, pn - p)
-    sign = np.einsum("ij,ij->i", turn, normal[poly])
-    scale = np.linalg.norm(normal, axis=1)[poly] * 1e-9
-    bad = np.zeros(big.size, bool)
-    np.logical_or.at(bad, poly, sign < -scale)
-    return big[bad]
+    """Polygons (>= 4 corners) whose fan from corner 0 is not a triangulation of them.
+
+    A fan from corner 0 covers a simple polygon exactly iff corner 0 sees every
+    other corner, i.e. iff every fan triangle turns the same way as the
+    polygon. The fan triangles' cross products sum to the polygon's Newell
+    normal (twice its area vector), so one pass over the triangles finds the
+    polygons with a triangle turning against it (by more than float32 rounding,
+    1e-5 of the product of their lengths): those are ear-clipped. Convex
+    polygons always pass; so do concave ones whose reflex corners corner 0 sees.
+    """
+    sel = np.nonzero(counts[face] >= 4)[0]
+    if sel.size == 0:
+        return np.zeros(0, np.int64)
+    p = points[indices[corner[sel]]].astype(np.float32, copy=False)  # (n, 3, 3)
+    fn = _cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
+    f = face[sel]
+    n = counts.shape[0]
+    normal = np.stack([np.bincount(f, weights=fn[:, k], minlength=n) for k in range(3)], axis=1)
+    nf = normal.astype(np.float32)[f]
+    dot = (fn * nf).sum(-1)
+    tol = 1e-5 * np.sqrt((fn * fn).sum(-1) * (nf * nf).sum(-1))
+    return np.unique(f[dot < -tol])
 
 
 def _ear_clip(ring: np.ndarray) -> list[tuple[int, int, int]]:
@@ -127,7 +138,7 @@ def triangulate(
     Args:
         counts: (P,) corners per polygon.
         indices: (sum(counts),) point index of each corner.
-        points: (N, 3) positions used to find concave polygons; None fans everything.
+        points: (N, 3) positions used to find polygons a fan does not cover; None fans everything.
         left_handed: reverse the winding (USD ``orientation = "leftHanded"``), so
             the triangles are counter-clockwise seen from their front.
 
@@ -138,12 +149,11 @@ def triangulate(
     indices = np.asarray(indices, dtype=np.int64).reshape(-1)
     starts = np.cumsum(counts) - counts
     corner, face = _fan(counts, starts)
-    num_concave = 0
+    concave = np.zeros(0, np.int64)
     if points is not None and counts.size and counts.max() >= 4:
-        pts = np.asarray(points, dtype=np.float64)
-        concave = _concave_polygons(counts, starts, indices, pts)
-        num_concave = int(concave.size)
-        if num_concave:
+        pts = np.asarray(points)
+        concave = _unfannable_polygons(counts, corner, face, indices, pts)
+        if concave.size:
             keep = ~np.isin(face, concave)
             extra_corner, extra_face = [], []
             for poly in concave.tolist():
@@ -164,4 +174,4 @@ def triangulate(
     if left_handed:
         corner = corner[:, [0, 2, 1]]
     vertex = indices[corner].astype(np.int32) if corner.size else np.zeros((0, 3), np.int32)
-    return Triangulation(vertex, corner, face, counts.shape[0], num_concave)
+    return Triangulation(vertex, corner, face, counts.shape[0], concave)
