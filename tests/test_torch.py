@@ -113,14 +113,14 @@ def test_reference_case_matches_pytorch3d_forward_and_backward(name, tdevice):
 def test_float32_inputs_and_float_outputs_share_memory_with_warp(monkeypatch, tdevice):
     """float32 vertices, int32 faces and zbuf/bary/dists cross without a copy."""
     seen = {}
-    core = wrt._rasterize_meshes_wp
+    core = wrt.rasterize_packed
 
-    def spy(verts, faces, *args, **kwargs):
-        frags = core(verts, faces, *args, **kwargs)
-        seen.update(verts=verts.ptr, faces=faces.ptr, frags=frags)
+    def spy(meshes, *args, **kwargs):
+        frags = core(meshes, *args, **kwargs)
+        seen.update(verts=meshes.verts.ptr, faces=meshes.faces.ptr, frags=frags)
         return frags
 
-    monkeypatch.setattr(wrt, "_rasterize_meshes_wp", spy)
+    monkeypatch.setattr(wrt, "rasterize_packed", spy)
     verts, faces, first, count = _two_meshes(device=tdevice)
     faces32 = faces.to(torch.int32)
     pix_to_face, zbuf, bary, dists = wrt.rasterize_meshes(
@@ -335,7 +335,7 @@ def test_custom_ops_pass_opcheck_and_backward_leaves_its_inputs_alone():
     test below covers AOT dispatch.)
     """
     verts, faces, first, count = _two_meshes()
-    settings = (8, 8, 0.02, 2, -1, -1, True, False, False, None, False)
+    settings = (None, 8, 8, 0.02, 2, -1, -1, True, False, False, None, False, False)  # context first
     args = (verts.detach().requires_grad_(True), faces, first, count, None, *settings)
     utils = ("test_schema", "test_autograd_registration", "test_faketensor")
     torch.library.opcheck(wrt._rasterize_op, args, test_utils=utils)
@@ -483,3 +483,33 @@ def test_bad_input_raises_naming_the_argument(changes, error, match):
 def test_mesh_list_bad_input_raises_naming_the_argument(verts_list, faces_list, error, match):
     with pytest.raises(error, match=match):
         wrt.rasterize_mesh_list(verts_list, faces_list)
+
+
+# ----------------------------------------------------------------------------- context reuse
+def test_context_reuses_one_workspace_and_never_overwrites_earlier_outputs(tdevice):
+    """Repeated calls of one shape reuse one workspace and one set of backward
+    buffers from the context (no Warp allocation per call), while each call's
+    outputs are its own tensors: a later call with other vertices leaves the
+    earlier outputs (and the gradient computed from them) unchanged."""
+    ctx = wrt.RasterContext()
+    verts, faces, first, count = _two_meshes(device=tdevice)
+    kw = dict(image_size=8, faces_per_pixel=2, blur_radius=0.02, context=ctx)
+    v1 = verts.detach().clone().requires_grad_(True)
+    out1 = wrt.rasterize_meshes(v1, faces, first, count, **kw)
+    kept = [t.detach().clone() for t in out1]
+    v2 = (verts.detach() * 0.9).requires_grad_(True)
+    out2 = wrt.rasterize_meshes(v2, faces, first, count, **kw)
+    for a, b in zip(out1, kept, strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(out1[1], out2[1])  # the second call really differs
+    assert len(ctx._entries) == 1  # one workspace for both calls
+    (out1[1].sum() + out1[3].sum()).backward()
+    g1 = v1.grad.clone()
+    (out2[1].sum() + out2[3].sum()).backward()
+    assert len(ctx._entries) == 2  # + one set of backward buffers, shared
+    # the first gradient again, in a fresh context: the same numbers
+    v3 = verts.detach().clone().requires_grad_(True)
+    out3 = wrt.rasterize_meshes(v3, faces, first, count, **{**kw, "context": wrt.RasterContext()})
+    (out3[1].sum() + out3[3].sum()).backward()
+    # same sums; on CUDA the atomic order may differ: a few ulps of the largest term
+    torch.testing.assert_close(g1, v3.grad, rtol=1e-5, atol=1e-6)

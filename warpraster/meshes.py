@@ -142,6 +142,8 @@ def as_index_array(x, name: str, device=None, length: int | None = None) -> wp.a
         out = x
     else:
         a = np.asarray(x)
+        if a.size == 0 and a.ndim == 1:
+            a = a.astype(np.int32)  # an empty list is float64 to NumPy
         if a.dtype.kind not in "iu":
             raise TypeError(f"{name} must hold integers, got dtype {a.dtype}")
         if a.ndim != 1:
@@ -170,6 +172,11 @@ def pack_meshes(
         ValueError: wrong shapes, mismatched devices, face indices out of range,
             offsets/counts that do not add up to the face count.
     """
+    if not isinstance(mesh_to_face_first_idx, wp.array) and np.size(mesh_to_face_first_idx) == 0:
+        raise ValueError(
+            "mesh_to_face_first_idx is empty: a batch needs at least one mesh (an image per "
+            "mesh); a mesh with no faces is fine"
+        )
     device = verts.device if isinstance(verts, wp.array) else None
     v = as_vec3_array(verts, "verts", device)
     device = v.device

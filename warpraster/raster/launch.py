@@ -11,6 +11,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..backward import record_backward
+from ..backward.tape import active_tape
 from ..fragments import Fragments
 from ..meshes import PackedMeshes
 from ..settings import RasterSettings
@@ -25,10 +26,19 @@ __all__ = ["rasterize_naive_at", "rasterize_packed"]
 
 
 def rasterize_packed(
-    meshes: PackedMeshes, workspace: RasterWorkspace, settings: RasterSettings
+    meshes: PackedMeshes,
+    workspace: RasterWorkspace,
+    settings: RasterSettings,
+    out: Fragments | None = None,
 ) -> Fragments:
     """Rasterizes validated meshes into ``workspace`` (no clipping; see
     :func:`warpraster.raster.clipped.rasterize_clipped`).
+
+    ``out``: output arrays of the workspace's shape to write instead of the
+    workspace's own (the torch adapter writes into fresh tensors while reusing
+    one workspace's scratch). Such a call is not recorded on a ``wp.Tape``
+    (its caller runs the backward with :func:`warpraster.backward.grads_from_pix_to_face`);
+    it raises if a tape is recording and the vertices require gradients.
 
     ``meshes`` may be a capacity buffer (e.g. clipped faces) whose per-mesh
     ranges live only on the device; faces outside every range are ignored. On
@@ -37,26 +47,52 @@ def rasterize_packed(
     user's capture the launches are issued as usual.
     """
     ws = workspace
+    if out is not None:
+        _check_out(out, ws, meshes)
+    elif ws.fragments is None:
+        raise ValueError("workspace was made with allocate_outputs=False: pass out=")
+    frags = ws.fragments if out is None else out
     key = (
         *(array_key(a) for a in (meshes.verts, meshes.faces, meshes.mesh_to_face_first_idx,
                                  meshes.num_faces_per_mesh)),
         None if meshes.clipped_faces_neighbor_idx is None
         else array_key(meshes.clipped_faces_neighbor_idx),
         meshes.has_neighbors, settings, ws.tuning,
+        *(array_key(a) for a in (frags.pix_to_face, frags.zbuf, frags.bary_coords, frags.dists)),
     )  # fmt: skip
-    ws.call_graph(key, lambda: _launch_passes(meshes, ws, settings), ws.tuning.call_graphs)
-    exact = {"exact_perspective_grad": True} if settings.exact_perspective_grad else {}
+    ws.call_graph(key, lambda: _launch_passes(meshes, ws, settings, frags), ws.tuning.call_graphs)
+    if out is not None:
+        # not recorded, but it rewrote the face set-up a recorded backward reads
+        ws.face_grads.guard.note_render()
+        return out
     record_backward(
         meshes,
         ws,
         perspective_correct=settings.perspective_correct,
         clip_barycentric_coords=settings.clip_barycentric_coords,
-        **exact,
+        exact_perspective_grad=settings.exact_perspective_grad,
     )
     return ws.fragments
 
 
-def _launch_passes(meshes: PackedMeshes, ws: RasterWorkspace, settings: RasterSettings) -> None:
+def _check_out(out: Fragments, ws: RasterWorkspace, meshes: PackedMeshes) -> None:
+    shape = ws.shape
+    for name, dtype in (("pix_to_face", wp.int32), ("zbuf", wp.float32),
+                        ("bary_coords", wp.vec3), ("dists", wp.float32)):  # fmt: skip
+        a = getattr(out, name)
+        if tuple(a.shape) != shape or a.dtype != dtype or not a.is_contiguous:
+            raise ValueError(f"out.{name} must be a contiguous {dtype.__name__} array of shape "
+                             f"{shape}, got {a.dtype.__name__} {tuple(a.shape)}")  # fmt: skip
+        if wp.get_device(a.device) != ws.device:
+            raise ValueError(f"out.{name} is on {a.device}, the workspace on {ws.device}")
+    if meshes.verts.requires_grad and active_tape() is not None:
+        raise ValueError("a call with out= is not recorded on a wp.Tape: render into the "
+                         "workspace's own fragments to get gradients on the tape")  # fmt: skip
+
+
+def _launch_passes(
+    meshes: PackedMeshes, ws: RasterWorkspace, settings: RasterSettings, frags: Fragments
+) -> None:
     """Issues the render's kernels (setup, binning, queue, outputs)."""
     h, w = ws.image_size
     n = ws.num_meshes
@@ -78,7 +114,7 @@ def _launch_passes(meshes: PackedMeshes, ws: RasterWorkspace, settings: RasterSe
     # order, in a queue of exactly K slots (the output-array queue).
     ordered = meshes.has_neighbors
     small = tuning.small_face_pixels if (k == 1 and ws.binned and not ordered) else 0
-    ps, ps_key = ws.pass_for(meshes, settings, seeded=small > 0,
+    ps, ps_key = ws.pass_for(meshes, settings, frags, seeded=small > 0,
                              sorted_tiles=ordered and ws.binned)  # fmt: skip
     if small > 0:
         ws.depth_keys.fill_(EMPTY_KEY_VALUE)

@@ -150,6 +150,8 @@ class RasterWorkspace:
         requires_grad: allocate the outputs' gradients (for a ``wp.Tape``).
         tuning: :class:`~warpraster.settings.Tuning` (default: the measured
             defaults); ``ws.tuning`` may be reassigned between calls.
+        allocate_outputs: False for a workspace whose calls always pass their
+            own output arrays (``out=``; the torch adapter): ``fragments`` is None.
     """
 
     def __init__(
@@ -166,6 +168,7 @@ class RasterWorkspace:
         requires_grad: bool = False,
         deterministic: bool = False,
         tuning: Tuning | None = None,
+        allocate_outputs: bool = True,
     ):
         if settings is None:
             settings = RasterSettings(
@@ -215,10 +218,12 @@ class RasterWorkspace:
             self.tile_count = self.tile_offset = self.tile_cursor = self.tile_faces = wp.zeros(
                 1, dtype=wp.int32, device=self.device
             )
-        self.fragments = allocate_fragments(
-            self.num_meshes, h, w, self.faces_per_pixel, self.device, self.requires_grad,
-            overflow_count=self.overflow if self.binned else None,
-        )  # fmt: skip
+        self.fragments = None
+        if allocate_outputs:
+            self.fragments = allocate_fragments(
+                self.num_meshes, h, w, self.faces_per_pixel, self.device, self.requires_grad,
+                overflow_count=self.overflow if self.binned else None,
+            )  # fmt: skip
         # K = 1 binned: one (depth, face) key per pixel for the small-face pass
         key_count = self.num_meshes * h * w if self.faces_per_pixel == 1 and self.binned else 1
         self.depth_keys = wp.empty(key_count, dtype=wp.uint64, device=self.device)
@@ -226,8 +231,13 @@ class RasterWorkspace:
         self.call_graph = CallGraph(self.device)
         self._pass = None
         self.face_grads = FaceGradBuffers(
-            self.num_faces, self.device, self.deterministic, self.fragments.shape
+            self.num_faces, self.device, self.deterministic, self.shape
         )
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(N, H, W, K) of the outputs."""
+        return (self.num_meshes, *self.settings.image_size, self.settings.faces_per_pixel)
 
     @property
     def image_size(self) -> tuple[int, int]:
@@ -249,19 +259,22 @@ class RasterWorkspace:
     def deterministic(self) -> bool:
         return self.settings.deterministic
 
-    def pass_for(self, meshes, settings: RasterSettings, *, seeded: bool, sorted_tiles: bool):
-        """The raster passes' argument struct for these meshes and settings, and its
-        key; rebuilt only when one of them (or the tuning) changed: it packs ~30
-        fields."""
+    def pass_for(self, meshes, settings: RasterSettings, out: Fragments | None = None, *,
+                 seeded: bool, sorted_tiles: bool):  # fmt: skip
+        """The raster passes' argument struct for these meshes, settings and output
+        arrays (default: the workspace's), and its key; rebuilt only when one of
+        them (or the tuning) changed: it packs ~30 fields."""
+        out = self.fragments if out is None else out
         key = (
             _optional_key(meshes.clipped_faces_neighbor_idx),
             array_key(meshes.mesh_to_face_first_idx),
             array_key(meshes.num_faces_per_mesh),
             settings.blur_radius, settings.perspective_correct,
             settings.clip_barycentric_coords, bool(seeded), bool(sorted_tiles), self.tuning,
+            array_key(out.pix_to_face), array_key(out.zbuf), array_key(out.bary_coords),
+            array_key(out.dists),
         )  # fmt: skip
         if self._pass is None or self._pass[1] != key:
-            out = self.fragments
             ps = make_pass(meshes, self, settings, out.pix_to_face, out.zbuf, out.bary_coords,
                            out.dists)  # fmt: skip
             ps.seeded = int(seeded)
@@ -287,7 +300,7 @@ def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face
               dists=None) -> PassArgs:  # fmt: skip
     """The argument struct of the raster passes (outputs viewed as (N*H*W, K) rows;
     their 16-byte views too when the tuning and K allow)."""
-    n, h, w, k = ws.fragments.shape
+    n, h, w, k = ws.shape
     ps = PassArgs()
     ps.face_mesh = ws.face_mesh
     ps.face_bbox = ws.face_bbox

@@ -29,10 +29,14 @@ import torch
 import warp as wp
 
 from ..backward import grads_from_pix_to_face
+from ..fragments import Fragments
+from ..meshes import pack_meshes
+from ..raster import rasterize_clipped, rasterize_packed
 from ..rasterize import rasterize_meshes as _rasterize_meshes_wp
 from ..settings import RasterSettings
+from .context import RasterContext, default_context
 
-__all__ = ["rasterize_mesh_list", "rasterize_meshes"]
+__all__ = ["RasterContext", "default_context", "rasterize_mesh_list", "rasterize_meshes"]
 
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
@@ -108,19 +112,66 @@ def _warp_inputs(verts, faces, first, count, neighbor, *, grad=None):
     return v, f_wp, *idx
 
 
-def _settings(h, w, blur, k, bin_size, max_fpb, persp, clip_bary, cull, z_clip, frustum):
-    return dict(
-        image_size=(h, w),
-        blur_radius=blur,
-        faces_per_pixel=k,
-        bin_size=None if bin_size == _NONE else bin_size,
-        max_faces_per_bin=None if max_fpb == _NONE else max_fpb,
-        perspective_correct=persp,
-        clip_barycentric_coords=clip_bary,
-        cull_backfaces=cull,
-        z_clip_value=z_clip,
-        cull_to_frustum=frustum,
-    )
+# The op schema takes scalars only: the settings cross as these, in this order.
+_SETTING_NAMES = (
+    "height",
+    "width",
+    "blur_radius",
+    "faces_per_pixel",
+    "bin_size",
+    "max_faces_per_bin",
+    "perspective_correct",
+    "clip_barycentric_coords",
+    "cull_backfaces",
+    "z_clip_value",
+    "cull_to_frustum",
+    "exact_perspective_grad",
+)
+
+
+def _flatten(settings: RasterSettings) -> tuple:
+    """RasterSettings -> the op's scalar arguments (None bins as ``_NONE``)."""
+    h, w = settings.image_size
+    none = _NONE
+    return (
+        h, w, settings.blur_radius, settings.faces_per_pixel,
+        none if settings.bin_size is None else settings.bin_size,
+        none if settings.max_faces_per_bin is None else settings.max_faces_per_bin,
+        settings.perspective_correct, settings.clip_barycentric_coords, settings.cull_backfaces,
+        settings.z_clip_value, settings.cull_to_frustum, settings.exact_perspective_grad,
+    )  # fmt: skip
+
+
+def _unflatten(args: tuple) -> RasterSettings:
+    """The op's scalar arguments -> RasterSettings (the inverse of :func:`_flatten`)."""
+    named = dict(zip(_SETTING_NAMES, args, strict=True))
+    named["image_size"] = (named.pop("height"), named.pop("width"))
+    for name in ("bin_size", "max_faces_per_bin"):
+        if named[name] == _NONE:
+            named[name] = None
+    return RasterSettings(**named)
+
+
+def _stream_key(device: torch.device):
+    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+
+
+def _context(name: str | None) -> RasterContext:
+    return default_context() if name is None else _CONTEXTS[name]
+
+
+_CONTEXTS: dict[str, RasterContext] = {}
+
+
+def _register_context(context: RasterContext | None) -> str | None:
+    """A string handle for the op schema (which cannot carry Python objects)."""
+    if context is None:
+        return None
+    if not isinstance(context, RasterContext):
+        raise TypeError(f"context must be a RasterContext, got {type(context).__name__}")
+    handle = f"ctx{id(context)}"
+    _CONTEXTS[handle] = context
+    return handle
 
 
 # ----------------------------------------------------------------------------- forward op
@@ -131,6 +182,7 @@ def _rasterize_op(
     mesh_to_face_first_idx: torch.Tensor,
     num_faces_per_mesh: torch.Tensor,
     clipped_faces_neighbor_idx: torch.Tensor | None,
+    context: str | None,
     height: int,
     width: int,
     blur_radius: float,
@@ -142,59 +194,51 @@ def _rasterize_op(
     cull_backfaces: bool,
     z_clip_value: float | None,
     cull_to_frustum: bool,
+    exact_perspective_grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(pix_to_face int32, zbuf, bary (N,H,W,K,3), dists): Warp-owned memory, not copied."""
-    with _TorchStream(verts.device):
+    """(pix_to_face int32, zbuf, bary (N,H,W,K,3), dists), written by Warp into new tensors
+    with the context's workspace as scratch."""
+    settings = _unflatten((height, width, blur_radius, faces_per_pixel, bin_size,
+                           max_faces_per_bin, perspective_correct, clip_barycentric_coords,
+                           cull_backfaces, z_clip_value, cull_to_frustum,
+                           exact_perspective_grad))  # fmt: skip
+    device = verts.device
+    n = mesh_to_face_first_idx.shape[0]
+    with _TorchStream(device):
         v, f, first, count, nb = _warp_inputs(
             verts, faces, mesh_to_face_first_idx, num_faces_per_mesh, clipped_faces_neighbor_idx
         )
-        frags = _rasterize_meshes_wp(
-            v,
-            f,
-            first,
-            count,
-            clipped_faces_neighbor_idx=nb,
-            **_settings(
-                height,
-                width,
-                blur_radius,
-                faces_per_pixel,
-                bin_size,
-                max_faces_per_bin,
-                perspective_correct,
-                clip_barycentric_coords,
-                cull_backfaces,
-                z_clip_value,
-                cull_to_frustum,
-            ),
+        meshes = pack_meshes(v, f, first, count, nb)
+        ws = _context(context).workspace(
+            v.device, _stream_key(device), num_verts=v.shape[0], num_faces=f.shape[0],
+            num_meshes=n, settings=settings,
+        )  # fmt: skip
+        if settings.clipped:
+            frags = rasterize_clipped(meshes, settings, ws)
+            # the clipped workspace keeps its own outputs: hand out copies
+            return tuple(wp.to_torch(a, requires_grad=False).clone() for a in (
+                frags.pix_to_face, frags.zbuf, frags.bary_coords, frags.dists))  # fmt: skip
+        shape = (n, height, width, faces_per_pixel)
+        out = (
+            verts.new_empty(shape, dtype=torch.int32),
+            verts.new_empty(shape),
+            verts.new_empty((*shape, 3)),
+            verts.new_empty(shape),
         )
-        return (
-            wp.to_torch(frags.pix_to_face, requires_grad=False),
-            wp.to_torch(frags.zbuf, requires_grad=False),
-            wp.to_torch(frags.bary_coords, requires_grad=False),
-            wp.to_torch(frags.dists, requires_grad=False),
+        frags = Fragments(
+            pix_to_face=wp.from_torch(out[0], dtype=wp.int32),
+            zbuf=wp.from_torch(out[1], dtype=wp.float32),
+            bary_coords=wp.from_torch(out[2], dtype=wp.vec3),
+            dists=wp.from_torch(out[3], dtype=wp.float32),
         )
+        rasterize_packed(meshes, ws, settings, out=frags)
+        return out
 
 
 @_rasterize_op.register_fake
-def _rasterize_fake(
-    verts,
-    faces,
-    mesh_to_face_first_idx,
-    num_faces_per_mesh,
-    clipped_faces_neighbor_idx,
-    height,
-    width,
-    blur_radius,
-    faces_per_pixel,
-    bin_size,
-    max_faces_per_bin,
-    perspective_correct,
-    clip_barycentric_coords,
-    cull_backfaces,
-    z_clip_value,
-    cull_to_frustum,
-):
+def _rasterize_fake(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
+                    clipped_faces_neighbor_idx, context, height, width, blur_radius,
+                    faces_per_pixel, *rest):  # fmt: skip
     shape = (mesh_to_face_first_idx.shape[0], height, width, faces_per_pixel)
     return (
         verts.new_empty(shape, dtype=torch.int32),
@@ -216,6 +260,7 @@ def _rasterize_backward_op(
     mesh_to_face_first_idx: torch.Tensor,
     num_faces_per_mesh: torch.Tensor,
     clipped_faces_neighbor_idx: torch.Tensor | None,
+    context: str | None,
     height: int,
     width: int,
     blur_radius: float,
@@ -227,12 +272,17 @@ def _rasterize_backward_op(
     cull_backfaces: bool,
     z_clip_value: float | None,
     cull_to_frustum: bool,
+    exact_perspective_grad: bool,
 ) -> torch.Tensor:
     """d loss / d verts (V, 3) float32 from the upstream gradients of zbuf, bary, dists.
 
     The upstream gradients must be contiguous float32 tensors of the fragments'
     shapes, zero in empty slots; they are read, not modified.
     """
+    settings = _unflatten((height, width, blur_radius, faces_per_pixel, bin_size,
+                           max_faces_per_bin, perspective_correct, clip_barycentric_coords,
+                           cull_backfaces, z_clip_value, cull_to_frustum,
+                           exact_perspective_grad))  # fmt: skip
     shape = tuple(pix_to_face.shape)
     for name, g, want in (
         ("grad_zbuf", grad_zbuf, shape),
@@ -246,56 +296,34 @@ def _rasterize_backward_op(
                 f"got {g.dtype} {tuple(g.shape)}"
             )
     grad_verts = torch.zeros_like(verts)
-    with _TorchStream(verts.device):
+    device = verts.device
+    with _TorchStream(device):
         v, f, first, count, nb = _warp_inputs(
-            verts,
-            faces,
-            mesh_to_face_first_idx,
-            num_faces_per_mesh,
-            clipped_faces_neighbor_idx,
+            verts, faces, mesh_to_face_first_idx, num_faces_per_mesh, clipped_faces_neighbor_idx,
             grad=grad_verts,
-        )
+        )  # fmt: skip
         gz = wp.from_torch(grad_zbuf, dtype=wp.float32, requires_grad=False)
         gb = wp.from_torch(grad_bary, dtype=wp.vec3, requires_grad=False)
         gd = wp.from_torch(grad_dists, dtype=wp.float32, requires_grad=False)
-        if z_clip_value is None and not cull_to_frustum:
-            # The hand-written backward from the forward's choice of faces.
-            grads_from_pix_to_face(
-                v,
-                f,
-                wp.from_torch(pix_to_face, dtype=wp.int32),
-                gz,
-                gb,
-                gd,
-                v.grad,
-                perspective_correct=perspective_correct,
-                clip_barycentric_coords=clip_barycentric_coords,
-            )
+        if not settings.clipped:
+            # The hand-written backward from the forward's choice of faces, with the
+            # context's per-face scratch.
+            if f.shape[0] > 0:
+                buffers = _context(context).backward_buffers(v.device, _stream_key(device),
+                                                             f.shape[0])  # fmt: skip
+                grads_from_pix_to_face(
+                    v, f, wp.from_torch(pix_to_face, dtype=wp.int32), gz, gb, gd, v.grad,
+                    perspective_correct=settings.perspective_correct,
+                    clip_barycentric_coords=settings.clip_barycentric_coords,
+                    exact_perspective_grad=settings.exact_perspective_grad, buffers=buffers,
+                )  # fmt: skip
         else:
-            # Clipped path: replay the whole (deterministic) forward on the tape.
+            # Clipped path: replay the whole forward on the tape (its zbuf / dists
+            # belong to the clipped sub-triangles), into a workspace of its own.
             tape = wp.Tape()
             with tape:
-                out = _rasterize_meshes_wp(
-                    v,
-                    f,
-                    first,
-                    count,
-                    clipped_faces_neighbor_idx=nb,
-                    validate=False,
-                    **_settings(
-                        height,
-                        width,
-                        blur_radius,
-                        faces_per_pixel,
-                        bin_size,
-                        max_faces_per_bin,
-                        perspective_correct,
-                        clip_barycentric_coords,
-                        cull_backfaces,
-                        z_clip_value,
-                        cull_to_frustum,
-                    ),
-                )
+                out = _rasterize_meshes_wp(v, f, first, count, clipped_faces_neighbor_idx=nb,
+                                           validate=False, settings=settings)  # fmt: skip
             tape.backward(grads={out.zbuf: gz, out.bary_coords: gb, out.dists: gd})
         # (no tape.reset(): it would zero grad_verts too; the tape is dropped here)
     return grad_verts
@@ -307,21 +335,6 @@ def _rasterize_backward_fake(grad_zbuf, grad_bary, grad_dists, pix_to_face, vert
 
 
 # ----------------------------------------------------------------------------- autograd
-_SETTING_NAMES = (
-    "height",
-    "width",
-    "blur_radius",
-    "faces_per_pixel",
-    "bin_size",
-    "max_faces_per_bin",
-    "perspective_correct",
-    "clip_barycentric_coords",
-    "cull_backfaces",
-    "z_clip_value",
-    "cull_to_frustum",
-)
-
-
 def _setup_context(ctx, inputs, output):
     verts, faces, first, count, neighbor, *settings = inputs
     ctx.settings = tuple(settings)
@@ -352,7 +365,7 @@ def _backward(ctx, grad_pix_to_face, grad_zbuf, grad_bary, grad_dists):
         neighbor,
         *ctx.settings,
     )
-    return (grad_verts,) + (None,) * (4 + len(_SETTING_NAMES))
+    return (grad_verts,) + (None,) * (5 + len(_SETTING_NAMES))
 
 
 _rasterize_op.register_autograd(_backward, setup_context=_setup_context)
@@ -449,6 +462,8 @@ def rasterize_meshes(
     clipped_faces_neighbor_idx: torch.Tensor | None = None,
     z_clip_value: float | None = None,
     cull_to_frustum: bool = False,
+    exact_perspective_grad: bool = False,
+    context: RasterContext | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rasterizes a packed batch of meshes: PyTorch3D's ``rasterize_meshes`` on tensors.
 
@@ -470,6 +485,9 @@ def rasterize_meshes(
         blur_radius, faces_per_pixel, bin_size, max_faces_per_bin,
         perspective_correct, clip_barycentric_coords, cull_backfaces,
         clipped_faces_neighbor_idx, z_clip_value, cull_to_frustum: as in PyTorch3D.
+        exact_perspective_grad: see :class:`warpraster.RasterSettings`.
+        context: a :class:`RasterContext` whose workspaces the call reuses
+            (default: the process-wide one, see :func:`default_context`).
 
     Returns:
         ``(pix_to_face, zbuf, bary_coords, dists)`` on the input's device:
@@ -515,28 +533,13 @@ def rasterize_meshes(
         bin_size=bin_size, max_faces_per_bin=max_faces_per_bin,
         perspective_correct=perspective_correct, clip_barycentric_coords=clip_barycentric_coords,
         cull_backfaces=cull_backfaces, z_clip_value=z_clip_value, cull_to_frustum=cull_to_frustum,
+        exact_perspective_grad=exact_perspective_grad,
     )  # fmt: skip
-    h, w = settings.image_size
-    z_clip_value = settings.z_clip_value
-
+    settings.check_slots(first.shape[0])
     pix_to_face, zbuf, bary_coords, dists = _rasterize_op(
-        _to_kernel_float(verts_packed),
-        faces_packed,
-        first,
-        count,
-        neighbor,
-        h,
-        w,
-        float(blur_radius),
-        int(faces_per_pixel),
-        _NONE if bin_size is None else int(bin_size),
-        _NONE if max_faces_per_bin is None else int(max_faces_per_bin),
-        bool(perspective_correct),
-        bool(clip_barycentric_coords),
-        bool(cull_backfaces),
-        z_clip_value,
-        bool(cull_to_frustum),
-    )
+        _to_kernel_float(verts_packed), faces_packed, first, count, neighbor,
+        _register_context(context), *_flatten(settings),
+    )  # fmt: skip
     # PyTorch3D's dtype: the one copy of the outputs.
     return pix_to_face.to(torch.int64), zbuf, bary_coords, dists
 

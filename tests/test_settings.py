@@ -1,0 +1,137 @@
+"""RasterSettings and Tuning: validation, the settings object as the one carrier,
+and a tuning change on an existing workspace taking effect.
+
+Truth: the float32 NumPy oracle (tests/np_reference.py) for every render, so a
+tuning change may change which kernels run, never the output bits.
+"""
+
+import numpy as np
+import pytest
+import warp as wp
+from np_reference import rasterize_reference
+
+import warpraster as wr
+from warpraster.primitives import ico_sphere
+
+
+def _scene(device):
+    v, f = ico_sphere(2)
+    verts = np.concatenate([v * 0.6 + [0.1, 0.0, 2.0], v * 0.5 + [-0.2, 0.1, 2.3]])
+    faces = np.concatenate([f, f + len(v)]).astype(np.int32)
+    return (
+        verts.astype(np.float32),
+        faces,
+        wp.array(verts.astype(np.float32), dtype=wp.vec3, device=device),
+        wp.array(faces, dtype=wp.int32, device=device),
+        wp.array([0], dtype=wp.int32, device=device),
+        wp.array([len(faces)], dtype=wp.int32, device=device),
+    )
+
+
+def _assert_oracle(out: dict, ref) -> None:
+    # bit equality: same float32 operations in the same order (no FMA), see test_raster
+    np.testing.assert_array_equal(out["pix_to_face"], ref.pix_to_face)
+    for key in ("zbuf", "bary_coords", "dists"):
+        np.testing.assert_array_equal(out[key], getattr(ref, key).astype(np.float32))
+
+
+# ----------------------------------------------------------------------------- validation
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"image_size": "32"}, TypeError, "image_size"),
+        ({"image_size": 32.5}, TypeError, "image_size"),
+        ({"image_size": (16.0, 8)}, TypeError, "image_size"),
+        ({"image_size": (16, 8, 2)}, TypeError, "image_size"),
+        ({"image_size": (0, 8)}, ValueError, "image_size"),
+        ({"faces_per_pixel": 0}, ValueError, "faces_per_pixel"),
+        ({"faces_per_pixel": True}, TypeError, "faces_per_pixel"),
+        ({"blur_radius": -1.0}, ValueError, "blur_radius"),
+        ({"blur_radius": float("nan")}, ValueError, "blur_radius"),
+        ({"bin_size": -2}, ValueError, "bin_size"),
+        ({"bin_size": 8, "max_faces_per_bin": 0}, ValueError, "max_faces_per_bin"),
+        ({"z_clip_value": float("inf")}, ValueError, "z_clip_value"),
+    ],
+)
+def test_bad_settings_are_refused_by_name(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        wr.RasterSettings(**kwargs)
+
+
+def test_settings_normalise_and_hash():
+    a = wr.RasterSettings(image_size=np.int64(16), faces_per_pixel=np.int32(4), blur_radius=0)
+    b = wr.RasterSettings(image_size=(16, 16), faces_per_pixel=4, blur_radius=0.0)
+    assert a == b and hash(a) == hash(b)
+    assert a.image_size == (16, 16) and isinstance(a.blur_radius, float)
+    with pytest.raises(AttributeError):
+        a.faces_per_pixel = 2  # frozen
+    assert a.replace(faces_per_pixel=2).faces_per_pixel == 2
+
+
+def test_naive_path_accepts_pytorch3ds_max_faces_per_bin_zero(device):
+    """PyTorch3D's own tests pass max_faces_per_bin=0 with bin_size=0 (the naive
+    path never reads it): accepted, and the render is the naive one."""
+    vnp, fnp, verts, faces, first, count = _scene(device)
+    out = wr.rasterize_meshes(verts, faces, first, count, image_size=(9, 7), faces_per_pixel=2,
+                              bin_size=0, max_faces_per_bin=0).numpy()  # fmt: skip
+    ref = rasterize_reference(vnp, fnp, np.array([0]), np.array([len(fnp)]), image_size=(9, 7),
+                              faces_per_pixel=2, dtype=np.float32)  # fmt: skip
+    _assert_oracle(out, ref)
+
+
+def test_empty_batch_is_refused_clearly():
+    with pytest.raises(ValueError, match="mesh_to_face_first_idx is empty"):
+        wr.rasterize_meshes(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.int32), [], [])
+
+
+def test_settings_object_or_keywords_not_both(device):
+    _, _, verts, faces, first, count = _scene(device)
+    s = wr.RasterSettings(image_size=8, faces_per_pixel=2)
+    a = wr.rasterize_meshes(verts, faces, first, count, settings=s).numpy()
+    b = wr.rasterize_meshes(verts, faces, first, count, image_size=8, faces_per_pixel=2).numpy()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+    with pytest.raises(ValueError, match="either settings or"):
+        wr.rasterize_meshes(verts, faces, first, count, settings=s, faces_per_pixel=3)
+
+
+# ----------------------------------------------------------------------------- tuning
+def test_tuning_change_on_an_existing_workspace_takes_effect(device):
+    """The tuning is part of every cache key of the workspace: after assigning a new
+    one, the next call launches the kernels it selects (here: the output-array
+    queue instead of the register queue, one-slot output stores instead of
+    16-byte ones), and the output stays the oracle's."""
+    vnp, fnp, verts, faces, first, count = _scene(device)
+    s = wr.RasterSettings(image_size=(12, 10), faces_per_pixel=4)
+    ws = wr.RasterWorkspace(num_meshes=1, num_faces=len(fnp), settings=s, device=device,
+                            tuning=wr.Tuning(call_graphs=False))  # fmt: skip
+    ref = rasterize_reference(vnp, fnp, np.array([0]), np.array([len(fnp)]),
+                              image_size=(12, 10), faces_per_pixel=4, dtype=np.float32)  # fmt: skip
+
+    def render():
+        out = wr.rasterize_meshes(verts, faces, first, count, settings=s, workspace=ws).numpy()
+        launched = {name: cmd[1].kernel.key for name, cmd in ws.launches._cmds.items()}
+        return out, launched
+
+    out, before = render()
+    _assert_oracle(out, ref)
+    assert "raster_queue" in before["queue"] and "outputs4" in before["outputs"]
+    ws.tuning = ws.tuning.replace(register_queue_max_k=0, wide_outputs=False)
+    out, after = render()
+    _assert_oracle(out, ref)
+    assert after["queue"] == "raster_output_queue"
+    assert "outputs4" not in after["outputs"]
+    ws.tuning = ws.tuning.replace(register_queue_max_k=16, wide_outputs=True)
+    out, again = render()
+    _assert_oracle(out, ref)
+    assert again == before
+
+
+def test_tuning_validation():
+    with pytest.raises(ValueError, match="register_queue_max_k"):
+        wr.Tuning(register_queue_max_k=17)
+    with pytest.raises(ValueError, match="small_face_lanes"):
+        wr.Tuning(small_face_lanes=0)
+    t = wr.Tuning(max_registers={"queue8": 56, "outputs": None})
+    assert t.registers("queue8") == 56 and t.registers("outputs") is None
+    assert hash(t) == hash(wr.Tuning(max_registers=(("queue8", 56),)))
