@@ -1,0 +1,595 @@
+"""PyTorch3D-shaped rendering on tensors: cameras, lights, materials, textures,
+shaders, ``MeshRasterizer`` and ``MeshRenderer``, with autograd to every tensor.
+
+``from warpraster.torch.shading import MeshRenderer, MeshRasterizer, SoftPhongShader,
+FoVPerspectiveCameras, PointLights, TexturesVertex, ...`` reads like PyTorch3D's
+``pytorch3d.renderer``; the renderer is called on packed meshes (what a
+``Meshes`` gives: ``verts_packed()``, ``faces_packed()``,
+``mesh_to_faces_packed_first_idx()``, ``num_faces_per_mesh()``).
+
+How it works: one ``torch.library.custom_op`` (``warpraster::render_meshes``)
+projects, rasterizes and shades with the Warp kernels, on tensors shared with
+Warp (zero-copy ``wp.from_torch``); it returns the RGBA image and the fragments.
+Its backward is a second custom op that replays the render on a ``wp.Tape``
+with the tensors' gradient buffers attached and runs ``tape.backward`` from the
+upstream gradients, returning the gradients of the vertices and of every camera,
+light, material, background and texture tensor. Both ops have fake
+implementations (output shapes from the settings), so ``torch.compile`` treats
+the render as one opaque node. The replay costs a second forward in the
+backward; nothing Warp-side lives in the autograd graph.
+
+Every parameter tensor is cast to contiguous float32 (a no-op when it already
+is; the cast is differentiable), integer tensors to int32.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import warp as wp
+
+from .. import camera as _camera
+from .. import shading as _shading
+from ..renderer import MeshRenderer as _WarpMeshRenderer
+from ..rasterizer import MeshRasterizer as _WarpMeshRasterizer
+from ..rasterizer import RasterizationSettings
+
+__all__ = [
+    "AmbientLights",
+    "BlendParams",
+    "DirectionalLights",
+    "FoVOrthographicCameras",
+    "FoVPerspectiveCameras",
+    "Fragments",
+    "HardFlatShader",
+    "HardGouraudShader",
+    "HardPhongShader",
+    "Materials",
+    "MeshRasterizer",
+    "MeshRenderer",
+    "PerspectiveCameras",
+    "PointLights",
+    "RasterizationSettings",
+    "SoftGouraudShader",
+    "SoftPhongShader",
+    "SoftSilhouetteShader",
+    "TexturesUV",
+    "TexturesVertex",
+]
+
+
+def _f32(x, device=None, width: int | None = None) -> torch.Tensor:
+    """A float32 contiguous tensor (rows of ``width`` when given; a row is broadcast as (1, w))."""
+    if not isinstance(x, torch.Tensor):
+        x = torch.as_tensor(np.asarray(x, dtype=np.float32), device=device)
+    t = x.to(torch.float32)
+    if width is not None and t.ndim == 1 and t.shape[0] == width:
+        t = t.reshape(1, width)
+    return t.contiguous()
+
+
+# ----------------------------------------------------------------------------- parameter holders
+class _Holder:
+    """Named float32 tensors (the differentiable inputs) plus static options."""
+
+    _names: tuple[str, ...] = ()
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {n: getattr(self, n) for n in self._names}
+
+    def to(self, device):
+        for n in self._names:
+            setattr(self, n, getattr(self, n).to(device))
+        return self
+
+
+class FoVPerspectiveCameras(_Holder):
+    """PyTorch3D's ``FoVPerspectiveCameras`` on tensors (fov in degrees by default)."""
+
+    _names = ("znear", "zfar", "aspect_ratio", "fov", "R", "T")
+    _warp = "FoVPerspectiveCameras"
+
+    def __init__(self, znear=1.0, zfar=100.0, aspect_ratio=1.0, fov=60.0, degrees=True,
+                 R=None, T=None, device=None):  # fmt: skip
+        self.degrees = bool(degrees)
+        self.znear, self.zfar = _f32(znear, device).reshape(-1), _f32(zfar, device).reshape(-1)
+        self.aspect_ratio = _f32(aspect_ratio, device).reshape(-1)
+        self.fov = _f32(fov, device).reshape(-1)
+        self.R = _f32(torch.eye(3)[None] if R is None else R, device).reshape(-1, 3, 3)
+        self.T = _f32(torch.zeros(1, 3) if T is None else T, device, 3)
+
+    def _warp_kwargs(self):
+        return {"degrees": self.degrees}
+
+
+class FoVOrthographicCameras(_Holder):
+    """PyTorch3D's ``FoVOrthographicCameras`` on tensors."""
+
+    _names = ("znear", "zfar", "max_y", "min_y", "max_x", "min_x", "scale_xyz", "R", "T")
+    _warp = "FoVOrthographicCameras"
+
+    def __init__(self, znear=1.0, zfar=100.0, max_y=1.0, min_y=-1.0, max_x=1.0, min_x=-1.0,
+                 scale_xyz=((1.0, 1.0, 1.0),), R=None, T=None, device=None):  # fmt: skip
+        for name, v in (("znear", znear), ("zfar", zfar), ("max_y", max_y), ("min_y", min_y),
+                        ("max_x", max_x), ("min_x", min_x)):  # fmt: skip
+            setattr(self, name, _f32(v, device).reshape(-1))
+        self.scale_xyz = _f32(scale_xyz, device, 3)
+        self.R = _f32(torch.eye(3)[None] if R is None else R, device).reshape(-1, 3, 3)
+        self.T = _f32(torch.zeros(1, 3) if T is None else T, device, 3)
+
+    def _warp_kwargs(self):
+        return {}
+
+
+class PerspectiveCameras(_Holder):
+    """PyTorch3D's ``PerspectiveCameras`` on tensors (NDC or screen space)."""
+
+    _names = ("focal_length", "principal_point", "R", "T")
+    _warp = "PerspectiveCameras"
+
+    def __init__(self, focal_length=1.0, principal_point=((0.0, 0.0),), R=None, T=None,
+                 device=None, in_ndc=True, image_size=None):  # fmt: skip
+        fl = _f32(focal_length, device)
+        self.focal_length = fl.reshape(-1, 1) if fl.ndim <= 1 else fl
+        self.principal_point = _f32(principal_point, device, 2)
+        self.R = _f32(torch.eye(3)[None] if R is None else R, device).reshape(-1, 3, 3)
+        self.T = _f32(torch.zeros(1, 3) if T is None else T, device, 3)
+        self.in_ndc = bool(in_ndc)
+        self.image_size = None if image_size is None else np.asarray(image_size).tolist()
+
+    def _warp_kwargs(self):
+        return {"in_ndc": self.in_ndc, "image_size": self.image_size}
+
+
+class PointLights(_Holder):
+    """PyTorch3D's ``PointLights`` on tensors."""
+
+    _names = ("ambient_color", "diffuse_color", "specular_color", "location")
+    _warp = "PointLights"
+
+    def __init__(self, ambient_color=((0.5, 0.5, 0.5),), diffuse_color=((0.3, 0.3, 0.3),),
+                 specular_color=((0.2, 0.2, 0.2),), location=((0.0, 1.0, 0.0),), device=None):  # fmt: skip
+        self.ambient_color = _f32(ambient_color, device, 3)
+        self.diffuse_color = _f32(diffuse_color, device, 3)
+        self.specular_color = _f32(specular_color, device, 3)
+        self.location = _f32(location, device, 3)
+
+
+class DirectionalLights(_Holder):
+    """PyTorch3D's ``DirectionalLights`` on tensors."""
+
+    _names = ("ambient_color", "diffuse_color", "specular_color", "direction")
+    _warp = "DirectionalLights"
+
+    def __init__(self, ambient_color=((0.5, 0.5, 0.5),), diffuse_color=((0.3, 0.3, 0.3),),
+                 specular_color=((0.2, 0.2, 0.2),), direction=((0.0, 1.0, 0.0),), device=None):  # fmt: skip
+        self.ambient_color = _f32(ambient_color, device, 3)
+        self.diffuse_color = _f32(diffuse_color, device, 3)
+        self.specular_color = _f32(specular_color, device, 3)
+        self.direction = _f32(direction, device, 3)
+
+
+class AmbientLights(_Holder):
+    """PyTorch3D's ``AmbientLights`` on tensors."""
+
+    _names = ("ambient_color",)
+    _warp = "AmbientLights"
+
+    def __init__(self, *, ambient_color=None, device=None):
+        self.ambient_color = _f32(((1.0, 1.0, 1.0),) if ambient_color is None else ambient_color,
+                                  device, 3)  # fmt: skip
+
+
+class Materials(_Holder):
+    """PyTorch3D's ``Materials`` on tensors."""
+
+    _names = ("ambient_color", "diffuse_color", "specular_color", "shininess")
+    _warp = "Materials"
+
+    def __init__(self, ambient_color=((1.0, 1.0, 1.0),), diffuse_color=((1.0, 1.0, 1.0),),
+                 specular_color=((1.0, 1.0, 1.0),), shininess=64, device=None):  # fmt: skip
+        self.ambient_color = _f32(ambient_color, device, 3)
+        self.diffuse_color = _f32(diffuse_color, device, 3)
+        self.specular_color = _f32(specular_color, device, 3)
+        self.shininess = _f32(shininess, device).reshape(-1)
+
+
+@dataclass
+class BlendParams:
+    """PyTorch3D's ``BlendParams``; ``background_color`` may be a tensor (gets a gradient)."""
+
+    sigma: float = 1e-4
+    gamma: float = 1e-4
+    background_color: object = (1.0, 1.0, 1.0)
+
+
+class TexturesVertex(_Holder):
+    """PyTorch3D's ``TexturesVertex``, packed: ``verts_features`` (V, 3)."""
+
+    _names = ("verts_features",)
+    _warp = "TexturesVertex"
+
+    def __init__(self, verts_features):
+        self.verts_features = _f32(verts_features)
+
+    def _static(self):
+        return {}
+
+
+class TexturesUV(_Holder):
+    """PyTorch3D's ``TexturesUV``, packed: maps (N, Ht, Wt, 3), faces_uvs (F, 3), verts_uvs (T, 2)."""
+
+    _names = ("maps", "verts_uvs")
+    _warp = "TexturesUV"
+
+    def __init__(self, maps, faces_uvs, verts_uvs, padding_mode="border", align_corners=True,
+                 sampling_mode="bilinear"):  # fmt: skip
+        self.maps = _f32(maps)
+        self.verts_uvs = _f32(verts_uvs)
+        self.faces_uvs = torch.as_tensor(faces_uvs).to(torch.int32).contiguous()
+        self.padding_mode, self.align_corners = padding_mode, bool(align_corners)
+        self.sampling_mode = sampling_mode
+
+    def _static(self):
+        return {"padding_mode": self.padding_mode, "align_corners": self.align_corners,
+                "sampling_mode": self.sampling_mode}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- shaders
+class _Shader:
+    _warp = ""
+
+    def __init__(self, device=None, cameras=None, lights=None, materials=None,
+                 blend_params=None):  # fmt: skip
+        self.cameras = cameras
+        self.lights = lights if lights is not None else PointLights(device=device)
+        self.materials = materials if materials is not None else Materials(device=device)
+        self.blend_params = blend_params if blend_params is not None else BlendParams()
+
+
+class HardPhongShader(_Shader):
+    _warp = "HardPhongShader"
+
+
+class SoftPhongShader(_Shader):
+    _warp = "SoftPhongShader"
+
+
+class HardGouraudShader(_Shader):
+    _warp = "HardGouraudShader"
+
+
+class SoftGouraudShader(_Shader):
+    _warp = "SoftGouraudShader"
+
+
+class HardFlatShader(_Shader):
+    _warp = "HardFlatShader"
+
+
+class SoftSilhouetteShader(_Shader):
+    _warp = "SoftSilhouetteShader"
+
+    def __init__(self, blend_params=None):
+        super().__init__(blend_params=blend_params)
+
+
+@dataclass
+class Fragments:
+    """PyTorch3D's ``Fragments`` (pix_to_face int64 as PyTorch3D's; bary (N, H, W, K, 3))."""
+
+    pix_to_face: torch.Tensor
+    zbuf: torch.Tensor
+    bary_coords: torch.Tensor
+    dists: torch.Tensor
+
+
+# ----------------------------------------------------------------------------- the op
+def _wp(t: torch.Tensor, dtype, grad: torch.Tensor | None = None) -> wp.array:
+    if grad is None:
+        return wp.from_torch(t, dtype=dtype, requires_grad=False)
+    return wp.from_torch(t, dtype=dtype, requires_grad=True, grad=grad)
+
+
+_VEC_DTYPES = {3: wp.vec3, 2: wp.vec2}
+
+
+def _as_warp(t, grad=None):
+    """Warp view of a parameter tensor: (B,) scalars, (B, 2|3) vectors, (B, 3, 3) mat33."""
+    if t.ndim == 3 and t.shape[1:] == (3, 3):
+        return _wp(t, wp.mat33, grad)
+    if t.ndim == 2 and t.shape[1] in _VEC_DTYPES and t.shape[1] != 1:
+        return _wp(t, _VEC_DTYPES[t.shape[1]], grad)
+    return _wp(t, wp.float32, grad)
+
+
+def _build(config: dict, tensors: list[torch.Tensor], grads: list | None):
+    """Warp cameras, lights, materials, textures, blend params and shader from the op inputs."""
+    it = iter(range(len(tensors)))
+
+    def take(kind="param"):
+        i = next(it)
+        g = None if grads is None else grads[i]
+        t = tensors[i]
+        if kind == "raw":
+            return _wp(t, wp.float32, g)
+        return _as_warp(t, g)
+
+    cam_cfg = config["camera"]
+    cam_args = {name: take() for name in cam_cfg["names"]}
+    if "focal_length" in cam_args:
+        fl = tensors[cam_cfg["names"].index("focal_length")]
+        i = cam_cfg["names"].index("focal_length")
+        cam_args["focal_length"] = _wp(fl, wp.float32, None if grads is None else grads[i])
+    cams = getattr(_camera, cam_cfg["type"])(**cam_args, **cam_cfg["kwargs"])
+    out = {"cameras": cams}
+    if config["shader"] == "none":
+        return out
+    light_cfg = config["lights"]
+    lt_args = {name: take() for name in light_cfg["names"]}
+    out["lights"] = getattr(_shading, light_cfg["type"])(**lt_args)
+    out["materials"] = _shading.Materials(**{n: take() for n in config["materials"]})
+    bg = take() if config["blend"]["background_tensor"] else tuple(config["blend"]["background"])
+    out["blend_params"] = _shading.BlendParams(sigma=config["blend"]["sigma"],
+                                               gamma=config["blend"]["gamma"],
+                                               background_color=bg)  # fmt: skip
+    tex_cfg = config["textures"]
+    if tex_cfg is None:
+        out["textures"] = None
+    elif tex_cfg["type"] == "TexturesVertex":
+        out["textures"] = _shading.TexturesVertex(take("raw"))
+    else:
+        maps = take("raw")
+        verts_uvs = take("raw")
+        faces_uvs = wp.from_torch(tensors[next(it)], dtype=wp.int32)
+        out["textures"] = _shading.TexturesUV(maps, faces_uvs, verts_uvs, **tex_cfg["static"])
+    return out
+
+
+def _run(verts, faces, first, count, tensors, config, grads=None, grad_verts=None):
+    """Runs the Warp MeshRenderer (or rasterizer) on tensor views; returns (image, fragments)."""
+    v = _wp(verts, wp.vec3, grad_verts)
+    f = wp.from_torch(faces, dtype=wp.int32)
+    fi = wp.from_torch(first, dtype=wp.int32)
+    cn = wp.from_torch(count, dtype=wp.int32)
+    objs = _build(config, tensors, grads)
+    settings = RasterizationSettings(**config["raster"])
+    rasterizer = _WarpMeshRasterizer(cameras=objs["cameras"], raster_settings=settings)
+    if config["shader"] == "none":
+        return None, rasterizer(v, f, fi, cn, validate=grads is None)
+    shader = getattr(_shading, config["shader"])(
+        cameras=objs["cameras"], lights=objs["lights"], materials=objs["materials"],
+        blend_params=objs["blend_params"],
+    )  # fmt: skip
+    renderer = _WarpMeshRenderer(rasterizer=rasterizer, shader=shader)
+    image, frags = renderer(v, f, fi, cn, textures=objs["textures"], return_fragments=True)
+    return image, frags
+
+
+def _shape(first: torch.Tensor, config: dict):
+    h, w = config["image_size"]
+    return (first.shape[0], h, w, config["raster"]["faces_per_pixel"])
+
+
+@torch.library.custom_op("warpraster::render_meshes", mutates_args=())
+def _render_op(
+    verts: torch.Tensor,
+    faces: torch.Tensor,
+    mesh_to_face_first_idx: torch.Tensor,
+    num_faces_per_mesh: torch.Tensor,
+    tensors: list[torch.Tensor],
+    config: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(image (N, H, W, 4), pix_to_face int32, zbuf, bary (N, H, W, K, 3), dists)."""
+    cfg = json.loads(config)
+    from . import _TorchStream  # noqa: PLC0415
+
+    with _TorchStream(verts.device):
+        image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh, tensors, cfg)
+        n, h, w, k = frags.pix_to_face.shape
+        outs = (
+            wp.to_torch(frags.pix_to_face).clone(),
+            wp.to_torch(frags.zbuf).clone(),
+            wp.to_torch(frags.bary_coords).reshape(n, h, w, k, 3).clone(),
+            wp.to_torch(frags.dists).clone(),
+        )
+        img = (wp.to_torch(image).clone() if image is not None
+               else verts.new_zeros((n, h, w, 4)))  # fmt: skip
+    return (img, *outs)
+
+
+@_render_op.register_fake
+def _render_fake(verts, faces, first, count, tensors, config):
+    cfg = json.loads(config)
+    shape = _shape(first, cfg)
+    return (
+        verts.new_empty((*shape[:3], 4)),
+        verts.new_empty(shape, dtype=torch.int32),
+        verts.new_empty(shape),
+        verts.new_empty((*shape, 3)),
+        verts.new_empty(shape),
+    )
+
+
+@torch.library.custom_op("warpraster::render_meshes_backward", mutates_args=())
+def _render_backward_op(
+    grad_image: torch.Tensor,
+    grad_zbuf: torch.Tensor,
+    grad_bary: torch.Tensor,
+    grad_dists: torch.Tensor,
+    verts: torch.Tensor,
+    faces: torch.Tensor,
+    mesh_to_face_first_idx: torch.Tensor,
+    num_faces_per_mesh: torch.Tensor,
+    tensors: list[torch.Tensor],
+    config: str,
+) -> list[torch.Tensor]:
+    """[d verts, d tensors[0], ...]: the render replayed on a wp.Tape, then backward."""
+    cfg = json.loads(config)
+    from . import _TorchStream  # noqa: PLC0415
+
+    grad_verts = torch.zeros_like(verts)
+    grads = [torch.zeros_like(t) if t.is_floating_point() else None for t in tensors]
+    with _TorchStream(verts.device):
+        tape = wp.Tape()
+        with tape:
+            image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
+                                tensors, cfg, grads=grads, grad_verts=grad_verts)  # fmt: skip
+        n, h, w, k = frags.pix_to_face.shape
+        upstream = {
+            frags.zbuf: wp.from_torch(grad_zbuf.contiguous(), dtype=wp.float32),
+            frags.bary_coords: wp.from_torch(grad_bary.reshape(n, h, w, k, 3).contiguous(),
+                                             dtype=wp.vec3),  # fmt: skip
+            frags.dists: wp.from_torch(grad_dists.contiguous(), dtype=wp.float32),
+        }
+        if image is not None:
+            upstream[image] = wp.from_torch(grad_image.contiguous(), dtype=wp.float32)
+        tape.backward(grads=upstream)
+    return [grad_verts] + [g if g is not None else torch.zeros_like(t, dtype=torch.float32)
+                           for g, t in zip(grads, tensors)]  # fmt: skip
+
+
+@_render_backward_op.register_fake
+def _render_backward_fake(grad_image, grad_zbuf, grad_bary, grad_dists, verts, faces, first,
+                          count, tensors, config):  # fmt: skip
+    return [torch.empty_like(verts)] + [torch.empty_like(t, dtype=torch.float32) for t in tensors]
+
+
+def _setup_context(ctx, inputs, output):
+    verts, faces, first, count, tensors, config = inputs
+    ctx.config = config
+    ctx.n_tensors = len(tensors)
+    ctx.save_for_backward(verts, faces, first, count, *tensors)
+
+
+def _backward_impl(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists):
+    verts, faces, first, count, *tensors = ctx.saved_tensors
+    cfg = json.loads(ctx.config)
+    shape = _shape(first, cfg)
+
+    def z(g, s):
+        return verts.new_zeros(s) if g is None else g.contiguous()
+
+    grads = _render_backward_op(
+        z(g_image, (*shape[:3], 4)), z(g_zbuf, shape), z(g_bary, (*shape, 3)), z(g_dists, shape),
+        verts, faces, first, count, list(tensors), ctx.config,
+    )  # fmt: skip
+    tensor_grads = [g if t.is_floating_point() else None for g, t in zip(grads[1:], tensors)]
+    return (grads[0], None, None, None, tensor_grads, None)
+
+
+_render_op.register_autograd(_backward_impl, setup_context=_setup_context)
+
+
+# ----------------------------------------------------------------------------- user API
+def _dev(t: torch.Tensor, device) -> torch.Tensor:
+    return t if device is None else t.to(device)
+
+
+def _config_and_tensors(cameras, raster_settings, shader, textures, device):
+    cams = cameras
+    raster = {k: getattr(raster_settings, k) for k in (
+        "blur_radius", "faces_per_pixel", "bin_size", "max_faces_per_bin", "perspective_correct",
+        "clip_barycentric_coords", "cull_backfaces", "z_clip_value", "cull_to_frustum")}  # fmt: skip
+    size = raster_settings.image_size
+    h, w = (size, size) if isinstance(size, int) else tuple(int(s) for s in size)
+    raster["image_size"] = [h, w]
+    tensors = []
+    cam_t = cams.tensors()
+    tensors += [_dev(t, device) for t in cam_t.values()]
+    config = {
+        "camera": {"type": cams._warp, "names": list(cam_t), "kwargs": cams._warp_kwargs()},
+        "raster": raster, "image_size": [h, w], "shader": "none",
+    }  # fmt: skip
+    if shader is None:
+        return config, tensors
+    config["shader"] = shader._warp
+    lights = shader.lights if not isinstance(shader, SoftSilhouetteShader) else AmbientLights()
+    lt = lights.tensors()
+    tensors += [_dev(t, device) for t in lt.values()]
+    config["lights"] = {"type": lights._warp, "names": list(lt)}
+    mt = shader.materials.tensors()
+    tensors += [_dev(t, device) for t in mt.values()]
+    config["materials"] = list(mt)
+    bp = shader.blend_params
+    bg_tensor = isinstance(bp.background_color, torch.Tensor)
+    config["blend"] = {"sigma": float(bp.sigma), "gamma": float(bp.gamma),
+                       "background_tensor": bg_tensor,
+                       "background": None if bg_tensor else [float(c) for c in bp.background_color]}  # fmt: skip
+    if bg_tensor:
+        tensors.append(_f32(_dev(bp.background_color, device), device, 3))
+    if textures is None:
+        config["textures"] = None
+    elif isinstance(textures, TexturesVertex):
+        config["textures"] = {"type": "TexturesVertex"}
+        tensors.append(_dev(textures.verts_features, device))
+    elif isinstance(textures, TexturesUV):
+        config["textures"] = {"type": "TexturesUV", "static": textures._static()}
+        tensors += [_dev(textures.maps, device), _dev(textures.verts_uvs, device),
+                    _dev(textures.faces_uvs, device)]  # fmt: skip
+    else:
+        raise TypeError(f"textures must be TexturesVertex or TexturesUV, got {type(textures).__name__}")
+    return config, tensors
+
+
+def _packed(verts, faces, first, count):
+    if not isinstance(verts, torch.Tensor) or verts.ndim != 2 or verts.shape[1] != 3:
+        raise ValueError("verts must be a (V, 3) tensor")
+    if not isinstance(faces, torch.Tensor) or faces.ndim != 2 or faces.shape[1] != 3:
+        raise ValueError("faces must be a (F, 3) integer tensor")
+    dev = verts.device
+    first = torch.as_tensor(first, device=dev).to(torch.int32).contiguous()
+    count = torch.as_tensor(count, device=dev).to(torch.int32).contiguous()
+    return verts.to(torch.float32).contiguous(), faces.to(torch.int32).contiguous(), first, count
+
+
+@torch._dynamo.assume_constant_result
+def _config_json(config: dict) -> str:
+    """The op's static configuration as JSON (a constant for torch.compile)."""
+    return json.dumps(config)
+
+
+class MeshRasterizer:
+    """PyTorch3D's ``MeshRasterizer`` on tensors: ``rasterizer(verts, faces, first, count)``."""
+
+    def __init__(self, cameras=None, raster_settings=None):
+        self.cameras = cameras
+        self.raster_settings = raster_settings or RasterizationSettings()
+
+    def __call__(self, verts, faces, mesh_to_face_first_idx, num_faces_per_mesh, **kwargs):
+        cams = kwargs.get("cameras", self.cameras)
+        v, f, fi, cn = _packed(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh)
+        config, tensors = _config_and_tensors(cams, self.raster_settings, None, None, v.device)
+        config = _config_json(config)
+        _, p2f, zbuf, bary, dists = _render_op(v, f, fi, cn, tensors, config)
+        return Fragments(p2f.to(torch.int64), zbuf, bary, dists)
+
+
+class MeshRenderer(torch.nn.Module):
+    """PyTorch3D's ``MeshRenderer`` on tensors.
+
+    ``renderer(verts_packed, faces_packed, mesh_to_face_first_idx, num_faces_per_mesh,
+    textures=...)`` returns the (N, H, W, 4) image; ``renderer.fragments`` holds
+    the fragments of the last call. Gradients reach the vertices and every
+    camera/light/material/texture/background tensor that requires grad.
+    """
+
+    def __init__(self, rasterizer: MeshRasterizer, shader: _Shader):
+        super().__init__()
+        self.rasterizer = rasterizer
+        self.shader = shader
+        self.fragments: Fragments | None = None
+
+    def forward(self, verts, faces, mesh_to_face_first_idx, num_faces_per_mesh, *,
+                textures=None, **kwargs):  # fmt: skip
+        cams = kwargs.get("cameras", self.shader.cameras or self.rasterizer.cameras)
+        v, f, fi, cn = _packed(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh)
+        config, tensors = _config_and_tensors(cams, self.rasterizer.raster_settings, self.shader,
+                                              textures, v.device)  # fmt: skip
+        config = _config_json(config)
+        img, p2f, zbuf, bary, dists = _render_op(v, f, fi, cn, tensors, config)
+        self.fragments = Fragments(p2f.to(torch.int64), zbuf, bary, dists)
+        return img
