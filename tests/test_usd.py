@@ -410,3 +410,61 @@ def test_camera_path_that_is_not_a_camera():
     scene = wu.load_stage(stage)
     with pytest.raises(ValueError, match=r"/Cam: not a camera of"):
         wu.StageRenderer(scene, camera="/Cam", image_size=(4, 4), device="cpu")
+
+
+# ----------------------------------------------------------------------------- implicit prims
+def test_implicit_prims_are_tessellated_with_their_size_and_axis():
+    stage = Usd.Stage.CreateInMemory()
+    UsdGeom.Cube.Define(stage, "/Cube").CreateSizeAttr(3.0)
+    UsdGeom.Sphere.Define(stage, "/Ball").CreateRadiusAttr(0.5)
+    cyl = UsdGeom.Cylinder.Define(stage, "/Cyl")
+    cyl.CreateAxisAttr("X")
+    cyl.CreateRadiusAttr(0.25)
+    cyl.CreateHeightAttr(4.0)
+    UsdGeom.Capsule.Define(stage, "/Cap")  # fallbacks: radius 0.5, height 1, axis Z
+    m = wu.load_stage(stage).meshes
+    assert m.names == ["/Cube", "/Ball", "/Cyl", "/Cap"]
+
+    def verts(i):
+        return m.verts[m.vert_first[i] : m.vert_first[i] + m.vert_count[i]].astype(np.float64)
+
+    assert m.face_count[0] == 12
+    np.testing.assert_allclose(np.abs(verts(0)), 1.5, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(verts(1), axis=1), 0.5, atol=1e-6)
+    c = verts(2)
+    np.testing.assert_allclose([c[:, 0].min(), c[:, 0].max()], [-2, 2], atol=1e-6)  # along X
+    np.testing.assert_allclose(np.linalg.norm(c[:, 1:], axis=1), 0.25, atol=1e-6)
+    cap = verts(3)
+    np.testing.assert_allclose([cap[:, 2].min(), cap[:, 2].max()], [-1, 1], atol=1e-6)  # 1 + 2 * 0.5
+    # closed, outward-facing surfaces: the divergence theorem gives a positive volume
+    for i in range(4):
+        f = m.faces[m.face_first[i] : m.face_first[i] + m.face_count[i]]
+        p = m.verts[f].astype(np.float64)
+        vol = np.einsum("ij,ij->i", p[:, 0], np.cross(p[:, 1], p[:, 2])).sum() / 6
+        assert vol > 0, m.names[i]
+
+
+INSTALLED_STAGES = [
+    ("warp", "examples/assets/bunny.usd"),
+    ("warp", "tests/assets/torus.usda"),
+    ("newton", "examples/assets/ant.usda"),
+]
+
+
+@pytest.mark.parametrize("package, rel", INSTALLED_STAGES, ids=[r for _, r in INSTALLED_STAGES])
+def test_stages_shipped_with_installed_packages_render(package, rel):
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        pytest.skip(f"{package} is not installed")
+    path = Path(spec.origin).parent / rel
+    if not path.is_file():
+        pytest.skip(f"{path} is not shipped with this version")
+    scene = wu.load_stage(path, require_meshes=True)
+    r = wu.StageRenderer(scene, image_size=(24, 32), device="cpu")
+    out = r.render()
+    # the default camera frames the bounds: something covers the middle, not everything
+    assert 0.02 < out.coverage < 0.9
+    assert (out.face_id[out.face_id >= 0] < scene.meshes.num_faces).all()
+    assert np.isfinite(out.color).all() and (out.color[..., :3][out.face_id >= 0].sum(-1) > 0).all()

@@ -531,6 +531,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `warpraster info ... | head`
+        sys.stderr.close()
+        return 1
 
 
 if __name__ == "__main__":

@@ -195,17 +195,16 @@ def default_camera(
     """A perspective camera framing the box ``[lo, hi]`` (the scene's bounds).
 
     It looks at the box centre from ``azim`` degrees around the up axis and
-    ``elev`` degrees above the horizon, far enough back that the bounding sphere
-    fits the narrower field of view, with a 35 mm-style 36 x 24 aperture scaled
-    to ``aspect`` and a 50 mm lens; near and far bracket the sphere.
+    ``elev`` degrees above the horizon, through a 50 mm lens on a 24 mm high
+    aperture as wide as ``aspect`` asks, just far enough back that all eight
+    corners of the box are inside the picture with a 5 % margin; near and far
+    bracket the box.
     """
     lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
     centre = (lo + hi) / 2.0
     radius = max(float(np.linalg.norm(hi - lo)) / 2.0, 1e-3)
     f, va = 50.0, 24.0
     ha = va * aspect
-    half_fov = math.atan(min(ha, va) / (2.0 * f))
-    dist = radius / math.sin(half_fov) * 1.05
     a, e = math.radians(azim), math.radians(elev)
     if up_axis.upper() == "Z":
         d = np.array([math.cos(e) * math.sin(a), -math.cos(e) * math.cos(a), math.sin(e)])
@@ -213,6 +212,13 @@ def default_camera(
     else:
         d = np.array([math.cos(e) * math.sin(a), math.sin(e), math.cos(e) * math.cos(a)])
         up = np.array([0.0, 1.0, 0.0])
+    axes = look_at_matrix(centre + d, centre, up)[:3, :3]  # rows: right, up, back
+    corners = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
+    c = (corners - centre) @ axes.T  # corner offsets along right, up, back
+    tan_x, tan_y = ha / (2.0 * f) / 1.05, va / (2.0 * f) / 1.05
+    # a corner at offset c is in view when |c_x| <= tan_x (dist - c_back), same for y
+    dist = float(max((np.abs(c[:, 0]) / tan_x + c[:, 2]).max(), (np.abs(c[:, 1]) / tan_y + c[:, 2]).max()))
+    dist = max(dist, radius * 1e-3)
     eye = centre + dist * d
     return CameraParams(
         name="default camera",
