@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -174,8 +174,23 @@ class RasterSettings:
         return replace(self, **changes)
 
     @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
+    def sizing(
+        cls, settings: RasterSettings | None, *, image_size=None, faces_per_pixel=None,
+        bin_size=None, max_faces_per_bin=None, deterministic=False,
+    ) -> RasterSettings:  # fmt: skip
+        """``settings``, or the settings that size a workspace given as keywords
+        (the older workspace signature): image size, K, bins, backward strategy."""
+        if settings is not None:
+            if not isinstance(settings, cls):
+                raise TypeError(f"settings must be a RasterSettings, got {type(settings).__name__}")
+            return settings
+        return cls(
+            image_size=256 if image_size is None else image_size,
+            faces_per_pixel=8 if faces_per_pixel is None else faces_per_pixel,
+            bin_size=bin_size,
+            max_faces_per_bin=max_faces_per_bin,
+            deterministic=deterministic,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -48,14 +48,10 @@ class ClipWorkspace:
         deterministic: bool = False,
         tuning: Tuning | None = None,
     ):
-        if settings is None:
-            settings = RasterSettings(
-                image_size=256 if image_size is None else image_size,
-                faces_per_pixel=8 if faces_per_pixel is None else faces_per_pixel,
-                bin_size=bin_size,
-                max_faces_per_bin=max_faces_per_bin,
-                deterministic=deterministic,
-            )
+        settings = RasterSettings.sizing(
+            settings, image_size=image_size, faces_per_pixel=faces_per_pixel, bin_size=bin_size,
+            max_faces_per_bin=max_faces_per_bin, deterministic=deterministic,
+        )  # fmt: skip
         device = wp.get_device(device)
         self.settings = settings
         self.clip = ClipBuffers(num_verts, num_faces, num_meshes, device, requires_grad=requires_grad)

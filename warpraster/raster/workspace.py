@@ -170,16 +170,10 @@ class RasterWorkspace:
         tuning: Tuning | None = None,
         allocate_outputs: bool = True,
     ):
-        if settings is None:
-            settings = RasterSettings(
-                image_size=256 if image_size is None else image_size,
-                faces_per_pixel=8 if faces_per_pixel is None else faces_per_pixel,
-                bin_size=bin_size,
-                max_faces_per_bin=max_faces_per_bin,
-                deterministic=deterministic,
-            )
-        elif not isinstance(settings, RasterSettings):
-            raise TypeError(f"settings must be a RasterSettings, got {type(settings).__name__}")
+        settings = RasterSettings.sizing(
+            settings, image_size=image_size, faces_per_pixel=faces_per_pixel, bin_size=bin_size,
+            max_faces_per_bin=max_faces_per_bin, deterministic=deterministic,
+        )  # fmt: skip
         self.settings = settings
         self.tuning = Tuning() if tuning is None else tuning
         h, w = settings.image_size
