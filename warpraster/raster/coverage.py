@@ -62,8 +62,7 @@ class PassArgs:
     bary: wp.array2d(dtype=wp.vec3)
     dists: wp.array2d(dtype=wp.float32)
     # the same outputs as flat arrays of 16-byte vectors (when ``wide``), written
-    # through store4: the output pass 0.27 -> 0.19 ms on an H200 at K = 8
-    # (benchmarks/output_pass_probe.py, docs/PERF.md v15)
+    # through store4 (docs/PERF.md v15)
     wide: int
     pix_to_face4: wp.array(dtype=wp.vec4i)
     zq4: wp.array(dtype=wp.vec4)
@@ -124,8 +123,7 @@ def test_face_sharp(ps: PassArgs, f: int, p: wp.vec2):
     """test_face without blur: the bbox and edge-sign tests computed for every
     face (no branch between them, so the lanes of a warp stay together), then the
     exact decision where both pass. Used by the queue kernels compiled for
-    blur = 0: measured on an H200, queue pass 0.285 -> 0.271 ms at K = 8 (no
-    change at K = 1 and 4)."""
+    blur = 0 (faster at K = 8: docs/PERF.md, "Design measurements")."""
     hit = False
     z = float(0.0)
     bb = ps.face_bbox[f]

@@ -1,7 +1,6 @@
 """The output pass: zbuf, bary_coords and dists of every slot from pix_to_face.
 
-A separate pass: measured on an H200, computing them inside the queue kernels
-(more registers) or one thread per pixel (strided stores) was 2-3x slower. One
+A separate pass (the alternatives measured slower: docs/PERF.md). One
 thread per four slots writes them in 16-byte stores where K is a multiple of 4
 (``Tuning.wide_outputs``), else one thread per slot.
 """
@@ -125,10 +124,9 @@ def wide_views(pix_to_face, zbuf, bary, dists):
     """The outputs as flat arrays of 16-byte vectors (same memory), or None: K
     not a multiple of 4, or non-contiguous or unaligned memory.
 
-    For other K a group of four slots would span pixels (four pixel centres,
-    four face rows per thread): measured on an H200 at K = 1, 3-6% slower than
-    one thread per slot, so those keep the one-slot pass (and
-    write_group relies on one pixel per group)."""
+    For other K a group of four slots would span pixels (measured slower:
+    docs/PERF.md), so those keep the one-slot pass, and write_group relies on
+    one pixel per group."""
     if pix_to_face.shape[-1] % 4 != 0:
         return None
     arrays = (pix_to_face, zbuf, bary, dists)

@@ -42,11 +42,8 @@ def register_queue_kernel(kc: int, max_regs: int | None, flags: tuple[int, int, 
 
     Serves every K <= kc: the first K slots of a top-kc queue are the top-K.
     ``flags`` = (perspective, clip_bary, blur > 0) compiles those in as
-    constants; None reads them from the pass at run time.
-
-    Measured on an H200: two pixels per thread, each face record loaded once
-    for both, was 1.1x slower at K = 8 and 4 and no faster at K = 1; loading
-    the next face's records while testing the current one was no faster.
+    constants; None reads them from the pass at run time. One pixel per
+    thread (alternatives measured slower: docs/PERF.md, "Design measurements").
     """
     qf_t = wp.types.vector(length=kc, dtype=wp.float32)
     qi_t = wp.types.vector(length=kc, dtype=wp.int32)

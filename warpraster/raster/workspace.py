@@ -23,13 +23,8 @@ def tile_shape(bin_size: int | None, faces_per_pixel: int) -> tuple[int, int]:
 
     ``bin_size=b``: b x b. The naive pass (0) runs the same kernels over 16 x 16
     tiles without face lists (one thread block reads the same face at a time).
-    ``None``: 8 x 8 for K = 1, 4 x 8 (one 32-thread warp) for K > 1. Measured on
-    an H200 with the benchmark scenes (icospheres of 5k to 1.3M faces, 128 to
-    1024 pixels): square 8 px tiles beat 16 and 32 px on every scene, by 1.2x to
-    2.5x (short lists; the coarse pass's extra (face, tile) pairs cost less than
-    the fine pass saves); 4 x 8 beat 8 x 8 by 2-4% at K = 4 and 8 (31% fewer
-    (warp, face) iterations) and lost 3-7% at K = 1, whose tile pass serves only
-    the faces larger than 64 pixels (docs/PERF.md, v14).
+    ``None``: 8 x 8 for K = 1, 4 x 8 (one 32-thread warp) for K > 1, the
+    fastest measured (docs/PERF.md, v14 and "Design measurements").
     """
     if bin_size is None:
         return (8, 8) if faces_per_pixel == 1 else (4, 8)
