@@ -114,9 +114,13 @@ class FitMeshDepth:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--steps", type=int, default=200)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
+        epilog=__doc__.split("\n\n", 1)[1].strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--device", default=None, help="Warp device (default: Warp's default)")
+    ap.add_argument("--steps", type=int, default=200, help="optimiser steps (default 200)")
     ap.add_argument("--graph", action="store_true", help="capture each step in a graph")
     ap.add_argument("--test", action="store_true", help="short run that checks convergence")
     args = ap.parse_args(argv)
