@@ -54,7 +54,8 @@ def _tiny_stage(path: Path, *, indices=(0, 1, 2), camera=True, translate=(0.0, 0
 # ----------------------------------------------------------------------------- outputs
 def test_render_bundled_scene_writes_rgba_depth_and_ids(tmp_path, capsys, cli_device):
     code, out, err = _run(capsys, "render", "--size", "48x32", "--spp", "4", "--frames", "1:2",
-                          "--depth", "--ids", "--out", tmp_path, "--device", cli_device)  # fmt: skip
+                          "--depth", "--depth-format", "png", "--ids", "--out", tmp_path,
+                          "--device", cli_device)  # fmt: skip
     assert code == 0, err
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == [f"{k}.{f:04d}.png" for k in ("color", "depth", "face_id", "mesh_id") for f in (1, 2)]
@@ -73,6 +74,25 @@ def test_render_bundled_scene_writes_rgba_depth_and_ids(tmp_path, capsys, cli_de
     assert "rendered 2 frames" in out and "3,622 triangles" in out
     assert f"{tmp_path}/color.0001.png" in out  # paths reported with their folder
     assert not list(tmp_path.glob(".*.tmp"))  # temporary names renamed
+
+
+def test_depth_exr_holds_view_depth_when_openexr_is_installed(tmp_path, capsys, cli_device):
+    from warpraster.cli import _openexr
+
+    exr = _openexr()
+    if exr is None:
+        pytest.skip("openexr (3.x) is not installed")
+    code, _, err = _run(capsys, "render", "--size", "24x16", "--spp", "1", "--frames", "1",
+                        "--depth", "--depth-format", "exr", "--ids", "--out", tmp_path,
+                        "--device", cli_device)  # fmt: skip
+    assert code == 0, err
+    with exr.File(str(tmp_path / "depth.0001.exr")) as f:
+        z = f.channels()["Z"].pixels
+    ids = np.asarray(Image.open(tmp_path / "face_id.0001.png")).astype(np.int64)
+    hit = (ids[..., 0] + 256 * ids[..., 1] + 65536 * ids[..., 2]) > 0
+    assert z.shape == (16, 24) and (np.isfinite(z) == hit).all()
+    cam = np.array([2.6, 2.9, 5.4])  # the bundled camera's eye; the scene is ~2-9 units away
+    assert (z[hit] > 1.0).all() and (z[hit] < 2 * np.linalg.norm(cam)).all()
 
 
 def test_animation_moves_the_torus_between_frames(tmp_path, capsys, cli_device):

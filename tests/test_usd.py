@@ -468,3 +468,16 @@ def test_stages_shipped_with_installed_packages_render(package, rel):
     assert 0.02 < out.coverage < 0.9
     assert (out.face_id[out.face_id >= 0] < scene.meshes.num_faces).all()
     assert np.isfinite(out.color).all() and (out.color[..., :3][out.face_id >= 0].sum(-1) > 0).all()
+
+
+def test_import_warpraster_and_the_usd_containers_stay_free_of_pxr():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, warpraster, warpraster.usd, warpraster.usd.render, warpraster.cli; "
+        "assert 'pxr' not in sys.modules, 'pxr imported'; "
+        "warpraster.usd.load_stage; assert 'pxr' in sys.modules"  # first use imports it
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr

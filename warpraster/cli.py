@@ -229,11 +229,19 @@ def _encode_ids(ids: np.ndarray) -> np.ndarray:
     return np.stack([x & 255, (x >> 8) & 255, (x >> 16) & 255], -1).astype(np.uint8)
 
 
-def _write_depth(path_stem: Path, depth: np.ndarray) -> Path:
+def _openexr():
+    """The OpenEXR module (3.x API with ``OpenEXR.File``), or None."""
     try:
         import OpenEXR  # optional: float depth
     except ImportError:
-        OpenEXR = None
+        return None
+    return OpenEXR if hasattr(OpenEXR, "File") else None
+
+
+def _write_depth(path_stem: Path, depth: np.ndarray, fmt: str) -> Path:
+    OpenEXR = _openexr() if fmt in ("auto", "exr") else None
+    if fmt == "exr" and OpenEXR is None:
+        raise CliError("--depth-format exr needs the openexr package (pip install openexr)", 2)
     if OpenEXR is not None:
         out = path_stem.with_name(path_stem.name + ".exr")
 
@@ -298,6 +306,8 @@ def _why_empty(scene, camera, image_size) -> str:
 def _cmd_render(args) -> int:
     if args.spp < 1 or int(np.sqrt(args.spp)) ** 2 != args.spp:
         raise CliError(f"--spp must be a square number (1, 4, 9, 16, ...), got {args.spp}", 2)
+    if args.depth and args.depth_format == "exr" and _openexr() is None:
+        raise CliError("--depth-format exr needs the openexr package (pip install openexr)", 2)
     _image_size(args, 1.0)  # bad --size / --width / --height fail before any work
     wp = _init_warp(args.verbose)
     device = _device(wp, args.device)
@@ -373,7 +383,7 @@ def _cmd_render(args) -> int:
             _save_png(png, np.round(rgba * 255).astype(np.uint8))
             written.append(png)
             if args.depth:
-                written.append(_write_depth(out_dir / f"depth.{label}", out.depth))
+                written.append(_write_depth(out_dir / f"depth.{label}", out.depth, args.depth_format))
             if args.ids:
                 for key in ("face_id", "mesh_id"):
                     ids = getattr(out, key)
@@ -495,6 +505,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", default=None, help="Warp device, e.g. cpu or cuda:0 (default: Warp's default)")
     r.add_argument("--out", default="out", help="output folder (default: out)")
     r.add_argument("--depth", action="store_true", help="also write depth images")
+    r.add_argument("--depth-format", choices=["auto", "png", "exr"], default="auto",
+                   help="depth file format (auto: EXR when openexr is installed, else 16-bit PNG)")
     r.add_argument("--ids", action="store_true", help="also write face-id and mesh-id images")
     r.add_argument("--fragments", action="store_true", help="also write the raw fragments (.npz, large)")
     r.add_argument(
