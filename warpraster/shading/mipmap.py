@@ -789,7 +789,7 @@ class TexturesUVMipmap:
                     f"filter_mode {self.filter_mode.name.lower()} needs verts_ndc and faces "
                     "(the UV derivatives come from the projected vertices)"
                 )
-        if verts_ndc is not None:
+        if verts_ndc is not None and self.uses_mipmaps:  # base-level modes need no derivatives
             if faces is None:
                 raise ValueError("faces must be given with verts_ndc")
             vn = as_vec3_array(verts_ndc, "verts_ndc", self.device)
