@@ -1,0 +1,161 @@
+"""Sensor benchmark: W worlds x C cameras of a posed 2,000-triangle body, colour + depth.
+
+    python -m warpraster.sim.bench [--device cuda:0] [--worlds 64] [--cameras 2]
+        [--size 128] [--runs 50] [--newton] [--json out.json]
+
+Times one :meth:`CameraSensor.update` (forward) and one update + image loss +
+``tape.backward`` (forward + backward), each captured in a graph and replayed
+(cpu too), as milliseconds per call and images per second; with ``--newton``
+also Newton's ``SensorTiledCamera`` (colour + depth, its own update, eager) on
+the same scene.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+
+import numpy as np
+import warp as wp
+
+from ..primitives import torus
+from .geometry import SensorGeometry
+from .loss import image_loss
+from .sensor import CameraSensor, look_at_transform
+
+
+def _scene(worlds: int, cameras: int, seed: int = 0):
+    verts, faces = torus(0.3, 0.1, rings=40, sides=25)  # 2,000 triangles
+    rng = np.random.default_rng(seed)
+    bodies = []
+    for _ in range(worlds):
+        axis = rng.normal(size=3)
+        axis /= np.linalg.norm(axis)
+        q = wp.quat_from_axis_angle(wp.vec3(*axis), float(rng.uniform(0, np.pi)))
+        bodies.append((*rng.uniform(-0.1, 0.1, 2), 0.5, *q))
+    eyes = [(1.2, -1.0, 1.0), (-0.9, -1.1, 1.3), (0.0, 1.4, 0.9), (1.3, 0.6, 1.2)]
+    cams = [look_at_transform(eyes[c % len(eyes)], (0.0, 0.0, 0.5)) for c in range(cameras)]
+    return verts, faces, bodies, cams
+
+
+def _timed(fn, runs: int, device) -> float:
+    """Milliseconds per call of ``fn`` (after a warm-up call)."""
+    fn()
+    wp.synchronize_device(device)
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        fn()
+    wp.synchronize_device(device)
+    return (time.perf_counter() - t0) * 1e3 / runs
+
+
+def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None) -> dict:
+    device = wp.get_device(device)
+    verts, faces, bodies, cams = _scene(worlds, cameras)
+    geo = SensorGeometry()
+    for w in range(worlds):
+        geo.add_body_mesh(w, verts, faces, world=w, shape_index=0, color=(0.8, 0.4, 0.2))
+    sensor = CameraSensor(geo, world_count=worlds, camera_count=cameras, image_size=size,
+                          light_direction=(-0.577, 0.577, -0.577), device=device,
+                          requires_grad=True)  # fmt: skip
+    body_q = wp.array(bodies, dtype=wp.transform, device=device, requires_grad=True)
+    cam_q = wp.array([[c] * worlds for c in cams], dtype=wp.transform, device=device)
+    fovs = wp.array([0.8] * cameras, dtype=wp.float32, device=device)
+    frame = sensor.frames[0]
+    tgt_c = wp.zeros_like(frame.color, requires_grad=False)
+    tgt_d = wp.zeros_like(frame.depth, requires_grad=False)
+    loss = wp.zeros(1, dtype=float, device=device, requires_grad=True)
+    tape = wp.Tape()
+
+    def forward():
+        sensor.update(camera_transforms=cam_q, camera_fovs=fovs, body_q=body_q)
+
+    def forward_backward():
+        tape.reset()
+        loss.zero_()
+        with tape:
+            forward()
+            image_loss(frame.color, tgt_c, loss)
+            image_loss(frame.depth, tgt_d, loss)
+        tape.backward(loss)
+
+    rows = {}
+    for name, fn in (("fwd", forward), ("fwd_bwd", forward_backward)):
+        fn()  # load modules, fill launch caches
+        with wp.ScopedCapture(device=device, force_module_load=False) as cap:
+            fn()
+        graph = cap.graph
+        rows[f"{name}_ms"] = _timed(lambda g=graph: wp.capture_launch(g), runs, device)
+    images = worlds * cameras
+    covered = float((frame.alpha.numpy() > 0).mean())
+    return {
+        "scene": f"sensor_{worlds}w_{cameras}c_torus2k_{size}",
+        "device": str(device),
+        "images": images,
+        "coverage": covered,
+        **rows,
+        "fwd_images_per_s": images / rows["fwd_ms"] * 1e3,
+        "fwd_bwd_images_per_s": images / rows["fwd_bwd_ms"] * 1e3,
+    }
+
+
+def bench_newton(*, worlds=64, cameras=2, size=128, runs=50, device=None) -> dict:
+    """Newton's SensorTiledCamera (colour + depth) on the same scene."""
+    import newton  # noqa: PLC0415 - optional
+    from newton.sensors import SensorTiledCamera  # noqa: PLC0415
+
+    device = wp.get_device(device)
+    verts, faces, bodies, cams = _scene(worlds, cameras)
+    main = newton.ModelBuilder()
+    for w in range(worlds):
+        b = newton.ModelBuilder()
+        body = b.add_body(xform=wp.transform(bodies[w][:3], bodies[w][3:]))
+        b.add_shape_mesh(body, mesh=newton.Mesh(verts, faces.reshape(-1)))
+        main.add_world(b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = main.finalize(device=device)
+        sensor = SensorTiledCamera(model)
+    state = model.state()
+    rays = sensor.utils.compute_camera_rays_pinhole(size, size, camera_fovs=np.full(cameras, 0.8, np.float32))
+    cam_q = wp.array([[c] * worlds for c in cams], dtype=wp.transformf, device=device)
+    color = sensor.utils.create_color_image_output(size, size, cameras)
+    depth = sensor.utils.create_depth_image_output(size, size, cameras)
+
+    def update():
+        sensor.update(state, cam_q, rays, color_image=color, depth_image=depth)
+
+    ms = _timed(update, runs, device)
+    images = worlds * cameras
+    return {"scene": f"newton_sensor_{worlds}w_{cameras}c_torus2k_{size}", "device": str(device),
+            "images": images, "fwd_ms": ms, "fwd_images_per_s": images / ms * 1e3}  # fmt: skip
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default=None)
+    p.add_argument("--worlds", type=int, default=64)
+    p.add_argument("--cameras", type=int, default=2)
+    p.add_argument("--size", type=int, default=128)
+    p.add_argument("--runs", type=int, default=50)
+    p.add_argument("--newton", action="store_true", help="also time Newton's SensorTiledCamera")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    wp.config.quiet = True
+    kw = dict(worlds=args.worlds, cameras=args.cameras, size=args.size, runs=args.runs,
+              device=args.device)  # fmt: skip
+    rows = [bench_sensor(**kw)]
+    if args.newton:
+        rows.append(bench_newton(**kw))
+    for r in rows:
+        print(json.dumps(r))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
