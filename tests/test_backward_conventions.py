@@ -189,8 +189,9 @@ def test_ties_and_clamps_match_pytorch3d_on_the_tape(name, bin_size, determinist
     _check_sum(grad, ref, name)
 
 
+@pytest.mark.parametrize("bin_size", [0, 4], ids=["naive", "binned"])
 @pytest.mark.parametrize("name", list(SCENES))
-def test_ties_and_clamps_match_pytorch3d_through_torch(name, device):
+def test_ties_and_clamps_match_pytorch3d_through_torch(name, bin_size, device):
     torch = pytest.importorskip("torch")
     import warpraster.torch as wrt  # noqa: PLC0415 - optional dependency
 
@@ -201,8 +202,8 @@ def test_ties_and_clamps_match_pytorch3d_through_torch(name, device):
     tdev = torch.device("cpu" if device == "cpu" else "cuda")
     v = torch.tensor(verts, device=tdev, requires_grad=True)
     f = torch.tensor(faces, device=tdev)
-    p2f, zbuf, bary, dists = wrt.rasterize_meshes(v, f, [0], [2], image_size=SIZE, bin_size=0,
-                                                  **kw)  # fmt: skip
+    p2f, zbuf, bary, dists = wrt.rasterize_meshes(v, f, [0], [2], image_size=SIZE,
+                                                  bin_size=bin_size, **kw)  # fmt: skip
     gz, gb, gd = _upstream(tuple(p2f.shape))
     loss = (
         (zbuf * torch.tensor(gz, device=tdev)).sum()
