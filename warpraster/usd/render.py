@@ -20,7 +20,7 @@ import warp as wp
 
 from .cameras import default_camera, raster_camera
 from .scene import AspectConform, CameraParams, LightSet, Projection, Scene, SceneMeshes
-from .shade import launch_shade
+from .shade import launch_resolve, launch_shade
 
 __all__ = ["RenderOutput", "StageBuffers", "StageRenderer", "linear_to_srgb", "parse_spp"]
 
@@ -117,7 +117,7 @@ class StageBuffers:
         self.dir_lights = self._light_rows(scene.lights.directional)
         self.point_lights = self._light_rows(scene.lights.point)
         self.ambient = _vec_array(scene.lights.ambient.reshape(1, 3), wp.vec3, d)
-        self.view = wp.zeros(2, dtype=wp.vec3, device=d)  # camera position, forward
+        self.view = wp.zeros(3, dtype=wp.vec3, device=d)  # camera position, forward, (far, 0, 0)
 
     def _light_rows(self, rows: np.ndarray) -> wp.array:
         rows = np.asarray(rows, np.float32).reshape(-1, 2, 3)
@@ -136,7 +136,7 @@ class StageBuffers:
         """Writes the lights (the headlight follows the camera) and the view into place."""
         rot = np.asarray(camera.cam_to_world, np.float64)
         forward = -rot[2, :3] / max(np.linalg.norm(rot[2, :3]), 1e-12)
-        self.view.assign(np.array([camera.position, forward], np.float32))
+        self.view.assign(np.array([camera.position, forward, [camera.far, 0.0, 0.0]], np.float32))
         d = np.asarray(lights.directional, np.float32).reshape(-1, 2, 3).copy()
         if lights.headlight and len(d):
             d[0, 0] = forward
@@ -155,15 +155,25 @@ class StageBuffers:
 class StageRenderer:
     """Renders a :class:`~warpraster.usd.scene.Scene` through one of its cameras.
 
+    Everything is allocated here; :meth:`render_device` then allocates nothing
+    and reads nothing back, so it can be captured in a graph (``wp.ScopedCapture``)
+    and replayed after :meth:`set_frame` has written a new frame into the same
+    arrays. :meth:`render` is :meth:`render_device` plus a copy to the host.
+
     Args:
         scene: the scene (from :func:`warpraster.usd.load_stage` or built by hand).
         camera: a camera prim path of the scene, a :class:`CameraParams`, or None
-            for the scene's only camera or, if it has none, :func:`default_camera`
+            for the scene's first camera or, if it has none, :func:`default_camera`
             framing the meshes.
         image_size: (H, W) of the pictures.
         spp: samples per pixel, a square number (an s x s grid per pixel).
         conform: how an image aspect unlike the aperture's is resolved.
         device: Warp device.
+
+    Attributes (device outputs of the last render, (H, W)):
+        color: ``vec4`` linear RGB (straight) and alpha = coverage x opacity.
+        depth: float32 view depth of the centre sample, ``inf`` where empty.
+        face_id, mesh_id: int32 triangle / mesh of the centre sample, -1 empty.
 
     Raises:
         ValueError: a camera path the scene does not have (naming it), bad sizes.
@@ -179,8 +189,6 @@ class StageRenderer:
         conform: AspectConform = AspectConform.ADJUST_PIXEL_ASPECT_RATIO,
         device=None,
     ):
-        import warpraster as wr
-
         h, w = (int(x) for x in image_size)
         if h < 1 or w < 1:
             raise ValueError(f"image_size must be >= 1 in both dimensions, got {h}x{w}")
@@ -190,13 +198,24 @@ class StageRenderer:
         self.sample_size = (h * self.s, w * self.s)
         self.conform = AspectConform(conform)
         self.device = wp.get_device(device)
+        d = self.device
         self.camera = self.resolve_camera(scene, camera, aspect=w / h)
-        self.buffers = StageBuffers(scene, self.device)
-        self.rgba = wp.zeros(self.sample_size, dtype=wp.vec4, device=self.device)
+        self.buffers = StageBuffers(scene, d)
         nf = scene.meshes.num_faces
+        fm = scene.meshes.face_mesh if nf else np.zeros(1, np.int32)
+        self.face_mesh = wp.array(fm.astype(np.int32), dtype=wp.int32, device=d)
+        self.rgba = wp.zeros(self.sample_size, dtype=wp.vec4, device=d)
+        self.color = wp.zeros((h, w), dtype=wp.vec4, device=d)
+        self.depth = wp.zeros((h, w), dtype=float, device=d)
+        self.face_id = wp.zeros((h, w), dtype=wp.int32, device=d)
+        self.mesh_id = wp.zeros((h, w), dtype=wp.int32, device=d)
+        self.verts_ndc = wp.zeros(max(scene.meshes.num_verts, 1), dtype=wp.vec3, device=d)
         self._workspaces = {}
-        self._first = wp.array([0], dtype=wp.int32, device=self.device)
-        self._count = wp.array([nf], dtype=wp.int32, device=self.device)
+        self._first = wp.array([0], dtype=wp.int32, device=d)
+        self._count = wp.array([nf], dtype=wp.int32, device=d)
+        self._cameras = None
+        self._key = None
+        self._apply_camera(self.camera)
         self.buffers.update_lights(scene.lights, self.camera)
 
     @staticmethod
@@ -216,33 +235,37 @@ class StageRenderer:
             raise ValueError(f"{camera}: not a camera of {scene.source} (cameras: {have})")
         return scene.cameras[camera]
 
+    def _apply_camera(self, cam: CameraParams) -> None:
+        """Writes ``cam`` into the camera's arrays (a new rasterizer only when the
+        projection or the near distance changes)."""
+        import warpraster as wr
+
+        persp = cam.projection == Projection.PERSPECTIVE
+        key = (int(cam.projection), float(cam.near))
+        values = raster_camera(cam, self.sample_size, conform=self.conform, device="cpu")
+        if key != self._key:
+            self._cameras = raster_camera(cam, self.sample_size, conform=self.conform, device=self.device)
+            settings = wr.RasterizationSettings(
+                image_size=self.sample_size,
+                faces_per_pixel=1,
+                perspective_correct=persp,
+                z_clip_value=max(cam.near, 1e-6) if persp else None,
+            )
+            self._rasterizer = wr.MeshRasterizer(cameras=self._cameras, raster_settings=settings)
+            self._key = key
+        else:
+            for name in type(values)._SPEC:
+                getattr(self._cameras, name).assign(getattr(values, name).numpy())
+        self.camera = cam
+
     def set_frame(self, meshes: SceneMeshes | None = None, camera: CameraParams | None = None,
                   lights: LightSet | None = None) -> None:  # fmt: skip
-        """Writes a later frame's meshes / camera / lights into the same device buffers."""
+        """Writes a later frame's meshes / camera / lights into the same device arrays."""
         if meshes is not None:
             self.buffers.update_meshes(meshes)
         if camera is not None:
-            self.camera = camera
+            self._apply_camera(camera)
         self.buffers.update_lights(lights if lights is not None else self.scene.lights, self.camera)
-
-    def fragments(self):
-        """Rasterizes the current frame at the sample resolution (K = 1)."""
-        import warpraster as wr
-
-        cam = self.camera
-        cameras = raster_camera(cam, self.sample_size, conform=self.conform, device=self.device)
-        persp = cam.projection == Projection.PERSPECTIVE
-        settings = wr.RasterizationSettings(
-            image_size=self.sample_size,
-            faces_per_pixel=1,
-            perspective_correct=persp,
-            z_clip_value=max(cam.near, 1e-6) if persp else None,
-        )
-        rasterizer = wr.MeshRasterizer(cameras=cameras, raster_settings=settings)
-        return rasterizer(
-            self.buffers.verts, self.buffers.faces, self._first, self._count,
-            workspace=self.workspace(clipped=persp), validate=False,
-        )  # fmt: skip
 
     def workspace(self, *, clipped: bool):
         """The raster buffers (made on first use): a ClipWorkspace when near-clipping."""
@@ -259,25 +282,35 @@ class StageRenderer:
             self._workspaces[clipped] = ws
         return self._workspaces[clipped]
 
-    def render(self) -> RenderOutput:
-        """Renders the current frame: colour, depth and ids on the host."""
+    def fragments(self):
+        """Rasterizes the current frame at the sample resolution (K = 1)."""
+        persp = self.camera.projection == Projection.PERSPECTIVE
+        return self._rasterizer(
+            self.buffers.verts, self.buffers.faces, self._first, self._count,
+            workspace=self.workspace(clipped=persp), verts_ndc=self.verts_ndc, validate=False,
+        )  # fmt: skip
+
+    def render_device(self) -> None:
+        """Renders the current frame into :attr:`color`, :attr:`depth`, :attr:`face_id`,
+        :attr:`mesh_id` (no allocation, no host read: capturable)."""
         frags = self.fragments()
         cam = self.camera
-        launch_shade(
-            frags, self.buffers, orthographic=cam.projection == Projection.ORTHOGRAPHIC,
-            far=cam.far, out=self.rgba,
-        )  # fmt: skip
-        s = self.s
-        h, w = self.image_size
-        rgba = self.rgba.numpy().reshape(h, s, w, s, 4).mean(axis=(1, 3))
-        alpha = rgba[..., 3:4]
-        color = np.concatenate([rgba[..., :3] / np.where(alpha > 0, alpha, 1.0), alpha], axis=-1)
-        c = s // 2
-        p2f = frags.pix_to_face.numpy()[0, c::s, c::s, 0]
-        z = frags.zbuf.numpy()[0, c::s, c::s, 0]
-        empty = (p2f < 0) | (z > cam.far)
-        p2f = np.where(empty, -1, p2f).astype(np.int32)
-        depth = np.where(empty, np.inf, z).astype(np.float32)
-        fm = self.scene.meshes.face_mesh
-        mesh_id = np.where(empty, -1, fm[np.maximum(p2f, 0)] if len(fm) else -1).astype(np.int32)
-        return RenderOutput(color=color.astype(np.float32), depth=depth, face_id=p2f, mesh_id=mesh_id)
+        ortho = cam.projection == Projection.ORTHOGRAPHIC
+        launch_shade(frags, self.buffers, orthographic=ortho, out=self.rgba)
+        launch_resolve(self.rgba, frags, self.face_mesh, self.buffers.view, self.s,
+                       self.color, self.depth, self.face_id, self.mesh_id)  # fmt: skip
+
+    def output(self) -> RenderOutput:
+        """The last render's device outputs copied to the host."""
+        # copies: on the cpu device .numpy() is a view of the array, which the next render overwrites
+        return RenderOutput(
+            color=self.color.numpy().reshape(*self.image_size, 4).copy(),
+            depth=self.depth.numpy().copy(),
+            face_id=self.face_id.numpy().copy(),
+            mesh_id=self.mesh_id.numpy().copy(),
+        )
+
+    def render(self) -> RenderOutput:
+        """Renders the current frame: colour, depth and ids on the host."""
+        self.render_device()
+        return self.output()

@@ -109,13 +109,12 @@ def _shade_kernel(
     ambient: wp.array(dtype=wp.vec3),
     view: wp.array(dtype=wp.vec3),
     orthographic: int,
-    far: float,
     # Out:
     rgba_out: wp.array2d(dtype=wp.vec4),
 ):
     y, x = wp.tid()
     f = pix_to_face[0, y, x, 0]
-    if f < 0 or zbuf[0, y, x, 0] > far:
+    if f < 0 or zbuf[0, y, x, 0] > view[2][0]:
         rgba_out[y, x] = wp.vec4(0.0)
         return
     b = bary[0, y, x, 0]
@@ -167,8 +166,12 @@ def _shade_kernel(
     rgba_out[y, x] = wp.vec4(rgb[0] * alpha, rgb[1] * alpha, rgb[2] * alpha, alpha)
 
 
-def launch_shade(fragments, buffers, *, orthographic: bool, far: float, out: wp.array) -> None:
-    """Shades K = 1 ``fragments`` with ``buffers`` (a :class:`~warpraster.usd.render.StageBuffers`)."""
+def launch_shade(fragments, buffers, *, orthographic: bool, out: wp.array) -> None:
+    """Shades K = 1 ``fragments`` with ``buffers`` (a :class:`~warpraster.usd.render.StageBuffers`).
+
+    ``buffers.view`` holds (camera position, forward, (far, 0, 0)): per-frame
+    values live in device arrays so a captured graph sees new ones.
+    """
     b = buffers
     h, w = out.shape
     wp.launch(
@@ -197,8 +200,59 @@ def launch_shade(fragments, buffers, *, orthographic: bool, far: float, out: wp.
             b.ambient,
             b.view,
             int(orthographic),
-            float(far),
         ],
         outputs=[out],
         device=out.device,
+    )
+
+
+@wp.kernel
+def _resolve_kernel(
+    # Samples in:
+    rgba: wp.array2d(dtype=wp.vec4),
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    zbuf: wp.array4d(dtype=float),
+    face_mesh: wp.array(dtype=wp.int32),
+    view: wp.array(dtype=wp.vec3),
+    s: int,
+    # Out:
+    color_out: wp.array2d(dtype=wp.vec4),
+    depth_out: wp.array2d(dtype=float),
+    face_out: wp.array2d(dtype=wp.int32),
+    mesh_out: wp.array2d(dtype=wp.int32),
+):
+    y, x = wp.tid()
+    acc = wp.vec4(0.0)
+    for j in range(s):
+        for i in range(s):
+            acc += rgba[y * s + j, x * s + i]
+    acc = acc / float(s * s)
+    a = acc[3]
+    if a > 0.0:
+        color_out[y, x] = wp.vec4(acc[0] / a, acc[1] / a, acc[2] / a, a)
+    else:
+        color_out[y, x] = wp.vec4(0.0)
+    c = s // 2
+    f = pix_to_face[0, y * s + c, x * s + c, 0]
+    z = zbuf[0, y * s + c, x * s + c, 0]
+    if f < 0 or z > view[2][0]:
+        face_out[y, x] = -1
+        mesh_out[y, x] = -1
+        depth_out[y, x] = wp.inf
+    else:
+        face_out[y, x] = f
+        mesh_out[y, x] = face_mesh[f]
+        depth_out[y, x] = z
+
+
+def launch_resolve(rgba, fragments, face_mesh, view, s: int, color, depth, face_id, mesh_id) -> None:
+    """Box-filters s x s samples per pixel (straight alpha out) and takes the centre
+    sample's depth, face and mesh (-1 / inf where empty or beyond the far distance ``view[2][0]``)."""
+    h, w = color.shape
+    wp.launch(
+        _resolve_kernel,
+        dim=(h, w),
+        inputs=[rgba, fragments.pix_to_face, fragments.zbuf, face_mesh, view, int(s)],
+        outputs=[color, depth, face_id, mesh_id],
+        device=color.device,
     )
