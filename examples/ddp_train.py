@@ -172,7 +172,10 @@ def train(args) -> dict:
     device = _device(args)
     scene = Scene(args.views, args.image_size, device)
     model = MeshFit(scene, args.seed)
-    ddp = torch.nn.parallel.DistributedDataParallel(model) if dist.is_initialized() else model
+    ddp = model
+    if dist.is_initialized():
+        ids = [torch.device(device).index] if device.startswith("cuda") else None
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     mine = shard_frames(args.views, info.rank, info.world_size)
     summary = {"rank": info.rank, "world_size": info.world_size, "device": device,
