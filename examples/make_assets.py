@@ -106,15 +106,21 @@ def build_stage(texture_name: str = "checker.png"):
 
     looks = {
         "ground": _material(stage, "/World/Looks/Checker", texture=texture_name, roughness=0.8),
-        "red": _material(stage, "/World/Looks/RedPlastic", color=(0.70, 0.06, 0.04), roughness=0.35),
-        "gold": _material(stage, "/World/Looks/Gold", color=(1.0, 0.71, 0.29), roughness=0.3, metallic=1.0),
+        "red": _material(
+            stage, "/World/Looks/RedPlastic", color=(0.70, 0.06, 0.04), roughness=0.35
+        ),
+        "gold": _material(
+            stage, "/World/Looks/Gold", color=(1.0, 0.71, 0.29), roughness=0.3, metallic=1.0
+        ),
         "wood": _material(stage, "/World/Looks/Wood", color=(0.45, 0.28, 0.13), roughness=0.7),
         "teal": _material(stage, "/World/Looks/Teal", color=(0.05, 0.45, 0.42), roughness=0.5),
     }
 
     # ground: one quad, face-varying st repeating the texture 4 x 4
     s = 3.0
-    ground = _mesh(stage, "/World/Ground", [(-s, 0, s), (s, 0, s), (s, 0, -s), (-s, 0, -s)], [4], [0, 1, 2, 3])
+    ground = _mesh(
+        stage, "/World/Ground", [(-s, 0, s), (s, 0, s), (s, 0, -s), (-s, 0, -s)], [4], [0, 1, 2, 3]
+    )
     st = UsdGeom.PrimvarsAPI(ground).CreatePrimvar(
         "st", Sdf.ValueTypeNames.TexCoord2fArray, UsdGeom.Tokens.faceVarying
     )
@@ -151,7 +157,9 @@ def build_stage(texture_name: str = "checker.png"):
     )
     UsdShade.MaterialBindingAPI.Apply(top.GetPrim()).Bind(looks["teal"])
     UsdGeom.Xform.Define(stage, "/World/Crates")
-    for k, (x, z, yaw) in enumerate([(-1.9, -1.2, 10.0), (-1.25, -1.75, 35.0), (1.95, 0.95, -20.0)]):
+    for k, (x, z, yaw) in enumerate(
+        [(-1.9, -1.2, 10.0), (-1.25, -1.75, 35.0), (1.95, 0.95, -20.0)]
+    ):
         inst = UsdGeom.Xform.Define(stage, f"/World/Crates/Crate_{k}")
         inst.GetPrim().GetReferences().AddInternalReference("/Prototypes/Crate")
         inst.GetPrim().SetInstanceable(True)
@@ -208,8 +216,14 @@ def write_pointer(path: Path, target: Path) -> Path:
     layer = Sdf.Layer.CreateAnonymous(".usda")
     src = Sdf.Layer.FindOrOpen(str(target))
     layer.subLayerPaths.append(rel)
-    for key in ("defaultPrim", "startTimeCode", "endTimeCode", "timeCodesPerSecond", "upAxis",
-                "metersPerUnit"):  # fmt: skip
+    for key in (
+        "defaultPrim",
+        "startTimeCode",
+        "endTimeCode",
+        "timeCodesPerSecond",
+        "upAxis",
+        "metersPerUnit",
+    ):
         if src.pseudoRoot.HasInfo(key):
             layer.pseudoRoot.SetInfo(key, src.pseudoRoot.GetInfo(key))
     layer.documentation = f"warpraster default scene: sublayers {rel} (examples/make_assets.py)"
@@ -223,8 +237,12 @@ def main(argv=None) -> int:
         description=__doc__.split("\n\n")[0],
         epilog="Writes default_scene.usda and checker.png (needs usd-core and pillow).",
     )
-    ap.add_argument("--out", type=Path, default=PACKAGE_ASSETS,
-                    help=f"folder to write to (default: {PACKAGE_ASSETS.relative_to(ROOT)})")  # fmt: skip
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=PACKAGE_ASSETS,
+        help=f"folder to write to (default: {PACKAGE_ASSETS.relative_to(ROOT)})",
+    )
     args = ap.parse_args(argv)
     paths = write(args.out)
     if args.out.resolve() == PACKAGE_ASSETS.resolve():

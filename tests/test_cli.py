@@ -53,12 +53,29 @@ def _tiny_stage(path: Path, *, indices=(0, 1, 2), camera=True, translate=(0.0, 0
 
 # ----------------------------------------------------------------------------- outputs
 def test_render_bundled_scene_writes_rgba_depth_and_ids(tmp_path, capsys, cli_device):
-    code, out, err = _run(capsys, "render", "--size", "48x32", "--spp", "4", "--frames", "1:2",
-                          "--depth", "--depth-format", "png", "--ids", "--out", tmp_path,
-                          "--device", cli_device)  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        "render",
+        "--size",
+        "48x32",
+        "--spp",
+        "4",
+        "--frames",
+        "1:2",
+        "--depth",
+        "--depth-format",
+        "png",
+        "--ids",
+        "--out",
+        tmp_path,
+        "--device",
+        cli_device,
+    )
     assert code == 0, err
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert files == [f"{k}.{f:04d}.png" for k in ("color", "depth", "face_id", "mesh_id") for f in (1, 2)]
+    assert files == [
+        f"{k}.{f:04d}.png" for k in ("color", "depth", "face_id", "mesh_id") for f in (1, 2)
+    ]
     rgba = np.asarray(Image.open(tmp_path / "color.0001.png"))
     assert rgba.shape == (32, 48, 4)
     ids = np.asarray(Image.open(tmp_path / "face_id.0001.png")).astype(np.int64)
@@ -82,9 +99,24 @@ def test_depth_exr_holds_view_depth_when_openexr_is_installed(tmp_path, capsys, 
     exr = _openexr()
     if exr is None:
         pytest.skip("openexr (3.x) is not installed")
-    code, _, err = _run(capsys, "render", "--size", "24x16", "--spp", "1", "--frames", "1",
-                        "--depth", "--depth-format", "exr", "--ids", "--out", tmp_path,
-                        "--device", cli_device)  # fmt: skip
+    code, _, err = _run(
+        capsys,
+        "render",
+        "--size",
+        "24x16",
+        "--spp",
+        "1",
+        "--frames",
+        "1",
+        "--depth",
+        "--depth-format",
+        "exr",
+        "--ids",
+        "--out",
+        tmp_path,
+        "--device",
+        cli_device,
+    )
     assert code == 0, err
     with exr.File(str(tmp_path / "depth.0001.exr")) as f:
         z = f.channels()["Z"].pixels
@@ -96,8 +128,21 @@ def test_depth_exr_holds_view_depth_when_openexr_is_installed(tmp_path, capsys, 
 
 
 def test_animation_moves_the_torus_between_frames(tmp_path, capsys, cli_device):
-    code, _, err = _run(capsys, "render", "--size", "40x27", "--spp", "1", "--frames", "1:13:12",
-                        "--ids", "--out", tmp_path, "--device", cli_device)  # fmt: skip
+    code, _, err = _run(
+        capsys,
+        "render",
+        "--size",
+        "40x27",
+        "--spp",
+        "1",
+        "--frames",
+        "1:13:12",
+        "--ids",
+        "--out",
+        tmp_path,
+        "--device",
+        cli_device,
+    )
     assert code == 0, err
     a = np.asarray(Image.open(tmp_path / "mesh_id.0001.png"))[..., 0]
     b = np.asarray(Image.open(tmp_path / "mesh_id.0013.png"))[..., 0]
@@ -108,12 +153,35 @@ def test_animation_moves_the_torus_between_frames(tmp_path, capsys, cli_device):
 def test_fragments_only_on_request_and_obj_meshes(tmp_path, capsys, cli_device):
     obj = tmp_path / "tri.obj"
     obj.write_text("v -1 -1 5\nv 1 -1 5\nv 0 1 5\nf 1 2 3\n")
-    code, out, err = _run(capsys, "render", obj, "--size", "16x16", "--spp", "1",
-                          "--out", tmp_path / "a", "--device", cli_device)  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        "render",
+        obj,
+        "--size",
+        "16x16",
+        "--spp",
+        "1",
+        "--out",
+        tmp_path / "a",
+        "--device",
+        cli_device,
+    )
     assert code == 0, err
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["color.0000.png"]
-    code, out, err = _run(capsys, "render", obj, "--size", "16x16", "--spp", "1", "--fragments",
-                          "--out", tmp_path / "b", "--device", cli_device)  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        "render",
+        obj,
+        "--size",
+        "16x16",
+        "--spp",
+        "1",
+        "--fragments",
+        "--out",
+        tmp_path / "b",
+        "--device",
+        cli_device,
+    )
     assert code == 0, err
     frags = np.load(tmp_path / "b" / "fragments.0000.npz")
     assert frags["pix_to_face"].shape == (1, 16, 16, 1) and (frags["pix_to_face"] == 0).any()
@@ -122,31 +190,60 @@ def test_fragments_only_on_request_and_obj_meshes(tmp_path, capsys, cli_device):
 def test_info_lists_meshes_materials_cameras_lights_and_frames(capsys):
     code, out, _ = _run(capsys, "info")
     assert code == 0
-    for text in ("frames 1-48", "meshes: 6", "/World/Torus", "[animated]", "[instance]",
-                 "subset /World/Crates/Crate_0/Box/Top", "materials: 5", "checker.png",
-                 "/World/Camera: perspective", "/World/Lights/Sun"):  # fmt: skip
+    for text in (
+        "frames 1-48",
+        "meshes: 6",
+        "/World/Torus",
+        "[animated]",
+        "[instance]",
+        "subset /World/Crates/Crate_0/Box/Top",
+        "materials: 5",
+        "checker.png",
+        "/World/Camera: perspective",
+        "/World/Lights/Sun",
+    ):
         assert text in out, text
 
 
 def test_empty_view_says_why(tmp_path, capsys, cli_device):
     scene = _tiny_stage(tmp_path / "behind.usda", translate=(0.0, 0.0, 20.0))  # behind the camera
-    code, out, err = _run(capsys, "render", scene, "--size", "16x12", "--out", tmp_path / "o",
-                          "--device", cli_device)  # fmt: skip
+    code, out, err = _run(
+        capsys, "render", scene, "--size", "16x12", "--out", tmp_path / "o", "--device", cli_device
+    )
     assert code == 0, err
     assert "nothing drawn" in out and "behind the camera" in out
     scene = _tiny_stage(tmp_path / "aside.usda", translate=(40.0, 0.0, 0.0))
-    code, out, _ = _run(capsys, "render", scene, "--size", "16x12", "--out", tmp_path / "o",
-                        "--device", cli_device)  # fmt: skip
+    code, out, _ = _run(
+        capsys, "render", scene, "--size", "16x12", "--out", tmp_path / "o", "--device", cli_device
+    )
     assert "outside the camera's field of view" in out
 
 
 def test_python_m_warpraster_is_quiet_unless_verbose(tmp_path, cli_device):
     def run(*extra):
         return subprocess.run(
-            [sys.executable, "-m", "warpraster", "render", "--size", "16x12", "--spp", "1",
-             "--frames", "1", "--out", str(tmp_path), "--device", cli_device, *extra],
-            cwd=tmp_path, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "warpraster",
+                "render",
+                "--size",
+                "16x12",
+                "--spp",
+                "1",
+                "--frames",
+                "1",
+                "--out",
+                str(tmp_path),
+                "--device",
+                cli_device,
+                *extra,
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
 
     quiet = run()
     assert quiet.returncode == 0, quiet.stderr
@@ -169,8 +266,13 @@ def test_bench_passes_its_options_through_and_shows_its_help(capsys):
 def test_make_assets_help_does_not_rewrite_the_assets():
     usda = default_scene_path()
     before = usda.stat().st_mtime_ns
-    out = subprocess.run([sys.executable, "examples/make_assets.py", "--help"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "examples/make_assets.py", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0 and "usage:" in out.stdout
     assert usda.stat().st_mtime_ns == before
 
@@ -206,14 +308,30 @@ def test_unavailable_device(tmp_path, capsys):
 
     if wp.is_cuda_available():
         pytest.skip("a GPU is present: cuda:0 is available")
-    _fail(capsys, "render", "--device", "cuda:0", "--out", tmp_path / "o", code=2,
-          match="--device cuda:0: not available on this machine (Warp sees: cpu)")  # fmt: skip
+    _fail(
+        capsys,
+        "render",
+        "--device",
+        "cuda:0",
+        "--out",
+        tmp_path / "o",
+        code=2,
+        match="--device cuda:0: not available on this machine (Warp sees: cpu)",
+    )
     assert not (tmp_path / "o").exists()
 
 
 def test_bad_files_exit_1_naming_the_file(tmp_path, capsys):
     out = tmp_path / "o"
-    _fail(capsys, "render", tmp_path / "nope.usda", "--out", out, code=1, match="nope.usda: no such file")
+    _fail(
+        capsys,
+        "render",
+        tmp_path / "nope.usda",
+        "--out",
+        out,
+        code=1,
+        match="nope.usda: no such file",
+    )
     bad = tmp_path / "bad.usda"
     bad.write_bytes(b"\x00\x01\x02 binary \xff\xfe" * 50)
     _fail(capsys, "render", bad, "--out", out, code=1, match="bad.usda: not a readable USD layer")
@@ -222,14 +340,30 @@ def test_bad_files_exit_1_naming_the_file(tmp_path, capsys):
     _fail(capsys, "render", binary, "--out", out, code=1, match="mesh.obj: not a text OBJ file")
     ply = tmp_path / "mesh.ply"
     ply.write_text("ply\nformat ascii 1.0\nend_header\n")
-    _fail(capsys, "render", ply, "--out", out, code=1, match="mesh.ply: unsupported file type '.ply'")
+    _fail(
+        capsys, "render", ply, "--out", out, code=1, match="mesh.ply: unsupported file type '.ply'"
+    )
     obj = tmp_path / "range.obj"
     obj.write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 9\n")
-    _fail(capsys, "render", obj, "--out", out, code=1,
-          match="range.obj: a face refers to vertex 9 but the file has 3 vertices")  # fmt: skip
+    _fail(
+        capsys,
+        "render",
+        obj,
+        "--out",
+        out,
+        code=1,
+        match="range.obj: a face refers to vertex 9 but the file has 3 vertices",
+    )
     usd = _tiny_stage(tmp_path / "range.usda", indices=(0, 1, 5))
-    _fail(capsys, "render", usd, "--out", out, code=1,
-          match="/World/Tri: faceVertexIndices refers to point 5 but the mesh has 3 points")  # fmt: skip
+    _fail(
+        capsys,
+        "render",
+        usd,
+        "--out",
+        out,
+        code=1,
+        match="/World/Tri: faceVertexIndices refers to point 5 but the mesh has 3 points",
+    )
     _fail(capsys, "info", tmp_path / "nope.usdc", code=1, match="nope.usdc: no such file")
     assert not out.exists()  # nothing written, not even the folder
 
@@ -244,10 +378,28 @@ def test_scene_problems_exit_1_naming_the_prim(tmp_path, capsys):
     stage.Save()
     _fail(capsys, "render", empty, "--out", out, code=1, match="empty.usda: no meshes to render")
     scene = _tiny_stage(tmp_path / "s.usda")
-    _fail(capsys, "render", scene, "--camera", "/World/Tri", "--out", out, code=1,
-          match="/World/Tri: is a Mesh, not a camera")  # fmt: skip
-    _fail(capsys, "render", scene, "--camera", "/World/Nope", "--out", out, code=1,
-          match="/World/Nope: no such camera in")  # fmt: skip
+    _fail(
+        capsys,
+        "render",
+        scene,
+        "--camera",
+        "/World/Tri",
+        "--out",
+        out,
+        code=1,
+        match="/World/Tri: is a Mesh, not a camera",
+    )
+    _fail(
+        capsys,
+        "render",
+        scene,
+        "--camera",
+        "/World/Nope",
+        "--out",
+        out,
+        code=1,
+        match="/World/Nope: no such camera in",
+    )
     from pxr import Sdf, UsdShade
 
     tex_scene = tmp_path / "tex.usda"
@@ -262,19 +414,33 @@ def test_scene_problems_exit_1_naming_the_prim(tmp_path, capsys):
     tex = UsdShade.Shader.Define(stage, "/Mat/T")
     tex.CreateIdAttr("UsdUVTexture")
     tex.CreateInput("file", Sdf.ValueTypeNames.Asset).Set("missing.png")
-    sh.CreateInput("diffuseColor", Sdf.ValueTypeNames.Color3f).ConnectToSource(tex.ConnectableAPI(), "rgb")
+    sh.CreateInput("diffuseColor", Sdf.ValueTypeNames.Color3f).ConnectToSource(
+        tex.ConnectableAPI(), "rgb"
+    )
     mat.CreateSurfaceOutput().ConnectToSource(sh.ConnectableAPI(), "surface")
     UsdShade.MaterialBindingAPI.Apply(m.GetPrim()).Bind(mat)
     stage.Save()
-    _fail(capsys, "render", tex_scene, "--out", out, code=1,
-          match="/Mat (T): texture file 'missing.png' not found")  # fmt: skip
+    _fail(
+        capsys,
+        "render",
+        tex_scene,
+        "--out",
+        out,
+        code=1,
+        match="/Mat (T): texture file 'missing.png' not found",
+    )
     assert not out.exists()
 
 
 def test_subprocess_error_is_one_line_without_traceback(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "warpraster", "render", str(tmp_path / "x.usda")],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONWARNINGS": "ignore"})  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "warpraster", "render", str(tmp_path / "x.usda")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert res.returncode == 1
     assert res.stderr.strip() == f"error: {tmp_path / 'x.usda'}: no such file"
     assert res.stdout == ""

@@ -21,9 +21,27 @@ def _run(args, cwd):
 
 
 def test_render_command_writes_images_of_the_default_scene(tmp_path, cli_device):
-    _run(["-m", "warpraster.cli", "render", "--out", str(tmp_path), "--height", "60",
-          "--width", "80", "--spp", "1", "--frames", "1", "--fragments", "--device", cli_device],
-         ROOT)  # fmt: skip
+    _run(
+        [
+            "-m",
+            "warpraster.cli",
+            "render",
+            "--out",
+            str(tmp_path),
+            "--height",
+            "60",
+            "--width",
+            "80",
+            "--spp",
+            "1",
+            "--frames",
+            "1",
+            "--fragments",
+            "--device",
+            cli_device,
+        ],
+        ROOT,
+    )
     color = np.asarray(Image.open(tmp_path / "color.0001.png"))
     assert color.shape == (60, 80, 4)  # RGBA, alpha = coverage
     frags = np.load(tmp_path / "fragments.0001.npz")
@@ -37,8 +55,21 @@ def test_render_command_writes_images_of_the_default_scene(tmp_path, cli_device)
 
 def test_bench_command_checks_itself_and_writes_json(tmp_path, cli_device):
     out = tmp_path / "bench.json"
-    _run(["-m", "warpraster.bench", "--device", cli_device, "--runs", "1",
-          "--scenes", "ico4x1_256_k1", "--json", str(out)], ROOT)  # fmt: skip
+    _run(
+        [
+            "-m",
+            "warpraster.bench",
+            "--device",
+            cli_device,
+            "--runs",
+            "1",
+            "--scenes",
+            "ico4x1_256_k1",
+            "--json",
+            str(out),
+        ],
+        ROOT,
+    )
     rows = json.loads(out.read_text())
     assert rows[0]["check_mismatches"] == 0 and rows[0]["check_pixels"] > 1000
     assert rows[0]["fwd_ms"] > 0 and rows[0]["coverage"] > 0.2

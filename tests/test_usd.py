@@ -77,9 +77,12 @@ def test_fan_triangulation_of_convex_ngons_keeps_corners_and_polygon_rows():
     tri = triangulate([3, 4, 5, 2], np.arange(14))
     assert tri.vertex.tolist() == [
         [0, 1, 2],
-        [3, 4, 5], [3, 5, 6],
-        [7, 8, 9], [7, 9, 10], [7, 10, 11],
-    ]  # fmt: skip
+        [3, 4, 5],
+        [3, 5, 6],
+        [7, 8, 9],
+        [7, 9, 10],
+        [7, 10, 11],
+    ]
     assert tri.face.tolist() == [0, 1, 1, 2, 2, 2]  # the 2-gon gives no triangle
     assert tri.corner.tolist() == tri.vertex.tolist()  # identity indices here
 
@@ -155,17 +158,33 @@ def _uv_stage(interp, values, indices=None):
     [
         ("constant", [(0.25, 0.5)], None, [[(0.25, 0.5)] * 3] * 3),
         ("uniform", [(1, 0), (2, 0)], None, [[(1, 0)] * 3, [(1, 0)] * 3, [(2, 0)] * 3]),
-        ("vertex", [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)], None,
-         [[(0, 0), (1, 1), (2, 2)], [(0, 0), (2, 2), (3, 3)], [(1, 1), (4, 4), (2, 2)]]),
-        ("faceVarying", [(k, -k) for k in range(7)], None,
-         [[(0, 0), (1, -1), (2, -2)], [(0, 0), (2, -2), (3, -3)], [(4, -4), (5, -5), (6, -6)]]),
-        ("faceVarying", [(0, 0), (9, 9)], [0, 1, 0, 1, 1, 1, 0],
-         [[(0, 0), (9, 9), (0, 0)], [(0, 0), (0, 0), (9, 9)], [(9, 9), (9, 9), (0, 0)]]),
-        ("vertex", [(5, 5), (7, 7)], [0, 0, 1, 1, 0],
-         [[(5, 5), (5, 5), (7, 7)], [(5, 5), (7, 7), (7, 7)], [(5, 5), (5, 5), (7, 7)]]),
+        (
+            "vertex",
+            [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)],
+            None,
+            [[(0, 0), (1, 1), (2, 2)], [(0, 0), (2, 2), (3, 3)], [(1, 1), (4, 4), (2, 2)]],
+        ),
+        (
+            "faceVarying",
+            [(k, -k) for k in range(7)],
+            None,
+            [[(0, 0), (1, -1), (2, -2)], [(0, 0), (2, -2), (3, -3)], [(4, -4), (5, -5), (6, -6)]],
+        ),
+        (
+            "faceVarying",
+            [(0, 0), (9, 9)],
+            [0, 1, 0, 1, 1, 1, 0],
+            [[(0, 0), (9, 9), (0, 0)], [(0, 0), (0, 0), (9, 9)], [(9, 9), (9, 9), (0, 0)]],
+        ),
+        (
+            "vertex",
+            [(5, 5), (7, 7)],
+            [0, 0, 1, 1, 0],
+            [[(5, 5), (5, 5), (7, 7)], [(5, 5), (7, 7), (7, 7)], [(5, 5), (5, 5), (7, 7)]],
+        ),
     ],
     ids=["constant", "uniform", "vertex", "faceVarying", "faceVarying-indexed", "vertex-indexed"],
-)  # fmt: skip
+)
 def test_uvs_for_every_interpolation(interp, values, indices, expected):
     m = wu.load_stage(_uv_stage(interp, values, indices)).meshes
     np.testing.assert_array_equal(m.uvs, np.asarray(expected, np.float32))
@@ -227,12 +246,23 @@ def _preview(stage, path, **inputs):
 def test_preview_surface_mapping_and_subset_binding():
     stage = Usd.Stage.CreateInMemory()
     m = _mesh(stage, "/M", QUAD_PTS, [4, 3], [0, 1, 2, 3, 1, 4, 2])
-    red, _ = _preview(stage, "/Looks/Red", diffuseColor=(Sdf.ValueTypeNames.Color3f, (0.8, 0.1, 0.1)),
-                      roughness=(Sdf.ValueTypeNames.Float, 0.5))  # fmt: skip
-    gold, _ = _preview(stage, "/Looks/Gold", diffuseColor=(Sdf.ValueTypeNames.Color3f, (1.0, 0.7, 0.3)),
-                       metallic=(Sdf.ValueTypeNames.Float, 1.0), roughness=(Sdf.ValueTypeNames.Float, 1.0))  # fmt: skip
+    red, _ = _preview(
+        stage,
+        "/Looks/Red",
+        diffuseColor=(Sdf.ValueTypeNames.Color3f, (0.8, 0.1, 0.1)),
+        roughness=(Sdf.ValueTypeNames.Float, 0.5),
+    )
+    gold, _ = _preview(
+        stage,
+        "/Looks/Gold",
+        diffuseColor=(Sdf.ValueTypeNames.Color3f, (1.0, 0.7, 0.3)),
+        metallic=(Sdf.ValueTypeNames.Float, 1.0),
+        roughness=(Sdf.ValueTypeNames.Float, 1.0),
+    )
     UsdShade.MaterialBindingAPI.Apply(m.GetPrim()).Bind(red)
-    sub = UsdGeom.Subset.CreateGeomSubset(m, "Tri", UsdGeom.Tokens.face, [1], UsdShade.Tokens.materialBind)
+    sub = UsdGeom.Subset.CreateGeomSubset(
+        m, "Tri", UsdGeom.Tokens.face, [1], UsdShade.Tokens.materialBind
+    )
     UsdShade.MaterialBindingAPI.Apply(sub.GetPrim()).Bind(gold)
     scene = wu.load_stage(stage)
     mats = {x.name: x for x in scene.materials}
@@ -264,8 +294,12 @@ def _textured_stage(folder: Path, tex_rel: str, write_texture: bool):
     tex.CreateInput("file", Sdf.ValueTypeNames.Asset).Set(tex_rel)
     tex.CreateInput("wrapS", Sdf.ValueTypeNames.Token).Set("clamp")
     tex.CreateInput("sourceColorSpace", Sdf.ValueTypeNames.Token).Set("raw")
-    tex.CreateInput("st", Sdf.ValueTypeNames.Float2).ConnectToSource(reader.ConnectableAPI(), "result")
-    sh.CreateInput("diffuseColor", Sdf.ValueTypeNames.Color3f).ConnectToSource(tex.ConnectableAPI(), "rgb")
+    tex.CreateInput("st", Sdf.ValueTypeNames.Float2).ConnectToSource(
+        reader.ConnectableAPI(), "result"
+    )
+    sh.CreateInput("diffuseColor", Sdf.ValueTypeNames.Color3f).ConnectToSource(
+        tex.ConnectableAPI(), "rgb"
+    )
     UsdShade.MaterialBindingAPI.Apply(m.GetPrim()).Bind(mat)
     stage.Save()
     if write_texture:
@@ -276,7 +310,9 @@ def _textured_stage(folder: Path, tex_rel: str, write_texture: bool):
     return folder / "scene.usda"
 
 
-def test_texture_resolved_relative_to_its_layer_and_uv_primvar_from_the_reader(tmp_path, monkeypatch):
+def test_texture_resolved_relative_to_its_layer_and_uv_primvar_from_the_reader(
+    tmp_path, monkeypatch
+):
     path = _textured_stage(tmp_path, "textures/t.png", write_texture=True)
     monkeypatch.chdir(Path(path.anchor))  # resolution must not depend on the working folder
     scene = wu.load_stage(path)
@@ -389,16 +425,24 @@ def test_bad_input_is_one_line_naming_the_file_or_prim(tmp_path):
     with pytest.raises(wu.SceneError, match="no meshes to render"):
         wu.load_stage(stage, require_meshes=True)
     _mesh(stage, "/Empty/M", QUAD_PTS[:3], [3], [0, 1, 7])
-    with pytest.raises(wu.SceneError, match=r"/Empty/M: faceVertexIndices refers to point 7 but the mesh has 3"):
+    with pytest.raises(
+        wu.SceneError, match=r"/Empty/M: faceVertexIndices refers to point 7 but the mesh has 3"
+    ):
         wu.load_stage(stage)
     stage2 = Usd.Stage.CreateInMemory()
     _mesh(stage2, "/M", QUAD_PTS[:3], [4], [0, 1, 2])
-    with pytest.raises(wu.SceneError, match=r"/M: faceVertexCounts sum to 4 but faceVertexIndices has 3"):
+    with pytest.raises(
+        wu.SceneError, match=r"/M: faceVertexCounts sum to 4 but faceVertexIndices has 3"
+    ):
         wu.load_stage(stage2)
     stage3 = Usd.Stage.CreateInMemory()
     m = _mesh(stage3, "/M", QUAD_PTS[:3], [3], [0, 1, 2])
-    UsdGeom.PrimvarsAPI(m).CreatePrimvar("st", Sdf.ValueTypeNames.TexCoord2fArray, "vertex").Set([(0, 0)])
-    with pytest.raises(wu.SceneError, match=r"/M primvars:st: vertex primvar has 1 values, needs 3"):
+    UsdGeom.PrimvarsAPI(m).CreatePrimvar("st", Sdf.ValueTypeNames.TexCoord2fArray, "vertex").Set(
+        [(0, 0)]
+    )
+    with pytest.raises(
+        wu.SceneError, match=r"/M primvars:st: vertex primvar has 1 values, needs 3"
+    ):
         wu.load_stage(stage3)
 
 
@@ -435,7 +479,9 @@ def test_implicit_prims_are_tessellated_with_their_size_and_axis():
     np.testing.assert_allclose([c[:, 0].min(), c[:, 0].max()], [-2, 2], atol=1e-6)  # along X
     np.testing.assert_allclose(np.linalg.norm(c[:, 1:], axis=1), 0.25, atol=1e-6)
     cap = verts(3)
-    np.testing.assert_allclose([cap[:, 2].min(), cap[:, 2].max()], [-1, 1], atol=1e-6)  # 1 + 2 * 0.5
+    np.testing.assert_allclose(
+        [cap[:, 2].min(), cap[:, 2].max()], [-1, 1], atol=1e-6
+    )  # 1 + 2 * 0.5
     # closed, outward-facing surfaces: the divergence theorem gives a positive volume
     for i in range(4):
         f = m.faces[m.face_first[i] : m.face_first[i] + m.face_count[i]]

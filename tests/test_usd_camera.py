@@ -35,11 +35,16 @@ def _gf_pixels(cam, points, image_size):
     h, w = image_size
     gc = Gf.Camera(
         Gf.Matrix4d(cam.cam_to_world.tolist()),
-        Gf.Camera.Perspective if cam.projection == wu.Projection.PERSPECTIVE else Gf.Camera.Orthographic,
-        cam.horizontal_aperture, cam.vertical_aperture,
-        cam.horizontal_aperture_offset, cam.vertical_aperture_offset,
-        cam.focal_length, Gf.Range1f(cam.near, cam.far),
-    )  # fmt: skip
+        Gf.Camera.Perspective
+        if cam.projection == wu.Projection.PERSPECTIVE
+        else Gf.Camera.Orthographic,
+        cam.horizontal_aperture,
+        cam.vertical_aperture,
+        cam.horizontal_aperture_offset,
+        cam.vertical_aperture_offset,
+        cam.focal_length,
+        Gf.Range1f(cam.near, cam.far),
+    )
     fr = gc.frustum
     m = np.array(fr.ComputeViewMatrix()) @ np.array(fr.ComputeProjectionMatrix())
     hom = np.concatenate([points, np.ones((len(points), 1))], 1) @ m
@@ -49,8 +54,15 @@ def _gf_pixels(cam, points, image_size):
 
 def test_opencv_form_equals_usd_frustum_math_with_offsets_and_unlike_aspects():
     rng = np.random.default_rng(0)
-    cam = _cam(focal_length=28.0, horizontal_aperture=24.0, vertical_aperture=13.5,
-               horizontal_aperture_offset=1.75, vertical_aperture_offset=-0.875, near=0.5, far=50)  # fmt: skip
+    cam = _cam(
+        focal_length=28.0,
+        horizontal_aperture=24.0,
+        vertical_aperture=13.5,
+        horizontal_aperture_offset=1.75,
+        vertical_aperture_offset=-0.875,
+        near=0.5,
+        far=50,
+    )
     # values exact in float32: Gf.Camera stores its parameters as float32
     pts = rng.uniform(-1, 1, (20, 3))
     for size in [(48, 64), (64, 48), (30, 30)]:  # none with the aperture's 16:9 aspect
@@ -84,9 +96,18 @@ def _tiny_triangle(centre, radius, normal_towards):
 def test_a_small_triangle_is_drawn_where_usd_camera_math_puts_it(projection):
     size = (40, 72)  # 9:5, against a 4:3 aperture: non-square pixels (adjustPixelAspectRatio)
     eye = np.array([0.5, 1.0, 6.0])
-    cam = _cam(projection, eye=eye, target=(0, 0, 0), focal_length=35.0,
-               horizontal_aperture=20.0, vertical_aperture=15.0,
-               horizontal_aperture_offset=2.0, vertical_aperture_offset=-1.0, near=0.1, far=100.0)  # fmt: skip
+    cam = _cam(
+        projection,
+        eye=eye,
+        target=(0, 0, 0),
+        focal_length=35.0,
+        horizontal_aperture=20.0,
+        vertical_aperture=15.0,
+        horizontal_aperture_offset=2.0,
+        vertical_aperture_offset=-1.0,
+        near=0.1,
+        far=100.0,
+    )
     if projection == wu.Projection.ORTHOGRAPHIC:
         cam.horizontal_aperture, cam.vertical_aperture = 60.0, 45.0  # a 6 x 4.5 unit window
     centre = np.array([0.6, -0.3, 0.4])
@@ -118,15 +139,23 @@ def test_usd_camera_and_the_equivalent_fov_camera_give_the_same_fragments():
     v, f = ico_sphere(2)
     eye = np.array([0.8, 1.2, 3.5])
     f_mm, ap = 30.0, 20.0
-    cam = _cam(eye=eye, target=(0, 0, 0), focal_length=f_mm, horizontal_aperture=ap,
-               vertical_aperture=ap, near=0.1, far=100.0)  # fmt: skip
+    cam = _cam(
+        eye=eye,
+        target=(0, 0, 0),
+        focal_length=f_mm,
+        horizontal_aperture=ap,
+        vertical_aperture=ap,
+        near=0.1,
+        far=100.0,
+    )
     size = (48, 48)
     scene = scene_from_arrays(v, f)
     r = wu.StageRenderer(scene, camera=cam, image_size=size, device="cpu")
     ours = r.fragments().numpy()
     R, T = wr.look_at_view_transform(eye=eye[None], at=((0, 0, 0),), up=((0, 1, 0),))
-    fov = wr.FoVPerspectiveCameras(fov=2 * math.degrees(math.atan(ap / 2 / f_mm)), R=R, T=T,
-                                   znear=0.1, device="cpu")  # fmt: skip
+    fov = wr.FoVPerspectiveCameras(
+        fov=2 * math.degrees(math.atan(ap / 2 / f_mm)), R=R, T=T, znear=0.1, device="cpu"
+    )
     ras = wr.MeshRasterizer(fov, wr.RasterizationSettings(image_size=size, faces_per_pixel=1))
     ref = ras(v, f, [0], [len(f)]).numpy()
     same = ours["pix_to_face"] == ref["pix_to_face"]
@@ -180,7 +209,9 @@ def test_camera_read_from_a_stage_with_clipping_and_transform():
 def test_default_camera_frames_the_scene():
     lo, hi = np.array([-3.0, 0.0, -1.0]), np.array([5.0, 2.0, 4.0])
     cam = wu.default_camera(lo, hi, aspect=16 / 9)
-    corners = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
+    corners = np.array(
+        [[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])]
+    )
     size = (90, 160)
     R, t, K = opencv_from_usd_camera(cam, size)
     pc = corners @ R.T + t

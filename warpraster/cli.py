@@ -166,13 +166,17 @@ def _read_obj(path: Path):
                 idx = [i - 1 if i > 0 else len(verts) + i for i in idx]
                 faces.extend([idx[0], idx[k], idx[k + 1]] for k in range(1, len(idx) - 1))
         except ValueError:
-            raise CliError(f"{path} line {n}: malformed {parts[0]!r} line: {line.strip()[:60]!r}") from None
+            raise CliError(
+                f"{path} line {n}: malformed {parts[0]!r} line: {line.strip()[:60]!r}"
+            ) from None
     if not faces:
         raise CliError(f"{path}: no faces to render")
     f = np.asarray(faces, np.int64)
     if f.min() < 0 or f.max() >= len(verts):
         bad = int(f.max()) + 1 if f.max() >= len(verts) else int(f.min()) + 1
-        raise CliError(f"{path}: a face refers to vertex {bad} but the file has {len(verts)} vertices")
+        raise CliError(
+            f"{path}: a face refers to vertex {bad} but the file has {len(verts)} vertices"
+        )
     return np.asarray(verts, np.float32).reshape(-1, 3), f.astype(np.int32)
 
 
@@ -196,7 +200,9 @@ def _load(path: Path, *, require_meshes: bool):
     try:
         from .usd import SceneError, load_stage
     except ImportError:
-        raise CliError(f"{path}: reading USD needs usd-core (pip install 'warpraster[usd]')") from None
+        raise CliError(
+            f"{path}: reading USD needs usd-core (pip install 'warpraster[usd]')"
+        ) from None
     try:
         return load_stage(path, require_meshes=require_meshes)
     except SceneError as err:
@@ -298,7 +304,12 @@ def _why_empty(scene, camera, image_size) -> str:
         front = pc[:, 2] > 0
         uv = pc[front, :2] / pc[front, 2:] * K[[0, 1], [0, 1]] + K[:2, 2]
         h, w = image_size
-        if (uv[:, 0] < 0).all() or (uv[:, 0] > w).all() or (uv[:, 1] < 0).all() or (uv[:, 1] > h).all():
+        if (
+            (uv[:, 0] < 0).all()
+            or (uv[:, 0] > w).all()
+            or (uv[:, 1] < 0).all()
+            or (uv[:, 1] > h).all()
+        ):
             return "every mesh is outside the camera's field of view"
     return "the meshes are outside the view or too small to cover a pixel centre"
 
@@ -324,8 +335,10 @@ def _cmd_render(args) -> int:
         if is_usd:
             prim = scene.stage.GetPrimAtPath(args.camera) if args.camera.startswith("/") else None
             if prim:
-                raise CliError(f"{args.camera}: is a {prim.GetTypeName() or 'typeless prim'}, "
-                               f"not a camera (cameras in {path}: {have})")  # fmt: skip
+                raise CliError(
+                    f"{args.camera}: is a {prim.GetTypeName() or 'typeless prim'}, "
+                    f"not a camera (cameras in {path}: {have})"
+                )
         raise CliError(f"{args.camera}: no such camera in {path} (cameras: {have})")
     cam = StageRenderer.resolve_camera(scene, args.camera, aspect=4.0 / 3.0)
     image_size = _image_size(args, cam.aspect)
@@ -356,8 +369,17 @@ def _cmd_render(args) -> int:
         from tqdm import tqdm
     except ImportError:  # tqdm is optional: no bar
         tqdm = None
-    bar = tqdm(frames, unit="frame", disable=None if not args.no_progress else True,
-               file=sys.stderr, leave=False) if tqdm else frames  # fmt: skip
+    bar = (
+        tqdm(
+            frames,
+            unit="frame",
+            disable=None if not args.no_progress else True,
+            file=sys.stderr,
+            leave=False,
+        )
+        if tqdm
+        else frames
+    )
     try:
         for t in bar:
             t0 = time.perf_counter()
@@ -372,8 +394,14 @@ def _cmd_render(args) -> int:
                 elif used is not None:
                     cam = used
             if renderer is None:
-                renderer = StageRenderer(scene, camera=cam, image_size=image_size, spp=args.spp,
-                                         conform=conform, device=device)  # fmt: skip
+                renderer = StageRenderer(
+                    scene,
+                    camera=cam,
+                    image_size=image_size,
+                    spp=args.spp,
+                    conform=conform,
+                    device=device,
+                )
             out = renderer.render()
             coverage.append(out.coverage)
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -383,7 +411,9 @@ def _cmd_render(args) -> int:
             _save_png(png, np.round(rgba * 255).astype(np.uint8))
             written.append(png)
             if args.depth:
-                written.append(_write_depth(out_dir / f"depth.{label}", out.depth, args.depth_format))
+                written.append(
+                    _write_depth(out_dir / f"depth.{label}", out.depth, args.depth_format)
+                )
             if args.ids:
                 for key in ("face_id", "mesh_id"):
                     ids = getattr(out, key)
@@ -419,15 +449,22 @@ def _cmd_render(args) -> int:
         f"{'es' * (len(scene.meshes.names) != 1)}, {w}x{h}, {args.spp} spp, {timing}"
     )
     if max(coverage) == 0.0:
-        print(f"warning: nothing drawn (0 pixels covered): "
-              f"{_why_empty(scene, renderer.camera, image_size)}")  # fmt: skip
+        print(
+            f"warning: nothing drawn (0 pixels covered): "
+            f"{_why_empty(scene, renderer.camera, image_size)}"
+        )
     else:
-        print(f"coverage {min(coverage):.0%}-{max(coverage):.0%} of the pixels"
-              if n > 1 else f"coverage {coverage[0]:.0%} of the pixels")  # fmt: skip
+        print(
+            f"coverage {min(coverage):.0%}-{max(coverage):.0%} of the pixels"
+            if n > 1
+            else f"coverage {coverage[0]:.0%} of the pixels"
+        )
     shown = written if len(written) <= 4 else [written[0], written[-1]]
     sep = ", " if len(written) <= 4 else " ... "
-    print(f"wrote {len(written)} file{'s' * (len(written) != 1)} to {out_dir}/: "
-          + sep.join(str(p) for p in shown))  # fmt: skip
+    print(
+        f"wrote {len(written)} file{'s' * (len(written) != 1)} to {out_dir}/: "
+        + sep.join(str(p) for p in shown)
+    )
     return 0
 
 
@@ -463,8 +500,10 @@ def _cmd_info(args) -> int:
     for mat in scene.materials:
         tex = f", texture {mat.texture.path}" if mat.texture is not None else ""
         d = ", ".join(f"{x:.3g}" for x in mat.diffuse)
-        lines.append(f"  {mat.name}: diffuse ({d}){tex}, shininess {mat.shininess:.3g}, "
-                     f"opacity {mat.opacity:.3g}")  # fmt: skip
+        lines.append(
+            f"  {mat.name}: diffuse ({d}){tex}, shininess {mat.shininess:.3g}, "
+            f"opacity {mat.opacity:.3g}"
+        )
     lines.append(f"cameras: {len(scene.cameras)}")
     for name, c in scene.cameras.items():
         kind = c.projection.name.lower()
@@ -493,37 +532,78 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_RENDER_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    r.add_argument("scene", nargs="?", help=f"USD file or OBJ mesh (default: the bundled {DEFAULT_SCENE_NAME})")
-    r.add_argument("--camera", metavar="PRIM", help="camera prim path (default: the scene's first "
-                   "camera, or one framing the scene when it has none)")  # fmt: skip
-    r.add_argument("--frames", metavar="A:B", help="time codes A..B inclusive (A, A:B or A:B:STEP; "
-                   "default: the stage's frame range, or its default time)")  # fmt: skip
-    r.add_argument("--size", metavar="WxH", help=f"image size (default: {DEFAULT_WIDTH} wide at the camera's aspect)")
+    r.add_argument(
+        "scene", nargs="?", help=f"USD file or OBJ mesh (default: the bundled {DEFAULT_SCENE_NAME})"
+    )
+    r.add_argument(
+        "--camera",
+        metavar="PRIM",
+        help="camera prim path (default: the scene's first "
+        "camera, or one framing the scene when it has none)",
+    )
+    r.add_argument(
+        "--frames",
+        metavar="A:B",
+        help="time codes A..B inclusive (A, A:B or A:B:STEP; "
+        "default: the stage's frame range, or its default time)",
+    )
+    r.add_argument(
+        "--size",
+        metavar="WxH",
+        help=f"image size (default: {DEFAULT_WIDTH} wide at the camera's aspect)",
+    )
     r.add_argument("--width", type=int, default=None, help="image width (when --size is not given)")
-    r.add_argument("--height", type=int, default=None, help="image height (when --size is not given)")
-    r.add_argument("--spp", type=int, default=4, help="samples per pixel, a square number (default: 4)")
-    r.add_argument("--device", default=None, help="Warp device, e.g. cpu or cuda:0 (default: Warp's default)")
+    r.add_argument(
+        "--height", type=int, default=None, help="image height (when --size is not given)"
+    )
+    r.add_argument(
+        "--spp", type=int, default=4, help="samples per pixel, a square number (default: 4)"
+    )
+    r.add_argument(
+        "--device", default=None, help="Warp device, e.g. cpu or cuda:0 (default: Warp's default)"
+    )
     r.add_argument("--out", default="out", help="output folder (default: out)")
     r.add_argument("--depth", action="store_true", help="also write depth images")
-    r.add_argument("--depth-format", choices=["auto", "png", "exr"], default="auto",
-                   help="depth file format (auto: EXR when openexr is installed, else 16-bit PNG)")
-    r.add_argument("--ids", action="store_true", help="also write face-id and mesh-id images")
-    r.add_argument("--fragments", action="store_true", help="also write the raw fragments (.npz, large)")
     r.add_argument(
-        "--conform", default="adjust-pixel-aspect-ratio",
-        choices=["adjust-pixel-aspect-ratio", "expand-aperture", "crop-aperture",
-                 "adjust-aperture-width", "adjust-aperture-height"],
+        "--depth-format",
+        choices=["auto", "png", "exr"],
+        default="auto",
+        help="depth file format (auto: EXR when openexr is installed, else 16-bit PNG)",
+    )
+    r.add_argument("--ids", action="store_true", help="also write face-id and mesh-id images")
+    r.add_argument(
+        "--fragments", action="store_true", help="also write the raw fragments (.npz, large)"
+    )
+    r.add_argument(
+        "--conform",
+        default="adjust-pixel-aspect-ratio",
+        choices=[
+            "adjust-pixel-aspect-ratio",
+            "expand-aperture",
+            "crop-aperture",
+            "adjust-aperture-width",
+            "adjust-aperture-height",
+        ],
         help="image aspect unlike the camera aperture's: UsdRender's policies (default keeps "
-             "both apertures: horizontal aperture = image width, vertical = image height)",
-    )  # fmt: skip
+        "both apertures: horizontal aperture = image width, vertical = image height)",
+    )
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
-    r.add_argument("--verbose", action="store_true", help="show Warp's start-up and module-load messages")
+    r.add_argument(
+        "--verbose", action="store_true", help="show Warp's start-up and module-load messages"
+    )
     r.set_defaults(func=_cmd_render)
-    i = sub.add_parser("info", help="list a scene's meshes, materials, cameras, lights and frames",
-                       description="List a scene's meshes, materials, cameras, lights and frame range.")  # fmt: skip
-    i.add_argument("scene", nargs="?", help=f"USD file or OBJ mesh (default: the bundled {DEFAULT_SCENE_NAME})")
+    i = sub.add_parser(
+        "info",
+        help="list a scene's meshes, materials, cameras, lights and frames",
+        description="List a scene's meshes, materials, cameras, lights and frame range.",
+    )
+    i.add_argument(
+        "scene", nargs="?", help=f"USD file or OBJ mesh (default: the bundled {DEFAULT_SCENE_NAME})"
+    )
     i.set_defaults(func=_cmd_info)
-    sub.add_parser("bench", help="run the benchmark (options: warpraster bench --help)", add_help=False)
+    sub.add_parser(
+        "bench", help="run the benchmark (options: warpraster bench --help)", add_help=False
+    )
     return parser
 
 

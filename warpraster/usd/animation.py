@@ -67,7 +67,7 @@ class StageAnimation:
     def dynamic_meshes(self) -> list[str]:
         """Paths of the meshes re-read per frame."""
         ms = self.scene.mesh_set
-        return [it.path for it, d in zip(ms.items, ms.dynamic) if d]
+        return [it.path for it, d in zip(ms.items, ms.dynamic, strict=True) if d]
 
     def evaluate(self, time) -> Scene:
         """Updates ``scene.meshes`` (in place), cameras and lights to ``time``."""

@@ -87,9 +87,11 @@ def conformed_apertures(
     if conform == AspectConform.ADJUST_PIXEL_ASPECT_RATIO:
         return ha, va
     wider = img > ha / va
-    if conform == AspectConform.ADJUST_APERTURE_WIDTH or (
-        conform == AspectConform.EXPAND_APERTURE and wider
-    ) or (conform == AspectConform.CROP_APERTURE and not wider):
+    if (
+        conform == AspectConform.ADJUST_APERTURE_WIDTH
+        or (conform == AspectConform.EXPAND_APERTURE and wider)
+        or (conform == AspectConform.CROP_APERTURE and not wider)
+    ):
         return va * img, va
     return ha, ha / img
 
@@ -181,7 +183,9 @@ def look_at_matrix(eye, target, up) -> np.ndarray:
     back /= np.linalg.norm(back)
     right = np.cross(up, back)
     if np.linalg.norm(right) < 1e-9:  # looking along up: any perpendicular
-        right = np.cross(np.array([1.0, 0.0, 0.0]) if abs(back[0]) < 0.9 else np.array([0.0, 1.0, 0.0]), back)
+        right = np.cross(
+            np.array([1.0, 0.0, 0.0]) if abs(back[0]) < 0.9 else np.array([0.0, 1.0, 0.0]), back
+        )
     right /= np.linalg.norm(right)
     upv = np.cross(back, right)
     m = np.eye(4)
@@ -213,11 +217,15 @@ def default_camera(
         d = np.array([math.cos(e) * math.sin(a), math.sin(e), math.cos(e) * math.cos(a)])
         up = np.array([0.0, 1.0, 0.0])
     axes = look_at_matrix(centre + d, centre, up)[:3, :3]  # rows: right, up, back
-    corners = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
+    corners = np.array(
+        [[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])]
+    )
     c = (corners - centre) @ axes.T  # corner offsets along right, up, back
     tan_x, tan_y = ha / (2.0 * f) / 1.05, va / (2.0 * f) / 1.05
     # a corner at offset c is in view when |c_x| <= tan_x (dist - c_back), same for y
-    dist = float(max((np.abs(c[:, 0]) / tan_x + c[:, 2]).max(), (np.abs(c[:, 1]) / tan_y + c[:, 2]).max()))
+    dist = float(
+        max((np.abs(c[:, 0]) / tan_x + c[:, 2]).max(), (np.abs(c[:, 1]) / tan_y + c[:, 2]).max())
+    )
     dist = max(dist, radius * 1e-3)
     eye = centre + dist * d
     return CameraParams(

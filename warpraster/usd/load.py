@@ -42,7 +42,8 @@ def load_stage(
 
     Returns:
         :class:`~warpraster.usd.scene.Scene`; ``scene.mesh_set`` keeps the
-        per-mesh data to evaluate other times (see :class:`~warpraster.usd.animation.StageAnimation`).
+        per-mesh data to evaluate other times (see
+        :class:`~warpraster.usd.animation.StageAnimation`).
 
     Raises:
         SceneError: an unreadable file, bad topology or primvars (naming the prim),

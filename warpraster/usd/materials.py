@@ -159,7 +159,9 @@ class MaterialLibrary:
             raise SceneError(where, "UsdUVTexture has no file")
         resolved = asset.resolvedPath
         if not resolved:
-            raise SceneError(where, f"texture file {asset.path!r} not found (resolved from its layer)")
+            raise SceneError(
+                where, f"texture file {asset.path!r} not found (resolved from its layer)"
+            )
         cs_input = shader.GetInput("sourceColorSpace")
         color_space = str(cs_input.Get(t)) if cs_input and cs_input.Get(t) else "auto"
         texels = _load_image(resolved, where, color_space)
@@ -213,7 +215,8 @@ class MaterialLibrary:
             if idx.size and (idx.min() < 0 or idx.max() >= tri.num_polygons):
                 raise SceneError(
                     str(subset.GetPath()),
-                    f"GeomSubset lists face {int(idx.max())} but {where} has {tri.num_polygons} faces",
+                    f"GeomSubset lists face {int(idx.max())} but {where} has "
+                    f"{tri.num_polygons} faces",
                 )
             in_subset = np.zeros(tri.num_polygons, bool)
             in_subset[idx] = True

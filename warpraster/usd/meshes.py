@@ -25,7 +25,7 @@ subdivision mesh are ignored, as USD specifies.
 from __future__ import annotations
 
 import numpy as np
-from pxr import Sdf, Usd, UsdGeom, UsdShade
+from pxr import Sdf, Usd, UsdGeom
 
 from .errors import SceneError
 from .scene import SceneMeshes
@@ -85,11 +85,16 @@ def _rings(radii: np.ndarray, heights: np.ndarray, n: int):
     """Quads between consecutive circles (radius, z) of n segments; each circle its own points."""
     ang = 2 * np.pi * np.arange(n) / n
     pts = np.concatenate(
-        [np.stack([r * np.cos(ang), r * np.sin(ang), np.full(n, z)], 1) for r, z in zip(radii, heights)]
+        [
+            np.stack([r * np.cos(ang), r * np.sin(ang), np.full(n, z)], 1)
+            for r, z in zip(radii, heights, strict=True)
+        ]
     )
     k = np.arange(n)
-    quads = [np.stack([i * n + k, i * n + (k + 1) % n, (i + 1) * n + (k + 1) % n, (i + 1) * n + k], 1)
-             for i in range(len(radii) - 1)]  # fmt: skip
+    quads = [
+        np.stack([i * n + k, i * n + (k + 1) % n, (i + 1) * n + (k + 1) % n, (i + 1) * n + k], 1)
+        for i in range(len(radii) - 1)
+    ]
     return pts, np.concatenate(quads)
 
 
@@ -113,7 +118,9 @@ def implicit_topology(prim: Usd.Prim, time: Usd.TimeCode):
     if kind == "Cube":
         s = float(get("size", 2.0)) / 2
         c = np.array([[x, y, z] for x in (-s, s) for y in (-s, s) for z in (-s, s)])
-        quads = np.array([[0, 1, 3, 2], [4, 6, 7, 5], [0, 4, 5, 1], [2, 3, 7, 6], [0, 2, 6, 4], [1, 5, 7, 3]])
+        quads = np.array(
+            [[0, 1, 3, 2], [4, 6, 7, 5], [0, 4, 5, 1], [2, 3, 7, 6], [0, 2, 6, 4], [1, 5, 7, 3]]
+        )
         pts = c[quads.ravel()]
         polys = np.arange(24).reshape(6, 4)
     elif kind == "Sphere":
@@ -144,13 +151,21 @@ def implicit_topology(prim: Usd.Prim, time: Usd.TimeCode):
                 polys.append(ti)
         counts = np.concatenate([np.full(len(p), p.shape[1]) for p in polys])
         indices = np.concatenate([p.ravel() for p in polys])
-        return counts.astype(np.int64), indices.astype(np.int64), _along_axis(pts, axis).astype(np.float32)
+        return (
+            counts.astype(np.int64),
+            indices.astype(np.int64),
+            _along_axis(pts, axis).astype(np.float32),
+        )
     else:  # Plane
         w, ln = float(get("width", 2.0)) / 2, float(get("length", 2.0)) / 2
         pts = np.array([[-w, -ln, 0], [w, -ln, 0], [w, ln, 0], [-w, ln, 0]], np.float64)
         polys = np.array([[0, 1, 2, 3]])
     counts = np.full(len(polys), np.asarray(polys).shape[1])
-    return counts.astype(np.int64), np.asarray(polys).ravel().astype(np.int64), _along_axis(pts, axis).astype(np.float32)
+    return (
+        counts.astype(np.int64),
+        np.asarray(polys).ravel().astype(np.int64),
+        _along_axis(pts, axis).astype(np.float32),
+    )
 
 
 def corner_values(
@@ -189,7 +204,9 @@ def corner_values(
     if want is not None and n < want:
         raise SceneError(where, f"{interpolation} primvar has {n} values, needs {want}")
     if len(tri) and rows.max() >= n:
-        raise SceneError(where, f"{interpolation} primvar has {n} values, needs {int(rows.max()) + 1}")
+        raise SceneError(
+            where, f"{interpolation} primvar has {n} values, needs {int(rows.max()) + 1}"
+        )
     if interpolation == "uniform":
         return np.repeat(values[rows][:, None], 3, axis=1)
     return values[rows]
@@ -265,7 +282,8 @@ def read_topology(prim: Usd.Prim, time: Usd.TimeCode) -> tuple[np.ndarray, np.nd
     if indices.size and (indices.min() < 0 or indices.max() >= points.shape[0]):
         bad = int(indices.max()) if indices.max() >= points.shape[0] else int(indices.min())
         raise SceneError(
-            where, f"faceVertexIndices refers to point {bad} but the mesh has {points.shape[0]} points"
+            where,
+            f"faceVertexIndices refers to point {bad} but the mesh has {points.shape[0]} points",
         )
     return counts, indices, points
 
@@ -307,7 +325,9 @@ class MeshItem:
         self.tri = triangulate(counts, indices, points) if tri is None else tri
         self.flipped = False
         # implicit prims: smooth normals over points that are split at creases
-        self.subdivided = mesh is None or mesh.GetSubdivisionSchemeAttr().Get() != UsdGeom.Tokens.none
+        self.subdivided = (
+            mesh is None or mesh.GetSubdivisionSchemeAttr().Get() != UsdGeom.Tokens.none
+        )
         pv_api = UsdGeom.PrimvarsAPI(prim)
 
         # displayColor / displayOpacity (constant primvars inherit down namespace);
@@ -323,9 +343,12 @@ class MeshItem:
                         colors[..., :3] = DEFAULT_DISPLAY_COLOR
                         colors[..., 3] = 1.0
                     colors[..., sl] = corner_values(
-                        vals, pv.GetInterpolation(), self.tri, self.num_points,
+                        vals,
+                        pv.GetInterpolation(),
+                        self.tri,
+                        self.num_points,
                         f"{where} primvars:{name}",
-                    )  # fmt: skip
+                    )
         self.colors = colors
 
         # texture coordinates
@@ -352,10 +375,14 @@ class MeshItem:
                     raise SceneError(where, f"primvar {pv.GetPrimvarName()} is not 2-D")
                 self.uvs = np.ascontiguousarray(
                     corner_values(
-                        vals[:, :2], pv.GetInterpolation(), self.tri, self.num_points,
+                        vals[:, :2],
+                        pv.GetInterpolation(),
+                        self.tri,
+                        self.num_points,
                         f"{where} primvars:{pv.GetPrimvarName()}",
-                    ), dtype=np.float32,
-                )  # fmt: skip
+                    ),
+                    dtype=np.float32,
+                )
                 self.uv_name = str(pv.GetPrimvarName())
 
         # authored normals (ignored on subdivision surfaces, as USD specifies)
@@ -435,13 +462,20 @@ class MeshSet:
         purposes: the purposes drawn.
     """
 
-    def __init__(self, stage: Usd.Stage, time: Usd.TimeCode, *, materials=None, purposes=("default", "render")):
+    def __init__(
+        self,
+        stage: Usd.Stage,
+        time: Usd.TimeCode,
+        *,
+        materials=None,
+        purposes=("default", "render"),
+    ):
         self.stage = stage
         self.items: list[MeshItem] = []
         prims = find_meshes(stage, time, purposes)
         raws = [read_topology(p, time) for p in prims]
         tris = _triangulate_all(raws)
-        for prim, raw, tri in zip(prims, raws, tris):
+        for prim, raw, tri in zip(prims, raws, tris, strict=True):
             uv_name = materials.uv_primvar_for(prim) if materials is not None else None
             item = MeshItem(prim, time, uv_name, raw=raw, tri=tri)
             if materials is not None:
@@ -566,7 +600,7 @@ def _triangulate_all(raws) -> list[Triangulation]:
     pt0 = np.cumsum(npts) - npts
     poly0 = np.cumsum(npoly) - npoly
     corner0 = np.cumsum(ncorner) - ncorner
-    all_idx = np.concatenate([r[1] + o for r, o in zip(raws, pt0)])
+    all_idx = np.concatenate([r[1] + o for r, o in zip(raws, pt0, strict=True)])
     all_pts = np.concatenate([r[2] for r in raws])
     tri = triangulate(np.concatenate(counts), all_idx, all_pts)
     bounds = np.searchsorted(tri.face, np.append(poly0, poly0[-1] + npoly[-1]))
@@ -579,7 +613,8 @@ def _triangulate_all(raws) -> list[Triangulation]:
                 tri.corner[a:b] - corner0[i],
                 tri.face[a:b] - poly0[i],
                 int(npoly[i]),
-                tri.concave[(tri.concave >= poly0[i]) & (tri.concave < poly0[i] + npoly[i])] - poly0[i],
+                tri.concave[(tri.concave >= poly0[i]) & (tri.concave < poly0[i] + npoly[i])]
+                - poly0[i],
             )
         )
     return out

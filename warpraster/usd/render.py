@@ -37,7 +37,9 @@ def parse_spp(spp) -> int:
         raise TypeError(f"spp must be an int, got {type(spp).__name__}")
     s = math.isqrt(int(spp)) if spp > 0 else 0
     if spp < 1 or s * s != spp:
-        raise ValueError(f"spp must be a square number of samples per pixel (1, 4, 9, 16, ...), got {spp}")
+        raise ValueError(
+            f"spp must be a square number of samples per pixel (1, 4, 9, 16, ...), got {spp}"
+        )
     return s
 
 
@@ -229,7 +231,9 @@ class StageRenderer:
             lo, hi = scene.meshes.bounds()
             return default_camera(lo, hi, up_axis=scene.up_axis, aspect=aspect)
         if not isinstance(camera, str):
-            raise TypeError(f"camera must be a prim path, CameraParams or None, got {type(camera).__name__}")
+            raise TypeError(
+                f"camera must be a prim path, CameraParams or None, got {type(camera).__name__}"
+            )
         if camera not in scene.cameras:
             have = ", ".join(sorted(scene.cameras)) or "none"
             raise ValueError(f"{camera}: not a camera of {scene.source} (cameras: {have})")
@@ -244,7 +248,9 @@ class StageRenderer:
         key = (int(cam.projection), float(cam.near))
         values = raster_camera(cam, self.sample_size, conform=self.conform, device="cpu")
         if key != self._key:
-            self._cameras = raster_camera(cam, self.sample_size, conform=self.conform, device=self.device)
+            self._cameras = raster_camera(
+                cam, self.sample_size, conform=self.conform, device=self.device
+            )
             settings = wr.RasterizationSettings(
                 image_size=self.sample_size,
                 faces_per_pixel=1,
@@ -258,8 +264,12 @@ class StageRenderer:
                 getattr(self._cameras, name).assign(getattr(values, name).numpy())
         self.camera = cam
 
-    def set_frame(self, meshes: SceneMeshes | None = None, camera: CameraParams | None = None,
-                  lights: LightSet | None = None) -> None:  # fmt: skip
+    def set_frame(
+        self,
+        meshes: SceneMeshes | None = None,
+        camera: CameraParams | None = None,
+        lights: LightSet | None = None,
+    ) -> None:
         """Writes a later frame's meshes / camera / lights into the same device arrays."""
         if meshes is not None:
             self.buffers.update_meshes(meshes)
@@ -273,8 +283,13 @@ class StageRenderer:
 
         if clipped not in self._workspaces:
             nf = max(self.scene.meshes.num_faces, 1)
-            kw = dict(num_faces=nf, num_meshes=1, image_size=self.sample_size, faces_per_pixel=1,
-                      device=self.device)  # fmt: skip
+            kw = dict(
+                num_faces=nf,
+                num_meshes=1,
+                image_size=self.sample_size,
+                faces_per_pixel=1,
+                device=self.device,
+            )
             if clipped:
                 ws = wr.ClipWorkspace(num_verts=max(self.scene.meshes.num_verts, 1), **kw)
             else:
@@ -286,9 +301,14 @@ class StageRenderer:
         """Rasterizes the current frame at the sample resolution (K = 1)."""
         persp = self.camera.projection == Projection.PERSPECTIVE
         return self._rasterizer(
-            self.buffers.verts, self.buffers.faces, self._first, self._count,
-            workspace=self.workspace(clipped=persp), verts_ndc=self.verts_ndc, validate=False,
-        )  # fmt: skip
+            self.buffers.verts,
+            self.buffers.faces,
+            self._first,
+            self._count,
+            workspace=self.workspace(clipped=persp),
+            verts_ndc=self.verts_ndc,
+            validate=False,
+        )
 
     def render_device(self) -> None:
         """Renders the current frame into :attr:`color`, :attr:`depth`, :attr:`face_id`,
@@ -297,12 +317,21 @@ class StageRenderer:
         cam = self.camera
         ortho = cam.projection == Projection.ORTHOGRAPHIC
         launch_shade(frags, self.buffers, orthographic=ortho, out=self.rgba)
-        launch_resolve(self.rgba, frags, self.face_mesh, self.buffers.view, self.s,
-                       self.color, self.depth, self.face_id, self.mesh_id)  # fmt: skip
+        launch_resolve(
+            self.rgba,
+            frags,
+            self.face_mesh,
+            self.buffers.view,
+            self.s,
+            self.color,
+            self.depth,
+            self.face_id,
+            self.mesh_id,
+        )
 
     def output(self) -> RenderOutput:
         """The last render's device outputs copied to the host."""
-        # copies: on the cpu device .numpy() is a view of the array, which the next render overwrites
+        # copies: on the cpu device .numpy() is a view, which the next render overwrites
         return RenderOutput(
             color=self.color.numpy().reshape(*self.image_size, 4).copy(),
             depth=self.depth.numpy().copy(),

@@ -272,7 +272,9 @@ def scene_from_arrays(
         raise ValueError(f"{source}: faces must be (F, 3) integers, got shape {f.shape} {f.dtype}")
     if f.size and (f.min() < 0 or f.max() >= v.shape[0]):
         bad = int(f.max()) if f.max() >= v.shape[0] else int(f.min())
-        raise ValueError(f"{source}: a face refers to vertex {bad} but there are {v.shape[0]} vertices")
+        raise ValueError(
+            f"{source}: a face refers to vertex {bad} but there are {v.shape[0]} vertices"
+        )
     f = f.astype(np.int32)
     p = v.astype(np.float64)[f]
     fn = np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])

@@ -51,9 +51,7 @@ def _texel(texels: wp.array(dtype=wp.vec4), base: int, w: int, h: int, ix: int, 
 
 
 @wp.func
-def _sample(
-    texels: wp.array(dtype=wp.vec4), info: wp.vec4i, uv: wp.vec2
-) -> wp.vec4:
+def _sample(texels: wp.array(dtype=wp.vec4), info: wp.vec4i, uv: wp.vec2) -> wp.vec4:
     """Bilinear sample; ``info`` = (first texel, width, height, wrap_s * 4 + wrap_t).
 
     v = 0 is the bottom row of the image (USD's ``st`` convention).
@@ -152,16 +150,22 @@ def _shade_kernel(
             t = _sample(texels, info, uv)
             sc = mat_tex_scale[m]
             bi = mat_tex_bias[m]
-            kd = wp.cw_mul(kd, wp.vec3(t[0] * sc[0] + bi[0], t[1] * sc[1] + bi[1], t[2] * sc[2] + bi[2]))
+            kd = wp.cw_mul(
+                kd, wp.vec3(t[0] * sc[0] + bi[0], t[1] * sc[1] + bi[1], t[2] * sc[2] + bi[2])
+            )
     rgb = wp.cw_mul(ambient[0], kd)
     for i in range(dir_lights.shape[0]):
         d = -dir_lights[i, 0]
         lc = dir_lights[i, 1]
-        rgb += wp.cw_mul(diffuse(n, lc, d), kd) + wp.cw_mul(specular(p, n, d, lc, cam, shininess), ks)
+        rgb += wp.cw_mul(diffuse(n, lc, d), kd) + wp.cw_mul(
+            specular(p, n, d, lc, cam, shininess), ks
+        )
     for i in range(point_lights.shape[0]):
         d = point_lights[i, 0] - p
         lc = point_lights[i, 1]
-        rgb += wp.cw_mul(diffuse(n, lc, d), kd) + wp.cw_mul(specular(p, n, d, lc, cam, shininess), ks)
+        rgb += wp.cw_mul(diffuse(n, lc, d), kd) + wp.cw_mul(
+            specular(p, n, d, lc, cam, shininess), ks
+        )
     alpha = wp.clamp(alpha, 0.0, 1.0)
     rgba_out[y, x] = wp.vec4(rgb[0] * alpha, rgb[1] * alpha, rgb[2] * alpha, alpha)
 
@@ -245,9 +249,12 @@ def _resolve_kernel(
         depth_out[y, x] = z
 
 
-def launch_resolve(rgba, fragments, face_mesh, view, s: int, color, depth, face_id, mesh_id) -> None:
+def launch_resolve(
+    rgba, fragments, face_mesh, view, s: int, color, depth, face_id, mesh_id
+) -> None:
     """Box-filters s x s samples per pixel (straight alpha out) and takes the centre
-    sample's depth, face and mesh (-1 / inf where empty or beyond the far distance ``view[2][0]``)."""
+    sample's depth, face and mesh (-1 / inf where empty or beyond the far distance,
+    ``view[2][0]``)."""
     h, w = color.shape
     wp.launch(
         _resolve_kernel,

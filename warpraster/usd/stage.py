@@ -49,7 +49,8 @@ def open_stage(source) -> Usd.Stage:
         raise SceneError(str(path), "is a folder, not a USD file")
     if path.suffix.lower() not in USD_SUFFIXES:
         raise SceneError(
-            str(path), f"not a USD file (suffix {path.suffix or 'none'!r}; reads {', '.join(USD_SUFFIXES)})"
+            str(path),
+            f"not a USD file (suffix {path.suffix or 'none'!r}; reads {', '.join(USD_SUFFIXES)})",
         )
     try:
         stage = Usd.Stage.Open(str(path))

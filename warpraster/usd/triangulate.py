@@ -62,7 +62,11 @@ def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _unfannable_polygons(
-    counts: np.ndarray, corner: np.ndarray, face: np.ndarray, indices: np.ndarray, points: np.ndarray
+    counts: np.ndarray,
+    corner: np.ndarray,
+    face: np.ndarray,
+    indices: np.ndarray,
+    points: np.ndarray,
 ) -> np.ndarray:
     """Polygons (>= 4 corners) whose fan from corner 0 is not a triangulation of them.
 
@@ -130,9 +134,7 @@ def _ear_clip(ring: np.ndarray) -> list[tuple[int, int, int]]:
     return tris
 
 
-def triangulate(
-    counts, indices, points=None, *, left_handed: bool = False
-) -> Triangulation:
+def triangulate(counts, indices, points=None, *, left_handed: bool = False) -> Triangulation:
     """Triangulates ``faceVertexCounts`` / ``faceVertexIndices`` (already validated).
 
     Args:
@@ -167,7 +169,9 @@ def triangulate(
                 for a, b, c in _ear_clip(plane):
                     extra_corner.append(rows[[a, b, c]])
                     extra_face.append(poly)
-            corner = np.concatenate([corner[keep], np.asarray(extra_corner, np.int64).reshape(-1, 3)])
+            corner = np.concatenate(
+                [corner[keep], np.asarray(extra_corner, np.int64).reshape(-1, 3)]
+            )
             face = np.concatenate([face[keep], np.asarray(extra_face, np.int64)])
             order = np.argsort(face, kind="stable")
             corner, face = corner[order], face[order]
