@@ -138,30 +138,41 @@ class FrameBatch:
         self.first = wp.array(np.arange(batch, dtype=np.int32) * self.nf, device=device)
         self.count = wp.full(batch, self.nf, dtype=wp.int32, device=device)
         self.verts = wp.empty(batch * self.nv, dtype=wp.vec3, device=device)
-        self.ids = wp.zeros(batch, dtype=wp.int32, device=device)
-        self.slots = wp.zeros(batch, dtype=wp.int32, device=device)
         self.counts = wp.zeros(num_frames + 1, dtype=wp.int32, device=device)
         self.settings = wr.RasterSettings(image_size=size, faces_per_pixel=k, blur_radius=blur,
                                           bin_size=bin_size)  # fmt: skip
         self.ws = wr.RasterWorkspace(num_meshes=batch, num_faces=batch * self.nf,
                                      settings=self.settings, device=device)  # fmt: skip
 
-    def render(self, frames, *, validate: bool = False):
-        """Renders up to B frames (padded with the last; padded images count nowhere)."""
+    def plan(self, frames) -> int:
+        """Uploads the frame ids of ``frames`` in calls of B (the last padded with its last
+        frame; padded images count nowhere), once; returns the number of calls."""
         frames = list(frames)
-        ids = np.array(frames + [frames[-1]] * (self.batch - len(frames)), dtype=np.int32)
-        slots = np.array(frames + [self.num_frames] * (self.batch - len(frames)), dtype=np.int32)
-        self.ids.assign(ids)
-        self.slots.assign(slots)
+        calls = max(1, -(-len(frames) // self.batch))
+        pad = calls * self.batch - len(frames)
+        ids = np.array(frames + [frames[-1]] * pad, dtype=np.int32).reshape(calls, self.batch)
+        slots = np.array(frames + [self.num_frames] * pad, dtype=np.int32)
+        self.ids = wp.array(ids, dtype=wp.int32, device=self.device)
+        self.slots = wp.array(slots.reshape(calls, self.batch), dtype=wp.int32, device=self.device)
+        return calls
+
+    def render_call(self, i: int, *, validate: bool = False):
+        """Call ``i`` of the plan: pose, rasterize (no allocation, no host read unless
+        ``validate``), count covered pixels per frame."""
         wp.launch(_pose_frames, dim=(self.batch, self.nv),
-                  inputs=[self.base, self.ids, self.num_frames], outputs=[self.verts],
+                  inputs=[self.base, self.ids[i], self.num_frames], outputs=[self.verts],
                   device=self.device)  # fmt: skip
         frags = wr.rasterize_meshes(self.verts, self.faces, self.first, self.count,
                                     settings=self.settings, workspace=self.ws,
                                     validate=validate)  # fmt: skip
         wp.launch(_coverage, dim=frags.pix_to_face.shape[:3], inputs=[frags.pix_to_face,
-                  self.slots], outputs=[self.counts], device=self.device)  # fmt: skip
+                  self.slots[i]], outputs=[self.counts], device=self.device)  # fmt: skip
         return frags
+
+    def render(self, frames, *, validate: bool = False):
+        """Renders up to B frames (one call)."""
+        self.plan(frames)
+        return self.render_call(0, validate=validate)
 
 
 def _host(frags) -> dict[str, np.ndarray]:
@@ -265,6 +276,9 @@ def check_threads(devs: list[str], repeats: int = 40) -> None:
         jobs.append((args, want))
     errors2: list[str] = []
     start2 = threading.Barrier(len(devs))
+    # the op enters wp.ScopedDevice, whose default device is one per process: see whether
+    # two threads leave it as they found it (informational: the op passes devices itself)
+    wp.set_device(devs[1])
 
     def run_torch(i):
         args, want = jobs[i]
@@ -283,8 +297,11 @@ def check_threads(devs: list[str], repeats: int = 40) -> None:
         t.start()
     for t in threads:
         t.join(timeout=300)
+    after = str(wp.get_device())
+    wp.set_device(devs[0])
     report("threads", not errors2, f"torch op, default context, {repeats} calls per thread: "
-           + ("; ".join(errors2) or "every result equals its device's call alone"))  # fmt: skip
+           + ("; ".join(errors2) or "every result equals its device's call alone")
+           + f" (Warp's default device before {devs[1]}, after {after})")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- 3. DDP
@@ -357,10 +374,10 @@ def _throughput_rank(rank: int, world: int, cfg: dict, frames_total: int, repeat
     wp.init()
     fb = FrameBatch(device, num_frames=frames_total, **cfg)
     mine = list(shard_frames(frames_total, rank, world))
-    chunks = [mine[i : i + fb.batch] for i in range(0, len(mine), fb.batch)]
-    with wp.ScopedDevice(device):
-        for c in chunks[:2]:  # warm-up: load modules, capture the call graph
-            fb.render(c, validate=True)
+    calls = fb.plan(mine)
+    with wp.ScopedDevice(device):  # (one thread per process: the default device is ours)
+        for i in range(min(calls, 2)):  # warm-up: load modules, capture the call graph
+            fb.render_call(i, validate=True)
         wp.synchronize_device(device)
         times = []
         for _ in range(repeats):
@@ -368,8 +385,8 @@ def _throughput_rank(rank: int, world: int, cfg: dict, frames_total: int, repeat
             wp.synchronize_device(device)
             barrier.wait()
             t0 = time.time()
-            for c in chunks:
-                fb.render(c)
+            for i in range(calls):
+                fb.render_call(i)
             wp.synchronize_device(device)
             times.append((t0, time.time()))
     np.savez(os.path.join(out_dir, f"tp{rank}.npz"), times=np.array(times),
