@@ -62,7 +62,8 @@ def vector_type(d: int) -> type:
     return _VECTOR_TYPES[d]
 
 
-def _is_torch(x) -> bool:
+def is_torch(x) -> bool:
+    """Whether ``x`` is a torch object (rejected here: use ``warpraster.torch``)."""
     return type(x).__module__.startswith("torch")
 
 
@@ -112,7 +113,7 @@ def as_float_array(x, name: str, shape: tuple, device=None, requires_grad: bool 
         TypeError: torch tensors, wrong dtypes.
         ValueError: wrong shapes, wrong device.
     """
-    if _is_torch(x):
+    if is_torch(x):
         raise TypeError(f"{name} is a torch tensor: use warpraster.torch for torch inputs")
 
     def _check_shape(got):
@@ -162,7 +163,7 @@ def as_fragment_arrays(pix_to_face, bary_coords, device=None):
     are (``bary_coords`` must be ``vec3``: Warp arrays have at most 4 dims).
     """
     for x, nm in ((pix_to_face, "pix_to_face"), (bary_coords, "bary_coords")):
-        if _is_torch(x):
+        if is_torch(x):
             raise TypeError(f"{nm} is a torch tensor: use warpraster.torch for torch inputs")
     if device is None:
         for x in (pix_to_face, bary_coords):
@@ -212,7 +213,7 @@ def as_fragment_arrays(pix_to_face, bary_coords, device=None):
 
 
 def _check_out(out, name: str, shape: tuple[int, ...], d: int, device) -> wp.array:
-    """A caller's output array: (N, H, W, K) of vector(d) (or float32 when d == 1... not used)."""
+    """Checks a caller's output array: contiguous (N, H, W, K) of vector(d, float32)."""
     if not isinstance(out, wp.array):
         raise TypeError(f"{name} must be a wp.array, got {type(out).__name__}")
     if _vector_length(out.dtype) != d or tuple(out.shape) != shape:
@@ -227,7 +228,8 @@ def _check_out(out, name: str, shape: tuple[int, ...], d: int, device) -> wp.arr
     return out
 
 
-def _check_face_range(faces: wp.array, n_rows: int, name: str, rows: str):
+def check_face_range(faces: wp.array, n_rows: int, name: str, rows: str):
+    """Raises ValueError unless every index of ``faces`` is in [0, n_rows) (reads it back)."""
     fa = faces.numpy()
     if fa.size and (fa.min() < 0 or fa.max() >= n_rows):
         raise ValueError(
@@ -356,7 +358,8 @@ def _launch(p2f, bary, face_attrs, vert_attrs, faces, d, verts_ndc, ndc_faces, p
     )
 
 
-def _alloc_out(out, name, shape, d, device, requires_grad):
+def alloc_vector_out(out, name, shape, d, device, requires_grad):
+    """``out`` checked, or a new zeroed (N, H, W, K) ``vector(d)`` array."""
     if out is not None:
         return _check_out(out, name, shape, d, device)
     return wp.zeros(shape, dtype=vector_type(d), device=device, requires_grad=requires_grad)
@@ -409,7 +412,7 @@ def interpolate_face_attributes(
             )
     shape = tuple(p2f.shape)
     rg = bool(fa.requires_grad or bary.requires_grad)
-    values = _alloc_out(out, "out", shape, d, device, rg)
+    values = alloc_vector_out(out, "out", shape, d, device, rg)
     _launch(p2f, bary, fa, None, None, d, None, None, False, [values, None, None])
     return values
 
@@ -481,16 +484,16 @@ def interpolate_vertex_attributes(
         if mx >= fcs.shape[0]:
             raise ValueError(f"pix_to_face holds face {mx}, but faces has {fcs.shape[0]} faces")
     if validate:
-        _check_face_range(fcs, attrs.shape[0], "faces", "attribute rows")
+        check_face_range(fcs, attrs.shape[0], "faces", "attribute rows")
         if vn is not None:
-            _check_face_range(nf, vn.shape[0], "ndc_faces", "vertices in verts_ndc")
+            check_face_range(nf, vn.shape[0], "ndc_faces", "vertices in verts_ndc")
     shape = tuple(p2f.shape)
     rg = bool(attrs.requires_grad or bary.requires_grad or (vn is not None and vn.requires_grad))
-    values = _alloc_out(out, "out", shape, d, device, rg)
+    values = alloc_vector_out(out, "out", shape, d, device, rg)
     if vn is None:
         _launch(p2f, bary, None, attrs, fcs, d, None, None, False, [values, None, None])
         return values
-    ddx = _alloc_out(out_dx, "out_dx", shape, d, device, rg)
-    ddy = _alloc_out(out_dy, "out_dy", shape, d, device, rg)
+    ddx = alloc_vector_out(out_dx, "out_dx", shape, d, device, rg)
+    ddy = alloc_vector_out(out_dy, "out_dy", shape, d, device, rg)
     _launch(p2f, bary, None, attrs, fcs, d, vn, nf, perspective_correct, [values, ddx, ddy])
     return values, ddx, ddy

@@ -46,12 +46,12 @@ import warp as wp
 from ..geometry import pixel_centre
 from ..meshes import as_faces_array, as_vec3_array
 from .interpolate import (
-    _alloc_out,
-    _check_face_range,
-    _is_torch,
+    alloc_vector_out,
     as_float_array,
     bary_derivatives,
+    check_face_range,
     float_view,
+    is_torch,
 )
 from .textures import fragment_arrays, parse_enum
 
@@ -472,7 +472,7 @@ def _texture(
 
 
 def _as_slot_vec2(x, name: str, shape, device) -> wp.array:
-    if _is_torch(x):
+    if is_torch(x):
         raise TypeError(f"{name} is a torch tensor: use warpraster.torch for torch inputs")
     if isinstance(x, wp.array):
         if x.dtype != wp.vec2 or x.ndim != 4:
@@ -495,7 +495,7 @@ def _as_slot_vec2(x, name: str, shape, device) -> wp.array:
 
 
 def _as_slot_faces(x, shape, device) -> wp.array:
-    if _is_torch(x):
+    if is_torch(x):
         raise TypeError("pix_to_face is a torch tensor: use warpraster.torch for torch inputs")
     if isinstance(x, wp.array):
         if x.dtype != wp.int32 or tuple(x.shape) != tuple(shape):
@@ -600,7 +600,7 @@ def texture(
         )
     c = maps.shape[3]
     rg = bool(maps.requires_grad or uvs.requires_grad or (dxs is not None and dxs.requires_grad))
-    texels = _alloc_out(out, "out", shape, c, device, rg)
+    texels = alloc_vector_out(out, "out", shape, c, device, rg)
     n, h, w, k = shape
     wp.launch(
         _texture,
@@ -735,7 +735,7 @@ class TexturesUVMipmap:
             verts_uvs, "verts_uvs", (None, 2), self.device, requires_grad
         )
         self.faces_uvs = as_faces_array(faces_uvs, "faces_uvs", self.device)
-        _check_face_range(self.faces_uvs, self.verts_uvs.shape[0], "faces_uvs", "UVs")
+        check_face_range(self.faces_uvs, self.verts_uvs.shape[0], "faces_uvs", "UVs")
 
     @property
     def uses_mipmaps(self) -> bool:
@@ -799,7 +799,7 @@ class TexturesUVMipmap:
                     f"faces has {fcs.shape[0]} faces, faces_uvs has {self.faces_uvs.shape[0]}"
                 )
             if validate:
-                _check_face_range(fcs, vn.shape[0], "faces", "vertices in verts_ndc")
+                check_face_range(fcs, vn.shape[0], "faces", "vertices in verts_ndc")
         if rebuild_mipmaps and self.uses_mipmaps:
             self.pyramid.build()
         c = self.channels
@@ -809,7 +809,7 @@ class TexturesUVMipmap:
             or bary.requires_grad
             or (vn is not None and vn.requires_grad)
         )
-        texels = _alloc_out(out, "out", tuple(p2f.shape), c, self.device, rg)
+        texels = alloc_vector_out(out, "out", tuple(p2f.shape), c, self.device, rg)
         nn, h, w, k = p2f.shape
         wp.launch(
             _sample_uv_mipmap,

@@ -32,10 +32,10 @@ import warp as wp
 
 from ..meshes import as_faces_array
 from .interpolate import (
-    _alloc_out,
-    _check_face_range,
+    alloc_vector_out,
     as_float_array,
     as_fragment_arrays,
+    check_face_range,
     float_view,
     interpolate_vertex_attributes,
 )
@@ -328,7 +328,7 @@ class TexturesUV:
             raise ValueError(f"maps must be non-empty (N, Ht, Wt, C), got {self.maps.shape}")
         self.verts_uvs = as_float_array(verts_uvs, "verts_uvs", (None, 2), device, requires_grad)
         self.faces_uvs = as_faces_array(faces_uvs, "faces_uvs", device)
-        _check_face_range(self.faces_uvs, self.verts_uvs.shape[0], "faces_uvs", "UVs")
+        check_face_range(self.faces_uvs, self.verts_uvs.shape[0], "faces_uvs", "UVs")
         self.device = device
 
     @property
@@ -367,7 +367,7 @@ class TexturesUV:
             raise ValueError(f"fragments are on {p2f.device}, the texture on {self.device}")
         c = self.channels
         rg = bool(self.maps.requires_grad or self.verts_uvs.requires_grad or bary.requires_grad)
-        texels = _alloc_out(out, "out", tuple(p2f.shape), c, self.device, rg)
+        texels = alloc_vector_out(out, "out", tuple(p2f.shape), c, self.device, rg)
         nn, h, w, k = p2f.shape
         wp.launch(
             _sample_uv,
