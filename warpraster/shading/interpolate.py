@@ -430,7 +430,7 @@ def interpolate_vertex_attributes(
     out_dx: wp.array | None = None,
     out_dy: wp.array | None = None,
     validate: bool = True,
-):
+) -> wp.array | tuple[wp.array, wp.array, wp.array]:
     """Interpolates per-vertex attributes at each fragment (nvdiffrast's ``interpolate``).
 
     Value: ``sum_i bary[i] * attributes[faces[f, i]]`` with ``f = pix_to_face``;
