@@ -21,6 +21,11 @@ from there the vertices through the rasterizer's own backward, when the
 fragments were recorded on the same tape) and, for the derivative outputs, the
 projected vertices ``verts_ndc``.
 
+Vector-typed arrays are handed to the kernels as float32 views that share their
+data and their ``.grad`` buffer: write upstream gradients into a result's
+existing ``.grad`` (``out.grad.assign(g)``, ``wp.copy``), do not rebind
+``out.grad`` to a new array after the call was recorded.
+
 Screen-space derivative units: per pixel, ``d/dx`` along image columns to the
 right (increasing ``xi``), ``d/dy`` along rows downwards (increasing ``yi``).
 PyTorch3D's NDC has +X left and +Y up and a pixel spans ``2 / min(H, W)`` NDC
