@@ -16,7 +16,9 @@ import warp as wp
 from np_reference import rasterize_reference
 
 import warpraster as wr
-from warpraster.fragments import DeterministicBackward, allocate_fragments, recompute_fragments
+from warpraster.backward import DeterministicBackward
+from warpraster.backward.recompute import recompute_fragments
+from warpraster.fragments import allocate_fragments
 from warpraster.primitives import ico_sphere
 
 

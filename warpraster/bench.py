@@ -261,14 +261,14 @@ def run_scene(
     fr = ws.fragments
     ws_bytes = _nbytes(
         ws.face_mesh, ws.face_bbox, ws.face_verts, ws.no_neighbors, ws.counters,
-        ws.tile_offset, ws.tile_faces, ws.depth_keys, ws.face_grads.face_grad,
+        ws.bin_offset, ws.bin_faces, ws.depth_keys, ws.face_grads.face_grad,
     )  # fmt: skip
     out_bytes = _nbytes(fr.pix_to_face, fr.zbuf, fr.bary_coords, fr.dists)
     return {
         **asdict(scene),
         "faces": int(len(f)),
         "bin_size": bs,
-        "tile": f"{ws.tile_h}x{ws.tile_w}",
+        "bin": f"{ws.bin_h}x{ws.bin_w}",
         "device": str(device),
         "fwd_ms": statistics.median(fwd),
         "graph_fwd_ms": graph_fwd,
@@ -406,7 +406,7 @@ def main(argv=None) -> int:
         scenes = [s for s in GPU_SCENES + CPU_SCENES if s.name in wanted]
     rows = []
     head = (
-        f"{'scene':<26}{'faces':>9}{'tile':>5}{'fwd ms':>10}{'fwd+bwd':>10}{'bwd':>9}"
+        f"{'scene':<26}{'faces':>9}{'bin':>5}{'fwd ms':>10}{'fwd+bwd':>10}{'bwd':>9}"
         f"{'target':>8}{'check':>7}{'ws MB':>8}{'out MB':>8}{'graph fwd':>10}{'g f+b':>8}"
         f"{'peak MB':>9}{'+call':>7}"
     )
@@ -421,7 +421,7 @@ def main(argv=None) -> int:
         tgt = f"{sc.target_ms:.2f}" if sc.target_ms else "-"
         ok = "ok" if r["check_mismatches"] == 0 else f"{r['check_mismatches']}!"
         print(
-            f"{sc.name:<26}{r['faces']:>9}{r['tile']:>5}{r['fwd_ms']:>10.3f}"
+            f"{sc.name:<26}{r['faces']:>9}{r['bin']:>5}{r['fwd_ms']:>10.3f}"
             f"{r['fwd_bwd_ms']:>10.3f}{r['bwd_ms']:>9.3f}{tgt:>8}{ok:>7}"
             f"{r['workspace_bytes'] / 2**20:>8.1f}{r['output_bytes'] / 2**20:>8.1f}"
             + (

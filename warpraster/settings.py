@@ -212,7 +212,7 @@ class Tuning:
             a multiple of 4.
         register_queue_max_k: largest K served by a top-K queue in registers
             (at most 16); larger K keep the queue in the output arrays.
-        max_sorted_tile: longest bin list sorted by face index when faces must be
+        max_sorted_bin: longest bin list sorted by face index when faces must be
             offered in index order (clipped meshes); longer lists fall back to
             every face of the mesh (exact, slower).
         max_registers: CUDA register caps per kernel family, as sorted
@@ -227,7 +227,7 @@ class Tuning:
     small_face_lanes: int | None = None
     wide_outputs: bool = True
     register_queue_max_k: int = 16
-    max_sorted_tile: int = 256
+    max_sorted_bin: int = 256
     max_registers: tuple[tuple[str, int], ...] = field(default=())
     call_graphs: bool | None = None
     specialize: bool | None = None
@@ -241,7 +241,7 @@ class Tuning:
         if not 0 <= q <= 16:
             raise ValueError(f"register_queue_max_k must be in [0, 16], got {q}")
         put(self, "register_queue_max_k", q)
-        put(self, "max_sorted_tile", _optional_int(self.max_sorted_tile, "max_sorted_tile", 1))
+        put(self, "max_sorted_bin", _optional_int(self.max_sorted_bin, "max_sorted_bin", 1))
         regs = dict(self.max_registers)
         for name, cap in regs.items():
             if cap is not None:

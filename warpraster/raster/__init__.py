@@ -10,7 +10,7 @@ gradients here: :mod:`warpraster.backward` registers them.
 
 from .clipped import ClipWorkspace, rasterize_clipped
 from .launch import rasterize_naive_at, rasterize_packed
-from .workspace import CallGraph, LaunchCache, RasterWorkspace, default_max_faces_per_bin, tile_shape
+from .workspace import CallGraph, LaunchCache, RasterWorkspace, default_max_faces_per_bin, bin_shape
 
 __all__ = [
     "CallGraph",
@@ -21,5 +21,5 @@ __all__ = [
     "rasterize_clipped",
     "rasterize_naive_at",
     "rasterize_packed",
-    "tile_shape",
+    "bin_shape",
 ]

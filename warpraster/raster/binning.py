@@ -1,11 +1,11 @@
-"""Coarse pass: compacted per-(image, tile) lists of the faces whose bounding box
-touches the tile.
+"""Coarse pass: compacted per-(image, bin) lists of the faces whose bounding box
+touches the bin.
 
-Three launches, no host reads: count the (face, tile) pairs per tile, an
-exclusive prefix sum of the counts gives each tile's start in one flat list,
-then every face writes itself into the tiles it touches. The list has a fixed
-capacity; a tile whose entries do not fit (or exceed ``max_faces_per_bin``) is
-"overflowed": the fine pass then tests all faces of the mesh for that tile's
+Three launches, no host reads: count the (face, bin) pairs per bin, an
+exclusive prefix sum of the counts gives each bin's start in one flat list,
+then every face writes itself into the bins it touches. The list has a fixed
+capacity; a bin whose entries do not fit (or exceed ``max_faces_per_bin``) is
+"overflowed": the fine pass then tests all faces of the mesh for that bin's
 pixels, so the output stays exact whatever the capacity. Faces within a list
 are in no particular order; the fine pass's queue is a total order on
 (depth, face index), so the order does not change the result.
@@ -71,95 +71,95 @@ def box_pixels(box: wp.vec4i) -> int:
 
 
 @wp.func
-def face_tiles(
-    bb: wp.vec4, height: int, width: int, tile_h: int, tile_w: int, small: int
+def face_bins(
+    bb: wp.vec4, height: int, width: int, bin_h: int, bin_w: int, small: int
 ) -> wp.vec4i:
-    """(ty0, ty1, tx0, tx1) inclusive range of tiles (``tile_h`` rows x ``tile_w``
+    """(ty0, ty1, tx0, tx1) inclusive range of bins (``bin_h`` rows x ``bin_w``
     columns of pixels) of a face bbox; ty0 > ty1 if none (also when the face
     covers at most ``small`` pixels: another pass draws those)."""
     box = pixel_box(bb, height, width)
     npix = box_pixels(box)
     if npix == 0 or npix <= small:
         return wp.vec4i(1, 0, 1, 0)
-    return wp.vec4i(box[0] // tile_h, box[1] // tile_h, box[2] // tile_w, box[3] // tile_w)
+    return wp.vec4i(box[0] // bin_h, box[1] // bin_h, box[2] // bin_w, box[3] // bin_w)
 
 
 @wp.kernel
-def _count_tiles(
+def _count_bins(
     face_mesh: wp.array(dtype=wp.int32),
     face_bbox: wp.array(dtype=wp.vec4),
     height: int,
     width: int,
-    tile_h: int,
-    tile_w: int,
-    tiles_y: int,
-    tiles_x: int,
+    bin_h: int,
+    bin_w: int,
+    bins_y: int,
+    bins_x: int,
     small: int,
-    tile_count: wp.array(dtype=wp.int32),
+    bin_count: wp.array(dtype=wp.int32),
 ):
     f = wp.tid()
     m = face_mesh[f]
     if m < 0:
         return
-    r = face_tiles(face_bbox[f], height, width, tile_h, tile_w, small)
-    base = m * tiles_y * tiles_x
+    r = face_bins(face_bbox[f], height, width, bin_h, bin_w, small)
+    base = m * bins_y * bins_x
     for ty in range(r[0], r[1] + 1):
         for tx in range(r[2], r[3] + 1):
-            wp.atomic_add(tile_count, base + ty * tiles_x + tx, 1)
+            wp.atomic_add(bin_count, base + ty * bins_x + tx, 1)
 
 
 @wp.kernel
-def _fill_tiles(
+def _fill_bins(
     face_mesh: wp.array(dtype=wp.int32),
     face_bbox: wp.array(dtype=wp.vec4),
     height: int,
     width: int,
-    tile_h: int,
-    tile_w: int,
-    tiles_y: int,
-    tiles_x: int,
+    bin_h: int,
+    bin_w: int,
+    bins_y: int,
+    bins_x: int,
     small: int,
-    tile_offset: wp.array(dtype=wp.int32),
-    tile_cursor: wp.array(dtype=wp.int32),
-    tile_faces: wp.array(dtype=wp.int32),
+    bin_offset: wp.array(dtype=wp.int32),
+    bin_cursor: wp.array(dtype=wp.int32),
+    bin_faces: wp.array(dtype=wp.int32),
 ):
     f = wp.tid()
     m = face_mesh[f]
     if m < 0:
         return
-    r = face_tiles(face_bbox[f], height, width, tile_h, tile_w, small)
-    base = m * tiles_y * tiles_x
-    capacity = tile_faces.shape[0]
+    r = face_bins(face_bbox[f], height, width, bin_h, bin_w, small)
+    base = m * bins_y * bins_x
+    capacity = bin_faces.shape[0]
     for ty in range(r[0], r[1] + 1):
         for tx in range(r[2], r[3] + 1):
-            t = base + ty * tiles_x + tx
-            pos = tile_offset[t] + wp.atomic_add(tile_cursor, t, 1)
+            t = base + ty * bins_x + tx
+            pos = bin_offset[t] + wp.atomic_add(bin_cursor, t, 1)
             if pos < capacity:
-                tile_faces[pos] = f
+                bin_faces[pos] = f
 
 
 @wp.kernel
-def _sort_tiles(
-    tile_count: wp.array(dtype=wp.int32),
-    tile_offset: wp.array(dtype=wp.int32),
+def _sort_bins(
+    bin_count: wp.array(dtype=wp.int32),
+    bin_offset: wp.array(dtype=wp.int32),
     max_sorted: int,
-    tile_faces: wp.array(dtype=wp.int32),
+    bin_faces: wp.array(dtype=wp.int32),
 ):
-    """Ascending face order within each tile's list (insertion sort, one thread per
-    tile); lists longer than ``max_sorted`` or beyond capacity are left alone (the
+    """Ascending face order within each bin's list (insertion sort, one thread per
+    bin); lists longer than ``max_sorted`` or beyond capacity are left alone (the
     fine pass treats them as overflowed)."""
     t = wp.tid()
-    count = tile_count[t]
-    start = tile_offset[t]
-    if count > max_sorted or start + count > tile_faces.shape[0]:
+    count = bin_count[t]
+    start = bin_offset[t]
+    if count > max_sorted or start + count > bin_faces.shape[0]:
         return
     for i in range(start + 1, start + count):
-        v = tile_faces[i]
+        v = bin_faces[i]
         j = i - 1
-        while j >= start and tile_faces[j] > v:
-            tile_faces[j + 1] = tile_faces[j]
+        while j >= start and bin_faces[j] > v:
+            bin_faces[j + 1] = bin_faces[j]
             j -= 1
-        tile_faces[j + 1] = v
+        bin_faces[j + 1] = v
 
 
 def _launch(name, kernel, dim, inputs, outputs=()):
@@ -167,32 +167,32 @@ def _launch(name, kernel, dim, inputs, outputs=()):
               record_tape=False)  # fmt: skip
 
 
-def sort_tiles(tile_count, tile_offset, tile_faces, max_sorted: int, launch=_launch) -> None:
-    """Puts each tile's list of at most ``max_sorted`` faces in ascending face order
+def sort_bins(bin_count, bin_offset, bin_faces, max_sorted: int, launch=_launch) -> None:
+    """Puts each bin's list of at most ``max_sorted`` faces in ascending face order
     (longer lists are left as they are: the fine pass then tests every face of the
-    mesh in order, see ``Tuning.max_sorted_tile``).
+    mesh in order, see ``Tuning.max_sorted_bin``).
 
     ``launch(name, kernel, dim, inputs, outputs)`` runs a kernel (e.g. a
     :class:`warpraster.raster.LaunchCache`); default: ``wp.launch``."""
     launch(
-        "sort_tiles",
-        _sort_tiles,
-        tile_count.shape[0],
-        [tile_count, tile_offset, max_sorted],
-        [tile_faces],
+        "sort_bins",
+        _sort_bins,
+        bin_count.shape[0],
+        [bin_count, bin_offset, max_sorted],
+        [bin_faces],
     )
 
 
-def tile_grid(height: int, width: int, tile_h: int, tile_w: int) -> tuple[int, int]:
-    """Number of tiles along (y, x)."""
-    return (height + tile_h - 1) // tile_h, (width + tile_w - 1) // tile_w
+def bin_grid(height: int, width: int, bin_h: int, bin_w: int) -> tuple[int, int]:
+    """Number of bins along (y, x)."""
+    return (height + bin_h - 1) // bin_h, (width + bin_w - 1) // bin_w
 
 
-def default_capacity(num_faces: int, num_tiles: int) -> int:
-    """Entries of the flat list when no per-tile cap is given: room for every face
-    touching ~8 tiles; scenes of larger faces overflow some tiles, which then run
+def default_capacity(num_faces: int, num_bins: int) -> int:
+    """Entries of the flat list when no per-bin cap is given: room for every face
+    touching ~8 bins; scenes of larger faces overflow some bins, which then run
     the exact fallback (no slower than the naive pass for those pixels)."""
-    return max(8 * num_faces + 4 * num_tiles, 1024)
+    return max(8 * num_faces + 4 * num_bins, 1024)
 
 
 def coarse_bin(
@@ -200,28 +200,28 @@ def coarse_bin(
     face_bbox,
     height: int,
     width: int,
-    tile_h: int,
-    tile_w: int,
-    tile_count,
-    tile_offset,
-    tile_cursor,
-    tile_faces,
+    bin_h: int,
+    bin_w: int,
+    bin_count,
+    bin_offset,
+    bin_cursor,
+    bin_faces,
     small: int = 0,
     launch=_launch,
     zeroed: bool = False,
 ):
-    """Fills the compacted per-tile face lists. Capturable: no host reads.
+    """Fills the compacted per-bin face lists. Capturable: no host reads.
 
     Faces covering at most ``small`` pixels are left out (0: none left out).
-    ``launch`` runs the kernels, as in :func:`sort_tiles`. ``zeroed``: the
-    caller has zeroed ``tile_count`` and ``tile_cursor`` already.
+    ``launch`` runs the kernels, as in :func:`sort_bins`. ``zeroed``: the
+    caller has zeroed ``bin_count`` and ``bin_cursor`` already.
     """
-    ty, tx = tile_grid(height, width, tile_h, tile_w)
+    ty, tx = bin_grid(height, width, bin_h, bin_w)
     nf = face_mesh.shape[0]
     if not zeroed:
-        tile_count.zero_()
-        tile_cursor.zero_()
-    args = [face_mesh, face_bbox, height, width, tile_h, tile_w, ty, tx, small]
-    launch("count_tiles", _count_tiles, nf, args, [tile_count])
-    wp.utils.array_scan(tile_count, tile_offset, inclusive=False)
-    launch("fill_tiles", _fill_tiles, nf, [*args, tile_offset], [tile_cursor, tile_faces])
+        bin_count.zero_()
+        bin_cursor.zero_()
+    args = [face_mesh, face_bbox, height, width, bin_h, bin_w, ty, tx, small]
+    launch("count_bins", _count_bins, nf, args, [bin_count])
+    wp.utils.array_scan(bin_count, bin_offset, inclusive=False)
+    launch("fill_bins", _fill_bins, nf, [*args, bin_offset], [bin_cursor, bin_faces])

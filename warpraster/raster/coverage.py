@@ -42,16 +42,16 @@ class PassArgs:
     blur_radius: float
     perspective: int
     clip_bary: int
-    # bins ("tiles"): compacted per-tile face lists, see binning.py
+    # bins ("bins"): compacted per-bin face lists, see binning.py
     naive: int
-    tile_h: int
-    tile_w: int
-    tiles_y: int
-    tiles_x: int
-    tile_count: wp.array(dtype=wp.int32)
-    tile_offset: wp.array(dtype=wp.int32)
-    tile_faces: wp.array(dtype=wp.int32)
-    max_per_tile: int
+    bin_h: int
+    bin_w: int
+    bins_y: int
+    bins_x: int
+    bin_count: wp.array(dtype=wp.int32)
+    bin_offset: wp.array(dtype=wp.int32)
+    bin_faces: wp.array(dtype=wp.int32)
+    max_per_bin: int
     overflow: wp.array(dtype=wp.int32)
     # K = 1: the queue starts from the (depth, face) keys the small-face pass left
     seeded: int
@@ -165,28 +165,28 @@ def before(za: float, fa: int, zb: float, fb: int) -> bool:
 
 
 @wp.func
-def locate_tile_pixel(ps: PassArgs, tid: int) -> wp.vec4i:
-    """Thread -> (image, tile, row, column): consecutive threads sweep one tile,
+def locate_bin_pixel(ps: PassArgs, tid: int) -> wp.vec4i:
+    """Thread -> (image, bin, row, column): consecutive threads sweep one bin,
     so a thread block reads the same face list (cache broadcast)."""
-    tt = ps.tile_h * ps.tile_w
+    tt = ps.bin_h * ps.bin_w
     local = tid % tt
-    tile = tid // tt
-    per_image = ps.tiles_y * ps.tiles_x
-    n = tile // per_image
-    tile_in_image = tile - n * per_image
-    yi = (tile_in_image // ps.tiles_x) * ps.tile_h + local // ps.tile_w
-    xi = (tile_in_image % ps.tiles_x) * ps.tile_w + local % ps.tile_w
-    return wp.vec4i(n, tile, yi, xi)
+    bin = tid // tt
+    per_image = ps.bins_y * ps.bins_x
+    n = bin // per_image
+    bin_in_image = bin - n * per_image
+    yi = (bin_in_image // ps.bins_x) * ps.bin_h + local // ps.bin_w
+    xi = (bin_in_image % ps.bins_x) * ps.bin_w + local % ps.bin_w
+    return wp.vec4i(n, bin, yi, xi)
 
 
 @wp.func
-def face_range(ps: PassArgs, n: int, tile: int, first_pixel: bool) -> wp.vec3i:
-    """(begin, end, indirect) of the faces to test for a tile: its list, or all
+def face_range(ps: PassArgs, n: int, bin: int, first_pixel: bool) -> wp.vec3i:
+    """(begin, end, indirect) of the faces to test for a bin: its list, or all
     faces of the mesh when the pass is naive or the list overflowed."""
     if ps.naive == 0:
-        count = ps.tile_count[tile]
-        start = ps.tile_offset[tile]
-        if count <= ps.max_per_tile and start + count <= ps.tile_faces.shape[0]:
+        count = ps.bin_count[bin]
+        start = ps.bin_offset[bin]
+        if count <= ps.max_per_bin and start + count <= ps.bin_faces.shape[0]:
             return wp.vec3i(start, start + count, 1)
         if first_pixel:
             wp.atomic_add(ps.overflow, 0, 1)

@@ -115,33 +115,33 @@ def _launch_passes(
     ordered = meshes.has_neighbors
     small = tuning.small_face_pixels if (k == 1 and ws.binned and not ordered) else 0
     ps, ps_key = ws.pass_for(meshes, settings, frags, seeded=small > 0,
-                             sorted_tiles=ordered and ws.binned)  # fmt: skip
+                             sorted_bins=ordered and ws.binned)  # fmt: skip
     if small > 0:
         ws.depth_keys.fill_(EMPTY_KEY_VALUE)
         if nf > 0:
             lanes = small_face_lanes(nf, n * h * w, tuning.small_face_lanes)
             launch("small", small_faces_k1, nf * lanes, [ps, small, lanes], key=(ps_key, lanes))
     if ws.binned:
-        ws.counters.zero_()  # tile counts and cursors, overflow
+        ws.counters.zero_()  # bin counts and cursors, overflow
         if nf > 0:
             binning.coarse_bin(
-                ws.face_mesh, ws.face_bbox, h, w, ws.tile_h, ws.tile_w, ws.tile_count,
-                ws.tile_offset, ws.tile_cursor, ws.tile_faces, small, launch=launch, zeroed=True,
+                ws.face_mesh, ws.face_bbox, h, w, ws.bin_h, ws.bin_w, ws.bin_count,
+                ws.bin_offset, ws.bin_cursor, ws.bin_faces, small, launch=launch, zeroed=True,
             )  # fmt: skip
             if ordered:
-                binning.sort_tiles(ws.tile_count, ws.tile_offset, ws.tile_faces,
-                                   tuning.max_sorted_tile, launch=launch)  # fmt: skip
+                binning.sort_bins(ws.bin_count, ws.bin_offset, ws.bin_faces,
+                                   tuning.max_sorted_bin, launch=launch)  # fmt: skip
         else:
-            ws.tile_offset.zero_()
+            ws.bin_offset.zero_()
     if k <= tuning.register_queue_max_k and not ordered:
         flags = (int(settings.perspective_correct), int(settings.clip_barycentric_coords),
                  int(settings.blur_radius > 0.0))  # fmt: skip
         kernel = register_kernel(k, ws.device, flags, tuning)
     else:
         kernel = raster_output_queue
-    per_tile = ws.tile_h * ws.tile_w
-    threads = n * ws.tiles_y * ws.tiles_x * per_tile
-    launch("queue", kernel, threads, [ps], key=ps_key, block_dim=min(per_tile, 256))
+    per_bin = ws.bin_h * ws.bin_w
+    threads = n * ws.bins_y * ws.bins_x * per_bin
+    launch("queue", kernel, threads, [ps], key=ps_key, block_dim=min(per_bin, 256))
     slots = n * h * w * k
     wide = ps.wide != 0
     write = write_outputs_kernel(ws.device, settings.perspective_correct,

@@ -20,7 +20,7 @@ from .coverage import (
     before,
     face_dist,
     face_range,
-    locate_tile_pixel,
+    locate_bin_pixel,
     test_face,
     test_face_sharp,
 )
@@ -101,19 +101,19 @@ def register_queue_kernel(kc: int, max_regs: int | None, flags: tuple[int, int, 
             if wp.static(flags[2] == 0):
                 ps.blur_radius = 0.0
         tid = wp.tid()
-        loc = locate_tile_pixel(ps, tid)
+        loc = locate_bin_pixel(ps, tid)
         n = loc[0]
         yi = loc[2]
         xi = loc[3]
         if yi < ps.height and xi < ps.width:
             p = pixel_centre(yi, xi, ps.height, ps.width)
-            rng = face_range(ps, n, loc[1], yi % ps.tile_h == 0 and xi % ps.tile_w == 0)
+            rng = face_range(ps, n, loc[1], yi % ps.bin_h == 0 and xi % ps.bin_w == 0)
             q = (n * ps.height + yi) * ps.width + xi
             qz, qf, size = seed(ps, q, qf_t(FAR), qi_t(NO_FACE))
             for j in range(rng[0], rng[1]):
                 f = j
                 if rng[2] != 0:
-                    f = ps.tile_faces[j]
+                    f = ps.bin_faces[j]
                 hit = False
                 z = float(0.0)
                 if wp.static(flags is not None and flags[2] == 0):
@@ -210,20 +210,20 @@ def _offer(ps: PassArgs, q: int, f: int, p: wp.vec2, size: int) -> int:
 @wp.kernel
 def raster_output_queue(ps: PassArgs):
     """Fine/naive pass for any K: the sorted queue lives in the output rows."""
-    loc = locate_tile_pixel(ps, wp.tid())
+    loc = locate_bin_pixel(ps, wp.tid())
     n = loc[0]
     yi = loc[2]
     xi = loc[3]
     if yi >= ps.height or xi >= ps.width:
         return
     p = pixel_centre(yi, xi, ps.height, ps.width)
-    rng = face_range(ps, n, loc[1], yi % ps.tile_h == 0 and xi % ps.tile_w == 0)
+    rng = face_range(ps, n, loc[1], yi % ps.bin_h == 0 and xi % ps.bin_w == 0)
     q = (n * ps.height + yi) * ps.width + xi
     size = int(0)
     for j in range(rng[0], rng[1]):
         f = j
         if rng[2] != 0:
-            f = ps.tile_faces[j]
+            f = ps.bin_faces[j]
         size = _offer(ps, q, f, p, size)
     for s in range(size, ps.faces_per_pixel):
         ps.pix_to_face[q, s] = -1

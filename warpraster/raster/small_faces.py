@@ -50,7 +50,7 @@ def small_faces_k1(ps: PassArgs, small: int, lanes: int):
     """K = 1, faces covering at most ``small`` pixels: ``lanes`` threads per face
     share its pixel box, and each covered pixel takes the atomic minimum of the
     face's (depth, index) key: the queue's order, in one pass whose work follows
-    the covered pixels rather than the faces per tile."""
+    the covered pixels rather than the faces per bin."""
     t = wp.tid()
     f = t // lanes
     lane = t - f * lanes

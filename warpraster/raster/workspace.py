@@ -18,11 +18,11 @@ from .coverage import PassArgs
 from .outputs import wide_views
 
 
-def tile_shape(bin_size: int | None, faces_per_pixel: int) -> tuple[int, int]:
-    """(rows, columns) of pixels of a tile.
+def bin_shape(bin_size: int | None, faces_per_pixel: int) -> tuple[int, int]:
+    """(rows, columns) of pixels of a bin.
 
     ``bin_size=b``: b x b. The naive pass (0) runs the same kernels over 16 x 16
-    tiles without face lists (one thread block reads the same face at a time).
+    bins without face lists (one thread block reads the same face at a time).
     ``None``: 8 x 8 for K = 1, 4 x 8 (one 32-thread warp) for K > 1, the
     fastest measured (docs/PERF.md, v14 and "Design measurements").
     """
@@ -182,29 +182,29 @@ class RasterWorkspace:
         self.face_verts = wp.empty(f_alloc, dtype=wp.mat33, device=self.device)
         # the split-partner index of meshes without split faces (-1 for all)
         self.no_neighbors = wp.full(f_alloc, -1, dtype=wp.int32, device=self.device)
-        self.tile_h, self.tile_w = tile_shape(settings.bin_size, settings.faces_per_pixel)
-        self.tiles_y, self.tiles_x = binning.tile_grid(h, w, self.tile_h, self.tile_w)
-        num_tiles = self.num_meshes * self.tiles_y * self.tiles_x
+        self.bin_h, self.bin_w = bin_shape(settings.bin_size, settings.faces_per_pixel)
+        self.bins_y, self.bins_x = binning.bin_grid(h, w, self.bin_h, self.bin_w)
+        num_bins = self.num_meshes * self.bins_y * self.bins_x
         if self.binned:
             cap = settings.max_faces_per_bin
-            capacity = binning.default_capacity(self.num_faces, num_tiles)
+            capacity = binning.default_capacity(self.num_faces, num_bins)
             if cap is None:
                 self.max_faces_per_bin = max(self.num_faces, 1)
             else:
                 self.max_faces_per_bin = cap
-                capacity = min(num_tiles * cap, capacity)
+                capacity = min(num_bins * cap, capacity)
             # the counters zeroed before each call, in one buffer (one memset):
-            # tile counts, tile cursors, the overflow count
-            self.counters = wp.zeros(2 * num_tiles + 1, dtype=wp.int32, device=self.device)
-            self.tile_count = self.counters[:num_tiles]
-            self.tile_cursor = self.counters[num_tiles : 2 * num_tiles]
-            self.overflow = self.counters[2 * num_tiles :]
-            self.tile_offset = wp.zeros(num_tiles, dtype=wp.int32, device=self.device)
-            self.tile_faces = wp.zeros(capacity, dtype=wp.int32, device=self.device)
+            # bin counts, bin cursors, the overflow count
+            self.counters = wp.zeros(2 * num_bins + 1, dtype=wp.int32, device=self.device)
+            self.bin_count = self.counters[:num_bins]
+            self.bin_cursor = self.counters[num_bins : 2 * num_bins]
+            self.overflow = self.counters[2 * num_bins :]
+            self.bin_offset = wp.zeros(num_bins, dtype=wp.int32, device=self.device)
+            self.bin_faces = wp.zeros(capacity, dtype=wp.int32, device=self.device)
         else:
             self.max_faces_per_bin = 0
             self.overflow = self.counters = wp.zeros(1, dtype=wp.int32, device=self.device)
-            self.tile_count = self.tile_offset = self.tile_cursor = self.tile_faces = wp.zeros(
+            self.bin_count = self.bin_offset = self.bin_cursor = self.bin_faces = wp.zeros(
                 1, dtype=wp.int32, device=self.device
             )
         self.fragments = None
@@ -249,7 +249,7 @@ class RasterWorkspace:
         return self.settings.deterministic
 
     def pass_for(self, meshes, settings: RasterSettings, out: Fragments | None = None, *,
-                 seeded: bool, sorted_tiles: bool):  # fmt: skip
+                 seeded: bool, sorted_bins: bool):  # fmt: skip
         """The raster passes' argument struct for these meshes, settings and output
         arrays (default: the workspace's), and its key; rebuilt only when one of
         them (or the tuning) changed: it packs ~30 fields."""
@@ -259,7 +259,7 @@ class RasterWorkspace:
             array_key(meshes.mesh_to_face_first_idx),
             array_key(meshes.num_faces_per_mesh),
             settings.blur_radius, settings.perspective_correct,
-            settings.clip_barycentric_coords, bool(seeded), bool(sorted_tiles), self.tuning,
+            settings.clip_barycentric_coords, bool(seeded), bool(sorted_bins), self.tuning,
             array_key(out.pix_to_face), array_key(out.zbuf), array_key(out.bary_coords),
             array_key(out.dists),
         )  # fmt: skip
@@ -267,8 +267,8 @@ class RasterWorkspace:
             ps = make_pass(meshes, self, settings, out.pix_to_face, out.zbuf, out.bary_coords,
                            out.dists)  # fmt: skip
             ps.seeded = int(seeded)
-            if sorted_tiles:
-                ps.max_per_tile = min(ps.max_per_tile, self.tuning.max_sorted_tile)
+            if sorted_bins:
+                ps.max_per_bin = min(ps.max_per_bin, self.tuning.max_sorted_bin)
             self._pass = (ps, key)
         return self._pass
 
@@ -306,14 +306,14 @@ def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face
     ps.perspective = int(settings.perspective_correct)
     ps.clip_bary = int(settings.clip_barycentric_coords)
     ps.naive = int(not ws.binned)
-    ps.tile_h = ws.tile_h
-    ps.tile_w = ws.tile_w
-    ps.tiles_y = ws.tiles_y
-    ps.tiles_x = ws.tiles_x
-    ps.tile_count = ws.tile_count
-    ps.tile_offset = ws.tile_offset
-    ps.tile_faces = ws.tile_faces
-    ps.max_per_tile = max(ws.max_faces_per_bin, 1)
+    ps.bin_h = ws.bin_h
+    ps.bin_w = ws.bin_w
+    ps.bins_y = ws.bins_y
+    ps.bins_x = ws.bins_x
+    ps.bin_count = ws.bin_count
+    ps.bin_offset = ws.bin_offset
+    ps.bin_faces = ws.bin_faces
+    ps.max_per_bin = max(ws.max_faces_per_bin, 1)
     ps.overflow = ws.overflow
     ps.seeded = 0
     ps.keys = ws.depth_keys
