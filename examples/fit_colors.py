@@ -51,21 +51,34 @@ class FitColors:
         n = self.VIEWS
         verts = np.concatenate([v] * n).astype(np.float32)
         faces = np.concatenate([f + i * len(v) for i in range(n)]).astype(np.int32)
-        R, T = wr.look_at_view_transform(dist=2.7, elev=[15.0, -10.0, 30.0, 0.0],
-                                         azim=[0.0, 90.0, 180.0, 270.0])  # fmt: skip
+        R, T = wr.look_at_view_transform(
+            dist=2.7, elev=[15.0, -10.0, 30.0, 0.0], azim=[0.0, 90.0, 180.0, 270.0]
+        )
         cams = wr.FoVPerspectiveCameras(R=R, T=T, device=self.device)
         sigma = 1e-4
-        settings = wr.RasterizationSettings(image_size=image_size, faces_per_pixel=4,
-                                            blur_radius=float(np.log(1 / 1e-4 - 1) * sigma))  # fmt: skip
+        settings = wr.RasterizationSettings(
+            image_size=image_size,
+            faces_per_pixel=4,
+            blur_radius=float(np.log(1 / 1e-4 - 1) * sigma),
+        )
         lights = shading.PointLights(location=(0.0, 2.0, 3.0), device=self.device)
         self.tiled = wp.zeros(len(verts), dtype=wp.vec3, device=self.device, requires_grad=True)
-        shader = shading.SoftPhongShader(cameras=cams, lights=lights, device=self.device,
-                                         blend_params=shading.BlendParams(sigma=sigma, gamma=1e-2))  # fmt: skip
+        shader = shading.SoftPhongShader(
+            cameras=cams,
+            lights=lights,
+            device=self.device,
+            blend_params=shading.BlendParams(sigma=sigma, gamma=1e-2),
+        )
         self.renderer = Renderer(
-            cameras=cams, raster_settings=settings, shader=shader, faces=faces,
-            mesh_to_face_first_idx=np.arange(n) * len(f), num_faces_per_mesh=[len(f)] * n,
-            num_verts=len(verts), textures=shading.TexturesVertex(self.tiled),
-        )  # fmt: skip
+            cameras=cams,
+            raster_settings=settings,
+            shader=shader,
+            faces=faces,
+            mesh_to_face_first_idx=np.arange(n) * len(f),
+            num_faces_per_mesh=[len(f)] * n,
+            num_verts=len(verts),
+            textures=shading.TexturesVertex(self.tiled),
+        )
         self.verts = wp.array(verts, dtype=wp.vec3, device=self.device)
         # target: a colour pattern from the vertex positions
         truth = 0.5 + 0.45 * np.stack([v[:, 0], v[:, 1] * v[:, 2] * 2, -v[:, 2]], 1)
@@ -75,8 +88,9 @@ class FitColors:
         out = self.renderer.render(self.verts)
         self.target = wp.clone(out.image)
         # start from grey
-        self.colors = wp.full(self.n_verts, wp.vec3(0.5), dtype=wp.vec3, device=self.device,
-                              requires_grad=True)  # fmt: skip
+        self.colors = wp.full(
+            self.n_verts, wp.vec3(0.5), dtype=wp.vec3, device=self.device, requires_grad=True
+        )
         self.loss_buf = wp.zeros(1, dtype=wp.float32, device=self.device, requires_grad=True)
         # a pixel sees ~1-2 vertices' colour through the image mean: the MSE
         # gradient per vertex is ~1/(V * 3); scale the step to that
@@ -90,8 +104,13 @@ class FitColors:
             self.graph = cap.graph
 
     def _tile_colors(self):
-        wp.launch(_tile, dim=self.tiled.shape[0], inputs=[self.colors, self.n_verts],
-                  outputs=[self.tiled], device=self.device)  # fmt: skip
+        wp.launch(
+            _tile,
+            dim=self.tiled.shape[0],
+            inputs=[self.colors, self.n_verts],
+            outputs=[self.tiled],
+            device=self.device,
+        )
 
     def _step_body(self):
         self.tape.reset()
@@ -101,8 +120,12 @@ class FitColors:
             out = self.renderer.render(self.verts)
             image_mse(out.image, self.target, out=self.loss_buf)
         self.tape.backward(self.loss_buf)
-        wp.launch(_descend, dim=self.n_verts, inputs=[self.colors, self.colors.grad, self.lr],
-                  device=self.device)  # fmt: skip
+        wp.launch(
+            _descend,
+            dim=self.n_verts,
+            inputs=[self.colors, self.colors.grad, self.lr],
+            device=self.device,
+        )
 
     def step(self):
         if self.graph is not None:
@@ -134,8 +157,10 @@ def main(argv=None):
         fit.step()
     fit.step()
     final = fit.loss()
-    print(f"loss: start {start:.6g} -> final {final:.6g} ({start / max(final, 1e-30):.1f}x lower); "
-          f"mean |colour - truth| {fit.colour_error():.4f}")  # fmt: skip
+    print(
+        f"loss: start {start:.6g} -> final {final:.6g} ({start / max(final, 1e-30):.1f}x lower); "
+        f"mean |colour - truth| {fit.colour_error():.4f}"
+    )
     if args.test and not final < 0.1 * start:
         raise SystemExit(f"the loss did not fall 10x: {start} -> {final}")
     return start, final

@@ -29,8 +29,9 @@ def specular(points, normals, direction, color, camera, shininess):
     return color * (alpha ** shininess[...])[..., None]
 
 
-def lit(kind, param, l_amb, l_dif, l_spec, m_amb, m_dif, m_spec, shin, points, normals, texel,
-        camera):  # fmt: skip
+def lit(
+    kind, param, l_amb, l_dif, l_spec, m_amb, m_dif, m_spec, shin, points, normals, texel, camera
+):
     """``(m_a l_a + m_d diffuse) * texel + m_s specular``; every argument broadcast per point.
 
     ``kind``: "ambient", "directional" (param = direction) or "point" (param = location).

@@ -18,8 +18,11 @@ import warpraster as wr
 from warpraster import shading
 from warpraster.renderer import MeshRenderer
 
-DATA = Path(os.environ.get("WARPRASTER_P3D_RENDER", Path(__file__).resolve().parent / "data"
-                           / "pytorch3d-render"))  # fmt: skip
+DATA = Path(
+    os.environ.get(
+        "WARPRASTER_P3D_RENDER", Path(__file__).resolve().parent / "data" / "pytorch3d-render"
+    )
+)
 
 
 def case_names() -> list[str]:
@@ -44,30 +47,38 @@ def load(name: str) -> tuple[dict, dict]:
 
 def cameras(d: dict, spec: dict, device):
     c = spec["camera"]
-    common = dict(znear=d["cam_znear"], zfar=d["cam_zfar"], R=d["cam_R"], T=d["cam_T"],
-                  device=device)  # fmt: skip
+    common = dict(
+        znear=d["cam_znear"], zfar=d["cam_zfar"], R=d["cam_R"], T=d["cam_T"], device=device
+    )
     if c["type"] == "FoVPerspectiveCameras":
         return wr.FoVPerspectiveCameras(
             fov=d["cam_fov"], aspect_ratio=d["cam_aspect_ratio"], **common
         )
     if c["type"] == "FoVOrthographicCameras":
         return wr.FoVOrthographicCameras(
-            min_x=c["min_x"], max_x=c["max_x"], min_y=c["min_y"], max_y=c["max_y"],
-            scale_xyz=[c["scale_xyz"]], **common,
-        )  # fmt: skip
+            min_x=c["min_x"],
+            max_x=c["max_x"],
+            min_y=c["min_y"],
+            max_y=c["max_y"],
+            scale_xyz=[c["scale_xyz"]],
+            **common,
+        )
     raise NotImplementedError(c["type"])
 
 
 def lights(d: dict, spec: dict, device, requires_grad: bool = True):
     light = spec["lights"]
-    colours = {k: light[k] for k in ("ambient_color", "diffuse_color", "specular_color")
-               if k in light}  # fmt: skip
+    colours = {
+        k: light[k] for k in ("ambient_color", "diffuse_color", "specular_color") if k in light
+    }
     if light["type"] == "PointLights":
-        return shading.PointLights(location=d["light_location"], device=device,
-                                   requires_grad=requires_grad, **colours)  # fmt: skip
+        return shading.PointLights(
+            location=d["light_location"], device=device, requires_grad=requires_grad, **colours
+        )
     if light["type"] == "DirectionalLights":
-        return shading.DirectionalLights(direction=d["light_direction"], device=device,
-                                         requires_grad=requires_grad, **colours)  # fmt: skip
+        return shading.DirectionalLights(
+            direction=d["light_direction"], device=device, requires_grad=requires_grad, **colours
+        )
     return shading.AmbientLights(ambient_color=light["ambient_color"], device=device)
 
 
@@ -77,31 +88,41 @@ def materials(spec: dict, device):
 
 def blend_params(spec: dict):
     b = spec["blend"]
-    return shading.BlendParams(sigma=b["sigma"], gamma=b["gamma"],
-                               background_color=tuple(b["background_color"]))  # fmt: skip
+    return shading.BlendParams(
+        sigma=b["sigma"], gamma=b["gamma"], background_color=tuple(b["background_color"])
+    )
 
 
 def raster_settings(spec: dict):
     r = spec["raster"]
     return wr.RasterizationSettings(
-        image_size=tuple(r["image_size"]), blur_radius=r["blur_radius"],
-        faces_per_pixel=r["faces_per_pixel"], bin_size=r["bin_size"],
+        image_size=tuple(r["image_size"]),
+        blur_radius=r["blur_radius"],
+        faces_per_pixel=r["faces_per_pixel"],
+        bin_size=r["bin_size"],
         perspective_correct=r["perspective_correct"],
         clip_barycentric_coords=r["clip_barycentric_coords"],
-        cull_backfaces=r["cull_backfaces"], z_clip_value=r["z_clip_value"],
-    )  # fmt: skip
+        cull_backfaces=r["cull_backfaces"],
+        z_clip_value=r["z_clip_value"],
+    )
 
 
 def textures(d: dict, spec: dict, device, requires_grad: bool = True):
     t = spec["texture"]
     if t["type"] == "TexturesVertex":
-        return shading.TexturesVertex(d["vertex_colors"], device=device,
-                                      requires_grad=requires_grad)  # fmt: skip
+        return shading.TexturesVertex(
+            d["vertex_colors"], device=device, requires_grad=requires_grad
+        )
     return shading.TexturesUV(
-        d["texture_maps"], d["faces_uvs"].astype(np.int32), d["verts_uvs"],
-        padding_mode=t["padding_mode"], align_corners=t["align_corners"],
-        sampling_mode=t["sampling_mode"], device=device, requires_grad=requires_grad,
-    )  # fmt: skip
+        d["texture_maps"],
+        d["faces_uvs"].astype(np.int32),
+        d["verts_uvs"],
+        padding_mode=t["padding_mode"],
+        align_corners=t["align_corners"],
+        sampling_mode=t["sampling_mode"],
+        device=device,
+        requires_grad=requires_grad,
+    )
 
 
 def warp_scene(name: str, device, requires_grad: bool = True):
@@ -110,8 +131,9 @@ def warp_scene(name: str, device, requires_grad: bool = True):
     cams = cameras(d, spec, device)
     lts = lights(d, spec, device, requires_grad)
     shader_cls = getattr(shading, spec["shader"])
-    shader = shader_cls(cameras=cams, lights=lts, materials=materials(spec, device),
-                        blend_params=blend_params(spec))  # fmt: skip
+    shader = shader_cls(
+        cameras=cams, lights=lts, materials=materials(spec, device), blend_params=blend_params(spec)
+    )
     renderer = MeshRenderer(
         rasterizer=wr.MeshRasterizer(cameras=cams, raster_settings=raster_settings(spec)),
         shader=shader,

@@ -9,12 +9,12 @@ the shaders in test_shaders.py.)
 
 from __future__ import annotations
 
+import np_shading as ref
 import numpy as np
 import pytest
 import warp as wp
-
-import np_shading as ref
 from p3d_render_cases import rel_l2
+
 import warpraster as wr
 from warpraster import shading
 
@@ -45,8 +45,9 @@ def _warp(p2f, dists, zbuf, colors, bg, device):
         wp.array(dists.astype(np.float32), device=device, requires_grad=True),
     )
     col = wp.array(colors.astype(np.float32), dtype=wp.vec3, device=device, requires_grad=True)
-    bgw = wp.array(np.asarray(bg, np.float32).reshape(1, 3), dtype=wp.vec3, device=device,
-                   requires_grad=True)  # fmt: skip
+    bgw = wp.array(
+        np.asarray(bg, np.float32).reshape(1, 3), dtype=wp.vec3, device=device, requires_grad=True
+    )
     return frag, col, bgw
 
 
@@ -75,8 +76,9 @@ def test_softmax_blend_matches_oracle_and_finite_differences(device):
     params = shading.BlendParams(sigma=SIGMA, gamma=GAMMA, background_color=bgw)
     tape = wp.Tape()
     with tape:
-        img = shading.softmax_rgb_blend(col, frag, params, ZNEAR.astype(np.float32),
-                                        ZFAR.astype(np.float32))  # fmt: skip
+        img = shading.softmax_rgb_blend(
+            col, frag, params, ZNEAR.astype(np.float32), ZFAR.astype(np.float32)
+        )
 
     def oracle(p=p2f, d=dists, z=zbuf, c=colors, b=bg):
         return ref.softmax_blend(p, d, z, c, b, SIGMA, GAMMA, ZNEAR, ZFAR)
@@ -104,8 +106,9 @@ def test_softmax_blend_far_faces_use_the_delta_clamp(device):
     zbuf = np.array([[[[120.0, 130.0]]]])
     colors = np.ones((1, 1, 1, 2, 3)) * 0.5
     frag, col, bgw = _warp(p2f, dists, zbuf, colors, (0.0, 0.0, 0.0), device)
-    img = shading.softmax_rgb_blend(col, frag, shading.BlendParams(sigma=SIGMA, gamma=GAMMA,
-                                                                   background_color=bgw))  # fmt: skip
+    img = shading.softmax_rgb_blend(
+        col, frag, shading.BlendParams(sigma=SIGMA, gamma=GAMMA, background_color=bgw)
+    )
     expected = ref.softmax_blend(p2f, dists, zbuf, colors, np.zeros(3), SIGMA, GAMMA, 1.0, 100.0)
     np.testing.assert_allclose(img.numpy(), expected, atol=VALUE_TOL)
 
@@ -161,4 +164,6 @@ def test_blend_inputs_are_checked(device):
         shading.hard_rgb_blend(col, object())
     # NumPy (N, H, W, K, 3) colours are accepted (copied)
     img = shading.hard_rgb_blend(colors, frag)
-    np.testing.assert_array_equal(img.numpy(), ref.hard_blend(p2f, colors, np.ones(3)).astype(np.float32))
+    np.testing.assert_array_equal(
+        img.numpy(), ref.hard_blend(p2f, colors, np.ones(3)).astype(np.float32)
+    )

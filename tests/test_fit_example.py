@@ -11,8 +11,11 @@ def test_fit_colors_short_run_lowers_the_loss(cli_device):
     # --test: 40 steps at 32 x 32; the script fails unless the loss fell 10x
     out = subprocess.run(
         [sys.executable, "examples/fit_colors.py", "--test", "--device", cli_device],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     line = [s for s in out.stdout.splitlines() if s.startswith("loss:")][-1]
     start, final = (float(x) for x in line.split("start ")[1].split(" (")[0].split(" -> final "))

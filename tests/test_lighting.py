@@ -7,11 +7,11 @@ real PyTorch3D in the reference cases.
 
 from __future__ import annotations
 
+import np_shading as ref
 import numpy as np
 import pytest
 import warp as wp
 
-import np_shading as ref
 import warpraster as wr
 from warpraster import shading
 from warpraster.renderer import MeshRenderer
@@ -43,10 +43,11 @@ def _two_image_scene(device, lights, **extra):
     R, T = wr.look_at_view_transform(dist=3.0, elev=0.0, azim=0.0)
     cams = wr.FoVPerspectiveCameras(R=R, T=T, device=device)
     ren = MeshRenderer(
-        rasterizer=wr.MeshRasterizer(cameras=cams,
-                                     raster_settings=wr.RasterizationSettings(image_size=16)),
+        rasterizer=wr.MeshRasterizer(
+            cameras=cams, raster_settings=wr.RasterizationSettings(image_size=16)
+        ),
         shader=shading.HardPhongShader(cameras=cams, lights=lights, device=device, **extra),
-    )  # fmt: skip
+    )
     verts = np.array([[-1, -1, 0], [1, -1, 0], [1, 1, 0], [-1, 1, 0]], np.float32)
     verts = np.concatenate([verts, verts])
     faces = np.array([[0, 1, 2], [0, 2, 3], [4, 5, 6], [4, 6, 7]], np.int32)
@@ -56,8 +57,9 @@ def _two_image_scene(device, lights, **extra):
 def test_lights_are_batched_per_image(device):
     # Two identical quads, one light row per image: image n is lit by row n only.
     amb = np.array([[0.1, 0.1, 0.1], [0.4, 0.2, 0.0]])
-    lights = shading.DirectionalLights(direction=((0, 0, 1), (0, 1, 1)), ambient_color=amb,
-                                       specular_color=(0, 0, 0), device=device)  # fmt: skip
+    lights = shading.DirectionalLights(
+        direction=((0, 0, 1), (0, 1, 1)), ambient_color=amb, specular_color=(0, 0, 0), device=device
+    )
     ren, verts, faces = _two_image_scene(device, lights)
     img = ren(verts, faces, [0, 2], [2, 2]).numpy()
     centre = img[:, 8, 8, :3]
@@ -67,8 +69,9 @@ def test_lights_are_batched_per_image(device):
 
 
 def test_light_gradients_arrive_in_the_float32_array_passed(device):
-    loc = wp.array(np.array([[0.5, 0.5, 2.0]], np.float32), dtype=wp.float32, device=device,
-                   requires_grad=True)  # fmt: skip
+    loc = wp.array(
+        np.array([[0.5, 0.5, 2.0]], np.float32), dtype=wp.float32, device=device, requires_grad=True
+    )
     lights = shading.PointLights(location=loc)
     ren, verts, faces = _two_image_scene(device, lights)
     tape = wp.Tape()

@@ -4,16 +4,16 @@ loss-ready reductions against the float64 oracle and finite differences."""
 
 from __future__ import annotations
 
+import np_shading as ref
 import numpy as np
+import p3d_render_cases as cases
 import pytest
 import warp as wp
-
-import np_shading as ref
-import p3d_render_cases as cases
-import warpraster as wr
 from p3d_render_cases import rel_l2
+
+import warpraster as wr
 from warpraster import shading
-from warpraster.renderer import MeshRenderer, Renderer
+from warpraster.renderer import Renderer
 from warpraster.shading import reductions
 
 
@@ -21,21 +21,36 @@ def _renderer_for_case(name, device, steps=1):
     d, spec = cases.load(name)
     cams = cases.cameras(d, spec, device)
     lts = cases.lights(d, spec, device)
-    shader = getattr(shading, spec["shader"])(cameras=cams, lights=lts,
-                                               materials=cases.materials(spec, device),
-                                               blend_params=cases.blend_params(spec))  # fmt: skip
+    shader = getattr(shading, spec["shader"])(
+        cameras=cams,
+        lights=lts,
+        materials=cases.materials(spec, device),
+        blend_params=cases.blend_params(spec),
+    )
     tex = cases.textures(d, spec, device)
-    r = Renderer(cameras=cams, raster_settings=cases.raster_settings(spec), shader=shader,
-                 faces=d["faces_packed"].astype(np.int32),
-                 mesh_to_face_first_idx=d["mesh_to_face_first_idx"],
-                 num_faces_per_mesh=d["num_faces_per_mesh"], num_verts=len(d["verts_packed"]),
-                 textures=tex, steps=steps)  # fmt: skip
+    r = Renderer(
+        cameras=cams,
+        raster_settings=cases.raster_settings(spec),
+        shader=shader,
+        faces=d["faces_packed"].astype(np.int32),
+        mesh_to_face_first_idx=d["mesh_to_face_first_idx"],
+        num_faces_per_mesh=d["num_faces_per_mesh"],
+        num_verts=len(d["verts_packed"]),
+        textures=tex,
+        steps=steps,
+    )
     verts = wp.array(d["verts_packed"], dtype=wp.vec3, device=device, requires_grad=True)
     return d, spec, r, verts, tex, lts
 
 
-@pytest.mark.parametrize("name", ["r03_softphong_directional_k8", "r04_hardgouraud_batch2_nonsquare",
-                                  "r07_texuv_hardphong_bilinear"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        "r03_softphong_directional_k8",
+        "r04_hardgouraud_batch2_nonsquare",
+        "r07_texuv_hardphong_bilinear",
+    ],
+)
 def test_renderer_matches_reference_and_mesh_renderer(name, device):
     d, spec, r, verts, tex, lts = _renderer_for_case(name, device)
     tape = wp.Tape()
@@ -51,8 +66,9 @@ def test_renderer_matches_reference_and_mesh_renderer(name, device):
     # channels: the nearest slot's depth / face, the image index as mesh id
     p2f = d["pix_to_face"][..., 0]
     np.testing.assert_array_equal(out.face_ids.numpy(), p2f)
-    np.testing.assert_allclose(out.depth.numpy(), np.where(p2f >= 0, d["zbuf"][..., 0], -1.0),
-                               atol=1e-6)  # same float32 recompute as the fragments
+    np.testing.assert_allclose(
+        out.depth.numpy(), np.where(p2f >= 0, d["zbuf"][..., 0], -1.0), atol=1e-6
+    )  # same float32 recompute as the fragments
     mesh = np.where(p2f >= 0, np.arange(p2f.shape[0])[:, None, None], -1)
     np.testing.assert_array_equal(out.mesh_ids.numpy(), mesh)
     nrm = np.linalg.norm(out.normals.numpy(), axis=-1)
@@ -85,7 +101,9 @@ def test_render_loss_backward_capture_equals_eager(device):
         tape = step()
     wp.capture_launch(cap.graph)
     np.testing.assert_array_equal(loss.numpy(), eager_loss)
-    np.testing.assert_allclose(verts.grad.numpy(), eager_grad, rtol=0, atol=1e-6 * np.abs(eager_grad).max())
+    np.testing.assert_allclose(
+        verts.grad.numpy(), eager_grad, rtol=0, atol=1e-6 * np.abs(eager_grad).max()
+    )
     # move the vertices in place, replay, compare with a fresh eager renderer
     moved = d["verts_packed"] * 1.02
     verts.assign(moved)
@@ -102,13 +120,15 @@ def test_render_loss_backward_capture_equals_eager(device):
     assert replay_loss[0] != eager_loss[0]
     np.testing.assert_allclose(replay_loss, loss2.numpy(), rtol=1e-6)
     # atomics add in another order between two renderers on CUDA: 1e-5 relative
-    np.testing.assert_allclose(replay_grad, verts2.grad.numpy(), rtol=0,
-                               atol=1e-5 * np.abs(replay_grad).max())
+    np.testing.assert_allclose(
+        replay_grad, verts2.grad.numpy(), rtol=0, atol=1e-5 * np.abs(replay_grad).max()
+    )
 
 
 def test_steps_keep_separate_buffers_for_one_tape(device):
-    d, spec, r, verts, tex, lts = _renderer_for_case("r02_hardphong_point_vertexcolor", device,
-                                                     steps=2)  # fmt: skip
+    d, spec, r, verts, tex, lts = _renderer_for_case(
+        "r02_hardphong_point_vertexcolor", device, steps=2
+    )
     verts_b = wp.array(d["verts_packed"] * 0.95, dtype=wp.vec3, device=device, requires_grad=True)
     tape = wp.Tape()
     with tape:
@@ -158,8 +178,9 @@ def test_soft_depth_and_silhouette_match_oracle_and_finite_differences(device):
         sil = reductions.soft_silhouette(frag, 0.01)
 
     def d_oracle(d=dists, z=zbuf):
-        return ref.softmax_blend(p2f, d, z, np.repeat(z[..., None], 3, -1), np.array([10.0, 0, 0]),
-                                 0.01, 0.05, 1.0, 20.0)[..., 0]  # fmt: skip
+        return ref.softmax_blend(
+            p2f, d, z, np.repeat(z[..., None], 3, -1), np.array([10.0, 0, 0]), 0.01, 0.05, 1.0, 20.0
+        )[..., 0]
 
     def s_oracle(d=dists):
         return ref.sigmoid_blend(p2f, d, np.ones(p2f.shape + (3,)), 0.01)[..., 3]
@@ -169,8 +190,12 @@ def test_soft_depth_and_silhouette_match_oracle_and_finite_differences(device):
     np.testing.assert_allclose(sil.numpy(), s_oracle(), atol=1e-6)
     gd = rng.normal(size=depth.shape)
     gs = rng.normal(size=sil.shape)
-    tape.backward(grads={depth: wp.array(gd.astype(np.float32), device=device),
-                         sil: wp.array(gs.astype(np.float32), device=device)})  # fmt: skip
+    tape.backward(
+        grads={
+            depth: wp.array(gd.astype(np.float32), device=device),
+            sil: wp.array(gs.astype(np.float32), device=device),
+        }
+    )
     fd_z = _fd(lambda z: d_oracle(z=z), zbuf, gd)
     fd_d = _fd(lambda d: d_oracle(d=d), dists, gd) + _fd(s_oracle, dists, gs)
     # float32 adjoints: 1e-4 rel L2 (as test_blending.py)

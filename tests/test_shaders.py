@@ -13,15 +13,15 @@ Truths used:
 
 from __future__ import annotations
 
+import np_shading as ref
 import numpy as np
+import p3d_render_cases as cases
 import pytest
 import warp as wp
 
-import np_shading as ref
-import p3d_render_cases as cases
 import warpraster as wr
-from warpraster.primitives import ico_sphere
 from warpraster import shading
+from warpraster.primitives import ico_sphere
 from warpraster.renderer import MeshRenderer
 from warpraster.shading import shaders
 
@@ -56,8 +56,7 @@ def _render(name, device):
     faces = d["faces_packed"].astype(np.int32)
     tape = wp.Tape()
     with tape:
-        img = ren(verts, faces, d["mesh_to_face_first_idx"], d["num_faces_per_mesh"],
-                  textures=tex)  # fmt: skip
+        img = ren(verts, faces, d["mesh_to_face_first_idx"], d["num_faces_per_mesh"], textures=tex)
     tape.backward(grads={img: wp.array(d["grad_images"], dtype=wp.float32, device=device)})
     return d, spec, ren, verts, tex, lts, img, tape
 
@@ -95,8 +94,14 @@ def test_reference_vertex_gradients(name, device):
         fn_leaf = wp.array(fn.numpy(), dtype=wp.vec3, device=device, requires_grad=True)
         tape = wp.Tape()
         with tape:
-            img2 = ren(verts, faces, d["mesh_to_face_first_idx"], d["num_faces_per_mesh"],
-                       textures=tex, faces_normals=fn_leaf)  # fmt: skip
+            img2 = ren(
+                verts,
+                faces,
+                d["mesh_to_face_first_idx"],
+                d["num_faces_per_mesh"],
+                textures=tex,
+                faces_normals=fn_leaf,
+            )
         tape.backward(grads={img2: wp.array(d["grad_images"], dtype=wp.float32, device=device)})
         ours = ours + cases.face_normal_bug_delta(d["verts_packed"], faces, fn_leaf.grad.numpy())
     assert cases.rel_l2(ours, expected) <= GRAD_TOL, cases.rel_l2(ours, expected)
@@ -110,17 +115,24 @@ def _random_scene(rng, n=2, h=3, w=4, k=2, nv=10, nf=6):
     bary = rng.uniform(0.05, 1.0, size=(n, h, w, k, 3))
     bary /= bary.sum(-1, keepdims=True)
     scene = dict(
-        verts=verts, faces=faces, p2f=p2f, bary=bary,
-        vnormals=rng.normal(size=(nv, 3)), fnormals=rng.normal(size=(nf, 3)),
+        verts=verts,
+        faces=faces,
+        p2f=p2f,
+        bary=bary,
+        vnormals=rng.normal(size=(nv, 3)),
+        fnormals=rng.normal(size=(nf, 3)),
         colors=rng.uniform(0.2, 1.0, size=(nv, 3)),
         R=np.stack([np.linalg.qr(rng.normal(size=(3, 3)))[0] for _ in range(n)]),
         T=rng.normal(size=(n, 3)) + np.array([0.0, 0.0, 3.0]),
         l_param=rng.normal(size=(n, 3)) * 2.0,
-        l_amb=rng.uniform(0.1, 0.5, size=(n, 3)), l_dif=rng.uniform(0.2, 0.8, size=(1, 3)),
+        l_amb=rng.uniform(0.1, 0.5, size=(n, 3)),
+        l_dif=rng.uniform(0.2, 0.8, size=(1, 3)),
         l_spec=rng.uniform(0.2, 0.8, size=(n, 3)),
-        m_amb=rng.uniform(0.5, 1.0, size=(1, 3)), m_dif=rng.uniform(0.5, 1.0, size=(n, 3)),
-        m_spec=rng.uniform(0.5, 1.0, size=(1, 3)), shin=np.array([5.0, 9.0]),
-    )  # fmt: skip
+        m_amb=rng.uniform(0.5, 1.0, size=(1, 3)),
+        m_dif=rng.uniform(0.5, 1.0, size=(n, 3)),
+        m_spec=rng.uniform(0.5, 1.0, size=(1, 3)),
+        shin=np.array([5.0, 9.0]),
+    )
     for i in range(n):  # proper rotations
         if np.linalg.det(scene["R"][i]) < 0:
             scene["R"][i][:, 0] *= -1
@@ -146,10 +158,21 @@ def _np_slots(s, kind, mode):
         x = np.broadcast_to(x, (n,) + x.shape[1:])
         return x.reshape((n, 1, 1, 1) + x.shape[1:])
 
-    out = ref.lit(kind, per_image(s["l_param"]), per_image(s["l_amb"]), per_image(s["l_dif"]),
-                  per_image(s["l_spec"]), per_image(s["m_amb"]), per_image(s["m_dif"]),
-                  per_image(s["m_spec"]), per_image(s["shin"]), points, normals, texel,
-                  per_image(cam))  # fmt: skip
+    out = ref.lit(
+        kind,
+        per_image(s["l_param"]),
+        per_image(s["l_amb"]),
+        per_image(s["l_dif"]),
+        per_image(s["l_spec"]),
+        per_image(s["m_amb"]),
+        per_image(s["m_dif"]),
+        per_image(s["m_spec"]),
+        per_image(s["shin"]),
+        points,
+        normals,
+        texel,
+        per_image(cam),
+    )
     return np.where((s["p2f"] >= 0)[..., None], out, 0.0)
 
 
@@ -158,8 +181,9 @@ def _warp_slots(s, kind, mode, device):
     arr = {}
 
     def a(name, dtype=wp.vec3, key=None):
-        arr[name] = wp.array(s[key or name].astype(np.float32), dtype=dtype, device=device,
-                             requires_grad=True)  # fmt: skip
+        arr[name] = wp.array(
+            s[key or name].astype(np.float32), dtype=dtype, device=device, requires_grad=True
+        )
         return arr[name]
 
     light_cls = {"point": shading.PointLights, "directional": shading.DirectionalLights}
@@ -167,10 +191,18 @@ def _warp_slots(s, kind, mode, device):
     if kind == "ambient":
         lights = shading.AmbientLights(ambient_color=a("l_amb"))
     else:
-        lights = light_cls[kind](**{param_name[kind]: a("l_param")}, ambient_color=a("l_amb"),
-                                 diffuse_color=a("l_dif"), specular_color=a("l_spec"))  # fmt: skip
-    mats = shading.Materials(ambient_color=a("m_amb"), diffuse_color=a("m_dif"),
-                             specular_color=a("m_spec"), shininess=a("shin", wp.float32))  # fmt: skip
+        lights = light_cls[kind](
+            **{param_name[kind]: a("l_param")},
+            ambient_color=a("l_amb"),
+            diffuse_color=a("l_dif"),
+            specular_color=a("l_spec"),
+        )
+    mats = shading.Materials(
+        ambient_color=a("m_amb"),
+        diffuse_color=a("m_dif"),
+        specular_color=a("m_spec"),
+        shininess=a("shin", wp.float32),
+    )
     frag = wr.Fragments(
         wp.array(s["p2f"], dtype=wp.int32, device=device),
         wp.zeros(s["p2f"].shape, dtype=wp.float32, device=device),
@@ -183,12 +215,19 @@ def _warp_slots(s, kind, mode, device):
     tape = wp.Tape()
     with tape:
         shaders.shade_slots(
-            frag, a("verts"), faces, normals,
+            frag,
+            a("verts"),
+            faces,
+            normals,
             mode=shaders.ShadingMode.FLAT if mode == "flat" else shaders.ShadingMode.PHONG,
-            texels_from=shaders.TexelSource.VERTEX, vert_colors=a("colors"),
+            texels_from=shaders.TexelSource.VERTEX,
+            vert_colors=a("colors"),
             texels=wp.zeros((1, 1, 1, 1), dtype=wp.vec3, device=device),
-            cameras_RT=(a("R", wp.mat33), a("T")), lights=lights, materials=mats, out=out,
-        )  # fmt: skip
+            cameras_RT=(a("R", wp.mat33), a("T")),
+            lights=lights,
+            materials=mats,
+            out=out,
+        )
     return out, arr, tape
 
 
@@ -230,50 +269,85 @@ def test_gouraud_vertex_lighting_matches_oracle(device):
     rng = np.random.default_rng(3)
     s = _random_scene(rng, nv=8)
     v2m = np.array([0, 0, 0, 1, 1, 1, 1, 0], dtype=np.int32)
-    lights = shading.PointLights(location=s["l_param"], ambient_color=s["l_amb"],
-                                 diffuse_color=s["l_dif"], specular_color=s["l_spec"],
-                                 device=device)  # fmt: skip
-    mats = shading.Materials(ambient_color=s["m_amb"], diffuse_color=s["m_dif"],
-                             specular_color=s["m_spec"], shininess=s["shin"], device=device)  # fmt: skip
+    lights = shading.PointLights(
+        location=s["l_param"],
+        ambient_color=s["l_amb"],
+        diffuse_color=s["l_dif"],
+        specular_color=s["l_spec"],
+        device=device,
+    )
+    mats = shading.Materials(
+        ambient_color=s["m_amb"],
+        diffuse_color=s["m_dif"],
+        specular_color=s["m_spec"],
+        shininess=s["shin"],
+        device=device,
+    )
     out = wp.zeros(8, dtype=wp.vec3, device=device)
     shaders.shade_vertices(
         wp.array(s["verts"], dtype=wp.vec3, device=device),
         wp.array(s["vnormals"], dtype=wp.vec3, device=device),
-        wp.array(s["colors"], dtype=wp.vec3, device=device), shaders.TexelSource.VERTEX,
+        wp.array(s["colors"], dtype=wp.vec3, device=device),
+        shaders.TexelSource.VERTEX,
         wp.array(v2m, dtype=wp.int32, device=device),
-        cameras_RT=(wp.array(s["R"], dtype=wp.mat33, device=device),
-                    wp.array(s["T"], dtype=wp.vec3, device=device)),
-        lights=lights, materials=mats, out=out,
-    )  # fmt: skip
+        cameras_RT=(
+            wp.array(s["R"], dtype=wp.mat33, device=device),
+            wp.array(s["T"], dtype=wp.vec3, device=device),
+        ),
+        lights=lights,
+        materials=mats,
+        out=out,
+    )
     cam = ref.camera_centre(s["R"], s["T"])
 
     def rows(x):
         return np.broadcast_to(x, (2,) + x.shape[1:])[v2m]
 
-    expected = ref.lit("point", rows(s["l_param"]), rows(s["l_amb"]), rows(s["l_dif"]),
-                       rows(s["l_spec"]), rows(s["m_amb"]), rows(s["m_dif"]), rows(s["m_spec"]),
-                       rows(s["shin"]), s["verts"], s["vnormals"], s["colors"], rows(cam))  # fmt: skip
+    expected = ref.lit(
+        "point",
+        rows(s["l_param"]),
+        rows(s["l_amb"]),
+        rows(s["l_dif"]),
+        rows(s["l_spec"]),
+        rows(s["m_amb"]),
+        rows(s["m_dif"]),
+        rows(s["m_spec"]),
+        rows(s["shin"]),
+        s["verts"],
+        s["vnormals"],
+        s["colors"],
+        rows(cam),
+    )
     np.testing.assert_allclose(out.numpy(), expected, atol=1e-5, rtol=1e-5)  # as above
 
 
 # ----------------------------------------------------------------------------- analytic
 def _ortho_renderer(shader, image_size, device, faces_per_pixel=1):
     R, T = wr.look_at_view_transform(dist=3.0, elev=0.0, azim=0.0)
-    cams = wr.FoVOrthographicCameras(min_x=-1.2, max_x=1.2, min_y=-1.2, max_y=1.2, R=R, T=T,
-                                      device=device)  # fmt: skip
+    cams = wr.FoVOrthographicCameras(
+        min_x=-1.2, max_x=1.2, min_y=-1.2, max_y=1.2, R=R, T=T, device=device
+    )
     settings = wr.RasterizationSettings(image_size=image_size, faces_per_pixel=faces_per_pixel)
-    return MeshRenderer(rasterizer=wr.MeshRasterizer(cameras=cams, raster_settings=settings),
-                           shader=shader(cameras=cams, **_shader_kwargs(device))), cams  # fmt: skip
+    return MeshRenderer(
+        rasterizer=wr.MeshRasterizer(cameras=cams, raster_settings=settings),
+        shader=shader(cameras=cams, **_shader_kwargs(device)),
+    ), cams
 
 
 def _shader_kwargs(device):
     theta = 0.6
     lights = shading.DirectionalLights(
-        direction=(0.0, np.sin(theta), np.cos(theta)), ambient_color=(0.1, 0.2, 0.3),
-        diffuse_color=(0.7, 0.6, 0.5), specular_color=(0.0, 0.0, 0.0), device=device,
-    )  # fmt: skip
-    return dict(lights=lights, materials=shading.Materials(device=device),
-                blend_params=shading.BlendParams(background_color=(0.0, 0.0, 0.0)))  # fmt: skip
+        direction=(0.0, np.sin(theta), np.cos(theta)),
+        ambient_color=(0.1, 0.2, 0.3),
+        diffuse_color=(0.7, 0.6, 0.5),
+        specular_color=(0.0, 0.0, 0.0),
+        device=device,
+    )
+    return dict(
+        lights=lights,
+        materials=shading.Materials(device=device),
+        blend_params=shading.BlendParams(background_color=(0.0, 0.0, 0.0)),
+    )
 
 
 def test_flat_lit_quad_has_the_lambert_colour(device):
@@ -288,14 +362,20 @@ def test_flat_lit_quad_has_the_lambert_colour(device):
     albedo = np.array([0.9, 0.5, 0.25])
     for shader in (shading.HardFlatShader, shading.HardPhongShader, shading.HardGouraudShader):
         ren, _ = _ortho_renderer(shader, 24, device)
-        img = ren(verts, faces, [0], [2],
-                  textures=shading.TexturesVertex(np.tile(albedo, (4, 1)), device=device)).numpy()
+        img = ren(
+            verts,
+            faces,
+            [0],
+            [2],
+            textures=shading.TexturesVertex(np.tile(albedo, (4, 1)), device=device),
+        ).numpy()
         expected = (np.array([0.1, 0.2, 0.3]) + np.array([0.7, 0.6, 0.5]) * np.cos(0.6)) * albedo
         covered = img[0, ..., 3] > 0
         # 10 of the 24 pixel centres per side fall inside
         assert covered.sum() == 100
-        np.testing.assert_allclose(img[0][covered][:, :3], np.broadcast_to(expected, (100, 3)),
-                                   atol=1e-6)  # float32 rounding of a few products
+        np.testing.assert_allclose(
+            img[0][covered][:, :3], np.broadcast_to(expected, (100, 3)), atol=1e-6
+        )  # float32 rounding of a few products
         assert (img[0][~covered] == 0).all()
 
 
@@ -305,17 +385,23 @@ def test_sphere_under_a_directional_light_is_lambertian(device):
     # level-4 icosphere (edge ~0.08 rad) deviate from the sphere's normal by
     # O(edge^2) ~ 3e-3 away from the rim, which bounds the tolerance.
     v, f = ico_sphere(4)
-    lights = shading.DirectionalLights(direction=(0, 0, 1), ambient_color=(0, 0, 0),
-                                       diffuse_color=(1, 1, 1), specular_color=(0, 0, 0),
-                                       device=device)  # fmt: skip
+    lights = shading.DirectionalLights(
+        direction=(0, 0, 1),
+        ambient_color=(0, 0, 0),
+        diffuse_color=(1, 1, 1),
+        specular_color=(0, 0, 0),
+        device=device,
+    )
     R, T = wr.look_at_view_transform(dist=3.0, elev=0.0, azim=0.0)
-    cams = wr.FoVOrthographicCameras(min_x=-1.2, max_x=1.2, min_y=-1.2, max_y=1.2, R=R, T=T,
-                                      device=device)  # fmt: skip
+    cams = wr.FoVOrthographicCameras(
+        min_x=-1.2, max_x=1.2, min_y=-1.2, max_y=1.2, R=R, T=T, device=device
+    )
     ren = MeshRenderer(
-        rasterizer=wr.MeshRasterizer(cameras=cams,
-                                     raster_settings=wr.RasterizationSettings(image_size=32)),
+        rasterizer=wr.MeshRasterizer(
+            cameras=cams, raster_settings=wr.RasterizationSettings(image_size=32)
+        ),
         shader=shading.HardPhongShader(cameras=cams, lights=lights, device=device),
-    )  # fmt: skip
+    )
     img = ren(v.astype(np.float32), f.astype(np.int32), [0], [f.shape[0]]).numpy()[0]
     c = 1.0 - (2.0 * np.arange(32) + 1.0) / 32.0
     rho2 = (1.2 * c[:, None]) ** 2 + (1.2 * c[None, :]) ** 2
@@ -332,8 +418,7 @@ def test_bad_inputs_raise_before_any_kernel(device):
     with pytest.raises(ValueError, match="location"):
         shading.PointLights(location=np.zeros((2, 2)), device=device)
     with pytest.raises(ValueError, match="batch"):
-        shading.PointLights(location=np.zeros((2, 3)), ambient_color=np.ones((3, 3)),
-                            device=device)  # fmt: skip
+        shading.PointLights(location=np.zeros((2, 3)), ambient_color=np.ones((3, 3)), device=device)
     with pytest.raises(ValueError, match="sigma"):
         shading.BlendParams(sigma=0.0)
     with pytest.raises(TypeError, match="shininess"):
@@ -347,8 +432,9 @@ def test_bad_inputs_raise_before_any_kernel(device):
     with pytest.raises(ValueError, match="cameras"):
         shading.HardPhongShader(device=device)(frag, np.zeros((3, 3)), np.zeros((1, 3), np.int32))
     with pytest.raises(ValueError, match="Gouraud"):
-        tex = shading.TexturesUV(np.ones((1, 2, 2, 3)), np.zeros((1, 3), np.int32),
-                                 np.zeros((1, 2)), device=device)  # fmt: skip
+        tex = shading.TexturesUV(
+            np.ones((1, 2, 2, 3)), np.zeros((1, 3), np.int32), np.zeros((1, 2)), device=device
+        )
         cams = wr.FoVPerspectiveCameras(device=device)
         shading.HardGouraudShader(cameras=cams, device=device)(
             frag, np.zeros((3, 3)), np.zeros((1, 3), np.int32), textures=tex

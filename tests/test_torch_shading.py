@@ -9,8 +9,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import p3d_render_cases as cases  # noqa: E402
-from test_shaders import GRAD_TOL, IMAGE_FRACTION, IMAGE_TOL, IMAGE_TOL_MAX  # noqa: E402
-from test_shaders import RASTER_BACKWARD_OPEN  # noqa: E402
+from test_shaders import (  # noqa: E402
+    GRAD_TOL,
+    IMAGE_FRACTION,
+    IMAGE_TOL,
+    IMAGE_TOL_MAX,
+    RASTER_BACKWARD_OPEN,  # noqa: E402
+)
+
 from warpraster.torch import shading as T  # noqa: E402
 
 CASES = cases.case_names()
@@ -22,19 +28,30 @@ def torch_scene(name):
     c = spec["camera"]
     R, Tt = torch.tensor(d["cam_R"]), torch.tensor(d["cam_T"])
     if c["type"] == "FoVPerspectiveCameras":
-        cams = T.FoVPerspectiveCameras(znear=torch.tensor(d["cam_znear"]),
-                                       zfar=torch.tensor(d["cam_zfar"]),
-                                       fov=torch.tensor(d["cam_fov"]),
-                                       aspect_ratio=torch.tensor(d["cam_aspect_ratio"]), R=R, T=Tt)  # fmt: skip
+        cams = T.FoVPerspectiveCameras(
+            znear=torch.tensor(d["cam_znear"]),
+            zfar=torch.tensor(d["cam_zfar"]),
+            fov=torch.tensor(d["cam_fov"]),
+            aspect_ratio=torch.tensor(d["cam_aspect_ratio"]),
+            R=R,
+            T=Tt,
+        )
     else:
-        cams = T.FoVOrthographicCameras(znear=torch.tensor(d["cam_znear"]),
-                                        zfar=torch.tensor(d["cam_zfar"]), min_x=c["min_x"],
-                                        max_x=c["max_x"], min_y=c["min_y"], max_y=c["max_y"],
-                                        R=R, T=Tt)  # fmt: skip
+        cams = T.FoVOrthographicCameras(
+            znear=torch.tensor(d["cam_znear"]),
+            zfar=torch.tensor(d["cam_zfar"]),
+            min_x=c["min_x"],
+            max_x=c["max_x"],
+            min_y=c["min_y"],
+            max_y=c["max_y"],
+            R=R,
+            T=Tt,
+        )
     light = spec["lights"]
     leaves = {}
-    colours = {k: [light[k]] for k in ("ambient_color", "diffuse_color", "specular_color")
-               if k in light}  # fmt: skip
+    colours = {
+        k: [light[k]] for k in ("ambient_color", "diffuse_color", "specular_color") if k in light
+    }
     if light["type"] == "PointLights":
         leaves["light_location"] = torch.tensor(d["light_location"], requires_grad=True)
         lights = T.PointLights(location=leaves["light_location"], **colours)
@@ -44,19 +61,26 @@ def torch_scene(name):
     else:
         lights = T.AmbientLights(ambient_color=colours["ambient_color"])
     m = spec["materials"]
-    mats = T.Materials(ambient_color=[m["ambient_color"]], diffuse_color=[m["diffuse_color"]],
-                       specular_color=[m["specular_color"]], shininess=m["shininess"])  # fmt: skip
+    mats = T.Materials(
+        ambient_color=[m["ambient_color"]],
+        diffuse_color=[m["diffuse_color"]],
+        specular_color=[m["specular_color"]],
+        shininess=m["shininess"],
+    )
     b = spec["blend"]
-    bp = T.BlendParams(sigma=b["sigma"], gamma=b["gamma"],
-                       background_color=tuple(b["background_color"]))  # fmt: skip
+    bp = T.BlendParams(
+        sigma=b["sigma"], gamma=b["gamma"], background_color=tuple(b["background_color"])
+    )
     if spec["shader"] == "SoftSilhouetteShader":
         shader = T.SoftSilhouetteShader(blend_params=bp)
     else:
-        shader = getattr(T, spec["shader"])(cameras=cams, lights=lights, materials=mats,
-                                            blend_params=bp)  # fmt: skip
-    ren = T.MeshRenderer(rasterizer=T.MeshRasterizer(cameras=cams,
-                                                     raster_settings=cases.raster_settings(spec)),
-                         shader=shader)  # fmt: skip
+        shader = getattr(T, spec["shader"])(
+            cameras=cams, lights=lights, materials=mats, blend_params=bp
+        )
+    ren = T.MeshRenderer(
+        rasterizer=T.MeshRasterizer(cameras=cams, raster_settings=cases.raster_settings(spec)),
+        shader=shader,
+    )
     leaves["verts"] = torch.tensor(d["verts_packed"], requires_grad=True)
     if "vertex_colors" in d:
         leaves["vertex_colors"] = torch.tensor(d["vertex_colors"], requires_grad=True)
@@ -65,11 +89,20 @@ def torch_scene(name):
         t = spec["texture"]
         leaves["texture_maps"] = torch.tensor(d["texture_maps"], requires_grad=True)
         leaves["verts_uvs"] = torch.tensor(d["verts_uvs"], requires_grad=True)
-        tex = T.TexturesUV(leaves["texture_maps"], torch.tensor(d["faces_uvs"]),
-                           leaves["verts_uvs"], padding_mode=t["padding_mode"],
-                           align_corners=t["align_corners"], sampling_mode=t["sampling_mode"])  # fmt: skip
-    inputs = (leaves["verts"], torch.tensor(d["faces_packed"]),
-              torch.tensor(d["mesh_to_face_first_idx"]), torch.tensor(d["num_faces_per_mesh"]))  # fmt: skip
+        tex = T.TexturesUV(
+            leaves["texture_maps"],
+            torch.tensor(d["faces_uvs"]),
+            leaves["verts_uvs"],
+            padding_mode=t["padding_mode"],
+            align_corners=t["align_corners"],
+            sampling_mode=t["sampling_mode"],
+        )
+    inputs = (
+        leaves["verts"],
+        torch.tensor(d["faces_packed"]),
+        torch.tensor(d["mesh_to_face_first_idx"]),
+        torch.tensor(d["num_faces_per_mesh"]),
+    )
     return d, spec, ren, inputs, tex, leaves
 
 

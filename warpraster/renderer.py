@@ -83,8 +83,9 @@ class MeshRenderer:
         if first.shape[0] > 1:
             v2m = vert_to_mesh_from_faces(f, first, count, verts.shape[0], device=verts.device)
         needs_grad = verts.requires_grad or cameras.requires_grad()
-        verts_ndc = wp.empty(verts.shape[0], dtype=wp.vec3, device=verts.device,
-                             requires_grad=needs_grad)  # fmt: skip
+        verts_ndc = wp.empty(
+            verts.shape[0], dtype=wp.vec3, device=verts.device, requires_grad=needs_grad
+        )
         fragments = self.rasterizer(
             verts, f, first, count, cameras=cameras, vert_to_mesh=v2m, verts_ndc=verts_ndc
         )
@@ -127,8 +128,11 @@ def _channels_kernel(
     if f >= 0:
         depth = zbuf[n, y, x, 0]
         b = bary_coords[n, y, x, 0]
-        s = (b[0] * verts_normals[faces[f, 0]] + b[1] * verts_normals[faces[f, 1]]
-             + b[2] * verts_normals[faces[f, 2]])  # fmt: skip
+        s = (
+            b[0] * verts_normals[faces[f, 0]]
+            + b[1] * verts_normals[faces[f, 1]]
+            + b[2] * verts_normals[faces[f, 2]]
+        )
         ln = wp.length(s)
         if ln > 0.0:
             nrm = s / ln
@@ -157,10 +161,12 @@ class RenderOutputs:
     def __init__(self, shape, num_verts, num_faces, device, requires_grad, workspace):
         n, h, w, _ = shape
         self.workspace = workspace
-        self.verts_ndc = wp.zeros(num_verts, dtype=wp.vec3, device=device,
-                                  requires_grad=requires_grad)  # fmt: skip
-        self.shading = ShadingBuffers(shape, num_verts, num_faces, device,
-                                      requires_grad=requires_grad)  # fmt: skip
+        self.verts_ndc = wp.zeros(
+            num_verts, dtype=wp.vec3, device=device, requires_grad=requires_grad
+        )
+        self.shading = ShadingBuffers(
+            shape, num_verts, num_faces, device, requires_grad=requires_grad
+        )
         self.image = self.shading.image
         self.depth = wp.zeros((n, h, w), dtype=wp.float32, device=device)
         self.normals = wp.zeros((n, h, w), dtype=wp.vec3, device=device)
@@ -249,12 +255,18 @@ class Renderer:
         # validate the static topology once (host reads happen here, not per call)
         from .meshes import pack_meshes  # noqa: PLC0415
 
-        pack_meshes(wp.zeros(self.num_verts, dtype=wp.vec3, device=dev), self.faces, self.first,
-                    self.count, validate=True)  # fmt: skip
+        pack_meshes(
+            wp.zeros(self.num_verts, dtype=wp.vec3, device=dev),
+            self.faces,
+            self.first,
+            self.count,
+            validate=True,
+        )
         self.vert_to_mesh = None
         if n > 1 and len(cameras) > 1 or n > 1 and shader.mode == ShadingMode.GOURAUD:
-            self.vert_to_mesh = vert_to_mesh_from_faces(self.faces, self.first, self.count,
-                                                        self.num_verts, device=dev)  # fmt: skip
+            self.vert_to_mesh = vert_to_mesh_from_faces(
+                self.faces, self.first, self.count, self.num_verts, device=dev
+            )
         self.settings = RasterSettings(**self.rasterizer.resolved_settings(cameras))
         h, w = self.settings.image_size
         k = self.settings.faces_per_pixel
@@ -268,7 +280,8 @@ class Renderer:
         self.requires_grad = bool(requires_grad)
         # the normals channel needs vertex normals; Phong and Gouraud compute them anyway
         self._shader_skips_normals = shader.mode == ShadingMode.FLAT or isinstance(
-            shader, SoftSilhouetteShader)  # fmt: skip
+            shader, SoftSilhouetteShader
+        )
         self.outputs = [self._make_outputs() for _ in range(int(steps))]
 
     def _make_outputs(self) -> RenderOutputs:
@@ -277,12 +290,22 @@ class Renderer:
         n = self.shape[0]
         nf = self.faces.shape[0]
         if self.settings.clipped:
-            ws = ClipWorkspace(num_verts=self.num_verts, num_faces=nf, num_meshes=n,
-                               settings=self.settings, device=self.device,
-                               requires_grad=self.requires_grad)  # fmt: skip
+            ws = ClipWorkspace(
+                num_verts=self.num_verts,
+                num_faces=nf,
+                num_meshes=n,
+                settings=self.settings,
+                device=self.device,
+                requires_grad=self.requires_grad,
+            )
         else:
-            ws = RasterWorkspace(num_meshes=n, num_faces=nf, settings=self.settings,
-                                 device=self.device, requires_grad=self.requires_grad)  # fmt: skip
+            ws = RasterWorkspace(
+                num_meshes=n,
+                num_faces=nf,
+                settings=self.settings,
+                device=self.device,
+                requires_grad=self.requires_grad,
+            )
         return RenderOutputs(self.shape, self.num_verts, nf, self.device, self.requires_grad, ws)
 
     def render(self, verts, *, step: int = 0) -> RenderOutputs:
@@ -297,30 +320,54 @@ class Renderer:
         from .rasterize import rasterize_meshes  # noqa: PLC0415
 
         out = self.outputs[step]
-        v = verts if isinstance(verts, wp.array) and verts.dtype == wp.vec3 else as_vec3_array(
-            verts, "verts", self.device)  # fmt: skip
+        v = (
+            verts
+            if isinstance(verts, wp.array) and verts.dtype == wp.vec3
+            else as_vec3_array(verts, "verts", self.device)
+        )
         if v.shape[0] != self.num_verts:
-            raise ValueError(f"verts has {v.shape[0]} rows, the renderer was made for "
-                             f"{self.num_verts}")  # fmt: skip
+            raise ValueError(
+                f"verts has {v.shape[0]} rows, the renderer was made for {self.num_verts}"
+            )
         self.cameras.transform_points_ndc(v, self.vert_to_mesh, None, out.verts_ndc)
-        frags = rasterize_meshes(out.verts_ndc, self.faces, self.first, self.count,
-                                 settings=self.settings, workspace=out.workspace,
-                                 validate=False)  # fmt: skip
+        frags = rasterize_meshes(
+            out.verts_ndc,
+            self.faces,
+            self.first,
+            self.count,
+            settings=self.settings,
+            workspace=out.workspace,
+            validate=False,
+        )
         out.fragments = frags
         self.shader(
-            frags, v, self.faces, textures=self.textures, vert_to_mesh=self.vert_to_mesh,
-            cameras=self.cameras, verts_ndc=out.verts_ndc,
-            perspective_correct=self.settings.perspective_correct, buffers=out.shading,
-        )  # fmt: skip
+            frags,
+            v,
+            self.faces,
+            textures=self.textures,
+            vert_to_mesh=self.vert_to_mesh,
+            cameras=self.cameras,
+            verts_ndc=out.verts_ndc,
+            perspective_correct=self.settings.perspective_correct,
+            buffers=out.shading,
+        )
         nrm = out.shading.verts_normals
         if self._shader_skips_normals:
-            vertex_normals(v, self.faces, out=nrm, sums_out=out.shading.normal_sums,
-                           validate=False)  # fmt: skip
+            vertex_normals(v, self.faces, out=nrm, sums_out=out.shading.normal_sums, validate=False)
         wp.launch(
-            _channels_kernel, dim=self.shape[:3],
-            inputs=[frags.pix_to_face, frags.zbuf, frags.bary_coords, self.faces, nrm,
-                    self.face_to_object, self._has_objects],
+            _channels_kernel,
+            dim=self.shape[:3],
+            inputs=[
+                frags.pix_to_face,
+                frags.zbuf,
+                frags.bary_coords,
+                self.faces,
+                nrm,
+                self.face_to_object,
+                self._has_objects,
+            ],
             outputs=[out.depth, out.normals, out.face_ids, out.mesh_ids],
-            device=self.device, record_tape=False,
-        )  # fmt: skip
+            device=self.device,
+            record_tape=False,
+        )
         return out

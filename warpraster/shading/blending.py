@@ -269,7 +269,9 @@ def _sigmoid_blend_adjoint(
         for k in range(pix_to_face.shape[3]):
             if pix_to_face[n, y, x, k] >= 0:
                 p = _prob(dists[n, y, x, k], sigma)
-                dists_grad_out[n, y, x, k] = dists_grad_out[n, y, x, k] + ga * (-1.0 / sigma) * p * keep
+                dists_grad_out[n, y, x, k] = (
+                    dists_grad_out[n, y, x, k] + ga * (-1.0 / sigma) * p * keep
+                )
 
 
 def sigmoid_alpha_blend(colors, fragments, blend_params: BlendParams | None = None, *, out=None):
@@ -294,9 +296,13 @@ def launch_sigmoid_blend(fragments, colors, sigma: float, image_out) -> None:
     n, h, w, _ = p2f.shape
     device = p2f.device
     wp.launch(
-        _sigmoid_blend_kernel, dim=(n, h, w), inputs=[p2f, dists, colors, sigma],
-        outputs=[image_out], device=device, record_tape=False,
-    )  # fmt: skip
+        _sigmoid_blend_kernel,
+        dim=(n, h, w),
+        inputs=[p2f, dists, colors, sigma],
+        outputs=[image_out],
+        device=device,
+        record_tape=False,
+    )
     tape = active_tape()
     if tape is None or image_out.grad is None:
         return
@@ -309,10 +315,12 @@ def launch_sigmoid_blend(fragments, colors, sigma: float, image_out) -> None:
 
     def backward():
         wp.launch(
-            _sigmoid_blend_adjoint, dim=(n, h, w),
+            _sigmoid_blend_adjoint,
+            dim=(n, h, w),
             inputs=[p2f, dists, image_out, image_out.grad, sigma],
-            outputs=[dgrad, cgrad, int(want_d), int(want_c)], device=device,
-        )  # fmt: skip
+            outputs=[dgrad, cgrad, int(want_d), int(want_c)],
+            device=device,
+        )
 
     tape.record_func(backward, arrays=_with_grad(image_out, dists, colors))
 
@@ -505,21 +513,31 @@ def launch_softmax_blend(fragments, colors, background, znear, zfar, sigma, gamm
     device = p2f.device
     inputs = [p2f, dists, zbuf, colors, background, znear, zfar, sigma, gamma]
     wp.launch(
-        _softmax_blend_kernel, dim=(n, h, w), inputs=inputs, outputs=[image_out],
-        device=device, record_tape=False,
-    )  # fmt: skip
+        _softmax_blend_kernel,
+        dim=(n, h, w),
+        inputs=inputs,
+        outputs=[image_out],
+        device=device,
+        record_tape=False,
+    )
     tape = active_tape()
     if tape is None or image_out.grad is None:
         return
     wants = [a.requires_grad and a.grad is not None for a in (dists, zbuf, colors, background)]
     if not any(wants):
         return
-    grads = [a.grad if want else a for a, want in zip((dists, zbuf, colors, background), wants)]
+    grads = [
+        a.grad if want else a
+        for a, want in zip((dists, zbuf, colors, background), wants, strict=True)
+    ]
 
     def backward():
         wp.launch(
-            _softmax_blend_adjoint, dim=(n, h, w), inputs=[*inputs, image_out.grad],
-            outputs=[*grads, *(int(x) for x in wants)], device=device,
-        )  # fmt: skip
+            _softmax_blend_adjoint,
+            dim=(n, h, w),
+            inputs=[*inputs, image_out.grad],
+            outputs=[*grads, *(int(x) for x in wants)],
+            device=device,
+        )
 
     tape.record_func(backward, arrays=_with_grad(image_out, dists, zbuf, colors, background))

@@ -150,8 +150,13 @@ class LightsBase:
 
     def kernel_args(self) -> list:
         """[kind, param, ambient, diffuse, specular]: the kernels' light arguments."""
-        return [int(self.kind), self._param(), self.ambient_color, self.diffuse_color,
-                self.specular_color]  # fmt: skip
+        return [
+            int(self.kind),
+            self._param(),
+            self.ambient_color,
+            self.diffuse_color,
+            self.specular_color,
+        ]
 
     def parameters(self) -> dict[str, wp.array]:
         """The parameter arrays by name."""
@@ -183,17 +188,26 @@ class DirectionalLights(LightsBase):
         requires_grad: bool = False,
     ):
         self._setup(
-            dict(ambient_color=ambient_color, diffuse_color=diffuse_color,
-                 specular_color=specular_color, direction=direction),
-            device, requires_grad,
-        )  # fmt: skip
+            dict(
+                ambient_color=ambient_color,
+                diffuse_color=diffuse_color,
+                specular_color=specular_color,
+                direction=direction,
+            ),
+            device,
+            requires_grad,
+        )
 
     def _param(self) -> wp.array:
         return self.direction
 
     def parameters(self) -> dict[str, wp.array]:
-        return dict(ambient_color=self.ambient_color, diffuse_color=self.diffuse_color,
-                    specular_color=self.specular_color, direction=self.direction)  # fmt: skip
+        return dict(
+            ambient_color=self.ambient_color,
+            diffuse_color=self.diffuse_color,
+            specular_color=self.specular_color,
+            direction=self.direction,
+        )
 
 
 class PointLights(LightsBase):
@@ -220,17 +234,26 @@ class PointLights(LightsBase):
         requires_grad: bool = False,
     ):
         self._setup(
-            dict(ambient_color=ambient_color, diffuse_color=diffuse_color,
-                 specular_color=specular_color, location=location),
-            device, requires_grad,
-        )  # fmt: skip
+            dict(
+                ambient_color=ambient_color,
+                diffuse_color=diffuse_color,
+                specular_color=specular_color,
+                location=location,
+            ),
+            device,
+            requires_grad,
+        )
 
     def _param(self) -> wp.array:
         return self.location
 
     def parameters(self) -> dict[str, wp.array]:
-        return dict(ambient_color=self.ambient_color, diffuse_color=self.diffuse_color,
-                    specular_color=self.specular_color, location=self.location)  # fmt: skip
+        return dict(
+            ambient_color=self.ambient_color,
+            diffuse_color=self.diffuse_color,
+            specular_color=self.specular_color,
+            location=self.location,
+        )
 
 
 class AmbientLights(LightsBase):

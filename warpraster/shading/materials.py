@@ -53,8 +53,12 @@ class Materials:
 
     def parameters(self) -> dict[str, wp.array]:
         """The parameter arrays by name."""
-        return dict(ambient_color=self.ambient_color, diffuse_color=self.diffuse_color,
-                    specular_color=self.specular_color, shininess=self.shininess)  # fmt: skip
+        return dict(
+            ambient_color=self.ambient_color,
+            diffuse_color=self.diffuse_color,
+            specular_color=self.specular_color,
+            shininess=self.shininess,
+        )
 
     def kernel_args(self) -> list:
         """[ambient, diffuse, specular, shininess]: the kernels' material arguments."""

@@ -46,7 +46,9 @@ def vec3_param(value, name: str, device=None, requires_grad: bool = False) -> wp
         raise TypeError(f"{name} is a torch tensor: use warpraster.torch for torch inputs")
     if isinstance(value, wp.array):
         if device is not None and wp.get_device(value.device) != wp.get_device(device):
-            raise ValueError(f"{name} is on device {value.device}, expected {wp.get_device(device)}")
+            raise ValueError(
+                f"{name} is on device {value.device}, expected {wp.get_device(device)}"
+            )
         if value.dtype == wp.float32 and value.ndim == 1 and value.shape[0] == 3:
             value = value.reshape((1, 3))
         try:
@@ -80,7 +82,9 @@ def scalar_param(value, name: str, device=None, requires_grad: bool = False) -> 
         raise TypeError(f"{name} is a torch tensor: use warpraster.torch for torch inputs")
     if isinstance(value, wp.array):
         if device is not None and wp.get_device(value.device) != wp.get_device(device):
-            raise ValueError(f"{name} is on device {value.device}, expected {wp.get_device(device)}")
+            raise ValueError(
+                f"{name} is on device {value.device}, expected {wp.get_device(device)}"
+            )
         if value.dtype != wp.float32 or value.ndim != 1 or value.shape[0] < 1:
             raise TypeError(
                 f"{name} must be a float32 wp.array of shape (B,), got dtype "

@@ -102,8 +102,9 @@ class _Scratch:
 
     def __init__(self, shape, device, requires_grad=True):
         n, h, w, k = shape
-        self.image = wp.zeros((n, h, w, 4), dtype=wp.float32, device=device,
-                              requires_grad=requires_grad)  # fmt: skip
+        self.image = wp.zeros(
+            (n, h, w, 4), dtype=wp.float32, device=device, requires_grad=requires_grad
+        )
         self.colors = wp.zeros(shape, dtype=wp.vec3, device=device, requires_grad=requires_grad)
         self.ones = wp.full(shape, wp.vec3(1.0), dtype=wp.vec3, device=device)
 
@@ -184,10 +185,19 @@ def soft_depth(
     s = scratch if scratch is not None else _Scratch(shape, device, rg)
     zn = _z(znear, "znear", device, s)
     zf = _z(zfar, "zfar", device, s)
-    wp.launch(_depth_as_colour, dim=shape, inputs=[fragments.zbuf], outputs=[s.colors],
-              device=device)  # fmt: skip
-    launch_softmax_blend(fragments, s.colors, blend_params.background_array(device), zn, zf,
-                         float(blend_params.sigma), float(blend_params.gamma), s.image)  # fmt: skip
+    wp.launch(
+        _depth_as_colour, dim=shape, inputs=[fragments.zbuf], outputs=[s.colors], device=device
+    )
+    launch_softmax_blend(
+        fragments,
+        s.colors,
+        blend_params.background_array(device),
+        zn,
+        zf,
+        float(blend_params.sigma),
+        float(blend_params.gamma),
+        s.image,
+    )
     wp.launch(_channel, dim=shape[:3], inputs=[s.image, 0], outputs=[out], device=device)
     return out
 
@@ -200,9 +210,13 @@ def hard_depth(fragments, background: float = -1.0, *, out=None) -> wp.array:
     shape = check_fragments(fragments)
     device = fragments.pix_to_face.device
     out = _out3(out, shape, device, fragments.zbuf.requires_grad)
-    wp.launch(_hard_depth, dim=shape[:3],
-              inputs=[fragments.pix_to_face, fragments.zbuf, float(background)], outputs=[out],
-              device=device)  # fmt: skip
+    wp.launch(
+        _hard_depth,
+        dim=shape[:3],
+        inputs=[fragments.pix_to_face, fragments.zbuf, float(background)],
+        outputs=[out],
+        device=device,
+    )
     return out
 
 
@@ -226,8 +240,13 @@ def image_mse(image: wp.array, target: wp.array, *, out: wp.array | None = None)
         out = wp.zeros(1, dtype=wp.float32, device=image.device, requires_grad=image.requires_grad)
     elif out.shape != (1,) or out.dtype != wp.float32:
         raise ValueError("out must be a (1,) float32 wp.array")
-    wp.launch(_squared_error, dim=im.shape, inputs=[im, tg, 1.0 / float(image.size)],
-              outputs=[out], device=image.device)  # fmt: skip
+    wp.launch(
+        _squared_error,
+        dim=im.shape,
+        inputs=[im, tg, 1.0 / float(image.size)],
+        outputs=[out],
+        device=image.device,
+    )
     return out
 
 

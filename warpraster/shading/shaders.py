@@ -184,10 +184,21 @@ def _shade_slots_kernel(
         elif texel_source == TexelSource.PIXEL:
             texel = texels[n, y, x, k]
         c = lit_colour(
-            n, point, normal, texel, camera_centre(cam_R, cam_T, n), light_kind, light_param,
-            light_ambient, light_diffuse, light_specular, mat_ambient, mat_diffuse,
-            mat_specular, mat_shininess,
-        )  # fmt: skip
+            n,
+            point,
+            normal,
+            texel,
+            camera_centre(cam_R, cam_T, n),
+            light_kind,
+            light_param,
+            light_ambient,
+            light_diffuse,
+            light_specular,
+            mat_ambient,
+            mat_diffuse,
+            mat_specular,
+            mat_shininess,
+        )
     colors_out[n, y, x, k] = c
 
 
@@ -223,10 +234,21 @@ def _shade_vertices_kernel(
     if texel_source == TexelSource.VERTEX:
         texel = vert_colors[v]
     shaded_out[v] = lit_colour(
-        m, verts[v], normals[v], texel, camera_centre(cam_R, cam_T, m), light_kind, light_param,
-        light_ambient, light_diffuse, light_specular, mat_ambient, mat_diffuse, mat_specular,
+        m,
+        verts[v],
+        normals[v],
+        texel,
+        camera_centre(cam_R, cam_T, m),
+        light_kind,
+        light_param,
+        light_ambient,
+        light_diffuse,
+        light_specular,
+        mat_ambient,
+        mat_diffuse,
+        mat_specular,
         mat_shininess,
-    )  # fmt: skip
+    )
 
 
 _NO_MESH_INDEX: dict = {}  # device -> a (1,) int32 placeholder (allocated once)
@@ -269,8 +291,12 @@ class ShadingBuffers:
     def texels(self) -> wp.array:
         """(N, H, W, K) ``vec3`` sampled texels (UV textures), allocated on first use."""
         if self._texels is None:
-            self._texels = wp.zeros(self.shape, dtype=wp.vec3, device=self.device,
-                                    requires_grad=self.colors.requires_grad)  # fmt: skip
+            self._texels = wp.zeros(
+                self.shape,
+                dtype=wp.vec3,
+                device=self.device,
+                requires_grad=self.colors.requires_grad,
+            )
         return self._texels
 
     @property
@@ -338,8 +364,18 @@ def _vertex_colors(textures, num_verts: int, device):
     return arr
 
 
-def texel_source(textures, fragments, verts, faces, device, cache: dict, *, buffers=None,
-                 verts_ndc=None, perspective_correct: bool = True):  # fmt: skip
+def texel_source(
+    textures,
+    fragments,
+    verts,
+    faces,
+    device,
+    cache: dict,
+    *,
+    buffers=None,
+    verts_ndc=None,
+    perspective_correct: bool = True,
+):
     """(TexelSource, vertex colours, texel array) for ``textures`` (see module docs).
 
     Vertex colours are read by the shading kernel itself (fused); other textures
@@ -369,9 +405,13 @@ def texel_source(textures, fragments, verts, faces, device, cache: dict, *, buff
         raise ValueError(f"textures must have 3 channels (RGB), got {textures.channels}")
     out = None if buffers is None else buffers.texels
     texels = sample(
-        fragments, faces, verts_ndc=verts_ndc, perspective_correct=perspective_correct,
-        out=out, validate=buffers is None,
-    )  # fmt: skip
+        fragments,
+        faces,
+        verts_ndc=verts_ndc,
+        perspective_correct=perspective_correct,
+        out=out,
+        validate=buffers is None,
+    )
     return TexelSource.PIXEL, dummy_v, texels
 
 
@@ -391,9 +431,20 @@ def _normals(kind: str, given, verts, faces, device, buffers: ShadingBuffers):
 
 
 def shade_slots(
-    fragments, verts, faces, normals, *, mode, texels_from, vert_colors, texels, cameras_RT,
-    lights: LightsBase, materials: Materials, out,
-) -> wp.array:  # fmt: skip
+    fragments,
+    verts,
+    faces,
+    normals,
+    *,
+    mode,
+    texels_from,
+    vert_colors,
+    texels,
+    cameras_RT,
+    lights: LightsBase,
+    materials: Materials,
+    out,
+) -> wp.array:
     """Launches the per-slot Phong/flat kernel (no checks; recorded on the tape)."""
     n, h, w, k = fragments.pix_to_face.shape
     R, T = cameras_RT
@@ -401,10 +452,20 @@ def shade_slots(
         _shade_slots_kernel,
         dim=(n, h, w, k),
         inputs=[
-            fragments.pix_to_face, fragments.bary_coords, verts, faces, normals, int(mode),
-            int(texels_from), vert_colors, texels, R, T, *lights.kernel_args(),
+            fragments.pix_to_face,
+            fragments.bary_coords,
+            verts,
+            faces,
+            normals,
+            int(mode),
+            int(texels_from),
+            vert_colors,
+            texels,
+            R,
+            T,
+            *lights.kernel_args(),
             *materials.kernel_args(),
-        ],  # fmt: skip
+        ],
         outputs=[out],
         device=fragments.pix_to_face.device,
     )
@@ -412,25 +473,42 @@ def shade_slots(
 
 
 def shade_vertices(
-    verts, normals, vert_colors, texels_from, vert_to_mesh, *, cameras_RT,
-    lights: LightsBase, materials: Materials, out,
-) -> wp.array:  # fmt: skip
+    verts,
+    normals,
+    vert_colors,
+    texels_from,
+    vert_to_mesh,
+    *,
+    cameras_RT,
+    lights: LightsBase,
+    materials: Materials,
+    out,
+) -> wp.array:
     """Launches the per-vertex (Gouraud) lighting kernel (no checks; on the tape)."""
     R, T = cameras_RT
     per_vertex = vert_to_mesh is not None
     v2m = vert_to_mesh if per_vertex else R  # any array: not read without per_vertex
     if not per_vertex:
-        v2m = _NO_MESH_INDEX.setdefault(str(verts.device),
-                                        wp.zeros(1, dtype=wp.int32, device=verts.device))  # fmt: skip
+        v2m = _NO_MESH_INDEX.setdefault(
+            str(verts.device), wp.zeros(1, dtype=wp.int32, device=verts.device)
+        )
     if verts.shape[0] == 0:
         return out
     wp.launch(
         _shade_vertices_kernel,
         dim=verts.shape[0],
         inputs=[
-            verts, normals, vert_colors, int(texels_from), v2m, int(per_vertex), R, T,
-            *lights.kernel_args(), *materials.kernel_args(),
-        ],  # fmt: skip
+            verts,
+            normals,
+            vert_colors,
+            int(texels_from),
+            v2m,
+            int(per_vertex),
+            R,
+            T,
+            *lights.kernel_args(),
+            *materials.kernel_args(),
+        ],
         outputs=[out],
         device=verts.device,
     )
@@ -541,25 +619,60 @@ class ShaderBase:
                 "buffers were made for another image shape, vertex or face count or device"
             )
         colors = self._colors(
-            fragments, v, f, textures=textures, vert_to_mesh=vert_to_mesh,
-            verts_normals=verts_normals, faces_normals=faces_normals, cameras=cameras,
-            lights=lights, materials=materials, buffers=buffers, device=device,
-            verts_ndc=verts_ndc, perspective_correct=perspective_correct,
-        )  # fmt: skip
+            fragments,
+            v,
+            f,
+            textures=textures,
+            vert_to_mesh=vert_to_mesh,
+            verts_normals=verts_normals,
+            faces_normals=faces_normals,
+            cameras=cameras,
+            lights=lights,
+            materials=materials,
+            buffers=buffers,
+            device=device,
+            verts_ndc=verts_ndc,
+            perspective_correct=perspective_correct,
+        )
         return self._blend(fragments, colors, cameras, blend_params, znear, zfar, buffers, device)
 
     # -- step 1
-    def _colors(self, fragments, v, f, *, textures, vert_to_mesh, verts_normals, faces_normals,
-                cameras, lights, materials, buffers, device, verts_ndc, perspective_correct):  # fmt: skip
+    def _colors(
+        self,
+        fragments,
+        v,
+        f,
+        *,
+        textures,
+        vert_to_mesh,
+        verts_normals,
+        faces_normals,
+        cameras,
+        lights,
+        materials,
+        buffers,
+        device,
+        verts_ndc,
+        perspective_correct,
+    ):
         RT = _camera_arrays(cameras, device)
-        if self.mode == ShadingMode.GOURAUD and textures is not None and (
-            _vertex_colors(textures, v.shape[0], device) is None
+        if (
+            self.mode == ShadingMode.GOURAUD
+            and textures is not None
+            and (_vertex_colors(textures, v.shape[0], device) is None)
         ):
             raise ValueError("Gouraud shading needs vertex colours (TexturesVertex) or None")
         src, vc, tx = texel_source(
-            textures, fragments, v, f, device, self._cache, buffers=buffers,
-            verts_ndc=verts_ndc, perspective_correct=perspective_correct,
-        )  # fmt: skip
+            textures,
+            fragments,
+            v,
+            f,
+            device,
+            self._cache,
+            buffers=buffers,
+            verts_ndc=verts_ndc,
+            perspective_correct=perspective_correct,
+        )
         if self.mode == ShadingMode.GOURAUD:
             nrm = _normals("verts", verts_normals, v, f, device, buffers)
             n_img = fragments.pix_to_face.shape[0]
@@ -574,20 +687,35 @@ class ShaderBase:
             shaded = buffers.shaded_verts
             if v.shape[0] == 0:
                 shaded = shaded[:0]
-            shade_vertices(v, nrm, vc, src, v2m, cameras_RT=RT, lights=lights,
-                           materials=materials, out=shaded)  # fmt: skip
+            shade_vertices(
+                v, nrm, vc, src, v2m, cameras_RT=RT, lights=lights, materials=materials, out=shaded
+            )
             return interpolate_vertex_attributes(
-                fragments.pix_to_face, fragments.bary_coords, shaded, f,
-                out=buffers.colors, validate=False,
-            )  # fmt: skip
+                fragments.pix_to_face,
+                fragments.bary_coords,
+                shaded,
+                f,
+                out=buffers.colors,
+                validate=False,
+            )
         if self.mode == ShadingMode.FLAT:
             nrm = _normals("faces", faces_normals, v, f, device, buffers)
         else:
             nrm = _normals("verts", verts_normals, v, f, device, buffers)
         return shade_slots(
-            fragments, v, f, nrm, mode=self.mode, texels_from=src, vert_colors=vc, texels=tx,
-            cameras_RT=RT, lights=lights, materials=materials, out=buffers.colors,
-        )  # fmt: skip
+            fragments,
+            v,
+            f,
+            nrm,
+            mode=self.mode,
+            texels_from=src,
+            vert_colors=vc,
+            texels=tx,
+            cameras_RT=RT,
+            lights=lights,
+            materials=materials,
+            out=buffers.colors,
+        )
 
     # -- step 2
     def _blend(self, fragments, colors, cameras, blend_params, znear, zfar, buffers, device):
@@ -601,9 +729,15 @@ class ShaderBase:
         else:
             zn, zf = _z_planes(cameras, znear, zfar, device, self._cache)
             launch_softmax_blend(
-                fragments, colors, blend_params.background_array(device), zn, zf,
-                float(blend_params.sigma), float(blend_params.gamma), out,
-            )  # fmt: skip
+                fragments,
+                colors,
+                blend_params.background_array(device),
+                zn,
+                zf,
+                float(blend_params.sigma),
+                float(blend_params.gamma),
+                out,
+            )
         return out
 
 

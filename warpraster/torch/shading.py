@@ -33,9 +33,9 @@ import warp as wp
 
 from .. import camera as _camera
 from .. import shading as _shading
-from ..renderer import MeshRenderer as _WarpMeshRenderer
 from ..rasterizer import MeshRasterizer as _WarpMeshRasterizer
 from ..rasterizer import RasterizationSettings
+from ..renderer import MeshRenderer as _WarpMeshRenderer
 
 __all__ = [
     "AmbientLights",
@@ -92,8 +92,17 @@ class FoVPerspectiveCameras(_Holder):
     _names = ("znear", "zfar", "aspect_ratio", "fov", "R", "T")
     _warp = "FoVPerspectiveCameras"
 
-    def __init__(self, znear=1.0, zfar=100.0, aspect_ratio=1.0, fov=60.0, degrees=True,
-                 R=None, T=None, device=None):  # fmt: skip
+    def __init__(
+        self,
+        znear=1.0,
+        zfar=100.0,
+        aspect_ratio=1.0,
+        fov=60.0,
+        degrees=True,
+        R=None,
+        T=None,
+        device=None,
+    ):
         self.degrees = bool(degrees)
         self.znear, self.zfar = _f32(znear, device).reshape(-1), _f32(zfar, device).reshape(-1)
         self.aspect_ratio = _f32(aspect_ratio, device).reshape(-1)
@@ -111,10 +120,27 @@ class FoVOrthographicCameras(_Holder):
     _names = ("znear", "zfar", "max_y", "min_y", "max_x", "min_x", "scale_xyz", "R", "T")
     _warp = "FoVOrthographicCameras"
 
-    def __init__(self, znear=1.0, zfar=100.0, max_y=1.0, min_y=-1.0, max_x=1.0, min_x=-1.0,
-                 scale_xyz=((1.0, 1.0, 1.0),), R=None, T=None, device=None):  # fmt: skip
-        for name, v in (("znear", znear), ("zfar", zfar), ("max_y", max_y), ("min_y", min_y),
-                        ("max_x", max_x), ("min_x", min_x)):  # fmt: skip
+    def __init__(
+        self,
+        znear=1.0,
+        zfar=100.0,
+        max_y=1.0,
+        min_y=-1.0,
+        max_x=1.0,
+        min_x=-1.0,
+        scale_xyz=((1.0, 1.0, 1.0),),
+        R=None,
+        T=None,
+        device=None,
+    ):
+        for name, v in (
+            ("znear", znear),
+            ("zfar", zfar),
+            ("max_y", max_y),
+            ("min_y", min_y),
+            ("max_x", max_x),
+            ("min_x", min_x),
+        ):
             setattr(self, name, _f32(v, device).reshape(-1))
         self.scale_xyz = _f32(scale_xyz, device, 3)
         self.R = _f32(torch.eye(3)[None] if R is None else R, device).reshape(-1, 3, 3)
@@ -130,8 +156,16 @@ class PerspectiveCameras(_Holder):
     _names = ("focal_length", "principal_point", "R", "T")
     _warp = "PerspectiveCameras"
 
-    def __init__(self, focal_length=1.0, principal_point=((0.0, 0.0),), R=None, T=None,
-                 device=None, in_ndc=True, image_size=None):  # fmt: skip
+    def __init__(
+        self,
+        focal_length=1.0,
+        principal_point=((0.0, 0.0),),
+        R=None,
+        T=None,
+        device=None,
+        in_ndc=True,
+        image_size=None,
+    ):
         fl = _f32(focal_length, device)
         self.focal_length = fl.reshape(-1, 1) if fl.ndim <= 1 else fl
         self.principal_point = _f32(principal_point, device, 2)
@@ -150,8 +184,14 @@ class PointLights(_Holder):
     _names = ("ambient_color", "diffuse_color", "specular_color", "location")
     _warp = "PointLights"
 
-    def __init__(self, ambient_color=((0.5, 0.5, 0.5),), diffuse_color=((0.3, 0.3, 0.3),),
-                 specular_color=((0.2, 0.2, 0.2),), location=((0.0, 1.0, 0.0),), device=None):  # fmt: skip
+    def __init__(
+        self,
+        ambient_color=((0.5, 0.5, 0.5),),
+        diffuse_color=((0.3, 0.3, 0.3),),
+        specular_color=((0.2, 0.2, 0.2),),
+        location=((0.0, 1.0, 0.0),),
+        device=None,
+    ):
         self.ambient_color = _f32(ambient_color, device, 3)
         self.diffuse_color = _f32(diffuse_color, device, 3)
         self.specular_color = _f32(specular_color, device, 3)
@@ -164,8 +204,14 @@ class DirectionalLights(_Holder):
     _names = ("ambient_color", "diffuse_color", "specular_color", "direction")
     _warp = "DirectionalLights"
 
-    def __init__(self, ambient_color=((0.5, 0.5, 0.5),), diffuse_color=((0.3, 0.3, 0.3),),
-                 specular_color=((0.2, 0.2, 0.2),), direction=((0.0, 1.0, 0.0),), device=None):  # fmt: skip
+    def __init__(
+        self,
+        ambient_color=((0.5, 0.5, 0.5),),
+        diffuse_color=((0.3, 0.3, 0.3),),
+        specular_color=((0.2, 0.2, 0.2),),
+        direction=((0.0, 1.0, 0.0),),
+        device=None,
+    ):
         self.ambient_color = _f32(ambient_color, device, 3)
         self.diffuse_color = _f32(diffuse_color, device, 3)
         self.specular_color = _f32(specular_color, device, 3)
@@ -179,8 +225,9 @@ class AmbientLights(_Holder):
     _warp = "AmbientLights"
 
     def __init__(self, *, ambient_color=None, device=None):
-        self.ambient_color = _f32(((1.0, 1.0, 1.0),) if ambient_color is None else ambient_color,
-                                  device, 3)  # fmt: skip
+        self.ambient_color = _f32(
+            ((1.0, 1.0, 1.0),) if ambient_color is None else ambient_color, device, 3
+        )
 
 
 class Materials(_Holder):
@@ -189,8 +236,14 @@ class Materials(_Holder):
     _names = ("ambient_color", "diffuse_color", "specular_color", "shininess")
     _warp = "Materials"
 
-    def __init__(self, ambient_color=((1.0, 1.0, 1.0),), diffuse_color=((1.0, 1.0, 1.0),),
-                 specular_color=((1.0, 1.0, 1.0),), shininess=64, device=None):  # fmt: skip
+    def __init__(
+        self,
+        ambient_color=((1.0, 1.0, 1.0),),
+        diffuse_color=((1.0, 1.0, 1.0),),
+        specular_color=((1.0, 1.0, 1.0),),
+        shininess=64,
+        device=None,
+    ):
         self.ambient_color = _f32(ambient_color, device, 3)
         self.diffuse_color = _f32(diffuse_color, device, 3)
         self.specular_color = _f32(specular_color, device, 3)
@@ -220,13 +273,24 @@ class TexturesVertex(_Holder):
 
 
 class TexturesUV(_Holder):
-    """PyTorch3D's ``TexturesUV``, packed: maps (N, Ht, Wt, 3), faces_uvs (F, 3), verts_uvs (T, 2)."""
+    """PyTorch3D's ``TexturesUV``, packed.
+
+    maps (N, Ht, Wt, 3) one per mesh (row 0 at v = 1, as PyTorch3D), faces_uvs (F, 3),
+    verts_uvs (T, 2).
+    """
 
     _names = ("maps", "verts_uvs")
     _warp = "TexturesUV"
 
-    def __init__(self, maps, faces_uvs, verts_uvs, padding_mode="border", align_corners=True,
-                 sampling_mode="bilinear"):  # fmt: skip
+    def __init__(
+        self,
+        maps,
+        faces_uvs,
+        verts_uvs,
+        padding_mode="border",
+        align_corners=True,
+        sampling_mode="bilinear",
+    ):
         self.maps = _f32(maps)
         self.verts_uvs = _f32(verts_uvs)
         self.faces_uvs = torch.as_tensor(faces_uvs).to(torch.int32).contiguous()
@@ -234,16 +298,18 @@ class TexturesUV(_Holder):
         self.sampling_mode = sampling_mode
 
     def _static(self):
-        return {"padding_mode": self.padding_mode, "align_corners": self.align_corners,
-                "sampling_mode": self.sampling_mode}  # fmt: skip
+        return {
+            "padding_mode": self.padding_mode,
+            "align_corners": self.align_corners,
+            "sampling_mode": self.sampling_mode,
+        }
 
 
 # ----------------------------------------------------------------------------- shaders
 class _Shader:
     _warp = ""
 
-    def __init__(self, device=None, cameras=None, lights=None, materials=None,
-                 blend_params=None):  # fmt: skip
+    def __init__(self, device=None, cameras=None, lights=None, materials=None, blend_params=None):
         self.cameras = cameras
         self.lights = lights if lights is not None else PointLights(device=device)
         self.materials = materials if materials is not None else Materials(device=device)
@@ -333,9 +399,9 @@ def _build(config: dict, tensors: list[torch.Tensor], grads: list | None):
     out["lights"] = getattr(_shading, light_cfg["type"])(**lt_args)
     out["materials"] = _shading.Materials(**{n: take() for n in config["materials"]})
     bg = take() if config["blend"]["background_tensor"] else tuple(config["blend"]["background"])
-    out["blend_params"] = _shading.BlendParams(sigma=config["blend"]["sigma"],
-                                               gamma=config["blend"]["gamma"],
-                                               background_color=bg)  # fmt: skip
+    out["blend_params"] = _shading.BlendParams(
+        sigma=config["blend"]["sigma"], gamma=config["blend"]["gamma"], background_color=bg
+    )
     tex_cfg = config["textures"]
     if tex_cfg is None:
         out["textures"] = None
@@ -361,9 +427,11 @@ def _run(verts, faces, first, count, tensors, config, grads=None, grad_verts=Non
     if config["shader"] == "none":
         return None, rasterizer(v, f, fi, cn, validate=grads is None)
     shader = getattr(_shading, config["shader"])(
-        cameras=objs["cameras"], lights=objs["lights"], materials=objs["materials"],
+        cameras=objs["cameras"],
+        lights=objs["lights"],
+        materials=objs["materials"],
         blend_params=objs["blend_params"],
-    )  # fmt: skip
+    )
     renderer = _WarpMeshRenderer(rasterizer=rasterizer, shader=shader)
     image, frags = renderer(v, f, fi, cn, textures=objs["textures"], return_fragments=True)
     return image, frags
@@ -396,8 +464,7 @@ def _render_op(
             wp.to_torch(frags.bary_coords).reshape(n, h, w, k, 3).clone(),
             wp.to_torch(frags.dists).clone(),
         )
-        img = (wp.to_torch(image).clone() if image is not None
-               else verts.new_zeros((n, h, w, 4)))  # fmt: skip
+        img = wp.to_torch(image).clone() if image is not None else verts.new_zeros((n, h, w, 4))
     return (img, *outs)
 
 
@@ -436,25 +503,37 @@ def _render_backward_op(
     with _TorchStream(verts.device):
         tape = wp.Tape()
         with tape:
-            image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
-                                tensors, cfg, grads=grads, grad_verts=grad_verts)  # fmt: skip
+            image, frags = _run(
+                verts,
+                faces,
+                mesh_to_face_first_idx,
+                num_faces_per_mesh,
+                tensors,
+                cfg,
+                grads=grads,
+                grad_verts=grad_verts,
+            )
         n, h, w, k = frags.pix_to_face.shape
         upstream = {
             frags.zbuf: wp.from_torch(grad_zbuf.contiguous(), dtype=wp.float32),
-            frags.bary_coords: wp.from_torch(grad_bary.reshape(n, h, w, k, 3).contiguous(),
-                                             dtype=wp.vec3),  # fmt: skip
+            frags.bary_coords: wp.from_torch(
+                grad_bary.reshape(n, h, w, k, 3).contiguous(), dtype=wp.vec3
+            ),
             frags.dists: wp.from_torch(grad_dists.contiguous(), dtype=wp.float32),
         }
         if image is not None:
             upstream[image] = wp.from_torch(grad_image.contiguous(), dtype=wp.float32)
         tape.backward(grads=upstream)
-    return [grad_verts] + [g if g is not None else torch.zeros_like(t, dtype=torch.float32)
-                           for g, t in zip(grads, tensors)]  # fmt: skip
+    return [grad_verts] + [
+        g if g is not None else torch.zeros_like(t, dtype=torch.float32)
+        for g, t in zip(grads, tensors, strict=True)
+    ]
 
 
 @_render_backward_op.register_fake
-def _render_backward_fake(grad_image, grad_zbuf, grad_bary, grad_dists, verts, faces, first,
-                          count, tensors, config):  # fmt: skip
+def _render_backward_fake(
+    grad_image, grad_zbuf, grad_bary, grad_dists, verts, faces, first, count, tensors, config
+):
     return [torch.empty_like(verts)] + [torch.empty_like(t, dtype=torch.float32) for t in tensors]
 
 
@@ -474,10 +553,20 @@ def _backward_impl(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists):
         return verts.new_zeros(s) if g is None else g.contiguous()
 
     grads = _render_backward_op(
-        z(g_image, (*shape[:3], 4)), z(g_zbuf, shape), z(g_bary, (*shape, 3)), z(g_dists, shape),
-        verts, faces, first, count, list(tensors), ctx.config,
-    )  # fmt: skip
-    tensor_grads = [g if t.is_floating_point() else None for g, t in zip(grads[1:], tensors)]
+        z(g_image, (*shape[:3], 4)),
+        z(g_zbuf, shape),
+        z(g_bary, (*shape, 3)),
+        z(g_dists, shape),
+        verts,
+        faces,
+        first,
+        count,
+        list(tensors),
+        ctx.config,
+    )
+    tensor_grads = [
+        g if t.is_floating_point() else None for g, t in zip(grads[1:], tensors, strict=True)
+    ]
     return (grads[0], None, None, None, tensor_grads, None)
 
 
@@ -491,9 +580,20 @@ def _dev(t: torch.Tensor, device) -> torch.Tensor:
 
 def _config_and_tensors(cameras, raster_settings, shader, textures, device):
     cams = cameras
-    raster = {k: getattr(raster_settings, k) for k in (
-        "blur_radius", "faces_per_pixel", "bin_size", "max_faces_per_bin", "perspective_correct",
-        "clip_barycentric_coords", "cull_backfaces", "z_clip_value", "cull_to_frustum")}  # fmt: skip
+    raster = {
+        k: getattr(raster_settings, k)
+        for k in (
+            "blur_radius",
+            "faces_per_pixel",
+            "bin_size",
+            "max_faces_per_bin",
+            "perspective_correct",
+            "clip_barycentric_coords",
+            "cull_backfaces",
+            "z_clip_value",
+            "cull_to_frustum",
+        )
+    }
     size = raster_settings.image_size
     h, w = (size, size) if isinstance(size, int) else tuple(int(s) for s in size)
     raster["image_size"] = [h, w]
@@ -502,8 +602,10 @@ def _config_and_tensors(cameras, raster_settings, shader, textures, device):
     tensors += [_dev(t, device) for t in cam_t.values()]
     config = {
         "camera": {"type": cams._warp, "names": list(cam_t), "kwargs": cams._warp_kwargs()},
-        "raster": raster, "image_size": [h, w], "shader": "none",
-    }  # fmt: skip
+        "raster": raster,
+        "image_size": [h, w],
+        "shader": "none",
+    }
     if shader is None:
         return config, tensors
     config["shader"] = shader._warp
@@ -516,9 +618,12 @@ def _config_and_tensors(cameras, raster_settings, shader, textures, device):
     config["materials"] = list(mt)
     bp = shader.blend_params
     bg_tensor = isinstance(bp.background_color, torch.Tensor)
-    config["blend"] = {"sigma": float(bp.sigma), "gamma": float(bp.gamma),
-                       "background_tensor": bg_tensor,
-                       "background": None if bg_tensor else [float(c) for c in bp.background_color]}  # fmt: skip
+    config["blend"] = {
+        "sigma": float(bp.sigma),
+        "gamma": float(bp.gamma),
+        "background_tensor": bg_tensor,
+        "background": None if bg_tensor else [float(c) for c in bp.background_color],
+    }
     if bg_tensor:
         tensors.append(_f32(_dev(bp.background_color, device), device, 3))
     if textures is None:
@@ -528,10 +633,15 @@ def _config_and_tensors(cameras, raster_settings, shader, textures, device):
         tensors.append(_dev(textures.verts_features, device))
     elif isinstance(textures, TexturesUV):
         config["textures"] = {"type": "TexturesUV", "static": textures._static()}
-        tensors += [_dev(textures.maps, device), _dev(textures.verts_uvs, device),
-                    _dev(textures.faces_uvs, device)]  # fmt: skip
+        tensors += [
+            _dev(textures.maps, device),
+            _dev(textures.verts_uvs, device),
+            _dev(textures.faces_uvs, device),
+        ]
     else:
-        raise TypeError(f"textures must be TexturesVertex or TexturesUV, got {type(textures).__name__}")
+        raise TypeError(
+            f"textures must be TexturesVertex or TexturesUV, got {type(textures).__name__}"
+        )
     return config, tensors
 
 
@@ -583,12 +693,14 @@ class MeshRenderer(torch.nn.Module):
         self.shader = shader
         self.fragments: Fragments | None = None
 
-    def forward(self, verts, faces, mesh_to_face_first_idx, num_faces_per_mesh, *,
-                textures=None, **kwargs):  # fmt: skip
+    def forward(
+        self, verts, faces, mesh_to_face_first_idx, num_faces_per_mesh, *, textures=None, **kwargs
+    ):
         cams = kwargs.get("cameras", self.shader.cameras or self.rasterizer.cameras)
         v, f, fi, cn = _packed(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh)
-        config, tensors = _config_and_tensors(cams, self.rasterizer.raster_settings, self.shader,
-                                              textures, v.device)  # fmt: skip
+        config, tensors = _config_and_tensors(
+            cams, self.rasterizer.raster_settings, self.shader, textures, v.device
+        )
         config = _config_json(config)
         img, p2f, zbuf, bary, dists = _render_op(v, f, fi, cn, tensors, config)
         self.fragments = Fragments(p2f.to(torch.int64), zbuf, bary, dists)
