@@ -444,3 +444,32 @@ def test_subprocess_error_is_one_line_without_traceback(tmp_path):
     assert res.returncode == 1
     assert res.stderr.strip() == f"error: {tmp_path / 'x.usda'}: no such file"
     assert res.stdout == ""
+
+
+def test_render_settings_choose_camera_resolution_and_conform(tmp_path, capsys, cli_device):
+    from pxr import Gf, Usd, UsdGeom, UsdRender
+
+    path = _tiny_stage(tmp_path / "rs.usda")
+    stage = Usd.Stage.Open(str(path))
+    other = UsdGeom.Camera.Define(stage, "/World/Other")  # not first by path: /World/Cam is
+    other.AddTranslateOp().Set(Gf.Vec3d(0, 0, 6))
+    rs = UsdRender.Settings.Define(stage, "/Render/Settings")
+    rs.CreateResolutionAttr(Gf.Vec2i(30, 10))
+    rs.CreateAspectRatioConformPolicyAttr("cropAperture")
+    rs.CreateCameraRel().SetTargets(["/World/Other"])
+    stage.SetMetadata("renderSettingsPrimPath", "/Render/Settings")
+    stage.Save()
+    import warpraster.usd as wu
+
+    scene = wu.load_stage(path)
+    s = scene.render_settings
+    assert (s.camera, s.resolution, s.conform) == (
+        "/World/Other",
+        (30, 10),
+        wu.AspectConform.CROP_APERTURE,
+    )
+    code, out, err = _run(capsys, "render", path, "--spp", "1", "--out", tmp_path / "o",
+                          "--device", cli_device)  # fmt: skip
+    assert code == 0, err
+    assert "through /World/Other" in out and "30x10" in out
+    assert np.asarray(Image.open(tmp_path / "o" / "color.0000.png")).shape == (10, 30, 4)

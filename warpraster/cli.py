@@ -117,8 +117,9 @@ def _parse_size(text: str) -> tuple[int, int]:
     return h, w
 
 
-def _image_size(args, aspect: float) -> tuple[int, int]:
-    """(H, W) from --size / --width / --height, else 640 wide at the camera's aspect."""
+def _image_size(args, aspect: float, resolution=None) -> tuple[int, int]:
+    """(H, W) from --size / --width / --height, else the render settings' ``(W, H)``
+    ``resolution``, else 640 wide at the camera's aspect."""
     for flag in ("width", "height"):
         v = getattr(args, flag)
         if v is not None and v < 1:
@@ -128,6 +129,8 @@ def _image_size(args, aspect: float) -> tuple[int, int]:
     else:
         w = args.width if args.width is not None else None
         h = args.height
+        if w is None and h is None and resolution is not None:
+            w, h = (max(1, int(x)) for x in resolution)
         if w is None and h is None:
             w = DEFAULT_WIDTH
         if w is None:
@@ -340,8 +343,9 @@ def _cmd_render(args) -> int:
                     f"not a camera (cameras in {path}: {have})"
                 )
         raise CliError(f"{args.camera}: no such camera in {path} (cameras: {have})")
+    rs = scene.render_settings
     cam = StageRenderer.resolve_camera(scene, args.camera, aspect=4.0 / 3.0)
-    image_size = _image_size(args, cam.aspect)
+    image_size = _image_size(args, cam.aspect, rs.resolution if rs is not None else None)
     if cam.name == "default camera":  # frame the scene at the picture's aspect
         cam = StageRenderer.resolve_camera(scene, None, aspect=image_size[1] / image_size[0])
     frames = [None]
@@ -356,7 +360,12 @@ def _cmd_render(args) -> int:
         anim = StageAnimation(scene)
     elif args.frames is not None:
         raise CliError(f"--frames: {path} is not animated (an OBJ mesh)", 2)
-    conform = AspectConform[args.conform.upper().replace("-", "_")]
+    if args.conform is not None:
+        conform = AspectConform[args.conform.upper().replace("-", "_")]
+    elif rs is not None and rs.conform is not None:
+        conform = rs.conform
+    else:
+        conform = AspectConform.ADJUST_PIXEL_ASPECT_RATIO
     out_dir = Path(args.out)
     cache_dir = Path(wp.config.kernel_cache_dir or "")
     cached_before = set(os.listdir(cache_dir)) if cache_dir.is_dir() else set()
@@ -538,8 +547,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--camera",
         metavar="PRIM",
-        help="camera prim path (default: the scene's first "
-        "camera, or one framing the scene when it has none)",
+        help="camera prim path (default: the render settings' camera, else the scene's first "
+        "camera, else one framing the scene)",
     )
     r.add_argument(
         "--frames",
@@ -550,7 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--size",
         metavar="WxH",
-        help=f"image size (default: {DEFAULT_WIDTH} wide at the camera's aspect)",
+        help=f"image size (default: the render settings' resolution, else {DEFAULT_WIDTH} wide "
+        "at the camera's aspect)",
     )
     r.add_argument("--width", type=int, default=None, help="image width (when --size is not given)")
     r.add_argument(
@@ -576,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--conform",
-        default="adjust-pixel-aspect-ratio",
+        default=None,
         choices=[
             "adjust-pixel-aspect-ratio",
             "expand-aperture",
@@ -584,8 +594,9 @@ def build_parser() -> argparse.ArgumentParser:
             "adjust-aperture-width",
             "adjust-aperture-height",
         ],
-        help="image aspect unlike the camera aperture's: UsdRender's policies (default keeps "
-        "both apertures: horizontal aperture = image width, vertical = image height)",
+        help="image aspect unlike the camera aperture's: UsdRender's policies (default: the "
+        "stage's render settings, else adjust-pixel-aspect-ratio, which keeps both apertures: "
+        "horizontal aperture = image width, vertical = image height)",
     )
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument(

@@ -22,6 +22,7 @@ from .scene import (
     LightSet,
     Material,
     Projection,
+    RenderSettings,
     Scene,
     SceneMeshes,
     TextureImage,
@@ -33,6 +34,7 @@ from .scene import (
 _LAZY = {
     "load_stage": "load",
     "read_cameras": "load",
+    "read_render_settings": "load",
     "open_stage": "stage",
     "StageAnimation": "animation",
     "StageRenderer": "render",
@@ -53,6 +55,7 @@ __all__ = [
     "LightSet",
     "Material",
     "Projection",
+    "RenderSettings",
     "Scene",
     "SceneError",
     "SceneMeshes",

@@ -9,10 +9,10 @@ from .errors import SceneError
 from .lights import read_lights
 from .materials import MaterialLibrary
 from .meshes import MeshSet
-from .scene import Scene
+from .scene import AspectConform, RenderSettings, Scene
 from .stage import frame_range, open_stage, stage_name, time_code, up_axis
 
-__all__ = ["load_stage", "read_cameras"]
+__all__ = ["load_stage", "read_cameras", "read_render_settings"]
 
 
 def read_cameras(stage: Usd.Stage, time) -> dict:
@@ -22,6 +22,40 @@ def read_cameras(stage: Usd.Stage, time) -> dict:
         if prim.IsA(UsdGeom.Camera):
             out[str(prim.GetPath())] = read_camera(prim, time)
     return out
+
+
+_CONFORM = {
+    "adjustPixelAspectRatio": AspectConform.ADJUST_PIXEL_ASPECT_RATIO,
+    "expandAperture": AspectConform.EXPAND_APERTURE,
+    "cropAperture": AspectConform.CROP_APERTURE,
+    "adjustApertureWidth": AspectConform.ADJUST_APERTURE_WIDTH,
+    "adjustApertureHeight": AspectConform.ADJUST_APERTURE_HEIGHT,
+}
+
+
+def read_render_settings(stage: Usd.Stage) -> RenderSettings | None:
+    """The stage's render settings: camera, resolution and conform policy where authored.
+
+    Only authored values count (an unauthored policy is not UsdRender's
+    fallback ``expandAperture`` here, so the renderer's own default applies).
+    """
+    from pxr import UsdRender
+
+    rs = UsdRender.Settings.GetStageRenderSettings(stage)
+    if not rs:
+        prim = next((p for p in stage.Traverse() if p.IsA(UsdRender.Settings)), None)
+        if prim is None:
+            return None
+        rs = UsdRender.Settings(prim)
+    targets = rs.GetCameraRel().GetTargets()
+    res = rs.GetResolutionAttr()
+    policy = rs.GetAspectRatioConformPolicyAttr()
+    return RenderSettings(
+        path=str(rs.GetPath()),
+        camera=str(targets[0]) if targets else None,
+        resolution=tuple(int(x) for x in res.Get()) if res.HasAuthoredValue() else None,
+        conform=_CONFORM.get(str(policy.Get())) if policy.HasAuthoredValue() else None,
+    )
 
 
 def load_stage(
@@ -68,6 +102,7 @@ def load_stage(
         frame_range=rng,
         time=None if time is None else float(time),
         up_axis=up_axis(stage),
+        render_settings=read_render_settings(stage),
     )
     scene.mesh_set = mesh_set
     scene.stage = stage

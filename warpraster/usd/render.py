@@ -165,8 +165,8 @@ class StageRenderer:
     Args:
         scene: the scene (from :func:`warpraster.usd.load_stage` or built by hand).
         camera: a camera prim path of the scene, a :class:`CameraParams`, or None
-            for the scene's first camera or, if it has none, :func:`default_camera`
-            framing the meshes.
+            for the render settings' camera, else the scene's first camera (by
+            path) or, if it has none, :func:`default_camera` framing the meshes.
         image_size: (H, W) of the pictures.
         spp: samples per pixel, a square number (an s x s grid per pixel).
         conform: how an image aspect unlike the aperture's is resolved.
@@ -226,6 +226,9 @@ class StageRenderer:
         if isinstance(camera, CameraParams):
             return camera
         if camera is None:
+            rs = scene.render_settings
+            if rs is not None and rs.camera in scene.cameras:
+                return scene.cameras[rs.camera]
             if len(scene.cameras) >= 1:
                 return scene.cameras[sorted(scene.cameras)[0]]
             lo, hi = scene.meshes.bounds()

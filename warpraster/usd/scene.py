@@ -18,6 +18,7 @@ __all__ = [
     "LightSet",
     "Material",
     "Projection",
+    "RenderSettings",
     "Scene",
     "SceneMeshes",
     "TextureImage",
@@ -204,6 +205,23 @@ class SceneMeshes:
 
 
 @dataclass
+class RenderSettings:
+    """What a ``UsdRender.Settings`` prim asks for (None where it says nothing).
+
+    Attributes:
+        path: the settings prim.
+        camera: the camera prim path of its ``camera`` relationship.
+        resolution: ``(W, H)`` in pixels.
+        conform: its ``aspectRatioConformPolicy``.
+    """
+
+    path: str
+    camera: str | None = None
+    resolution: tuple[int, int] | None = None
+    conform: AspectConform | None = None
+
+
+@dataclass
 class Scene:
     """A scene at one time: meshes, materials, cameras, lights and its frame range.
 
@@ -216,6 +234,8 @@ class Scene:
         frame_range: ``(start, end)`` time codes, None for a static scene.
         time: the time code the scene was read at (None = default values).
         up_axis: ``"Y"`` or ``"Z"``.
+        render_settings: the stage's :class:`RenderSettings` (its
+            ``renderSettingsPrimPath``, else its first ``RenderSettings`` prim), or None.
     """
 
     source: str
@@ -226,6 +246,7 @@ class Scene:
     frame_range: tuple[float, float] | None = None
     time: float | None = None
     up_axis: str = "Y"
+    render_settings: RenderSettings | None = None
 
 
 def headlight() -> LightSet:
