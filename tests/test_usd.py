@@ -555,3 +555,23 @@ def test_render_device_is_capturable_and_replays_later_frames():
     np.testing.assert_array_equal(got.face_id, want.face_id)
     np.testing.assert_array_equal(got.color, want.color)  # same kernels, same inputs: bit-identical
     np.testing.assert_array_equal(got.depth, want.depth)
+
+
+def test_scene_meshes_as_packed_batches_rasterize_like_the_renderer():
+    import warpraster as wr
+
+    stage = Usd.Stage.CreateInMemory()
+    _mesh(stage, "/A", [[-1, -1, 0], [1, -1, 0], [0, 1, 0]], [3], [0, 1, 2])
+    _mesh(stage, "/B", [[-1, -1, -1], [1, -1, -1], [1, 1, -1], [-1, 1, -1]], [4], [0, 1, 2, 3])
+    scene = wu.load_stage(stage)
+    one = scene.meshes.packed(device="cpu")
+    per = scene.meshes.packed(per_mesh=True, device="cpu")
+    assert (one.num_meshes, per.num_meshes, one.num_faces) == (1, 2, 3)
+    assert per.num_faces_per_mesh.numpy().tolist() == [1, 2]
+    cam = wu.CameraParams(name="c", cam_to_world=np.diag([1.0, 1.0, 1.0, 1.0]))
+    cam.cam_to_world[3, :3] = (0, 0, 5)
+    r = wu.StageRenderer(scene, camera=cam, image_size=(16, 16), device="cpu")
+    want = r.fragments().pix_to_face.numpy()
+    ras = wr.MeshRasterizer(r._cameras, r._rasterizer.raster_settings)
+    got = ras(one.verts, one.faces, one.mesh_to_face_first_idx, one.num_faces_per_mesh).numpy()
+    np.testing.assert_array_equal(got["pix_to_face"], want)

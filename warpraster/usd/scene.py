@@ -195,6 +195,27 @@ class SceneMeshes:
     def num_verts(self) -> int:
         return int(self.verts.shape[0])
 
+    def packed(self, *, per_mesh: bool = False, device=None):
+        """The world-space triangles as :class:`warpraster.PackedMeshes` (Warp arrays).
+
+        Args:
+            per_mesh: one batch entry (one image) per mesh, as PyTorch3D's
+                ``Meshes``; by default the whole scene is one entry (one image).
+            device: Warp device.
+        """
+        import warp as wp
+
+        import warpraster as wr
+
+        verts = wp.array(np.ascontiguousarray(self.verts, np.float32), dtype=wp.vec3, device=device)
+        if per_mesh:
+            first, count = self.face_first, self.face_count
+        else:
+            first, count = np.zeros(1, np.int64), np.array([self.num_faces], np.int64)
+        return wr.pack_meshes(
+            verts, self.faces.astype(np.int32), first.astype(np.int32), count.astype(np.int32)
+        )
+
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """(3,), (3,) float64 world bounding box (finite vertices only)."""
         v = np.asarray(self.verts, np.float64)
