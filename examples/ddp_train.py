@@ -144,16 +144,16 @@ class MeshFit(torch.nn.Module):
         self.offsets = torch.nn.Parameter(init.to(scene.device))
 
     def forward(self, views) -> torch.Tensor:
-        """(b,) losses of ``views``."""
+        """(b,) losses of ``views``; for no views, one zero that still depends on the
+        parameters (a rank without views must run DDP's forward and backward too)."""
+        if len(views) == 0:
+            return (self.offsets * 0.0).sum().reshape(1)
         return self.scene.view_losses(self.scene.base + self.offsets, views)
 
 
 def shard_loss(model: torch.nn.Module, views, num_views: int, world_size: int) -> torch.Tensor:
     """``world_size / B * sum(view losses)``: DDP's average of it over the ranks is the mean
     over all B views. A rank without views still joins the all-reduce (zero gradient)."""
-    if len(views) == 0:
-        params = model.module.offsets if hasattr(model, "module") else model.offsets
-        return (params * 0.0).sum()
     return model(views).sum() * (world_size / num_views)
 
 
