@@ -575,3 +575,25 @@ def test_scene_meshes_as_packed_batches_rasterize_like_the_renderer():
     ras = wr.MeshRasterizer(r._cameras, r._rasterizer.raster_settings)
     got = ras(one.verts, one.faces, one.mesh_to_face_first_idx, one.num_faces_per_mesh).numpy()
     np.testing.assert_array_equal(got["pix_to_face"], want)
+
+
+def test_point_instancer_places_each_prototype_instance_by_hand():
+    stage = Usd.Stage.CreateInMemory()
+    pi = UsdGeom.PointInstancer.Define(stage, "/PI")
+    UsdGeom.Xformable(pi).AddTranslateOp().Set(Gf.Vec3d(0, 0, 10))
+    tri = UsdGeom.Xform.Define(stage, "/PI/Protos/Tri")
+    tri.AddScaleOp().Set(Gf.Vec3f(2, 2, 2))
+    _mesh(stage, "/PI/Protos/Tri/M", [[0, 0, 0], [1, 0, 0], [0, 1, 0]], [3], [0, 1, 2])
+    _mesh(stage, "/PI/Protos/Quad", QUAD_PTS[:4], [4], [0, 1, 2, 3])
+    pi.CreatePrototypesRel().SetTargets(["/PI/Protos/Tri", "/PI/Protos/Quad"])
+    pi.CreateProtoIndicesAttr([1, 0, 0])
+    pi.CreatePositionsAttr([(0, 5, 0), (1, 0, 0), (3, 0, 0)])
+    pi.CreateOrientationsAttr([Gf.Quath(1, 0, 0, 0), Gf.Quath(1, 0, 0, 0), Gf.Quath(0, 0, 0, 1)])
+    m = wu.load_stage(stage).meshes
+    # the prototypes are drawn only through the instancer: 3 instances, not 5 meshes
+    assert m.names == ["/PI[0]/PI/Protos/Quad", "/PI[1]/PI/Protos/Tri/M", "/PI[2]/PI/Protos/Tri/M"]
+    tri_pts = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0]], float)
+    rot_z180 = np.diag([-1.0, -1.0, 1.0])  # quaternion (w=0, z=1): 180 degrees about Z
+    np.testing.assert_allclose(m.verts[:4], np.asarray(QUAD_PTS[:4]) + [0, 5, 10], atol=ATOL_POS)
+    np.testing.assert_allclose(m.verts[4:7], tri_pts * 2 + [1, 0, 10], atol=ATOL_POS)
+    np.testing.assert_allclose(m.verts[7:10], (tri_pts * 2) @ rot_z180 + [3, 0, 10], atol=ATOL_POS)

@@ -497,7 +497,9 @@ def _cmd_info(args) -> int:
         tags = []
         if anim is not None and anim.dynamic[i]:
             tags.append("animated")
-        if anim is not None and anim.items[i].prim.IsInstanceProxy():
+        if anim is not None and (
+            anim.items[i].prim.IsInstanceProxy() or hasattr(anim.items[i], "instancer")
+        ):
             tags.append("instance")
         lines.append(
             f"  {name}: {nf:,} triangles, {int(m.vert_count[i]):,} points, "

@@ -7,8 +7,12 @@ time and ``UsdGeom.XformCache`` (row vectors: ``p @ M[:3, :3] + M[3, :3]``).
 What is drawn: every ``UsdGeom.Mesh`` reached by
 ``Usd.PrimRange.Stage(stage, Usd.TraverseInstanceProxies())`` (instances
 included), skipping subtrees whose ``visibility`` is ``invisible`` or whose
-``purpose`` is not in ``purposes`` (``default`` and ``render`` by default).
-Visibility is read at the load time.
+``purpose`` is not in ``purposes`` (``default`` and ``render`` by default);
+implicit gprims (Cube, Sphere, Cylinder, Cone, Capsule, Plane) tessellated;
+every instance of a ``UsdGeom.PointInstancer`` (its prototypes' meshes placed
+by ``ComputeInstanceTransformsAtTime``; prototypes are not drawn on their own).
+Visibility, the instance count and the implicit prims' sizes are read at the
+load time; points, transforms and instance placements follow time.
 
 Winding: ``orientation = "leftHanded"`` reverses each polygon, and so does a
 world transform with a negative determinant (a mirror), so triangles are
@@ -40,12 +44,31 @@ DEFAULT_DISPLAY_COLOR = (0.5, 0.5, 0.5)
 
 
 def find_meshes(
-    stage: Usd.Stage, time: Usd.TimeCode, purposes=("default", "render")
+    stage: Usd.Stage,
+    time: Usd.TimeCode,
+    purposes=("default", "render"),
+    *,
+    root=None,
+    instancers: list | None = None,
 ) -> list[Usd.Prim]:
-    """Mesh prims to draw (instance proxies included; invisible / other purposes pruned)."""
+    """Mesh prims to draw (instance proxies included; invisible / other purposes pruned).
+
+    ``UsdGeom.PointInstancer`` prims are appended to ``instancers`` (when given)
+    and their descendants skipped: prototypes are drawn only through them.
+    ``root`` limits the search to one prim's subtree.
+    """
     prims = []
-    it = iter(Usd.PrimRange.Stage(stage, Usd.TraverseInstanceProxies()))
+    if root is None:
+        rng = Usd.PrimRange.Stage(stage, Usd.TraverseInstanceProxies())
+    else:
+        rng = Usd.PrimRange(root, Usd.TraverseInstanceProxies())
+    it = iter(rng)
     for prim in it:
+        if prim.IsA(UsdGeom.PointInstancer):
+            if instancers is not None:
+                instancers.append(prim)
+            it.PruneChildren()
+            continue
         if prim.IsA(UsdGeom.Imageable):
             img = UsdGeom.Imageable(prim)
             if img.GetVisibilityAttr().Get(time) == UsdGeom.Tokens.invisible:
@@ -407,6 +430,10 @@ class MeshItem:
         self.subsets: dict[str, np.ndarray] = {}
 
     # -------------------------------------------------------------- per-time data
+    def world_matrix(self, cache: UsdGeom.XformCache, time: Usd.TimeCode) -> np.ndarray:
+        """4x4 float64 row-vector local-to-world matrix at ``time``."""
+        return np.array(cache.GetLocalToWorldTransform(self.prim), dtype=np.float64)
+
     @property
     def normal_kind(self) -> int:
         """0: flat (computed), 1: smooth (computed), 2: authored."""
@@ -451,6 +478,61 @@ class MeshItem:
         return _normalize(local.astype(np.float64) @ inv_t)
 
 
+class _Instancer:
+    """A PointInstancer's instance transforms, per time (row-vector, instancer space)."""
+
+    def __init__(self, prim: Usd.Prim, time: Usd.TimeCode):
+        self.prim = prim
+        self.path = str(prim.GetPath())
+        self.pi = UsdGeom.PointInstancer(prim)
+        idx = self.pi.GetProtoIndicesAttr().Get(time)
+        self.proto_indices = np.zeros(0, np.int64) if idx is None else np.asarray(idx, np.int64)
+        attrs = [self.pi.GetPositionsAttr(), self.pi.GetOrientationsAttr(),
+                 self.pi.GetScalesAttr(), self.pi.GetProtoIndicesAttr()]  # fmt: skip
+        self.dynamic = _time_varying_xform(prim) or any(a.ValueMightBeTimeVarying() for a in attrs)
+        self._time = None
+        self._xforms = None
+
+    def transforms(self, time: Usd.TimeCode) -> np.ndarray:
+        """(K, 4, 4) instance-to-instancer matrices at ``time`` (computed once per time)."""
+        if self._time != time:
+            x = np.array(self.pi.ComputeInstanceTransformsAtTime(time, time), np.float64)
+            if x.shape[0] != self.proto_indices.shape[0]:
+                raise SceneError(
+                    self.path,
+                    f"has {x.shape[0]} instances at time {time}, {self.proto_indices.shape[0]} "
+                    "at the load time (the instance count must not change)",
+                )
+            self._time, self._xforms = time, x
+        return self._xforms
+
+
+class InstanceItem:
+    """One mesh of one PointInstancer instance: the prototype mesh's data, its own placement.
+
+    world = (mesh relative to its prototype root) @ (instance transform, which
+    includes the prototype root's own transform, USD's default) @ (instancer
+    local-to-world), row vectors.
+    """
+
+    def __init__(self, base: MeshItem, instancer: _Instancer, index: int, relative: np.ndarray):
+        self.base = base
+        self.instancer = instancer
+        self.index = index
+        self.relative = relative
+        self.path = f"{instancer.path}[{index}]{base.path}"
+        self.flipped = False
+        self.dynamic = base.dynamic or instancer.dynamic
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+    def world_matrix(self, cache: UsdGeom.XformCache, time: Usd.TimeCode) -> np.ndarray:
+        inst = self.instancer.transforms(time)[self.index]
+        outer = np.array(cache.GetLocalToWorldTransform(self.instancer.prim), np.float64)
+        return self.relative @ inst @ outer
+
+
 class MeshSet:
     """All meshes of a stage, packed; static topology, world data re-evaluated per time.
 
@@ -472,15 +554,11 @@ class MeshSet:
     ):
         self.stage = stage
         self.items: list[MeshItem] = []
-        prims = find_meshes(stage, time, purposes)
-        raws = [read_topology(p, time) for p in prims]
-        tris = _triangulate_all(raws)
-        for prim, raw, tri in zip(prims, raws, tris, strict=True):
-            uv_name = materials.uv_primvar_for(prim) if materials is not None else None
-            item = MeshItem(prim, time, uv_name, raw=raw, tri=tri)
-            if materials is not None:
-                item.face_material, item.subsets = materials.per_triangle(prim, item.tri, time)
-            self.items.append(item)
+        instancers: list[Usd.Prim] = []
+        self.items = self._read_items(find_meshes(stage, time, purposes, instancers=instancers),
+                                      time, materials)  # fmt: skip
+        for prim in instancers:
+            self.items.extend(self._instance_items(prim, time, materials, purposes))
         counts_f = np.array([len(it.tri) for it in self.items], np.int64)
         counts_v = np.array([it.num_points for it in self.items], np.int64)
         self.face_first = np.cumsum(counts_f) - counts_f
@@ -488,6 +566,45 @@ class MeshSet:
         self.face_count = counts_f
         self.vert_count = counts_v
         self.dynamic = np.array([it.dynamic for it in self.items], bool)
+
+    @staticmethod
+    def _read_items(prims, time, materials) -> list[MeshItem]:
+        raws = [read_topology(p, time) for p in prims]
+        tris = _triangulate_all(raws)
+        items = []
+        for prim, raw, tri in zip(prims, raws, tris, strict=True):
+            uv_name = materials.uv_primvar_for(prim) if materials is not None else None
+            item = MeshItem(prim, time, uv_name, raw=raw, tri=tri)
+            if materials is not None:
+                item.face_material, item.subsets = materials.per_triangle(prim, item.tri, time)
+            items.append(item)
+        return items
+
+    def _instance_items(self, prim, time, materials, purposes) -> list:
+        """One :class:`InstanceItem` per (instance, prototype mesh) of a PointInstancer."""
+        inst = _Instancer(prim, time)
+        protos = []
+        for target in UsdGeom.PointInstancer(prim).GetPrototypesRel().GetTargets():
+            root = self.stage.GetPrimAtPath(target)
+            if not root:
+                raise SceneError(str(prim.GetPath()), f"prototype {target} does not exist")
+            meshes = self._read_items(find_meshes(self.stage, time, purposes, root=root), time,
+                                      materials)  # fmt: skip
+            cache = UsdGeom.XformCache(time)
+            rel = [
+                np.array(cache.ComputeRelativeTransform(m.prim, root)[0], np.float64)
+                for m in meshes
+            ]
+            protos.append(list(zip(meshes, rel, strict=True)))
+        out = []
+        for k, p in enumerate(inst.proto_indices.tolist()):
+            if not 0 <= p < len(protos):
+                raise SceneError(
+                    str(prim.GetPath()),
+                    f"protoIndices has {p} but there are {len(protos)} prototypes",
+                )
+            out.extend(InstanceItem(base, inst, k, rel) for base, rel in protos[p])
+        return out
 
     @property
     def num_faces(self) -> int:
@@ -526,7 +643,7 @@ class MeshSet:
             it = self.items[i]
             f0, f1 = int(self.face_first[i]), int(self.face_first[i] + self.face_count[i])
             v0 = int(self.vert_first[i])
-            m = np.array(cache.GetLocalToWorldTransform(it.prim), dtype=np.float64)
+            m = it.world_matrix(cache, time)
             m3 = m[:3, :3]
             verts[v0 : v0 + it.num_points] = it.points_at(time).astype(np.float64) @ m3 + m[3, :3]
             flip = bool(it.left_handed != (np.linalg.det(m3) < 0))
