@@ -86,6 +86,7 @@ def face_bins(
 
 @wp.kernel
 def _count_bins(
+    # In:
     face_mesh: wp.array(dtype=wp.int32),
     face_bbox: wp.array(dtype=wp.vec4),
     height: int,
@@ -95,6 +96,7 @@ def _count_bins(
     bins_y: int,
     bins_x: int,
     small: int,
+    # In/out (zeroed by the caller):
     bin_count: wp.array(dtype=wp.int32),
 ):
     f = wp.tid()
@@ -110,6 +112,7 @@ def _count_bins(
 
 @wp.kernel
 def _fill_bins(
+    # In:
     face_mesh: wp.array(dtype=wp.int32),
     face_bbox: wp.array(dtype=wp.vec4),
     height: int,
@@ -120,6 +123,7 @@ def _fill_bins(
     bins_x: int,
     small: int,
     bin_offset: wp.array(dtype=wp.int32),
+    # Out:
     bin_cursor: wp.array(dtype=wp.int32),
     bin_faces: wp.array(dtype=wp.int32),
 ):
@@ -140,9 +144,11 @@ def _fill_bins(
 
 @wp.kernel
 def _sort_bins(
+    # In:
     bin_count: wp.array(dtype=wp.int32),
     bin_offset: wp.array(dtype=wp.int32),
     max_sorted: int,
+    # In/out:
     bin_faces: wp.array(dtype=wp.int32),
 ):
     """Ascending face order within each bin's list (insertion sort, one thread per

@@ -28,8 +28,11 @@ NO_FACE = wp.constant(NO_FACE_VALUE)
 
 @wp.struct
 class PassArgs:
-    """Everything a raster pass reads (one struct keeps the kernel signatures short)."""
+    """Everything a raster pass reads and writes (one struct keeps the kernel
+    signatures short). Inputs first; the outputs (``pix_to_face`` ... ``dists4``,
+    and ``keys`` / ``overflow``, which the passes update atomically) last."""
 
+    # In: face set-up, per-mesh ranges, settings
     face_mesh: wp.array(dtype=wp.int32)
     face_bbox: wp.array(dtype=wp.vec4)
     face_verts: wp.array(dtype=wp.mat33)
@@ -40,9 +43,9 @@ class PassArgs:
     width: int
     faces_per_pixel: int
     blur_radius: float
-    perspective: int
-    clip_bary: int
-    # bins ("bins"): compacted per-bin face lists, see binning.py
+    perspective_correct: int
+    clip_barycentric_coords: int
+    # bins: compacted per-bin face lists, see binning.py
     naive: int
     bin_h: int
     bin_w: int
@@ -56,16 +59,16 @@ class PassArgs:
     # K = 1: the queue starts from the (depth, face) keys the small-face pass left
     seeded: int
     keys: wp.array(dtype=wp.uint64)
-    # outputs, viewed as (N * H * W, K); zq is zbuf, also the depth queue of _offer
+    # Out: the outputs, viewed as (N * H * W, K); zbuf is also the depth queue of offer
     pix_to_face: wp.array2d(dtype=wp.int32)
-    zq: wp.array2d(dtype=wp.float32)
+    zbuf: wp.array2d(dtype=wp.float32)
     bary: wp.array2d(dtype=wp.vec3)
     dists: wp.array2d(dtype=wp.float32)
     # the same outputs as flat arrays of 16-byte vectors (when ``wide``), written
     # through store4 (docs/PERF.md v15)
     wide: int
     pix_to_face4: wp.array(dtype=wp.vec4i)
-    zq4: wp.array(dtype=wp.vec4)
+    zbuf4: wp.array(dtype=wp.vec4)
     bary4: wp.array(dtype=wp.vec4)
     dists4: wp.array(dtype=wp.vec4)
 
@@ -102,11 +105,11 @@ def test_face(ps: PassArgs, f: int, p: wp.vec2):
                 maybe = e0 < 0.0 and e1 < 0.0 and e2 < 0.0
         if maybe:
             bary = barycentric(p, a, b, c)
-            if ps.perspective != 0:
+            if ps.perspective_correct != 0:
                 bary = perspective_correct(bary, m[0, 2], m[1, 2], m[2, 2])
             inside = is_inside(bary)
             if inside or ps.blur_radius > 0.0:
-                if ps.clip_bary != 0:
+                if ps.clip_barycentric_coords != 0:
                     bary = clip_barycentric(bary)
                 z = bary[0] * m[0, 2] + bary[1] * m[1, 2] + bary[2] * m[2, 2]
                 if z >= 0.0:
@@ -140,10 +143,10 @@ def test_face_sharp(ps: PassArgs, f: int, p: wp.vec2):
     neg = area <= 0.0 and e0 < 0.0 and e1 < 0.0 and e2 < 0.0
     if in_box and (pos or neg):
         bary = barycentric(p, a, b, c)
-        if ps.perspective != 0:
+        if ps.perspective_correct != 0:
             bary = perspective_correct(bary, m[0, 2], m[1, 2], m[2, 2])
         if is_inside(bary):
-            if ps.clip_bary != 0:
+            if ps.clip_barycentric_coords != 0:
                 bary = clip_barycentric(bary)
             z = bary[0] * m[0, 2] + bary[1] * m[1, 2] + bary[2] * m[2, 2]
             hit = z >= 0.0

@@ -70,6 +70,7 @@ def _drawn_face(
 
 @wp.kernel
 def setup_faces(
+    # In:
     verts: wp.array(dtype=wp.vec3),
     faces: wp.array2d(dtype=wp.int32),
     mesh_first: wp.array(dtype=wp.int32),
@@ -77,6 +78,7 @@ def setup_faces(
     num_meshes: int,
     blur_radius: float,
     cull_backfaces: int,
+    # Out:
     face_mesh: wp.array(dtype=wp.int32),
     face_bbox: wp.array(dtype=wp.vec4),
     face_verts: wp.array(dtype=wp.mat33),

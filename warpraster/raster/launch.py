@@ -160,8 +160,8 @@ def rasterize_naive_at(
     k = workspace.faces_per_pixel
     m = pixels.shape[0]
     p2f = wp.empty((m, k), dtype=wp.int32, device=workspace.device)
-    zq = wp.empty((m, k), dtype=wp.float32, device=workspace.device)
-    ps = make_pass(meshes, workspace, settings, p2f, zq)
+    zbuf = wp.empty((m, k), dtype=wp.float32, device=workspace.device)
+    ps = make_pass(meshes, workspace, settings, p2f, zbuf)
     wp.launch(raster_naive_at, dim=m, inputs=[ps, pixels], device=workspace.device,
               record_tape=False)  # fmt: skip
     return p2f

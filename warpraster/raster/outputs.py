@@ -23,7 +23,7 @@ def _write_slot(ps: PassArgs, q: int, s: int, p: wp.vec2):
     """Writes the fragment values of slot s of output row q (pixel centre p):
     its face's, or the -1 fill (its pix_to_face, -1 where empty, stays)."""
     z, bary, d = face_values(ps, ps.pix_to_face[q, s], p)
-    ps.zq[q, s] = z
+    ps.zbuf[q, s] = z
     ps.bary[q, s] = bary
     ps.dists[q, s] = d
 
@@ -41,8 +41,8 @@ def face_values(ps: PassArgs, f: int, p: wp.vec2):
             wp.vec3(m[0, 0], m[0, 1], m[0, 2]),
             wp.vec3(m[1, 0], m[1, 1], m[1, 2]),
             wp.vec3(m[2, 0], m[2, 1], m[2, 2]),
-            ps.perspective,
-            ps.clip_bary,
+            ps.perspective_correct,
+            ps.clip_barycentric_coords,
         )
     return z, bary, d
 
@@ -60,7 +60,7 @@ def write_group(ps: PassArgs, e0: int, f: wp.vec4i):
     z1, b1, d1 = face_values(ps, f[1], p)
     z2, b2, d2 = face_values(ps, f[2], p)
     z3, b3, d3 = face_values(ps, f[3], p)
-    store4(ps.zq4, g, wp.vec4(z0, z1, z2, z3))
+    store4(ps.zbuf4, g, wp.vec4(z0, z1, z2, z3))
     store4(ps.dists4, g, wp.vec4(d0, d1, d2, d3))
     store4(ps.bary4, 3 * g, wp.vec4(b0[0], b0[1], b0[2], b1[0]))
     store4(ps.bary4, 3 * g + 1, wp.vec4(b1[1], b1[2], b2[0], b2[1]))
@@ -84,8 +84,8 @@ def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ..
     def write_outputs(ps_in: PassArgs):
         ps = ps_in
         if wp.static(flags is not None):
-            ps.perspective = wp.static(flags[0])
-            ps.clip_bary = wp.static(flags[1])
+            ps.perspective_correct = wp.static(flags[0])
+            ps.clip_barycentric_coords = wp.static(flags[1])
             if wp.static(wide):
                 # K compiled in too: the slot -> pixel division becomes a shift
                 ps.faces_per_pixel = wp.static(flags[2])
@@ -112,10 +112,11 @@ def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ..
 
 
 def write_outputs_kernel(
-    device, perspective: bool, clip_bary: bool, wide: bool, k: int, tuning
+    device, perspective_correct: bool, clip_barycentric_coords: bool, wide: bool, k: int, tuning
 ) -> wp.Kernel:
     """The output-pass kernel for these flags (K compiled in when ``wide``)."""
-    flags = (perspective, clip_bary, k) if wide else (perspective, clip_bary)
+    flags = (perspective_correct, clip_barycentric_coords)
+    flags = (*flags, k) if wide else flags
     flags = variants.device_flags(device, flags, tuning.specialize)
     return _write_outputs_family(wide, tuning.registers("outputs4" if wide else "outputs"), flags)
 

@@ -96,8 +96,8 @@ def register_queue_kernel(kc: int, max_regs: int | None, flags: tuple[int, int, 
         ps = ps_in
         if wp.static(flags is not None):
             # compile-time flags: dead paths drop out (fewer registers, more warps)
-            ps.perspective = wp.static(flags[0])
-            ps.clip_bary = wp.static(flags[1])
+            ps.perspective_correct = wp.static(flags[0])
+            ps.clip_barycentric_coords = wp.static(flags[1])
             if wp.static(flags[2] == 0):
                 ps.blur_radius = 0.0
         tid = wp.tid()
@@ -153,7 +153,7 @@ def _insert(ps: PassArgs, q: int, f: int, z: float, size: int) -> int:
     when the queue is full. Returns the new size."""
     k = ps.faces_per_pixel
     if size == k:
-        if not before(z, f, ps.zq[q, k - 1], ps.pix_to_face[q, k - 1]):
+        if not before(z, f, ps.zbuf[q, k - 1], ps.pix_to_face[q, k - 1]):
             return size
     pos = size
     if size == k:
@@ -161,15 +161,15 @@ def _insert(ps: PassArgs, q: int, f: int, z: float, size: int) -> int:
     else:
         size += 1
     while pos > 0:
-        zp = ps.zq[q, pos - 1]
+        zp = ps.zbuf[q, pos - 1]
         fp = ps.pix_to_face[q, pos - 1]
         if before(z, f, zp, fp):
-            ps.zq[q, pos] = zp
+            ps.zbuf[q, pos] = zp
             ps.pix_to_face[q, pos] = fp
             pos -= 1
         else:
             break
-    ps.zq[q, pos] = z
+    ps.zbuf[q, pos] = z
     ps.pix_to_face[q, pos] = f
     return size
 
@@ -200,7 +200,7 @@ def _offer(ps: PassArgs, q: int, f: int, p: wp.vec2, size: int) -> int:
             if d_f < face_dist(ps, g, p):
                 # remove g, then insert f (the queue cannot overflow)
                 for s in range(slot, size - 1):
-                    ps.zq[q, s] = ps.zq[q, s + 1]
+                    ps.zbuf[q, s] = ps.zbuf[q, s + 1]
                     ps.pix_to_face[q, s] = ps.pix_to_face[q, s + 1]
                 size = _insert(ps, q, f, z, size - 1)
             return size

@@ -285,7 +285,7 @@ class RasterWorkspace:
         )
 
 
-def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face, zq, bary=None,
+def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face, zbuf, bary=None,
               dists=None) -> PassArgs:  # fmt: skip
     """The argument struct of the raster passes (outputs viewed as (N*H*W, K) rows;
     their 16-byte views too when the tuning and K allow)."""
@@ -303,8 +303,8 @@ def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face
     ps.width = w
     ps.faces_per_pixel = k
     ps.blur_radius = settings.blur_radius
-    ps.perspective = int(settings.perspective_correct)
-    ps.clip_bary = int(settings.clip_barycentric_coords)
+    ps.perspective_correct = int(settings.perspective_correct)
+    ps.clip_barycentric_coords = int(settings.clip_barycentric_coords)
     ps.naive = int(not ws.binned)
     ps.bin_h = ws.bin_h
     ps.bin_w = ws.bin_w
@@ -318,13 +318,13 @@ def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face
     ps.seeded = 0
     ps.keys = ws.depth_keys
     ps.pix_to_face = pix_to_face.reshape((-1, k))
-    ps.zq = zq.reshape((-1, k))
+    ps.zbuf = zbuf.reshape((-1, k))
     ps.wide = 0
     if bary is not None:
         ps.bary = bary.reshape((-1, k))
         ps.dists = dists.reshape((-1, k))
-        views = wide_views(pix_to_face, zq, bary, dists) if ws.tuning.wide_outputs else None
+        views = wide_views(pix_to_face, zbuf, bary, dists) if ws.tuning.wide_outputs else None
         if views is not None:
             ps.wide = 1
-            ps.pix_to_face4, ps.zq4, ps.bary4, ps.dists4 = views
+            ps.pix_to_face4, ps.zbuf4, ps.bary4, ps.dists4 = views
     return ps
