@@ -168,12 +168,47 @@ def test_nothing_imported_unless_asked():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
 
 
+def test_init_process_group_is_a_no_op_for_one_plain_process(monkeypatch):
+    """Without torchrun's variables nor a rendezvous address, nothing is initialised."""
+    dist = pytest.importorskip("torch.distributed")
+    from warpraster.distributed import init_process_group
+
+    for name in (*_TORCHRUN_ENV, "MASTER_ADDR"):
+        monkeypatch.delenv(name, raising=False)
+    assert init_process_group() == RankInfo(0, 1, 0, 1)
+    assert not dist.is_initialized()
+
+
 # ----------------------------------------------------------------------------- DDP
 def _load_example():
     spec = importlib.util.spec_from_file_location("ddp_train", ROOT / "examples" / "ddp_train.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.mark.skipif("cpu" not in DEVICES, reason="renders on Warp's cpu device")
+def test_ddp_example_shard_losses_add_up_to_the_mean():
+    """In one process: the example's per-rank losses (world_size / B * sum over the
+    shard) average, over the ranks, to the mean loss and its gradient; a rank without
+    views contributes a zero that still reaches the parameters."""
+    torch = pytest.importorskip("torch")
+    ex = _load_example()
+    scene = ex.Scene(3, 24, "cpu")
+    g_single, loss_single = ex.single_process_grad(scene, seed=0)
+    world = 4  # more ranks than views: rank 3 gets none
+    total, grad = 0.0, torch.zeros_like(g_single)
+    for rank in range(world):
+        m = ex.MeshFit(scene, 0)
+        loss = ex.shard_loss(m, shard_frames(3, rank, world), 3, world)
+        loss.backward()
+        assert m.offsets.grad is not None
+        total += float(loss.detach()) / world
+        grad += m.offsets.grad / world
+    assert abs(total - loss_single) <= ex.LOSS_RTOL * abs(loss_single)
+    np.testing.assert_allclose(
+        grad, g_single, rtol=0, atol=ex.GRAD_RTOL * float(g_single.abs().max())
+    )
 
 
 @pytest.mark.skipif("cpu" not in DEVICES, reason="gloo ranks render on Warp's cpu device")
