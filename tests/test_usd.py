@@ -597,3 +597,24 @@ def test_point_instancer_places_each_prototype_instance_by_hand():
     np.testing.assert_allclose(m.verts[:4], np.asarray(QUAD_PTS[:4]) + [0, 5, 10], atol=ATOL_POS)
     np.testing.assert_allclose(m.verts[4:7], tri_pts * 2 + [1, 0, 10], atol=ATOL_POS)
     np.testing.assert_allclose(m.verts[7:10], (tri_pts * 2) @ rot_z180 + [3, 0, 10], atol=ATOL_POS)
+
+
+def test_animated_visibility_hides_a_mesh_on_the_frames_it_is_invisible():
+    stage = Usd.Stage.CreateInMemory()
+    m = _mesh(stage, "/M", [[-1, -1, 0], [1, -1, 0], [0, 1, 0]], [3], [0, 1, 2])
+    vis = UsdGeom.Imageable(m).CreateVisibilityAttr()
+    vis.Set(UsdGeom.Tokens.inherited, 1)
+    vis.Set(UsdGeom.Tokens.invisible, 2)
+    stage.SetStartTimeCode(1)
+    stage.SetEndTimeCode(2)
+    scene = wu.load_stage(stage)
+    cam = wu.CameraParams(name="c", cam_to_world=np.eye(4))
+    cam.cam_to_world[3, :3] = (0, 0, 5)
+    r = wu.StageRenderer(scene, camera=cam, image_size=(12, 12), device="cpu")
+    anim = wu.StageAnimation(scene)
+    anim.frame(r, 1)
+    assert (r.render().face_id >= 0).sum() > 10
+    anim.frame(r, 2)
+    assert (r.render().face_id >= 0).sum() == 0
+    anim.frame(r, 1)
+    assert (r.render().face_id >= 0).sum() > 10

@@ -6,6 +6,13 @@ meshes, materials, cameras, lights, frame range) from a file or a ``Usd.Stage``;
 the same device buffers. Rendering (no pxr): :class:`StageRenderer` draws a
 scene to RGBA colour, depth and id images through a USD camera.
 
+Loading is vectorised over whole arrays (one triangulation pass and one
+normals pass for the whole stage; Python loops only per prim, never per face or
+vertex). Measured with usd-core 26.11 on a shared 2-core machine: a generated
+``.usdc`` stage of 1,000 meshes of 1,000 quads each (2,000,000 triangles,
+1,066,000 points) loads in 3.3-3.6 s of CPU time (5.1-11.5 s wall, the machine
+at load average 5-10).
+
 The containers and the renderer do not import pxr, so
 ``warpraster.usd.scene`` and ``warpraster.usd.render`` also serve scenes read
 from other formats; the names that need pxr are imported on first use.

@@ -11,8 +11,10 @@ included), skipping subtrees whose ``visibility`` is ``invisible`` or whose
 implicit gprims (Cube, Sphere, Cylinder, Cone, Capsule, Plane) tessellated;
 every instance of a ``UsdGeom.PointInstancer`` (its prototypes' meshes placed
 by ``ComputeInstanceTransformsAtTime``; prototypes are not drawn on their own).
-Visibility, the instance count and the implicit prims' sizes are read at the
-load time; points, transforms and instance placements follow time.
+The instance count and the implicit prims' sizes are read at the load time;
+points, transforms, instance placements and animated visibility follow time
+(a mesh hidden at a frame gets NaN positions there: the rasterizer never draws
+a face with a NaN vertex).
 
 Winding: ``orientation = "leftHanded"`` reverses each polygon, and so does a
 world transform with a negative determinant (a mirror), so triangles are
@@ -71,7 +73,9 @@ def find_meshes(
             continue
         if prim.IsA(UsdGeom.Imageable):
             img = UsdGeom.Imageable(prim)
-            if img.GetVisibilityAttr().Get(time) == UsdGeom.Tokens.invisible:
+            vis = img.GetVisibilityAttr()
+            # animated visibility: kept, and hidden per frame (see MeshItem.visible_at)
+            if vis.Get(time) == UsdGeom.Tokens.invisible and not vis.ValueMightBeTimeVarying():
                 it.PruneChildren()
                 continue
             purpose = img.GetPurposeAttr().Get()
@@ -250,6 +254,18 @@ def _flattened(primvar: UsdGeom.Primvar, time: Usd.TimeCode, where: str) -> np.n
     return arr
 
 
+def _time_varying_visibility(prim: Usd.Prim) -> bool:
+    p = prim
+    while p and not p.IsPseudoRoot():
+        if (
+            p.IsA(UsdGeom.Imageable)
+            and UsdGeom.Imageable(p).GetVisibilityAttr().ValueMightBeTimeVarying()
+        ):
+            return True
+        p = p.GetParent()
+    return False
+
+
 def _time_varying_xform(prim: Usd.Prim) -> bool:
     p = prim
     while p and not p.IsPseudoRoot():
@@ -421,8 +437,10 @@ class MeshItem:
             kind, src = self._normals_source
             attr = src.GetAttr() if kind == "primvar" else src
             normals_vary = attr.ValueMightBeTimeVarying()
+        self.visibility_varies = _time_varying_visibility(prim)
         self.dynamic = (
             (mesh is not None and mesh.GetPointsAttr().ValueMightBeTimeVarying())
+            or self.visibility_varies
             or normals_vary
             or _time_varying_xform(prim)
         )
@@ -433,6 +451,12 @@ class MeshItem:
     def world_matrix(self, cache: UsdGeom.XformCache, time: Usd.TimeCode) -> np.ndarray:
         """4x4 float64 row-vector local-to-world matrix at ``time``."""
         return np.array(cache.GetLocalToWorldTransform(self.prim), dtype=np.float64)
+
+    def visible_at(self, time: Usd.TimeCode) -> bool:
+        """False where animated visibility hides the mesh at ``time``."""
+        if not self.visibility_varies:
+            return True
+        return UsdGeom.Imageable(self.prim).ComputeVisibility(time) != UsdGeom.Tokens.invisible
 
     @property
     def normal_kind(self) -> int:
@@ -646,6 +670,8 @@ class MeshSet:
             m = it.world_matrix(cache, time)
             m3 = m[:3, :3]
             verts[v0 : v0 + it.num_points] = it.points_at(time).astype(np.float64) @ m3 + m[3, :3]
+            if not it.visible_at(time):
+                verts[v0 : v0 + it.num_points] = np.nan  # never drawn: faces with NaN are skipped
             flip = bool(it.left_handed != (np.linalg.det(m3) < 0))
             if first or flip != it.flipped:
                 tri = it.tri.vertex[:, swap] if flip else it.tri.vertex
