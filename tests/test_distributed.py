@@ -552,3 +552,78 @@ def test_torch_default_context_threads_do_not_share_scratch(monkeypatch):
     for i in (0, 1):
         for got, want in zip(results[i], jobs[i][3], strict=True):
             assert torch.equal(got, want), f"thread {i} got another thread's render"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="warpraster/torch/__init__.py _TorchStream enters wp.ScopedStream, which sets "
+    "Warp's current stream of the device (Device.set_stream: one per process, not per "
+    "thread): while another thread is inside the op, this thread's launches go to the "
+    "other thread's torch stream (fix: give the launches torch's stream explicitly, "
+    "e.g. keep it on the workspace and pass stream= to wp.launch / Launch.launch / "
+    "capture_launch, instead of changing the device's current stream)",
+)
+def test_torch_threads_on_one_gpu_launch_on_their_own_streams(monkeypatch):
+    """Two threads on one GPU, each on its own torch stream: thread A's Warp work must be
+    issued on A's stream while thread B is inside the op on B's stream (held there,
+    deterministically, at the raster pass)."""
+    torch = pytest.importorskip("torch")
+    if not (torch.cuda.is_available() and wp.is_cuda_available()):
+        pytest.skip("needs a GPU that torch and Warp both see")
+    import warpraster.torch as wrt
+    from warpraster.raster.workspace import RasterWorkspace
+
+    dev = "cuda:0"
+    jobs = _torch_jobs(torch, wrt, [dev, dev])
+    b_go, b_inside, a_done = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, tuple[int, int]] = {}
+    original = RasterWorkspace.pass_for
+
+    def streams() -> tuple[int, int]:
+        warp_stream = wp.get_device(dev).stream.cuda_stream
+        return int(warp_stream), int(torch.cuda.current_stream(dev).cuda_stream)
+
+    def pass_for(self, *args, **kwargs):
+        name = threading.current_thread().name
+        if name == "A" and "A" not in seen:
+            b_go.set()
+            b_inside.wait(timeout=10)  # B is now inside its op, on its stream
+            seen["A"] = streams()
+        elif name == "B" and "B" not in seen:
+            seen["B"] = streams()
+            b_inside.set()
+            a_done.wait(timeout=10)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(RasterWorkspace, "pass_for", pass_for)
+
+    def call(job, stream, before=None, after=None):
+        if before is not None:
+            before.wait(timeout=60)
+        v, packed, kw, _ = job
+        with torch.cuda.stream(stream):
+            wrt.rasterize_meshes(v, *packed, **kw)
+            stream.synchronize()
+        if after is not None:
+            after.set()
+
+    sa, sb = torch.cuda.Stream(dev), torch.cuda.Stream(dev)
+    threads = [
+        threading.Thread(target=call, name="A", args=(jobs[0], sa, None, a_done)),
+        threading.Thread(target=call, name="B", args=(jobs[1], sb, b_go, None)),
+    ]
+    warp_dev = wp.get_device(dev)
+    before = warp_dev.stream
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        # interleaved scopes may leave one of the test's streams current: restore it
+        left = warp_dev.stream
+        warp_dev.set_stream(before, sync=False)
+    assert left.cuda_stream == before.cuda_stream, "Warp's current stream was left changed"
+    assert "A" in seen and "B" in seen, "the hook did not run in both threads"
+    assert seen["B"][0] == seen["B"][1], "thread B's launches are not on B's stream"
+    assert seen["A"][0] == seen["A"][1], "thread A's launches went to another stream"
