@@ -201,7 +201,8 @@ def _pose_setup(sigma):
     g, bodies, cams, _ = _box_scene(ground=False)
     sensor = wsim.CameraSensor(g, world_count=2, camera_count=2, image_size=(24, 32),
                                silhouette_sigma=sigma, smooth_normals=False, device="cpu",
-                               light_direction=(-0.577, 0.577, -0.577), requires_grad=True)  # fmt: skip
+                               light_direction=(-0.577, 0.577, -0.577), requires_grad=True,
+                               material_grad=True)  # fmt: skip
     body_q = wp.array(bodies, dtype=wp.transform, device="cpu", requires_grad=True)
     cam_q = wp.array([[c, c] for c in cams], dtype=wp.transform, device="cpu", requires_grad=True)
     fovs = wp.array([0.9, 0.7], dtype=wp.float32, device="cpu", requires_grad=True)

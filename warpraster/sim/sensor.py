@@ -123,10 +123,13 @@ class CameraSensor:
         bin_size: passed to the rasterizer (None = its default tiles).
         device: Warp device.
         requires_grad: allocate gradients for every buffer (needed for the tape).
+        material_grad: also give ``shape_colors``, ``light_direction`` and
+            ``light_intensity`` gradients (every covered pixel adds into these few
+            values atomically: off unless they are trained).
 
     The colours (``shape_colors``, vec3 (S,)), light direction and intensity live
     in device arrays (``light_direction``, ``light_intensity``, (1,)): assign new
-    values or give them ``requires_grad`` to train them.
+    values, or pass ``material_grad=True`` to train them.
     """
 
     def __init__(
@@ -148,6 +151,7 @@ class CameraSensor:
         bin_size: int | None = None,
         device=None,
         requires_grad: bool = False,
+        material_grad: bool = False,
     ):
         if not isinstance(geometry, SensorGeometry):
             raise TypeError(f"geometry must be a SensorGeometry, got {type(geometry).__name__}")
@@ -201,18 +205,16 @@ class CameraSensor:
         if shape_idx.size and (shape_idx.min() < 0 or shape_idx.max() > 0xFFFFFFFF):
             raise ValueError("shape_index values must fit in uint32")
         self.shape_index = wp.array(shape_idx.astype(np.uint32), dtype=wp.uint32, device=dev)
-        self.shape_colors = wp.array(
-            geometry.shape_colors(), dtype=wp.vec3, device=dev, requires_grad=self.requires_grad
-        )
+        mg = bool(material_grad) and self.requires_grad
+        self.shape_colors = wp.array(geometry.shape_colors(), dtype=wp.vec3, device=dev,
+                                     requires_grad=mg)  # fmt: skip
         direction = (0.0, 0.0, -1.0) if light_direction is None else light_direction
         self.light_direction = wp.array(
-            [_vec3(direction, "light_direction")], dtype=wp.vec3, device=dev,
-            requires_grad=self.requires_grad,
-        )  # fmt: skip
-        intensity = 0.0 if light_direction is None else float(light_intensity)
-        self.light_intensity = wp.array(
-            [intensity], dtype=wp.float32, device=dev, requires_grad=self.requires_grad
+            [_vec3(direction, "light_direction")], dtype=wp.vec3, device=dev, requires_grad=mg
         )
+        intensity = 0.0 if light_direction is None else float(light_intensity)
+        self.light_intensity = wp.array([intensity], dtype=wp.float32, device=dev,
+                                        requires_grad=mg)  # fmt: skip
         # stand-ins for a source the geometry does not use
         self._no_particles = wp.zeros(1, dtype=wp.vec3, device=dev)
         self._no_bodies = wp.zeros(1, dtype=wp.transform, device=dev)
