@@ -564,9 +564,9 @@ def test_torch_default_context_threads_do_not_share_scratch(monkeypatch):
     "capture_launch, instead of changing the device's current stream)",
 )
 def test_torch_threads_on_one_gpu_launch_on_their_own_streams(monkeypatch):
-    """Two threads on one GPU, each on its own torch stream: thread A's Warp work must be
-    issued on A's stream while thread B is inside the op on B's stream (held there,
-    deterministically, at the raster pass)."""
+    """Two threads on one GPU, each on its own torch stream: every Warp launch of thread A
+    goes to A's stream, also while thread B is inside the op on B's stream (B is held
+    there, deterministically, at its raster pass while A makes its launches)."""
     torch = pytest.importorskip("torch")
     if not (torch.cuda.is_available() and wp.is_cuda_available()):
         pytest.skip("needs a GPU that torch and Warp both see")
@@ -576,32 +576,49 @@ def test_torch_threads_on_one_gpu_launch_on_their_own_streams(monkeypatch):
     dev = "cuda:0"
     jobs = _torch_jobs(torch, wrt, [dev, dev])
     b_go, b_inside, a_done = threading.Event(), threading.Event(), threading.Event()
-    seen: dict[str, tuple[int, int]] = {}
-    original = RasterWorkspace.pass_for
-
-    def streams() -> tuple[int, int]:
-        warp_stream = wp.get_device(dev).stream.cuda_stream
-        return int(warp_stream), int(torch.cuda.current_stream(dev).cuda_stream)
+    launched: dict[str, list[int]] = {"A": [], "B": []}
+    expected: dict[str, int] = {}
+    held = []
+    original_pass_for = RasterWorkspace.pass_for
+    original_launch, original_cmd = wp.launch, wp.Launch.launch
 
     def pass_for(self, *args, **kwargs):
         name = threading.current_thread().name
-        if name == "A" and "A" not in seen:
+        if name == "A" and not held:
+            held.append(name)
             b_go.set()
             b_inside.wait(timeout=10)  # B is now inside its op, on its stream
-            seen["A"] = streams()
-        elif name == "B" and "B" not in seen:
-            seen["B"] = streams()
+        elif name == "B" and "B" not in held:
+            held.append(name)
             b_inside.set()
-            a_done.wait(timeout=10)
-        return original(self, *args, **kwargs)
+            a_done.wait(timeout=10)  # A makes its launches meanwhile
+        return original_pass_for(self, *args, **kwargs)
+
+    def note(stream, device) -> None:
+        name = threading.current_thread().name
+        if name in launched:
+            s = stream if stream is not None else wp.get_device(device).stream
+            launched[name].append(int(s.cuda_stream))
+
+    def launch(kernel, dim, *args, **kwargs):
+        if not kwargs.get("record_cmd", False):
+            note(kwargs.get("stream"), kwargs.get("device"))
+        return original_launch(kernel, dim, *args, **kwargs)
+
+    def launch_cmd(self, stream=None):
+        note(stream, self.device)
+        return original_cmd(self, stream)
 
     monkeypatch.setattr(RasterWorkspace, "pass_for", pass_for)
+    monkeypatch.setattr(wp, "launch", launch)
+    monkeypatch.setattr(wp.Launch, "launch", launch_cmd)
 
-    def call(job, stream, before=None, after=None):
+    def call(name, job, stream, before=None, after=None):
         if before is not None:
             before.wait(timeout=60)
         v, packed, kw, _ = job
         with torch.cuda.stream(stream):
+            expected[name] = int(torch.cuda.current_stream(dev).cuda_stream)
             wrt.rasterize_meshes(v, *packed, **kw)
             stream.synchronize()
         if after is not None:
@@ -609,8 +626,8 @@ def test_torch_threads_on_one_gpu_launch_on_their_own_streams(monkeypatch):
 
     sa, sb = torch.cuda.Stream(dev), torch.cuda.Stream(dev)
     threads = [
-        threading.Thread(target=call, name="A", args=(jobs[0], sa, None, a_done)),
-        threading.Thread(target=call, name="B", args=(jobs[1], sb, b_go, None)),
+        threading.Thread(target=call, name="A", args=("A", jobs[0], sa, None, a_done)),
+        threading.Thread(target=call, name="B", args=("B", jobs[1], sb, b_go, None)),
     ]
     warp_dev = wp.get_device(dev)
     before = warp_dev.stream
@@ -623,7 +640,9 @@ def test_torch_threads_on_one_gpu_launch_on_their_own_streams(monkeypatch):
         # interleaved scopes may leave one of the test's streams current: restore it
         left = warp_dev.stream
         warp_dev.set_stream(before, sync=False)
+    assert held == ["A", "B"], "the hook did not hold both threads"
+    for name in ("A", "B"):
+        assert launched[name], f"no Warp launch seen from thread {name}"
+        wrong = [s for s in launched[name] if s != expected[name]]
+        assert not wrong, f"{len(wrong)} of thread {name}'s launches went to another stream"
     assert left.cuda_stream == before.cuda_stream, "Warp's current stream was left changed"
-    assert "A" in seen and "B" in seen, "the hook did not run in both threads"
-    assert seen["B"][0] == seen["B"][1], "thread B's launches are not on B's stream"
-    assert seen["A"][0] == seen["A"][1], "thread A's launches went to another stream"
