@@ -618,3 +618,22 @@ def test_animated_visibility_hides_a_mesh_on_the_frames_it_is_invisible():
     assert (r.render().face_id >= 0).sum() == 0
     anim.frame(r, 1)
     assert (r.render().face_id >= 0).sum() > 10
+
+
+def test_usdz_package_with_its_texture_inside(tmp_path):
+    from pxr import UsdUtils
+
+    from warpraster.cli import default_scene_path
+
+    usdz = tmp_path / "scene.usdz"
+    assert UsdUtils.CreateNewUsdzPackage(Sdf.AssetPath(str(default_scene_path())), str(usdz))
+    scene = wu.load_stage(usdz)
+    (tex,) = [m.texture for m in scene.materials if m.texture is not None]
+    assert tex.path.endswith("checker.png]")  # resolved inside the package
+    from PIL import Image
+
+    from warpraster.usd.materials import srgb_to_linear
+
+    png = np.asarray(Image.open(default_scene_path().parent / "checker.png").convert("RGB"))
+    np.testing.assert_array_equal(tex.texels[..., :3], srgb_to_linear(png / 255.0))
+    assert scene.meshes.num_faces == 3622

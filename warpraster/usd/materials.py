@@ -82,8 +82,18 @@ def _load_image(path: str, where: str, color_space: str) -> np.ndarray:
         from PIL import Image
     except ImportError:  # pragma: no cover - pillow is the "image" extra
         raise SceneError(where, "reading textures needs Pillow (pip install pillow)") from None
+    source = path
+    if "[" in path and path.endswith("]"):  # inside a package (.usdz): read through USD's resolver
+        import io
+
+        from pxr import Ar
+
+        asset = Ar.GetResolver().OpenAsset(Ar.ResolvedPath(path))
+        if asset is None:
+            raise SceneError(where, f"cannot open texture {path} in its package")
+        source = io.BytesIO(asset.GetBuffer())
     try:
-        with Image.open(path) as im:
+        with Image.open(source) as im:
             im.load()
             mode16 = im.mode in ("I;16", "I;16B", "I", "F")
             rgba = np.asarray(im.convert("RGBA"), np.float32) / 255.0
