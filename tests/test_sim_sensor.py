@@ -364,3 +364,12 @@ def test_bad_input_is_named_before_any_kernel_runs():
         sensor.update(camera_transforms=cam, camera_fovs=fov, body_q=body[:1])
     with pytest.raises(ValueError, match="frame"):
         sensor.update(camera_transforms=cam, camera_fovs=fov, body_q=body, frame=1)
+
+
+def test_importing_warpraster_and_its_sim_package_imports_no_newton():
+    code = ("import sys, warpraster, warpraster.sim; "
+            "print(sorted(m for m in ('newton', 'torch', 'pxr') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
