@@ -201,7 +201,8 @@ def test_vector_typed_attributes_receive_gradients(device):
 
 
 # ----------------------------------------------------------------------------- vertex form
-def test_vertex_form_matches_float64_oracle(device):
+@pytest.mark.parametrize("persp", [True, False])
+def test_vertex_form_matches_float64_oracle(device, persp):
     rng = np.random.default_rng(2)
     verts, faces, p2f, bary, attrs = random_scene(rng, d=4)
     wa = wp.array(attrs, dtype=wp.float32, device=device, requires_grad=True)
@@ -211,11 +212,11 @@ def test_vertex_form_matches_float64_oracle(device):
     tape = wp.Tape()
     with tape:
         val, ddx, ddy = interpolate_vertex_attributes(
-            wpf, wb, wa, faces, verts_ndc=wv, perspective_correct=True
+            wpf, wb, wa, faces, verts_ndc=wv, perspective_correct=persp
         )
     # Values: a 3-term float32 dot product with |terms| <= ~4: abs error < 1e-6.
     np.testing.assert_allclose(val.numpy(), np_interp_rows(p2f, bary, attrs[faces]), atol=1e-5)
-    ox, oy = np_derivatives(p2f, verts, faces, attrs, faces, True)
+    ox, oy = np_derivatives(p2f, verts, faces, attrs, faces, persp)
     # Derivatives: ~30 float32 operations on coordinates of size ~1 with face areas
     # >= 0.2 (bounded conditioning): relative error ~1e-6; 1e-4 of the scale is safe.
     scale = max(np.abs(ox).max(), np.abs(oy).max())
@@ -231,7 +232,7 @@ def test_vertex_form_matches_float64_oracle(device):
     tape.backward()
 
     def loss(v64, a64, b64):
-        ox, oy = np_derivatives(p2f, v64, faces, a64, faces, True)
+        ox, oy = np_derivatives(p2f, v64, faces, a64, faces, persp)
         return (gv * np_interp_rows(p2f, b64, a64[faces])).sum() + (gx * ox).sum() + (gy * oy).sum()
 
     def fd(x, fn, idx, h=1e-6):
