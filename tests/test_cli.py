@@ -473,3 +473,18 @@ def test_render_settings_choose_camera_resolution_and_conform(tmp_path, capsys, 
     assert code == 0, err
     assert "through /World/Other" in out and "30x10" in out
     assert np.asarray(Image.open(tmp_path / "o" / "color.0000.png")).shape == (10, 30, 4)
+
+
+def test_topology_changing_over_time_is_one_line(tmp_path, capsys, cli_device):
+    from pxr import Usd, UsdGeom
+
+    path = _tiny_stage(tmp_path / "grow.usda")
+    stage = Usd.Stage.Open(str(path))
+    pts = UsdGeom.Mesh(stage.GetPrimAtPath("/World/Tri")).GetPointsAttr()
+    pts.Set([(-1, -1, 0), (1, -1, 0), (0, 1, 0)], 1)
+    pts.Set([(-1, -1, 0), (1, -1, 0), (0, 1, 0), (5, 5, 5)], 2)
+    stage.Save()
+    _fail(capsys, "render", path, "--frames", "1:2", "--size", "8x8", "--out", tmp_path / "o",
+          "--device", cli_device, code=1,
+          match="/World/Tri: has 4 points at time 2")  # fmt: skip
+    assert not list((tmp_path / "o").glob(".*.tmp"))  # no half-written file left behind

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .usd.errors import SceneError
+
 USD_SUFFIXES = (".usd", ".usda", ".usdc", ".usdz")
 MESH_SUFFIXES = (".obj",)
 DEFAULT_SCENE_NAME = "default_scene.usda"
@@ -233,6 +235,11 @@ def _save_png(path: Path, array: np.ndarray, pnginfo=None) -> None:
     _write_atomic(path, write)
 
 
+def _save_npz(path: Path, arrays: dict) -> None:
+    with open(path, "wb") as fh:
+        np.savez_compressed(fh, **arrays)
+
+
 def _encode_ids(ids: np.ndarray) -> np.ndarray:
     x = ids.astype(np.int64) + 1
     return np.stack([x & 255, (x >> 8) & 255, (x >> 16) & 255], -1).astype(np.uint8)
@@ -370,6 +377,8 @@ def _cmd_render(args) -> int:
     cache_dir = Path(wp.config.kernel_cache_dir or "")
     cached_before = set(os.listdir(cache_dir)) if cache_dir.is_dir() else set()
 
+    if args.ids and max(scene.meshes.num_faces, len(scene.meshes.names)) >= 2**24 - 1:
+        raise CliError(f"--ids: {scene.meshes.num_faces:,} triangles do not fit 24-bit id images")
     renderer = None
     written: list[Path] = []
     times: list[float] = []
@@ -426,15 +435,13 @@ def _cmd_render(args) -> int:
             if args.ids:
                 for key in ("face_id", "mesh_id"):
                     ids = getattr(out, key)
-                    if ids.max() >= 2**24 - 1:
-                        raise CliError(f"{key} does not fit 24 bits ({ids.max()} ids)")
                     p = out_dir / f"{key}.{label}.png"
                     _save_png(p, _encode_ids(ids))
                     written.append(p)
             if args.fragments:
                 frags = renderer.fragments().numpy()
                 p = out_dir / f"fragments.{label}.npz"
-                _write_atomic(p, lambda tmp, fr=frags: np.savez_compressed(open(tmp, "wb"), **fr))
+                _write_atomic(p, lambda tmp, fr=frags: _save_npz(tmp, fr))
                 written.append(p)
             times.append(time.perf_counter() - t0)
     finally:
@@ -633,6 +640,9 @@ def main(argv=None) -> int:
     except CliError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.code
+    except SceneError as err:  # a frame that cannot be read (e.g. topology changing over time)
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
