@@ -100,7 +100,8 @@ def test_render_loss_backward_capture_equals_eager(device):
     with wp.ScopedCapture(device=device, force_module_load=False) as cap:
         tape = step()
     wp.capture_launch(cap.graph)
-    np.testing.assert_array_equal(loss.numpy(), eager_loss)
+    # the loss is an atomic sum: its order (and last bits) vary between runs on CUDA
+    np.testing.assert_allclose(loss.numpy(), eager_loss, rtol=1e-6)
     np.testing.assert_allclose(
         verts.grad.numpy(), eager_grad, rtol=0, atol=1e-6 * np.abs(eager_grad).max()
     )
