@@ -13,6 +13,7 @@ from .mipmap import (
 from .lighting import AmbientLights, DirectionalLights, LightKind, PointLights
 from .materials import Materials
 from .normals import face_normals, vertex_normals
+from .reductions import hard_depth, image_mse, soft_depth, soft_silhouette
 from .shaders import (
     HardFlatShader,
     HardGouraudShader,
@@ -38,8 +39,12 @@ __all__ = [
     "SoftGouraudShader",
     "SoftPhongShader",
     "SoftSilhouetteShader",
+    "hard_depth",
     "hard_rgb_blend",
+    "image_mse",
     "sigmoid_alpha_blend",
+    "soft_depth",
+    "soft_silhouette",
     "softmax_rgb_blend",
     "BoundaryMode",
     "FilterMode",
