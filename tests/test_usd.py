@@ -13,9 +13,13 @@ import numpy as np
 import pytest
 
 pxr = pytest.importorskip("pxr")
+from conftest import DEVICES  # noqa: E402
 from pxr import Gf, Sdf, Usd, UsdGeom, UsdLux, UsdShade, Vt  # noqa: E402
 
 import warpraster.usd as wu  # noqa: E402
+
+# one device is enough for scene reading (the rasterizer's own tests cover each device)
+DEVICE = DEVICES[0]
 from warpraster.usd.triangulate import triangulate  # noqa: E402
 
 # float32 storage of positions: values of size ~10 carry ~1e-6 relative rounding
@@ -375,7 +379,7 @@ def _animated_stage():
 def test_animation_reads_interpolated_samples_into_the_same_device_buffers():
     stage, pts = _animated_stage()
     scene = wu.load_stage(stage)
-    r = wu.StageRenderer(scene, image_size=(8, 8), device="cpu")
+    r = wu.StageRenderer(scene, image_size=(8, 8), device=DEVICE)
     anim = wu.StageAnimation(scene)
     assert anim.dynamic_meshes == ["/M"]
     arrays = [r.buffers.verts, r.buffers.corner_normals, r.buffers.faces]
@@ -453,7 +457,7 @@ def test_camera_path_that_is_not_a_camera():
         wu.read_camera(stage.GetPrimAtPath("/M"), Usd.TimeCode.Default())
     scene = wu.load_stage(stage)
     with pytest.raises(ValueError, match=r"/Cam: not a camera of"):
-        wu.StageRenderer(scene, camera="/Cam", image_size=(4, 4), device="cpu")
+        wu.StageRenderer(scene, camera="/Cam", image_size=(4, 4), device=DEVICE)
 
 
 # ----------------------------------------------------------------------------- implicit prims
@@ -508,7 +512,7 @@ def test_stages_shipped_with_installed_packages_render(package, rel):
     if not path.is_file():
         pytest.skip(f"{path} is not shipped with this version")
     scene = wu.load_stage(path, require_meshes=True)
-    r = wu.StageRenderer(scene, image_size=(24, 32), device="cpu")
+    r = wu.StageRenderer(scene, image_size=(24, 32), device=DEVICE)
     out = r.render()
     # the default camera frames the bounds: something covers the middle, not everything
     assert 0.02 < out.coverage < 0.9
@@ -538,14 +542,14 @@ def test_render_device_is_capturable_and_replays_later_frames():
     cam.GetPrim().GetAttribute("xformOp:translate").Set(Gf.Vec3d(1.0, 0.5, 9.0), 3)
     scene = wu.load_stage(stage)
     anim = wu.StageAnimation(scene)
-    r = wu.StageRenderer(scene, camera="/Cam", image_size=(20, 24), spp=4, device="cpu")
+    r = wu.StageRenderer(scene, camera="/Cam", image_size=(20, 24), spp=4, device=DEVICE)
     # eager reference of frame 3
     anim.frame(r, 3.0)
     want = r.render()
     # capture at frame 1 (warm: modules loaded), replay after writing frame 3
     anim.frame(r, 1.0)
     r.render_device()
-    with wp.ScopedCapture(device="cpu", force_module_load=False) as cap:
+    with wp.ScopedCapture(device=DEVICE, force_module_load=False) as cap:
         r.render_device()
     first = r.output()
     assert not np.array_equal(first.face_id, want.face_id)  # the frames differ
@@ -564,13 +568,13 @@ def test_scene_meshes_as_packed_batches_rasterize_like_the_renderer():
     _mesh(stage, "/A", [[-1, -1, 0], [1, -1, 0], [0, 1, 0]], [3], [0, 1, 2])
     _mesh(stage, "/B", [[-1, -1, -1], [1, -1, -1], [1, 1, -1], [-1, 1, -1]], [4], [0, 1, 2, 3])
     scene = wu.load_stage(stage)
-    one = scene.meshes.packed(device="cpu")
-    per = scene.meshes.packed(per_mesh=True, device="cpu")
+    one = scene.meshes.packed(device=DEVICE)
+    per = scene.meshes.packed(per_mesh=True, device=DEVICE)
     assert (one.num_meshes, per.num_meshes, one.num_faces) == (1, 2, 3)
     assert per.num_faces_per_mesh.numpy().tolist() == [1, 2]
     cam = wu.CameraParams(name="c", cam_to_world=np.diag([1.0, 1.0, 1.0, 1.0]))
     cam.cam_to_world[3, :3] = (0, 0, 5)
-    r = wu.StageRenderer(scene, camera=cam, image_size=(16, 16), device="cpu")
+    r = wu.StageRenderer(scene, camera=cam, image_size=(16, 16), device=DEVICE)
     want = r.fragments().pix_to_face.numpy()
     ras = wr.MeshRasterizer(r._cameras, r._rasterizer.raster_settings)
     got = ras(one.verts, one.faces, one.mesh_to_face_first_idx, one.num_faces_per_mesh).numpy()
@@ -610,7 +614,7 @@ def test_animated_visibility_hides_a_mesh_on_the_frames_it_is_invisible():
     scene = wu.load_stage(stage)
     cam = wu.CameraParams(name="c", cam_to_world=np.eye(4))
     cam.cam_to_world[3, :3] = (0, 0, 5)
-    r = wu.StageRenderer(scene, camera=cam, image_size=(12, 12), device="cpu")
+    r = wu.StageRenderer(scene, camera=cam, image_size=(12, 12), device=DEVICE)
     anim = wu.StageAnimation(scene)
     anim.frame(r, 1)
     assert (r.render().face_id >= 0).sum() > 10

@@ -11,10 +11,14 @@ import numpy as np
 import pytest
 
 pytest.importorskip("pxr")
+from conftest import DEVICES  # noqa: E402
 from pxr import Gf, Usd, UsdGeom, Vt  # noqa: E402
 
 import warpraster as wr  # noqa: E402
 import warpraster.usd as wu  # noqa: E402
+
+# one device is enough for scene reading (the rasterizer's own tests cover each device)
+DEVICE = DEVICES[0]
 from warpraster.usd.cameras import conformed_apertures, look_at_matrix, opencv_from_usd_camera  # noqa: E402
 from warpraster.usd.scene import scene_from_arrays  # noqa: E402
 
@@ -74,7 +78,7 @@ def test_opencv_form_equals_usd_frustum_math_with_offsets_and_unlike_aspects():
 
 
 def _centroid_pixel(scene, cam, size):
-    r = wu.StageRenderer(scene, camera=cam, image_size=size, device="cpu")
+    r = wu.StageRenderer(scene, camera=cam, image_size=size, device=DEVICE)
     p2f = r.fragments().pix_to_face.numpy()[0, ..., 0]
     ys, xs = np.nonzero(p2f >= 0)
     assert len(xs) > 0
@@ -150,11 +154,11 @@ def test_usd_camera_and_the_equivalent_fov_camera_give_the_same_fragments():
     )
     size = (48, 48)
     scene = scene_from_arrays(v, f)
-    r = wu.StageRenderer(scene, camera=cam, image_size=size, device="cpu")
+    r = wu.StageRenderer(scene, camera=cam, image_size=size, device=DEVICE)
     ours = r.fragments().numpy()
     R, T = wr.look_at_view_transform(eye=eye[None], at=((0, 0, 0),), up=((0, 1, 0),))
     fov = wr.FoVPerspectiveCameras(
-        fov=2 * math.degrees(math.atan(ap / 2 / f_mm)), R=R, T=T, znear=0.1, device="cpu"
+        fov=2 * math.degrees(math.atan(ap / 2 / f_mm)), R=R, T=T, znear=0.1, device=DEVICE
     )
     ras = wr.MeshRasterizer(fov, wr.RasterizationSettings(image_size=size, faces_per_pixel=1))
     ref = ras(v, f, [0], [len(f)]).numpy()
