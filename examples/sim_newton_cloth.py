@@ -45,16 +45,17 @@ class NewtonClothThrow:
                  device="cpu"):  # fmt: skip
         import newton  # noqa: PLC0415 - optional dependency
 
-        from warpraster.sim import look_at_transform, image_loss  # noqa: PLC0415
+        from warpraster.sim import image_loss, look_at_transform  # noqa: PLC0415
         from warpraster.sim.newton import NewtonCameraSensor  # noqa: PLC0415
 
         self._image_loss = image_loss
         self.device = wp.get_device(device)
         b = newton.ModelBuilder()
+        upright = wp.quat_from_axis_angle(wp.vec3(1.0, 0.0, 0.0), -1.5708)  # grid in the XZ plane
         b.add_cloth_grid(
-            pos=wp.vec3(-0.5, 0.0, 1.5), rot=wp.quat_from_axis_angle(wp.vec3(1.0, 0.0, 0.0), -1.5708),
-            vel=wp.vec3(0.0), dim_x=n, dim_y=n, cell_x=1.0 / n, cell_y=1.0 / n, mass=0.1,
-            fix_left=True, tri_ke=300.0, tri_ka=300.0, tri_kd=1.0, edge_ke=5.0, particle_radius=0.01,
+            pos=wp.vec3(-0.5, 0.0, 1.5), rot=upright, vel=wp.vec3(0.0), dim_x=n, dim_y=n,
+            cell_x=1.0 / n, cell_y=1.0 / n, mass=0.1, fix_left=True, tri_ke=300.0, tri_ka=300.0,
+            tri_kd=1.0, edge_ke=5.0, particle_radius=0.01,
         )  # fmt: skip
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -77,7 +78,9 @@ class NewtonClothThrow:
                                 dtype=wp.transform, device=self.device)  # fmt: skip
         self.fovs = wp.array([0.8, 0.8], dtype=wp.float32, device=self.device)
         shape = self.camera.frames[0].depth.shape
-        self.targets = [wp.zeros(shape, dtype=float, device=self.device) for _ in range(self.frames)]
+        self.targets = [
+            wp.zeros(shape, dtype=float, device=self.device) for _ in range(self.frames)
+        ]
         self.loss = wp.zeros(1, dtype=float, device=self.device, requires_grad=True)
         self.weight = 1.0 / (self.frames * 2 * image_size * image_size)
         self.tape = wp.Tape()

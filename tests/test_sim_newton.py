@@ -136,8 +136,8 @@ def test_velocity_gradient_through_newtons_solver_matches_central_differences():
 
 
 def test_newton_example_runs_in_test_mode():
-    out = subprocess.run([sys.executable, "examples/sim_newton_cloth.py", "--test", "--device", "cpu"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900)  # fmt: skip
+    cmd = [sys.executable, "examples/sim_newton_cloth.py", "--test", "--device", "cpu"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
     last = out.stdout.strip().splitlines()[-1]
     assert last.startswith("recovered=") and " truth=" in last

@@ -273,8 +273,8 @@ def test_step_replays_bit_for_bit_from_a_graph_and_allocates_nothing(monkeypatch
     sim.make_targets([1.5, 3.0, 0.0])
 
     def snapshot():
-        return (sim.loss.numpy().copy(), sim.wind.grad.numpy().copy(),
-                sim.sensor.frames[-1].color.numpy().copy(), sim.q[-1].grad.numpy().copy())  # fmt: skip
+        arrays = (sim.loss, sim.wind.grad, sim.sensor.frames[-1].color, sim.q[-1].grad)
+        return [a.numpy().copy() for a in arrays]
 
     sim.set_wind([0.4, 0.9, 0.1])
     sim.step()  # the first step: modules load, launch caches fill
@@ -304,14 +304,14 @@ def test_step_replays_bit_for_bit_from_a_graph_and_allocates_nothing(monkeypatch
     sim.capture()
     sim.set_wind([0.4, 0.9, 0.1])
     wp.capture_launch(sim.graph)
-    for a, b in zip(eager, snapshot()):
+    for a, b in zip(eager, snapshot(), strict=True):
         np.testing.assert_array_equal(a, b)
     # new values written into the parameter array are seen by the replay
     sim.set_wind([1.0, 2.0, -0.3])
     sim.step()
     eager2 = snapshot()
     wp.capture_launch(sim.graph)
-    for a, b in zip(eager2, snapshot()):
+    for a, b in zip(eager2, snapshot(), strict=True):
         np.testing.assert_array_equal(a, b)
     assert not np.array_equal(eager[1], eager2[1])
 
@@ -322,15 +322,15 @@ def test_cloth_example_recovers_the_wind():
     (1.5, 3.0, 0.0) m/s after 60 iterations on 32-pixel images."""
     ex = _load_example("sim_cloth_wind")
     truth = np.array([1.5, 3.0, 0.0])
-    wind, first, last = ex.recover(truth, np.zeros(3), iterations=60, lr=0.15, log=lambda s: None,
-                                   n=4, steps=24, render_every=8, image_size=32, device="cpu")  # fmt: skip
+    kw = dict(n=4, steps=24, render_every=8, image_size=32, device="cpu")
+    wind, first, last = ex.recover(truth, np.zeros(3), iterations=60, lr=0.15, log=print, **kw)
     assert last < 0.05 * first
     np.testing.assert_allclose(wind, truth, atol=0.15)
 
 
 def test_cloth_example_runs_in_test_mode():
-    out = subprocess.run([sys.executable, "examples/sim_cloth_wind.py", "--test", "--device", "cpu"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    cmd = [sys.executable, "examples/sim_cloth_wind.py", "--test", "--device", "cpu"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     last = out.stdout.strip().splitlines()[-1]
     assert last.startswith("recovered=") and " truth=" in last

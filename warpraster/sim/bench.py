@@ -81,8 +81,16 @@ def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None) -> dic
             image_loss(frame.depth, tgt_d, loss)
         tape.backward(loss)
 
+    def forward_loss():
+        tape.reset()
+        loss.zero_()
+        with tape:
+            forward()
+            image_loss(frame.color, tgt_c, loss)
+            image_loss(frame.depth, tgt_d, loss)
+
     rows = {}
-    for name, fn in (("fwd", forward), ("fwd_bwd", forward_backward)):
+    for name, fn in (("fwd", forward), ("fwd_loss", forward_loss), ("fwd_bwd", forward_backward)):
         fn()  # load modules, fill launch caches
         with wp.ScopedCapture(device=device, force_module_load=False) as cap:
             fn()
@@ -119,7 +127,9 @@ def bench_newton(*, worlds=64, cameras=2, size=128, runs=50, device=None) -> dic
         model = main.finalize(device=device)
         sensor = SensorTiledCamera(model)
     state = model.state()
-    rays = sensor.utils.compute_camera_rays_pinhole(size, size, camera_fovs=np.full(cameras, 0.8, np.float32))
+    rays = sensor.utils.compute_camera_rays_pinhole(
+        size, size, camera_fovs=np.full(cameras, 0.8, np.float32)
+    )
     cam_q = wp.array([[c] * worlds for c in cams], dtype=wp.transformf, device=device)
     color = sensor.utils.create_color_image_output(size, size, cameras)
     depth = sensor.utils.create_depth_image_output(size, size, cameras)

@@ -187,7 +187,9 @@ class SensorGeometry:
         """
         for s in self.shapes:
             if s.world >= world_count:
-                raise ValueError(f"a shape belongs to world {s.world}, but world_count={world_count}")
+                raise ValueError(
+                    f"a shape belongs to world {s.world}, but world_count={world_count}"
+                )
         proj_vertex, proj_image, faces, face_shape, face_vertices = [], [], [], [], []
         first, count = [], []
         n_proj = 0
@@ -227,7 +229,9 @@ class SensorGeometry:
     def all_faces(self) -> np.ndarray:
         """(F, 3) int32 faces of every shape, in sensor vertex indices."""
         parts = [s.faces for s in self.shapes]
-        return (np.concatenate(parts) if parts else np.zeros((0, 3))).astype(np.int32).reshape(-1, 3)
+        return (
+            (np.concatenate(parts) if parts else np.zeros((0, 3))).astype(np.int32).reshape(-1, 3)
+        )
 
     def shape_colors(self) -> np.ndarray:
         return np.asarray([s.color for s in self.shapes], dtype=np.float32).reshape(-1, 3)

@@ -80,7 +80,9 @@ def _active_tape():
     return getattr(runtime, "tape", None)
 
 
-def image_loss(image: wp.array, target: wp.array, loss_out: wp.array, *, weight: float = 1.0) -> None:
+def image_loss(
+    image: wp.array, target: wp.array, loss_out: wp.array, *, weight: float = 1.0
+) -> None:
     """Adds ``weight * sum((image - target)**2)`` to ``loss_out[0]``.
 
     Recorded on an active ``wp.Tape`` (when ``image`` requires grad) with a

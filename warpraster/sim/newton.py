@@ -32,10 +32,9 @@ from __future__ import annotations
 
 import warnings
 
+import newton
 import numpy as np
 import warp as wp
-
-import newton
 
 from .geometry import SensorGeometry
 from .sensor import CameraSensor, SensorFrame

@@ -230,10 +230,11 @@ def channels_kernel(
     outside the outlines that gives gradients there. The surface values (colour,
     depth, normal) are those of the slot nearest in distance at the point of its
     outline nearest to the pixel (:func:`outline_barycentrics`: faces sharing
-    that edge agree), composited over the clear values with alpha. (One blurred K = 1 pass would let a face nearer
-    in depth shadow the face that covers an interior pixel, or the face nearest
-    an outside pixel.) The slots are written out one by one, not looped over: a
-    loop over slots gets wrong gradients from Warp's generated adjoint.
+    that edge agree), composited over the clear values with alpha. (One blurred
+    K = 1 pass would let a face nearer in depth shadow the face that covers an
+    interior pixel, or the face nearest an outside pixel.) The slots are written
+    out one by one, not looped over: a loop over slots gets wrong gradients from
+    Warp's generated adjoint.
     """
     n, y, x = wp.tid()
     w = n // camera_count

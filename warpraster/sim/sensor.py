@@ -29,7 +29,13 @@ import warp as wp
 
 from .. import RasterWorkspace, rasterize_meshes
 from .geometry import SensorGeometry, VertexSource
-from .render import SOFT_SLOTS, channels_kernel, project_kernel, vertex_normals_kernel, world_points_kernel
+from .render import (
+    SOFT_SLOTS,
+    channels_kernel,
+    project_kernel,
+    vertex_normals_kernel,
+    world_points_kernel,
+)
 
 #: PyTorch3D's soft-silhouette cut-off: a face counts out to the squared distance
 #: where sigmoid(-d / sigma) falls to 1e-4, i.e. d = sigma * ln(1 / 1e-4 - 1).
@@ -164,7 +170,9 @@ class CameraSensor:
             try:
                 h, w = (int(s) for s in image_size)
             except (TypeError, ValueError):
-                raise TypeError(f"image_size must be an int or (H, W), got {image_size!r}") from None
+                raise TypeError(
+                    f"image_size must be an int or (H, W), got {image_size!r}"
+                ) from None
         if h < 1 or w < 1:
             raise ValueError(f"image_size must be >= 1, got {(h, w)}")
         self.image_size = (h, w)
@@ -251,11 +259,15 @@ class CameraSensor:
             forward_depth=img(wp.float32),
             alpha=img(wp.float32),
             shape_index=img(wp.uint32, False),
-            points=wp.zeros(self.vertex_source.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg),
+            points=wp.zeros(
+                self.vertex_source.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg
+            ),
             ndc=wp.zeros(self.proj_vertex.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg),
             vertex_normals=wp.zeros(
-                self.vertex_source.shape[0] if self.smooth_normals else 1, dtype=wp.vec3,
-                device=dev, requires_grad=rg,
+                self.vertex_source.shape[0] if self.smooth_normals else 1,
+                dtype=wp.vec3,
+                device=dev,
+                requires_grad=rg,
             ),
             workspace=workspace(),
             soft_workspace=workspace(SOFT_SLOTS) if self.silhouette_sigma > 0.0 else None,
@@ -304,7 +316,9 @@ class CameraSensor:
             raise TypeError(f"frame must be an int, got {frame!r}")
         if not 0 <= frame < self.frame_count:
             raise ValueError(f"frame must be in [0, {self.frame_count}), got {frame}")
-        self._check_input(camera_transforms, "camera_transforms", wp.transform, self.camera_count, 2)
+        self._check_input(
+            camera_transforms, "camera_transforms", wp.transform, self.camera_count, 2
+        )
         if camera_transforms.shape[1] != self.world_count:
             raise ValueError(
                 f"camera_transforms must have shape (camera_count, world_count) = "
