@@ -36,7 +36,7 @@ import numpy as np
 import warp as wp
 
 import warpraster as wr
-from warpraster.fragments import DeterministicBackward
+from warpraster.backward import DeterministicBackward
 from warpraster.primitives import ico_sphere
 
 

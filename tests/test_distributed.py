@@ -502,13 +502,6 @@ def test_torch_two_devices_from_two_threads_default_context():
 
 
 @pytest.mark.skipif("cpu" not in DEVICES, reason="interleaves two host threads on Warp's cpu")
-@pytest.mark.xfail(
-    strict=True,
-    reason="warpraster/torch/context.py shares one workspace per (device, stream, shape) "
-    "between host threads: a call from another thread between this call's face set-up "
-    "and its raster pass overwrites the set-up (fix: a lock per workspace held from "
-    "RasterContext.workspace() to the end of the call, or the thread id in the key)",
-)
 def test_torch_default_context_threads_do_not_share_scratch(monkeypatch):
     """Same device, same shape, the default context, two threads: thread 0 is held
     (deterministically) between its face set-up and its raster pass while thread 1

@@ -23,6 +23,8 @@ How it works:
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -153,14 +155,20 @@ def _unflatten(args: tuple) -> RasterSettings:
 
 
 def _stream_key(device: torch.device):
-    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+    """Who may share a workspace: calls from one host thread on one stream (calls
+    from two threads interleave their launches even on one stream)."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+    return (stream, threading.get_ident())
 
 
 def _context(name: str | None) -> RasterContext:
-    return default_context() if name is None else _CONTEXTS[name]
+    """The context a handle names; the default one if none is named, or if the
+    caller dropped theirs (contexts hold scratch only, nothing a call returns)."""
+    ctx = None if name is None else _CONTEXTS.get(name)
+    return default_context() if ctx is None else ctx
 
 
-_CONTEXTS: dict[str, RasterContext] = {}
+_CONTEXTS: weakref.WeakValueDictionary[str, RasterContext] = weakref.WeakValueDictionary()
 
 
 def _register_context(context: RasterContext | None) -> str | None:

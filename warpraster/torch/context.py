@@ -6,8 +6,8 @@ face count, render settings): a training loop that renders the same shapes
 every step allocates no Warp memory after its first step. The outputs are
 written into fresh torch tensors each call (torch's caching allocator), so a
 later call never overwrites tensors an earlier call returned or saved for its
-backward. Calls on one stream are ordered, so sharing the scratch between them
-is safe; another stream gets its own workspace.
+backward. The scratch is shared only by calls from one host thread on one
+stream (their work is ordered); another thread or stream gets its own workspace.
 """
 
 from __future__ import annotations
