@@ -18,22 +18,29 @@ import statistics
 
 import warp as wp
 
-from warpraster import bench, raster
+from warpraster import bench
 from warpraster.fragments import fragment_values
 from warpraster.geometry import pixel_centre
+from warpraster.meshes import pack_meshes
+from warpraster.raster import RasterWorkspace, rasterize_packed
+from warpraster.raster.coverage import PassArgs
+from warpraster.raster.outputs import write_outputs_kernel
+from warpraster.raster.stores import store4
+from warpraster.raster.workspace import make_pass
+from warpraster.settings import Tuning
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
 
 @wp.kernel
-def _probe(ps: raster._Pass, mode: int):
+def _probe(ps: PassArgs, mode: int):
     i = wp.tid()
     k = ps.faces_per_pixel
     q = i // k
     s = i - q * k
     f = ps.pix_to_face[q, s]
     if mode == 3 or f < 0:  # stores only
-        ps.zq[q, s] = -1.0
+        ps.zbuf[q, s] = -1.0
         ps.bary[q, s] = wp.vec3(-1.0, -1.0, -1.0)
         ps.dists[q, s] = -1.0
         return
@@ -44,23 +51,23 @@ def _probe(ps: raster._Pass, mode: int):
     v1 = wp.vec3(m[1, 0], m[1, 1], m[1, 2])
     v2 = wp.vec3(m[2, 0], m[2, 1], m[2, 2])
     if mode == 0:  # the full computation (as _write_outputs)
-        z, bary, d = fragment_values(p, v0, v1, v2, ps.perspective, ps.clip_bary)
-        ps.zq[q, s] = z
+        z, bary, d = fragment_values(p, v0, v1, v2, ps.perspective_correct, ps.clip_barycentric_coords)
+        ps.zbuf[q, s] = z
         ps.bary[q, s] = bary
         ps.dists[q, s] = d
     elif mode == 1:  # no edge distance
-        z, bary, d = fragment_values(p, v0, v1, v2, ps.perspective, ps.clip_bary)
-        ps.zq[q, s] = z
+        z, bary, d = fragment_values(p, v0, v1, v2, ps.perspective_correct, ps.clip_barycentric_coords)
+        ps.zbuf[q, s] = z
         ps.bary[q, s] = bary
         ps.dists[q, s] = 0.0
     else:  # mode 2: loads and pixel centre, no barycentrics
-        ps.zq[q, s] = v0[2] + p[0]
+        ps.zbuf[q, s] = v0[2] + p[0]
         ps.bary[q, s] = v1
         ps.dists[q, s] = v2[0] + p[1]
 
 
 @wp.func
-def _values(ps: raster._Pass, e: int, f: int, m: wp.mat33):
+def _values(ps: PassArgs, e: int, f: int, m: wp.mat33):
     """Fragment values of flat slot e holding face f (records m), or the -1 fill."""
     k = ps.faces_per_pixel
     r = (e // k) % (ps.height * ps.width)
@@ -77,7 +84,7 @@ def _values(ps: raster._Pass, e: int, f: int, m: wp.mat33):
 
 
 @wp.func
-def _hoisted_group(ps: raster._Pass, g: int, f4: wp.vec4i):
+def _hoisted_group(ps: PassArgs, g: int, f4: wp.vec4i):
     """Group g's four face records loaded before any arithmetic (no branch)."""
     m0 = ps.face_verts[wp.max(f4[0], 0)]
     m1 = ps.face_verts[wp.max(f4[1], 0)]
@@ -87,7 +94,7 @@ def _hoisted_group(ps: raster._Pass, g: int, f4: wp.vec4i):
     z1, b1, d1 = _values(ps, 4 * g + 1, f4[1], m1)
     z2, b2, d2 = _values(ps, 4 * g + 2, f4[2], m2)
     z3, b3, d3 = _values(ps, 4 * g + 3, f4[3], m3)
-    ps.zq4[g] = wp.vec4(z0, z1, z2, z3)
+    ps.zbuf4[g] = wp.vec4(z0, z1, z2, z3)
     ps.dists4[g] = wp.vec4(d0, d1, d2, d3)
     ps.bary4[3 * g] = wp.vec4(b0[0], b0[1], b0[2], b1[0])
     ps.bary4[3 * g + 1] = wp.vec4(b1[1], b1[2], b2[0], b2[1])
@@ -95,7 +102,7 @@ def _hoisted_group(ps: raster._Pass, g: int, f4: wp.vec4i):
 
 
 @wp.kernel
-def _wide_hoisted(ps: raster._Pass):
+def _wide_hoisted(ps: PassArgs):
     """Four slots per thread: one load of their faces, the four face records
     loaded before any arithmetic (no branch). Warp's 4-byte-aligned vec4 stores
     (as the pass before v15)."""
@@ -104,14 +111,14 @@ def _wide_hoisted(ps: raster._Pass):
 
 
 @wp.kernel
-def _wide_skip(ps: raster._Pass):
+def _wide_skip(ps: PassArgs):
     """_wide_hoisted, but a group with no face is filled without loading
     anything more (most slots are empty at K = 8)."""
     g = wp.tid()
     f4 = ps.pix_to_face4[g]
     if f4[0] < 0 and f4[1] < 0 and f4[2] < 0 and f4[3] < 0:
         fill = wp.vec4(-1.0, -1.0, -1.0, -1.0)
-        ps.zq4[g] = fill
+        ps.zbuf4[g] = fill
         ps.dists4[g] = fill
         ps.bary4[3 * g] = fill
         ps.bary4[3 * g + 1] = fill
@@ -121,21 +128,21 @@ def _wide_skip(ps: raster._Pass):
 
 
 @wp.kernel
-def _wide_stores_only(ps: raster._Pass):
+def _wide_stores_only(ps: PassArgs):
     """The wide pass's memory traffic alone: its 16-byte face load, constant stores."""
     g = wp.tid()
     f = ps.pix_to_face4[g]
     c = float(f[0] + f[1] + f[2] + f[3]) * 0.0 - 1.0
     v = wp.vec4(c, c, c, c)
-    raster._store4(ps.zq4, g, v)
-    raster._store4(ps.dists4, g, v)
-    raster._store4(ps.bary4, 3 * g, v)
-    raster._store4(ps.bary4, 3 * g + 1, v)
-    raster._store4(ps.bary4, 3 * g + 2, v)
+    store4(ps.zbuf4, g, v)
+    store4(ps.dists4, g, v)
+    store4(ps.bary4, 3 * g, v)
+    store4(ps.bary4, 3 * g + 1, v)
+    store4(ps.bary4, 3 * g + 2, v)
 
 
 @wp.kernel
-def _narrow_branchfree(ps: raster._Pass):
+def _narrow_branchfree(ps: PassArgs):
     """One slot per thread, its face record loaded without a branch."""
     e = wp.tid()
     k = ps.faces_per_pixel
@@ -143,7 +150,7 @@ def _narrow_branchfree(ps: raster._Pass):
     s = e - q * k
     f = ps.pix_to_face[q, s]
     z, b, d = _values(ps, e, f, ps.face_verts[wp.max(f, 0)])
-    ps.zq[q, s] = z
+    ps.zbuf[q, s] = z
     ps.bary[q, s] = b
     ps.dists[q, s] = d
 
@@ -168,16 +175,12 @@ def main() -> None:
     sc = next(s for s in bench.GPU_SCENES + bench.CPU_SCENES if s.name == args.scene)
     v, f, first, count = bench.make_scene(sc)
     verts = wp.array(v, dtype=wp.vec3, device=device)
-    meshes = raster.pack_meshes(verts, wp.array(f, dtype=wp.int32, device=device), first, count)
-    ws = raster.RasterWorkspace(
-        num_meshes=sc.copies, num_faces=len(f), image_size=(sc.height, sc.width),
-        faces_per_pixel=sc.k, bin_size=8, device=device,
-    )  # fmt: skip
-    kw = dict(blur_radius=sc.blur, perspective_correct=False, clip_barycentric_coords=False,
-              cull_backfaces=False)  # fmt: skip
-    out = raster.rasterize_packed(meshes, ws, **kw)
-    ps = raster._make_pass(meshes, ws, sc.blur, False, False, out.pix_to_face, out.zbuf,
-                           out.bary_coords, out.dists)  # fmt: skip
+    meshes = pack_meshes(verts, wp.array(f, dtype=wp.int32, device=device), first, count)
+    settings = bench.scene_settings(sc, 8)
+    ws = RasterWorkspace(num_meshes=sc.copies, num_faces=len(f), settings=settings,
+                         device=device)  # fmt: skip
+    out = rasterize_packed(meshes, ws, settings)
+    ps = make_pass(meshes, ws, settings, out.pix_to_face, out.zbuf, out.bary_coords, out.dists)
     timed = bench._timer(device)
     slots = out.pix_to_face.size
     filled = float((out.pix_to_face.numpy() >= 0).mean())
@@ -191,7 +194,8 @@ def main() -> None:
         go()
         t = statistics.median(timed(go) for _ in range(args.runs))
         print(f"  {names[mode]:<12} {t:.3f} ms  {slots * 24 / t / 1e9:.2f} TB/s")
-    write = raster._write_outputs_kernel(device, False, False, 0)
+    tuning = Tuning()
+    write = write_outputs_kernel(device, False, False, False, sc.k, tuning)
     go = lambda: wp.launch(write, dim=slots, inputs=[ps], device=device)  # noqa: E731
     go()
     t = statistics.median(timed(go) for _ in range(args.runs))
@@ -201,7 +205,8 @@ def main() -> None:
         ("wide hoisted", _wide_hoisted, slots // 4),
         ("wide skip", _wide_skip, slots // 4),
         ("narrow nobranch", _narrow_branchfree, slots),
-        ("_write_outputs4", raster._write_outputs_kernel(device, False, False, 1), slots // 4),
+        ("_write_outputs4", write_outputs_kernel(device, False, False, True, sc.k, tuning),
+         slots // 4),
     ):
         go = lambda kern=kern, dim=dim: wp.launch(kern, dim=dim, inputs=[ps], device=device)  # noqa: E731
         go()
