@@ -100,8 +100,10 @@ def test_render_loss_backward_capture_equals_eager(device):
     with wp.ScopedCapture(device=device, force_module_load=False) as cap:
         tape = step()
     wp.capture_launch(cap.graph)
-    # the loss is an atomic sum: its order (and last bits) vary between runs on CUDA
-    np.testing.assert_allclose(loss.numpy(), eager_loss, rtol=1e-6)
+    # The loss is a float32 atomic sum of ~10^4 terms whose order varies between
+    # runs on CUDA (3e-6 relative seen on an H200); the cpu runs it in order (exact).
+    loss_rtol = 2e-5
+    np.testing.assert_allclose(loss.numpy(), eager_loss, rtol=loss_rtol)
     np.testing.assert_allclose(
         verts.grad.numpy(), eager_grad, rtol=0, atol=1e-6 * np.abs(eager_grad).max()
     )
@@ -119,7 +121,7 @@ def test_render_loss_backward_capture_equals_eager(device):
         reductions.image_mse(r2.render(verts2).image, target, out=loss2)
     tape2.backward(loss2)
     assert replay_loss[0] != eager_loss[0]
-    np.testing.assert_allclose(replay_loss, loss2.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(replay_loss, loss2.numpy(), rtol=loss_rtol)
     # atomics add in another order between two renderers on CUDA: 1e-5 relative
     np.testing.assert_allclose(
         replay_grad, verts2.grad.numpy(), rtol=0, atol=1e-5 * np.abs(replay_grad).max()
