@@ -292,7 +292,7 @@ def test_bundled_scene_is_package_data_and_the_checkout_pointer_works(capsys):
         (["--width", "-3"], "--width must be >= 1, got -3"),
         (["--size", "0x0"], "--size must be at least 1x1, got '0x0'"),
         (["--size", "32"], "--size must be WxH"),
-        (["--spp", "2"], "--spp must be a square number"),
+        (["--spp", "0"], "--spp must be >= 1, got 0"),
         (["--frames", "5:1"], "--frames needs A <= B"),
         (["--frames", "a:b"], "--frames must be A, A:B or A:B:STEP"),
         (["--bogus"], "unrecognized arguments: --bogus"),

@@ -641,3 +641,12 @@ def test_usdz_package_with_its_texture_inside(tmp_path):
     png = np.asarray(Image.open(default_scene_path().parent / "checker.png").convert("RGB"))
     np.testing.assert_array_equal(tex.texels[..., :3], srgb_to_linear(png / 255.0))
     assert scene.meshes.num_faces == 3622
+
+
+@pytest.mark.parametrize(
+    "spp, grid", [(1, (1, 1)), (2, (1, 2)), (4, (2, 2)), (6, (2, 3)), (7, (1, 7))]
+)
+def test_spp_grid_is_as_square_as_possible(spp, grid):
+    from warpraster.usd.render import parse_spp
+
+    assert parse_spp(spp) == grid

@@ -77,12 +77,13 @@ def test_opencv_form_equals_usd_frustum_math_with_offsets_and_unlike_aspects():
         np.testing.assert_allclose(uv, _gf_pixels(cam, pts, size), rtol=1e-9, atol=1e-9)
 
 
-def _centroid_pixel(scene, cam, size):
-    r = wu.StageRenderer(scene, camera=cam, image_size=size, device=DEVICE)
-    p2f = r.fragments().pix_to_face.numpy()[0, ..., 0]
-    ys, xs = np.nonzero(p2f >= 0)
+def _centroid_pixel(scene, cam, size, spp=1):
+    """Centroid of the covered samples, in output pixels (x right, y down)."""
+    r = wu.StageRenderer(scene, camera=cam, image_size=size, spp=spp, device=DEVICE)
+    sy, sx = r.grid
+    ys, xs = np.nonzero(r.fragments().pix_to_face.numpy()[0, ..., 0] >= 0)
     assert len(xs) > 0
-    return np.array([xs.mean() + 0.5, ys.mean() + 0.5])
+    return np.array([(xs.mean() + 0.5) / sx, (ys.mean() + 0.5) / sy])
 
 
 def _tiny_triangle(centre, radius, normal_towards):
@@ -96,8 +97,9 @@ def _tiny_triangle(centre, radius, normal_towards):
     return centre + radius * (np.cos(ang)[:, None] * a + np.sin(ang)[:, None] * b)
 
 
+@pytest.mark.parametrize("spp", [16, 128], ids=["grid4x4", "grid8x16"])
 @pytest.mark.parametrize("projection", [wu.Projection.PERSPECTIVE, wu.Projection.ORTHOGRAPHIC])
-def test_a_small_triangle_is_drawn_where_usd_camera_math_puts_it(projection):
+def test_a_small_triangle_is_drawn_where_usd_camera_math_puts_it(projection, spp):
     size = (40, 72)  # 9:5, against a 4:3 aperture: non-square pixels (adjustPixelAspectRatio)
     eye = np.array([0.5, 1.0, 6.0])
     cam = _cam(
@@ -115,9 +117,9 @@ def test_a_small_triangle_is_drawn_where_usd_camera_math_puts_it(projection):
     if projection == wu.Projection.ORTHOGRAPHIC:
         cam.horizontal_aperture, cam.vertical_aperture = 60.0, 45.0  # a 6 x 4.5 unit window
     centre = np.array([0.6, -0.3, 0.4])
-    tri = _tiny_triangle(centre, 0.08, eye)
+    tri = _tiny_triangle(centre, 0.2, eye)
     scene = scene_from_arrays(tri, [[0, 1, 2]])
-    got = _centroid_pixel(scene, cam, size)
+    got = _centroid_pixel(scene, cam, size, spp)
     # by hand: camera coordinates, then the window (offset +- aperture / 2) onto the image
     m = cam.cam_to_world
     pc = (centre - m[3, :3]) @ m[:3, :3].T  # rows orthonormal: inverse = transpose
@@ -132,9 +134,11 @@ def test_a_small_triangle_is_drawn_where_usd_camera_math_puts_it(projection):
     ho, vo = cam.horizontal_aperture_offset * scale, cam.vertical_aperture_offset * scale
     u = (xi - (ho - ha / 2)) / ha * w
     v = ((vo + va / 2) - yi) / va * h
-    # the covered pixel centres of a ~3 px triangle average to its centroid within 0.35 px
-    # (pixel quantisation; the vertex centroid and the area centroid coincide for a triangle)
-    np.testing.assert_allclose(got, [u, v], atol=0.35)
+    # the covered samples of a ~5 px triangle, 16-128 per pixel, average to its centroid within
+    # 0.06 px (sample quantisation; under perspective the projected vertex centroid and the
+    # area centroid also differ by ~0.02 px); the 8 x 16 grid has non-square sample cells and
+    # must draw the same window
+    np.testing.assert_allclose(got, [u, v], atol=0.06)
 
 
 def test_usd_camera_and_the_equivalent_fov_camera_give_the_same_fragments():

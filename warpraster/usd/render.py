@@ -5,7 +5,7 @@
 packed meshes through the camera (one image, K = 1, perspective-correct
 barycentrics, near-plane clipping at the camera's near distance), shades the
 samples (:mod:`warpraster.usd.shade`) and resolves ``spp`` samples per pixel
-(an s x s grid, s = sqrt(spp), box filter) on the host. New positions, normals
+(a grid of samples per pixel, box filter). New positions, normals
 and cameras of a later frame are written into the same device arrays
 (``wp.array.assign``): nothing is reallocated per frame.
 """
@@ -13,12 +13,12 @@ and cameras of a later frame are written into the same device arrays
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import warp as wp
 
-from .cameras import default_camera, raster_camera
+from .cameras import conformed_apertures, default_camera, raster_camera
 from .scene import AspectConform, CameraParams, LightSet, Projection, Scene, SceneMeshes
 from .shade import launch_resolve, launch_shade
 
@@ -31,16 +31,18 @@ def linear_to_srgb(c: np.ndarray) -> np.ndarray:
     return np.where(c <= 0.0031308, 12.92 * c, 1.055 * np.power(c, 1 / 2.4) - 0.055)
 
 
-def parse_spp(spp) -> int:
-    """The grid side s of ``spp`` = s * s samples per pixel (1, 4, 9, 16, ...)."""
+def parse_spp(spp) -> tuple[int, int]:
+    """The sample grid (rows, columns) of ``spp`` samples per pixel.
+
+    As square as ``spp`` allows: rows is the largest divisor of ``spp`` not above
+    its square root (4 -> 2 x 2, 8 -> 2 x 4, 2 -> 1 x 2, 5 -> 1 x 5).
+    """
     if isinstance(spp, bool) or not isinstance(spp, (int, np.integer)):
         raise TypeError(f"spp must be an int, got {type(spp).__name__}")
-    s = math.isqrt(int(spp)) if spp > 0 else 0
-    if spp < 1 or s * s != spp:
-        raise ValueError(
-            f"spp must be a square number of samples per pixel (1, 4, 9, 16, ...), got {spp}"
-        )
-    return s
+    if spp < 1:
+        raise ValueError(f"spp must be >= 1 samples per pixel, got {spp}")
+    rows = max(d for d in range(1, math.isqrt(int(spp)) + 1) if spp % d == 0)
+    return rows, int(spp) // rows
 
 
 @dataclass
@@ -168,7 +170,7 @@ class StageRenderer:
             for the render settings' camera, else the scene's first camera (by
             path) or, if it has none, :func:`default_camera` framing the meshes.
         image_size: (H, W) of the pictures.
-        spp: samples per pixel, a square number (an s x s grid per pixel).
+        spp: samples per pixel, on a grid as square as it allows (:func:`parse_spp`).
         conform: how an image aspect unlike the aperture's is resolved.
         device: Warp device.
 
@@ -194,10 +196,10 @@ class StageRenderer:
         h, w = (int(x) for x in image_size)
         if h < 1 or w < 1:
             raise ValueError(f"image_size must be >= 1 in both dimensions, got {h}x{w}")
-        self.s = parse_spp(spp)
+        self.grid = parse_spp(spp)
         self.scene = scene
         self.image_size = (h, w)
-        self.sample_size = (h * self.s, w * self.s)
+        self.sample_size = (h * self.grid[0], w * self.grid[1])
         self.conform = AspectConform(conform)
         self.device = wp.get_device(device)
         d = self.device
@@ -249,11 +251,13 @@ class StageRenderer:
 
         persp = cam.projection == Projection.PERSPECTIVE
         key = (int(cam.projection), float(cam.near))
-        values = raster_camera(cam, self.sample_size, conform=self.conform, device="cpu")
+        # conform to the picture's aspect, then map the window onto the sample grid
+        # (whose aspect differs when the grid is not square)
+        ha, va = conformed_apertures(cam, self.image_size, self.conform)
+        grid_cam = replace(cam, horizontal_aperture=ha, vertical_aperture=va)
+        values = raster_camera(grid_cam, self.sample_size, device="cpu")
         if key != self._key:
-            self._cameras = raster_camera(
-                cam, self.sample_size, conform=self.conform, device=self.device
-            )
+            self._cameras = raster_camera(grid_cam, self.sample_size, device=self.device)
             settings = wr.RasterizationSettings(
                 image_size=self.sample_size,
                 faces_per_pixel=1,
@@ -325,7 +329,7 @@ class StageRenderer:
             frags,
             self.face_mesh,
             self.buffers.view,
-            self.s,
+            self.grid,
             self.color,
             self.depth,
             self.face_id,

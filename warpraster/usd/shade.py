@@ -218,7 +218,8 @@ def _resolve_kernel(
     zbuf: wp.array4d(dtype=float),
     face_mesh: wp.array(dtype=wp.int32),
     view: wp.array(dtype=wp.vec3),
-    s: int,
+    sy: int,
+    sx: int,
     # Out:
     color_out: wp.array2d(dtype=wp.vec4),
     depth_out: wp.array2d(dtype=float),
@@ -227,18 +228,19 @@ def _resolve_kernel(
 ):
     y, x = wp.tid()
     acc = wp.vec4(0.0)
-    for j in range(s):
-        for i in range(s):
-            acc += rgba[y * s + j, x * s + i]
-    acc = acc / float(s * s)
+    for j in range(sy):
+        for i in range(sx):
+            acc += rgba[y * sy + j, x * sx + i]
+    acc = acc / float(sy * sx)
     a = acc[3]
     if a > 0.0:
         color_out[y, x] = wp.vec4(acc[0] / a, acc[1] / a, acc[2] / a, a)
     else:
         color_out[y, x] = wp.vec4(0.0)
-    c = s // 2
-    f = pix_to_face[0, y * s + c, x * s + c, 0]
-    z = zbuf[0, y * s + c, x * s + c, 0]
+    cy = y * sy + sy // 2
+    cx = x * sx + sx // 2
+    f = pix_to_face[0, cy, cx, 0]
+    z = zbuf[0, cy, cx, 0]
     if f < 0 or z > view[2][0]:
         face_out[y, x] = -1
         mesh_out[y, x] = -1
@@ -250,16 +252,19 @@ def _resolve_kernel(
 
 
 def launch_resolve(
-    rgba, fragments, face_mesh, view, s: int, color, depth, face_id, mesh_id
+    rgba, fragments, face_mesh, view, grid: tuple[int, int], color, depth, face_id, mesh_id
 ) -> None:
-    """Box-filters s x s samples per pixel (straight alpha out) and takes the centre
-    sample's depth, face and mesh (-1 / inf where empty or beyond the far distance,
-    ``view[2][0]``)."""
+    """Box-filters ``grid`` = (rows, columns) samples per pixel (straight alpha out).
+
+    Depth, face and mesh come from the sample (rows // 2, columns // 2): the
+    pixel centre for odd grids, the sample below-right of it for even ones
+    (-1 / inf where empty or beyond the far distance, ``view[2][0]``).
+    """
     h, w = color.shape
     wp.launch(
         _resolve_kernel,
         dim=(h, w),
-        inputs=[rgba, fragments.pix_to_face, fragments.zbuf, face_mesh, view, int(s)],
+        inputs=[rgba, fragments.pix_to_face, fragments.zbuf, face_mesh, view, *map(int, grid)],
         outputs=[color, depth, face_id, mesh_id],
         device=color.device,
     )
