@@ -29,7 +29,8 @@ DEFAULT_SCENE_NAME = "default_scene.usda"
 DEFAULT_WIDTH = 640
 
 _RENDER_EPILOG = """\
-outputs (in --out, frame numbers as 4 digits, e.g. color.0001.png):
+outputs (in --out; frame = the time code as 4 digits, e.g. color.0001.png, 0000 for a
+stage without a frame range):
   color.<frame>.png    RGBA, 8-bit sRGB colour, alpha = coverage (straight alpha)
   depth.<frame>.png    with --depth: 16-bit, 0 = empty, v in 1..65535 maps linearly to
                        view depth between the frame's nearest and farthest hit, which the
