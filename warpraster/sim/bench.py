@@ -59,7 +59,7 @@ def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None) -> dic
         geo.add_body_mesh(w, verts, faces, world=w, shape_index=0, color=(0.8, 0.4, 0.2))
     sensor = CameraSensor(geo, world_count=worlds, camera_count=cameras, image_size=size,
                           light_direction=(-0.577, 0.577, -0.577), device=device,
-                          requires_grad=True)  # fmt: skip
+                          requires_grad=True, grad_channels=("color", "depth"))  # fmt: skip
     body_q = wp.array(bodies, dtype=wp.transform, device=device, requires_grad=True)
     cam_q = wp.array([[c] * worlds for c in cams], dtype=wp.transform, device=device)
     fovs = wp.array([0.8] * cameras, dtype=wp.float32, device=device)

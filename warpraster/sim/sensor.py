@@ -129,6 +129,9 @@ class CameraSensor:
         bin_size: passed to the rasterizer (None = its default tiles).
         device: Warp device.
         requires_grad: allocate gradients for every buffer (needed for the tape).
+        grad_channels: the float channels that get gradient buffers (None: all
+            of color, albedo, normal, depth, forward_depth, alpha); a loss can
+            only use these. Fewer means less memory to zero and read back.
         material_grad: also give ``shape_colors``, ``light_direction`` and
             ``light_intensity`` gradients (every covered pixel adds into these few
             values atomically: off unless they are trained).
@@ -158,6 +161,7 @@ class CameraSensor:
         device=None,
         requires_grad: bool = False,
         material_grad: bool = False,
+        grad_channels=None,
     ):
         if not isinstance(geometry, SensorGeometry):
             raise TypeError(f"geometry must be a SensorGeometry, got {type(geometry).__name__}")
@@ -185,6 +189,17 @@ class CameraSensor:
         self.clear_depth = float(clear_depth)
         self.ambient = bool(ambient)
         self.smooth_normals = bool(smooth_normals)
+        float_channels = ("color", "albedo", "normal", "depth", "forward_depth", "alpha")
+        if grad_channels is None:
+            grad_channels = float_channels
+        if isinstance(grad_channels, str):
+            raise TypeError("grad_channels must be a sequence of channel names, not a string")
+        unknown = set(grad_channels) - set(float_channels)
+        if unknown:
+            raise ValueError(
+                f"grad_channels: unknown {sorted(unknown)}; choose from {float_channels}"
+            )
+        self.grad_channels = frozenset(grad_channels)
         self.up = _vec3(up, "up")
         self.bin_size = bin_size
         self.device = wp.get_device(device)
@@ -237,7 +252,8 @@ class CameraSensor:
         dev, rg = self.device, self.requires_grad
         shape = (self.world_count, self.camera_count, *self.image_size)
 
-        def img(dtype, grad=rg):
+        def img(dtype, name=None):
+            grad = rg and name in self.grad_channels
             return wp.zeros(shape, dtype=dtype, device=dev, requires_grad=grad)
 
         def workspace(k=1):
@@ -252,13 +268,13 @@ class CameraSensor:
             )
 
         return SensorFrame(
-            color=img(wp.vec3),
-            albedo=img(wp.vec3),
-            normal=img(wp.vec3),
-            depth=img(wp.float32),
-            forward_depth=img(wp.float32),
-            alpha=img(wp.float32),
-            shape_index=img(wp.uint32, False),
+            color=img(wp.vec3, "color"),
+            albedo=img(wp.vec3, "albedo"),
+            normal=img(wp.vec3, "normal"),
+            depth=img(wp.float32, "depth"),
+            forward_depth=img(wp.float32, "forward_depth"),
+            alpha=img(wp.float32, "alpha"),
+            shape_index=img(wp.uint32),
             points=wp.zeros(
                 self.vertex_source.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg
             ),
