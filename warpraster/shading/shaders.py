@@ -132,10 +132,7 @@ def lit_colour(
 
 
 @wp.kernel
-def _shade_slots_kernel(
-    # Fragments in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    bary_coords: wp.array4d(dtype=wp.vec3),
+def _gather_faces_kernel(
     # Mesh in:
     verts: wp.array(dtype=wp.vec3),
     faces: wp.array2d(dtype=wp.int32),
@@ -143,6 +140,35 @@ def _shade_slots_kernel(
     mode: int,
     texel_source: int,
     vert_colors: wp.array(dtype=wp.vec3),
+    # Data out: one row per face corner
+    face_pos_out: wp.array(dtype=wp.mat33),
+    face_nrm_out: wp.array(dtype=wp.mat33),
+    face_col_out: wp.array(dtype=wp.mat33),
+):
+    f = wp.tid()
+    i0 = faces[f, 0]
+    i1 = faces[f, 1]
+    i2 = faces[f, 2]
+    face_pos_out[f] = wp.matrix_from_rows(verts[i0], verts[i1], verts[i2])
+    if mode == ShadingMode.FLAT:
+        face_nrm_out[f] = wp.matrix_from_rows(normals[f], wp.vec3(0.0), wp.vec3(0.0))
+    else:
+        face_nrm_out[f] = wp.matrix_from_rows(normals[i0], normals[i1], normals[i2])
+    if texel_source == TexelSource.VERTEX:
+        face_col_out[f] = wp.matrix_from_rows(vert_colors[i0], vert_colors[i1], vert_colors[i2])
+
+
+@wp.kernel
+def _shade_slots_kernel(
+    # Fragments in:
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    bary_coords: wp.array4d(dtype=wp.vec3),
+    # Mesh in (per-face corner tables of _gather_faces_kernel):
+    face_pos: wp.array(dtype=wp.mat33),
+    face_nrm: wp.array(dtype=wp.mat33),
+    face_col: wp.array(dtype=wp.mat33),
+    mode: int,
+    texel_source: int,
     texels: wp.array4d(dtype=wp.vec3),
     # Camera, light, material in:
     cam_R: wp.array(dtype=wp.mat33),
@@ -164,23 +190,20 @@ def _shade_slots_kernel(
     c = wp.vec3(0.0)
     if f >= 0:
         b = bary_coords[n, y, x, k]
-        i0 = faces[f, 0]
-        i1 = faces[f, 1]
-        i2 = faces[f, 2]
-        v0 = verts[i0]
-        v1 = verts[i1]
-        v2 = verts[i2]
+        pos = face_pos[f]
+        nrm = face_nrm[f]
         point = wp.vec3(0.0)
         normal = wp.vec3(0.0)
         if mode == ShadingMode.FLAT:
-            point = (v0 + v1 + v2) / 3.0
-            normal = normals[f]
+            point = (pos[0] + pos[1] + pos[2]) / 3.0
+            normal = nrm[0]
         else:
-            point = b[0] * v0 + b[1] * v1 + b[2] * v2
-            normal = b[0] * normals[i0] + b[1] * normals[i1] + b[2] * normals[i2]
+            point = b[0] * pos[0] + b[1] * pos[1] + b[2] * pos[2]
+            normal = b[0] * nrm[0] + b[1] * nrm[1] + b[2] * nrm[2]
         texel = wp.vec3(1.0)
         if texel_source == TexelSource.VERTEX:
-            texel = b[0] * vert_colors[i0] + b[1] * vert_colors[i1] + b[2] * vert_colors[i2]
+            col = face_col[f]
+            texel = b[0] * col[0] + b[1] * col[1] + b[2] * col[2]
         elif texel_source == TexelSource.PIXEL:
             texel = texels[n, y, x, k]
         c = lit_colour(
@@ -284,6 +307,7 @@ class ShadingBuffers:
         self.verts_normals = vec3s(self.num_verts)
         self.normal_sums = vec3s(self.num_verts)
         self.faces_normals = vec3s(self.num_faces)
+        self.face_tables = FaceTables(self.num_faces, device, rg)
         self._ones = None
         self._texels = None
 
@@ -430,6 +454,24 @@ def _normals(kind: str, given, verts, faces, device, buffers: ShadingBuffers):
     return face_normals(verts, faces, out=buffers.faces_normals, validate=False)
 
 
+class FaceTables:
+    """Per-face corner tables the slot kernel reads (positions, normals, colours).
+
+    Gathering the three corners of every face once (F threads) lets the per-slot
+    kernel read one row per face: its adjoint then adds into per-face rows
+    (contended by the slots of one face) instead of per-vertex rows (contended by
+    the slots of all faces around a vertex), and the gather's adjoint scatters F
+    rows to the vertices.
+    """
+
+    def __init__(self, num_faces: int, device, requires_grad: bool):
+        def mats():
+            return wp.zeros(num_faces, dtype=wp.mat33, device=device, requires_grad=requires_grad)
+
+        self.num_faces = int(num_faces)
+        self.pos, self.nrm, self.col = mats(), mats(), mats()
+
+
 def shade_slots(
     fragments,
     verts,
@@ -444,22 +486,37 @@ def shade_slots(
     lights: LightsBase,
     materials: Materials,
     out,
+    tables: FaceTables | None = None,
 ) -> wp.array:
-    """Launches the per-slot Phong/flat kernel (no checks; recorded on the tape)."""
+    """Launches the face gather and the per-slot Phong/flat kernel (no checks; on the tape).
+
+    ``tables``: preallocated :class:`FaceTables` (allocated here when None).
+    """
     n, h, w, k = fragments.pix_to_face.shape
+    device = fragments.pix_to_face.device
+    nf = faces.shape[0]
+    if tables is None or tables.num_faces != nf:
+        tables = FaceTables(nf, device, out.requires_grad)
     R, T = cameras_RT
+    if nf:
+        wp.launch(
+            _gather_faces_kernel,
+            dim=nf,
+            inputs=[verts, faces, normals, int(mode), int(texels_from), vert_colors],
+            outputs=[tables.pos, tables.nrm, tables.col],
+            device=device,
+        )
     wp.launch(
         _shade_slots_kernel,
         dim=(n, h, w, k),
         inputs=[
             fragments.pix_to_face,
             fragments.bary_coords,
-            verts,
-            faces,
-            normals,
+            tables.pos,
+            tables.nrm,
+            tables.col,
             int(mode),
             int(texels_from),
-            vert_colors,
             texels,
             R,
             T,
@@ -467,7 +524,7 @@ def shade_slots(
             *materials.kernel_args(),
         ],
         outputs=[out],
-        device=fragments.pix_to_face.device,
+        device=device,
     )
     return out
 
@@ -715,6 +772,7 @@ class ShaderBase:
             lights=lights,
             materials=materials,
             out=buffers.colors,
+            tables=buffers.face_tables,
         )
 
     # -- step 2
