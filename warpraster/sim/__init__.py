@@ -9,7 +9,14 @@ imported by ``import warpraster`` or ``import warpraster.sim``).
 from .geometry import SensorGeometry, VertexSource
 from .loss import image_loss
 from .sensor import CameraSensor, SensorFrame, look_at_transform
-from .tessellate import box_mesh, capsule_mesh, cylinder_mesh, grid_mesh, sphere_mesh
+from .tessellate import (
+    box_mesh,
+    capsule_mesh,
+    cylinder_mesh,
+    grid_mesh,
+    plane_mesh,
+    sphere_mesh,
+)
 
 __all__ = [
     "CameraSensor",
@@ -22,5 +29,6 @@ __all__ = [
     "grid_mesh",
     "image_loss",
     "look_at_transform",
+    "plane_mesh",
     "sphere_mesh",
 ]
