@@ -17,6 +17,16 @@ reach particle positions, body transforms, camera transforms, fields of view,
 shape colours and light parameters. Every frame slot owns its buffers (the tape
 needs the old values of a recorded frame): render frame ``t`` of a rollout into
 slot ``t``.
+
+Determinism: on the cpu device a step (and its graph replay) is bit-identical run
+after run. On CUDA the gradients are summed with float atomics (vertex and body
+gradients in the adjoints of the channel and world-point kernels, the
+rasterizer's atomic backward, the image loss's per-block sums), so eager, replay
+and repeated runs agree to rounding, not bit for bit.
+
+Limits: outlines are soft only against empty background (or the clear values):
+where one surface occludes another, the edge is hard and gives no gradient.
+Faces with a vertex behind the camera are dropped whole (no near-plane clipping).
 """
 
 from __future__ import annotations
