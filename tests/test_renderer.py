@@ -105,7 +105,12 @@ def test_render_loss_backward_capture_equals_eager(device):
     loss_rtol = 2e-5
     np.testing.assert_allclose(loss.numpy(), eager_loss, rtol=loss_rtol)
     np.testing.assert_allclose(
-        verts.grad.numpy(), eager_grad, rtol=0, atol=1e-6 * np.abs(eager_grad).max()
+        # float32 atomics (vertex and face sums) add in another order on CUDA:
+        # 4e-6 of the largest entry seen on an H200; the cpu adds in order
+        verts.grad.numpy(),
+        eager_grad,
+        rtol=0,
+        atol=2e-5 * np.abs(eager_grad).max(),
     )
     # move the vertices in place, replay, compare with a fresh eager renderer
     moved = d["verts_packed"] * 1.02
