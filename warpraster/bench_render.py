@@ -1,0 +1,163 @@
+"""Renderer benchmark: rasterize + shade + blend, forward and forward + backward.
+
+``python -m warpraster.bench_render [--device cuda:0] [--runs 20]`` (also
+``python -m warpraster.bench --renderer``).
+
+Two scenes, generated in code, seen by one perspective camera per image:
+
+* ``softphong_ico5x8_512_k8``: 8 icospheres of 20,480 faces, 512², K = 8, blur
+  for sigma 1e-4, ``SoftPhongShader`` (softmax blend), a point light, per-vertex
+  colours;
+* ``hardphong_mip1024_ico5x8_512_k1``: the same geometry, K = 1,
+  ``HardPhongShader`` with a 1024² UV texture sampled linear-mipmap-linear
+  (``TexturesUVMipmap``, spherical UVs).
+
+Each is timed as the :class:`~warpraster.renderer.Renderer` call alone
+(forward) and as render + image MSE + ``tape.backward`` (forward + backward),
+eagerly and replayed from a captured graph; medians of ``--runs`` after warm-up
+(CUDA events on a GPU, wall clock on the CPU). Memory: the renderer's own
+buffers (raster workspace, shading buffers, image and channels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import numpy as np
+import warp as wp
+
+from .bench import _timer
+from .camera import FoVPerspectiveCameras, look_at_view_transform
+from .primitives import ico_sphere
+from .rasterizer import RasterizationSettings
+from .renderer import Renderer
+from .shading import (
+    BlendParams,
+    HardPhongShader,
+    Materials,
+    PointLights,
+    SoftPhongShader,
+    TexturesUVMipmap,
+    TexturesVertex,
+)
+from .shading.reductions import image_mse
+
+#: The issue's anchors on one H200 (ms): nvdiffrast's whole pipeline for the K=1
+#: mip-textured scene, 40x PyTorch3D's MeshRenderer for the K=8 soft Phong one.
+TARGETS = {
+    "softphong_ico5x8_512_k8": (0.57, 1.2),
+    "hardphong_mip1024_ico5x8_512_k1": (0.55, 1.6),
+}
+
+
+def _scene(copies: int = 8, level: int = 5, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    v, f = ico_sphere(level)
+    verts = np.concatenate([v * 0.8 + rng.uniform(-0.15, 0.15, 3) for _ in range(copies)])
+    faces = np.concatenate([f + i * len(v) for i in range(copies)]).astype(np.int32)
+    first = np.arange(copies, dtype=np.int32) * len(f)
+    count = np.full(copies, len(f), np.int32)
+    # spherical UVs of the unit sphere, per vertex (faces_uvs = faces)
+    uv = np.stack([0.5 + np.arctan2(v[:, 2], v[:, 0]) / (2 * np.pi),
+                   0.5 + np.arcsin(np.clip(v[:, 1], -1, 1)) / np.pi], 1)  # fmt: skip
+    uvs = np.tile(uv, (copies, 1)).astype(np.float32)
+    colors = rng.uniform(0.2, 1.0, (len(verts), 3)).astype(np.float32)
+    return verts.astype(np.float32), faces, first, count, uvs, colors
+
+
+def make_renderer(name: str, device) -> tuple[Renderer, wp.array]:
+    """The renderer and vertex array of a benchmark scene."""
+    verts, faces, first, count, uvs, colors = _scene()
+    n = len(first)
+    R, T = look_at_view_transform(dist=2.7, elev=10.0, azim=20.0)
+    cams = FoVPerspectiveCameras(R=np.repeat(R, n, 0), T=np.repeat(T, n, 0), device=device)
+    lights = PointLights(location=((1.0, 2.0, 3.0),), device=device)
+    materials = Materials(device=device)
+    if name.startswith("softphong"):
+        sigma = 1e-4
+        settings = RasterizationSettings(image_size=512, faces_per_pixel=8,
+                                         blur_radius=float(np.log(1.0 / 1e-4 - 1.0) * sigma))  # fmt: skip
+        shader = SoftPhongShader(cameras=cams, lights=lights, materials=materials,
+                                 blend_params=BlendParams(sigma=sigma, gamma=1e-4))  # fmt: skip
+        textures = TexturesVertex(colors, device=device, requires_grad=True)
+    else:
+        settings = RasterizationSettings(image_size=512, faces_per_pixel=1)
+        shader = HardPhongShader(cameras=cams, lights=lights, materials=materials)
+        rng = np.random.default_rng(1)
+        maps = rng.uniform(0.0, 1.0, (n, 1024, 1024, 3)).astype(np.float32)
+        textures = TexturesUVMipmap(maps, faces, uvs, filter_mode="linear-mipmap-linear",
+                                    device=device, requires_grad=True)  # fmt: skip
+    r = Renderer(cameras=cams, raster_settings=settings, shader=shader, faces=faces,
+                 mesh_to_face_first_idx=first, num_faces_per_mesh=count, num_verts=len(verts),
+                 textures=textures, device=device)  # fmt: skip
+    return r, wp.array(verts, dtype=wp.vec3, device=device, requires_grad=True)
+
+
+def run(name: str, device, runs: int) -> dict:
+    r, verts = make_renderer(name, device)
+    out = r.render(verts)
+    target = wp.zeros_like(out.image)
+    target.assign(out.image.numpy() * 0.9)
+    loss = wp.zeros(1, dtype=wp.float32, device=device, requires_grad=True)
+
+    def forward():
+        r.render(verts)
+
+    def forward_backward():
+        loss.zero_()
+        tape = wp.Tape()
+        with tape:
+            o = r.render(verts)
+            image_mse(o.image, target, out=loss)
+        tape.backward(loss)
+
+    timed = _timer(device)
+    forward_backward()  # warm-up: loads every module
+    fwd = statistics.median(timed(forward) for _ in range(runs))
+    both = statistics.median(timed(forward_backward) for _ in range(runs))
+    graph_fwd = graph_both = None
+    if device.is_cuda:
+        with wp.ScopedCapture(device=device, force_module_load=False) as cap:
+            forward()
+        g1 = cap.graph
+        with wp.ScopedCapture(device=device, force_module_load=False) as cap:
+            forward_backward()
+        g2 = cap.graph
+        graph_fwd = statistics.median(timed(lambda: wp.capture_launch(g1)) for _ in range(runs))
+        graph_both = statistics.median(timed(lambda: wp.capture_launch(g2)) for _ in range(runs))
+    o = r.outputs[0]
+    nbytes = sum(a.capacity for a in (o.image, o.depth, o.normals, o.face_ids, o.mesh_ids))
+    return {"name": name, "fwd_ms": fwd, "fwd_bwd_ms": both, "graph_fwd_ms": graph_fwd,
+            "graph_fwd_bwd_ms": graph_both, "image_mb": nbytes / 2**20,
+            "coverage": float((o.face_ids.numpy() >= 0).mean())}  # fmt: skip
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m warpraster.bench_render",
+                                 description=__doc__.split("\n\n")[0])  # fmt: skip
+    ap.add_argument("--device", default=None, help="Warp device (default: Warp's default)")
+    ap.add_argument("--runs", type=int, default=20, help="timed runs per scene (median)")
+    ap.add_argument("--scenes", default=None, help="comma-separated scene names (default: all)")
+    args = ap.parse_args(argv)
+    wp.config.quiet = True
+    wp.config.log_level = getattr(wp, "LOG_WARNING", 30)  # no per-module load lines
+    wp.init()
+    device = wp.get_device(args.device)
+    names = list(TARGETS) if not args.scenes else args.scenes.split(",")
+    print(f"warpraster renderer bench on {device} ({getattr(device, 'name', '')})")
+    print(f"{'scene':<34}{'fwd ms':>9}{'f+b ms':>9}{'graph f':>9}{'graph f+b':>10}"
+          f"{'target f / f+b':>16}{'cover':>7}")  # fmt: skip
+    for name in names:
+        row = run(name, device, args.runs)
+        tf, tb = TARGETS.get(name, (None, None))
+        g = (f"{row['graph_fwd_ms']:>9.3f}{row['graph_fwd_bwd_ms']:>10.3f}"
+             if row["graph_fwd_ms"] is not None else f"{'-':>9}{'-':>10}")  # fmt: skip
+        print(f"{name:<34}{row['fwd_ms']:>9.3f}{row['fwd_bwd_ms']:>9.3f}{g}"
+              f"{f'{tf} / {tb}':>16}{row['coverage']:>7.2f}", flush=True)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
