@@ -170,149 +170,160 @@ def _nearer(
     return best_k
 
 
-@wp.kernel
-def channels_kernel(
-    # Fragments of the sharp pass (K = 1), (N, H, W, 1):
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    bary: wp.array4d(dtype=wp.vec3),
-    zbuf: wp.array4d(dtype=float),
-    # Fragments of the blurred pass (K = SOFT_SLOTS; the sharp ones when sigma = 0):
-    soft_pix_to_face: wp.array4d(dtype=wp.int32),
-    soft_dists: wp.array4d(dtype=float),
-    # Model:
-    faces: wp.array2d(dtype=wp.int32),
-    face_vertices: wp.array2d(dtype=wp.int32),
-    face_shape: wp.array(dtype=wp.int32),
-    shape_index: wp.array(dtype=wp.uint32),
-    camera_count: int,
-    ndc_height: int,
-    ndc_width: int,
-    sigma: float,
-    ambient: int,
-    up: wp.vec3,
-    sky: wp.vec3,
-    ground: wp.vec3,
-    ambient_intensity: float,
-    clear_color: wp.vec3,
-    clear_depth: float,
-    smooth: int,
-    # Data in:
-    shape_colors: wp.array(dtype=wp.vec3),
-    light_direction: wp.array(dtype=wp.vec3),
-    light_intensity: wp.array(dtype=float),
-    points: wp.array(dtype=wp.vec3),
-    ndc: wp.array(dtype=wp.vec3),
-    vertex_normals: wp.array(dtype=wp.vec3),
-    camera_transforms: wp.array2d(dtype=wp.transform),
-    # Data out, (world, camera, H, W):
-    color_out: wp.array4d(dtype=wp.vec3),
-    albedo_out: wp.array4d(dtype=wp.vec3),
-    normal_out: wp.array4d(dtype=wp.vec3),
-    depth_out: wp.array4d(dtype=float),
-    forward_depth_out: wp.array4d(dtype=float),
-    alpha_out: wp.array4d(dtype=float),
-    shape_index_out: wp.array4d(dtype=wp.uint32),
-):
-    """Every output channel of one pixel from its nearest face (K = 1).
+def _make_channels_kernel(soft: bool):
+    """The channel kernel; ``soft``: with the soft-silhouette branch (a separate
+    variant so that the sharp one keeps its adjoint small)."""
 
-    Shading is Newton's: hemispheric ambient (``sky`` / ``ground`` blended by the
-    normal's ``up`` component, times ``ambient_intensity``) plus one directional
-    light, Lambertian with the face normal (``smooth``: the interpolated,
-    normalised area-weighted vertex normals, continuous across edges), no shadows.
+    @wp.kernel(module="unique")
+    def channels_kernel(
+        # Fragments of the sharp pass (K = 1), (N, H, W, 1):
+        pix_to_face: wp.array4d(dtype=wp.int32),
+        bary: wp.array4d(dtype=wp.vec3),
+        zbuf: wp.array4d(dtype=float),
+        # Fragments of the blurred pass (K = SOFT_SLOTS; the sharp ones when sigma = 0):
+        soft_pix_to_face: wp.array4d(dtype=wp.int32),
+        soft_dists: wp.array4d(dtype=float),
+        # Model:
+        faces: wp.array2d(dtype=wp.int32),
+        face_vertices: wp.array2d(dtype=wp.int32),
+        face_shape: wp.array(dtype=wp.int32),
+        shape_index: wp.array(dtype=wp.uint32),
+        camera_count: int,
+        ndc_height: int,
+        ndc_width: int,
+        sigma: float,
+        ambient: int,
+        up: wp.vec3,
+        sky: wp.vec3,
+        ground: wp.vec3,
+        ambient_intensity: float,
+        clear_color: wp.vec3,
+        clear_depth: float,
+        smooth: int,
+        # Data in:
+        shape_colors: wp.array(dtype=wp.vec3),
+        light_direction: wp.array(dtype=wp.vec3),
+        light_intensity: wp.array(dtype=float),
+        points: wp.array(dtype=wp.vec3),
+        ndc: wp.array(dtype=wp.vec3),
+        vertex_normals: wp.array(dtype=wp.vec3),
+        camera_transforms: wp.array2d(dtype=wp.transform),
+        # Data out, (world, camera, H, W):
+        color_out: wp.array4d(dtype=wp.vec3),
+        albedo_out: wp.array4d(dtype=wp.vec3),
+        normal_out: wp.array4d(dtype=wp.vec3),
+        depth_out: wp.array4d(dtype=float),
+        forward_depth_out: wp.array4d(dtype=float),
+        alpha_out: wp.array4d(dtype=float),
+        shape_index_out: wp.array4d(dtype=wp.uint32),
+    ):
+        """Every output channel of one pixel from its nearest face (K = 1).
 
-    Coverage: a pixel inside a face (sharp pass) has alpha 1. With ``sigma > 0``,
-    a pixel outside every face takes the ``SOFT_SLOTS`` nearest faces (in depth)
-    of the blurred pass within the blur radius, each with coverage
-    ``a_k = 2 sigmoid(-d_k / sigma)`` (``d_k``: squared NDC distance to the face;
-    1 on its outline, 2e-4 at the blur radius), and ``alpha = 1 - prod(1 - a_k)``
-    (PyTorch3D's silhouette blend): continuous as an outline crosses a pixel
-    centre and as a face enters or leaves the blur radius, so a soft silhouette
-    outside the outlines that gives gradients there. The surface values (colour,
-    depth, normal) are those of the slot nearest in distance at the point of its
-    outline nearest to the pixel (:func:`outline_barycentrics`: faces sharing
-    that edge agree), composited over the clear values with alpha. (One blurred
-    K = 1 pass would let a face nearer in depth shadow the face that covers an
-    interior pixel, or the face nearest an outside pixel.) The slots are written
-    out one by one, not looped over: a loop over slots gets wrong gradients from
-    Warp's generated adjoint.
-    """
-    n, y, x = wp.tid()
-    w = n // camera_count
-    c = n - w * camera_count
-    f = pix_to_face[n, y, x, 0]
-    b = bary[n, y, x, 0]
-    fwd = zbuf[n, y, x, 0]
-    a = float(1.0)
-    sharp = f >= 0
-    if not sharp and sigma > 0.0:
-        sp = soft_pix_to_face
-        sd = soft_dists
-        a = 1.0 - (
-            (1.0 - _slot_alpha(sp, sd, n, y, x, 0, sigma))
-            * (1.0 - _slot_alpha(sp, sd, n, y, x, 1, sigma))
-            * (1.0 - _slot_alpha(sp, sd, n, y, x, 2, sigma))
-            * (1.0 - _slot_alpha(sp, sd, n, y, x, 3, sigma))
-            * (1.0 - _slot_alpha(sp, sd, n, y, x, 4, sigma))
-            * (1.0 - _slot_alpha(sp, sd, n, y, x, 5, sigma))
-            * (1.0 - _slot_alpha(sp, sd, n, y, x, 6, sigma))
-            * (1.0 - _slot_alpha(sp, sd, n, y, x, 7, sigma))
-        )
-        # the slot nearest in distance (a discrete choice: no gradient through it)
-        k = _nearer(sp, sd, n, y, x, 1, 0)
-        k = _nearer(sp, sd, n, y, x, 2, k)
-        k = _nearer(sp, sd, n, y, x, 3, k)
-        k = _nearer(sp, sd, n, y, x, 4, k)
-        k = _nearer(sp, sd, n, y, x, 5, k)
-        k = _nearer(sp, sd, n, y, x, 6, k)
-        k = _nearer(sp, sd, n, y, x, 7, k)
-        f = soft_pix_to_face[n, y, x, k]
-        if f >= 0:
-            v0 = ndc[faces[f, 0]]
-            v1 = ndc[faces[f, 1]]
-            v2 = ndc[faces[f, 2]]
-            b = outline_barycentrics(pixel_centre(y, x, ndc_height, ndc_width), v0, v1, v2)
-            fwd = 1.0 / (b[0] / v0[2] + b[1] / v1[2] + b[2] / v2[2])
-    if f < 0:
-        color_out[w, c, y, x] = clear_color
-        albedo_out[w, c, y, x] = wp.vec3(0.0)
-        normal_out[w, c, y, x] = wp.vec3(0.0)
-        depth_out[w, c, y, x] = clear_depth
-        forward_depth_out[w, c, y, x] = clear_depth
-        alpha_out[w, c, y, x] = 0.0
-        shape_index_out[w, c, y, x] = _NO_SHAPE
-        return
-    i0 = face_vertices[f, 0]
-    i1 = face_vertices[f, 1]
-    i2 = face_vertices[f, 2]
-    p0 = points[i0]
-    p1 = points[i1]
-    p2 = points[i2]
-    hit = b[0] * p0 + b[1] * p1 + b[2] * p2
-    origin = wp.transform_get_translation(camera_transforms[c, w])
-    depth = wp.length(hit - origin)
-    nrm = wp.normalize(wp.cross(p1 - p0, p2 - p0))
-    if smooth != 0:
-        nrm = wp.normalize(
-            b[0] * wp.normalize(vertex_normals[i0])
-            + b[1] * wp.normalize(vertex_normals[i1])
-            + b[2] * wp.normalize(vertex_normals[i2])
-        )
-    s = face_shape[f]
-    albedo = shape_colors[s]
-    shaded = wp.vec3(0.0)
-    if ambient != 0:
-        hemi = 0.5 * (wp.dot(nrm, up) + 1.0)
-        shaded = wp.cw_mul(albedo, (sky * hemi + ground * (1.0 - hemi)) * ambient_intensity)
-    to_light = -wp.normalize(light_direction[0])
-    ndotl = wp.max(wp.dot(nrm, to_light), 0.0)
-    shaded = shaded + albedo * (ndotl * light_intensity[0])
-    color_out[w, c, y, x] = a * shaded + (1.0 - a) * clear_color
-    albedo_out[w, c, y, x] = a * albedo
-    normal_out[w, c, y, x] = a * nrm
-    depth_out[w, c, y, x] = a * depth + (1.0 - a) * clear_depth
-    forward_depth_out[w, c, y, x] = a * fwd + (1.0 - a) * clear_depth
-    alpha_out[w, c, y, x] = a
-    if sharp:
-        shape_index_out[w, c, y, x] = shape_index[s]
-    else:
-        shape_index_out[w, c, y, x] = _NO_SHAPE
+        Shading is Newton's: hemispheric ambient (``sky`` / ``ground`` blended by the
+        normal's ``up`` component, times ``ambient_intensity``) plus one directional
+        light, Lambertian with the face normal (``smooth``: the interpolated,
+        normalised area-weighted vertex normals, continuous across edges), no shadows.
+
+        Coverage: a pixel inside a face (sharp pass) has alpha 1. With ``sigma > 0``,
+        a pixel outside every face takes the ``SOFT_SLOTS`` nearest faces (in depth)
+        of the blurred pass within the blur radius, each with coverage
+        ``a_k = 2 sigmoid(-d_k / sigma)`` (``d_k``: squared NDC distance to the face;
+        1 on its outline, 2e-4 at the blur radius), and ``alpha = 1 - prod(1 - a_k)``
+        (PyTorch3D's silhouette blend): continuous as an outline crosses a pixel
+        centre and as a face enters or leaves the blur radius, so a soft silhouette
+        outside the outlines that gives gradients there. The surface values (colour,
+        depth, normal) are those of the slot nearest in distance at the point of its
+        outline nearest to the pixel (:func:`outline_barycentrics`: faces sharing
+        that edge agree), composited over the clear values with alpha. (One blurred
+        K = 1 pass would let a face nearer in depth shadow the face that covers an
+        interior pixel, or the face nearest an outside pixel.) The slots are written
+        out one by one, not looped over: a loop over slots gets wrong gradients from
+        Warp's generated adjoint.
+        """
+        n, y, x = wp.tid()
+        w = n // camera_count
+        c = n - w * camera_count
+        f = pix_to_face[n, y, x, 0]
+        b = bary[n, y, x, 0]
+        fwd = zbuf[n, y, x, 0]
+        a = float(1.0)
+        sharp = f >= 0
+        if wp.static(soft):  # compiled only into the soft-silhouette variant
+            if not sharp and sigma > 0.0:
+                sp = soft_pix_to_face
+                sd = soft_dists
+                a = 1.0 - (
+                    (1.0 - _slot_alpha(sp, sd, n, y, x, 0, sigma))
+                    * (1.0 - _slot_alpha(sp, sd, n, y, x, 1, sigma))
+                    * (1.0 - _slot_alpha(sp, sd, n, y, x, 2, sigma))
+                    * (1.0 - _slot_alpha(sp, sd, n, y, x, 3, sigma))
+                    * (1.0 - _slot_alpha(sp, sd, n, y, x, 4, sigma))
+                    * (1.0 - _slot_alpha(sp, sd, n, y, x, 5, sigma))
+                    * (1.0 - _slot_alpha(sp, sd, n, y, x, 6, sigma))
+                    * (1.0 - _slot_alpha(sp, sd, n, y, x, 7, sigma))
+                )
+                # the slot nearest in distance (a discrete choice: no gradient through it)
+                k = _nearer(sp, sd, n, y, x, 1, 0)
+                k = _nearer(sp, sd, n, y, x, 2, k)
+                k = _nearer(sp, sd, n, y, x, 3, k)
+                k = _nearer(sp, sd, n, y, x, 4, k)
+                k = _nearer(sp, sd, n, y, x, 5, k)
+                k = _nearer(sp, sd, n, y, x, 6, k)
+                k = _nearer(sp, sd, n, y, x, 7, k)
+                f = soft_pix_to_face[n, y, x, k]
+                if f >= 0:
+                    v0 = ndc[faces[f, 0]]
+                    v1 = ndc[faces[f, 1]]
+                    v2 = ndc[faces[f, 2]]
+                    b = outline_barycentrics(pixel_centre(y, x, ndc_height, ndc_width), v0, v1, v2)
+                    fwd = 1.0 / (b[0] / v0[2] + b[1] / v1[2] + b[2] / v2[2])
+        if f < 0:
+            color_out[w, c, y, x] = clear_color
+            albedo_out[w, c, y, x] = wp.vec3(0.0)
+            normal_out[w, c, y, x] = wp.vec3(0.0)
+            depth_out[w, c, y, x] = clear_depth
+            forward_depth_out[w, c, y, x] = clear_depth
+            alpha_out[w, c, y, x] = 0.0
+            shape_index_out[w, c, y, x] = _NO_SHAPE
+            return
+        i0 = face_vertices[f, 0]
+        i1 = face_vertices[f, 1]
+        i2 = face_vertices[f, 2]
+        p0 = points[i0]
+        p1 = points[i1]
+        p2 = points[i2]
+        hit = b[0] * p0 + b[1] * p1 + b[2] * p2
+        origin = wp.transform_get_translation(camera_transforms[c, w])
+        depth = wp.length(hit - origin)
+        nrm = wp.normalize(wp.cross(p1 - p0, p2 - p0))
+        if smooth != 0:
+            nrm = wp.normalize(
+                b[0] * wp.normalize(vertex_normals[i0])
+                + b[1] * wp.normalize(vertex_normals[i1])
+                + b[2] * wp.normalize(vertex_normals[i2])
+            )
+        s = face_shape[f]
+        albedo = shape_colors[s]
+        shaded = wp.vec3(0.0)
+        if ambient != 0:
+            hemi = 0.5 * (wp.dot(nrm, up) + 1.0)
+            shaded = wp.cw_mul(albedo, (sky * hemi + ground * (1.0 - hemi)) * ambient_intensity)
+        to_light = -wp.normalize(light_direction[0])
+        ndotl = wp.max(wp.dot(nrm, to_light), 0.0)
+        shaded = shaded + albedo * (ndotl * light_intensity[0])
+        color_out[w, c, y, x] = a * shaded + (1.0 - a) * clear_color
+        albedo_out[w, c, y, x] = a * albedo
+        normal_out[w, c, y, x] = a * nrm
+        depth_out[w, c, y, x] = a * depth + (1.0 - a) * clear_depth
+        forward_depth_out[w, c, y, x] = a * fwd + (1.0 - a) * clear_depth
+        alpha_out[w, c, y, x] = a
+        if sharp:
+            shape_index_out[w, c, y, x] = shape_index[s]
+        else:
+            shape_index_out[w, c, y, x] = _NO_SHAPE
+
+    return channels_kernel
+
+
+#: The channel kernels by soft silhouette on/off.
+CHANNEL_KERNELS = {False: _make_channels_kernel(False), True: _make_channels_kernel(True)}

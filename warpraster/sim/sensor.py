@@ -40,8 +40,8 @@ import warp as wp
 from .. import RasterWorkspace, rasterize_meshes
 from .geometry import SensorGeometry, VertexSource
 from .render import (
+    CHANNEL_KERNELS,
     SOFT_SLOTS,
-    channels_kernel,
     project_kernel,
     vertex_normals_kernel,
     world_points_kernel,
@@ -124,7 +124,7 @@ class CameraSensor:
         silhouette_sigma: 0 for hard coverage; > 0 for a soft silhouette
             outside object outlines (a second, blurred raster pass of 8 faces
             per pixel within the blur radius ``sigma ln(9999)``; see
-            ``warpraster.sim.render.channels_kernel``): coverage is continuous
+            ``warpraster.sim.render.CHANNEL_KERNELS``): coverage is continuous
             as outlines move and gives gradients there.
         clear_color: linear RGB of empty pixels.
         clear_depth: depth of empty pixels (Newton's default 0).
@@ -395,7 +395,7 @@ class CameraSensor:
             # the face or reorders the slots
             soft = self._rasterize(out, out.soft_workspace, self.blur_radius, SOFT_SLOTS)
         wp.launch(
-            channels_kernel,
+            CHANNEL_KERNELS[self.silhouette_sigma > 0.0],
             dim=(self.num_images, h, w),
             inputs=[
                 frags.pix_to_face, frags.bary_coords, frags.zbuf,
