@@ -36,9 +36,55 @@ from ..meshes import pack_meshes
 from ..raster import rasterize_clipped, rasterize_packed
 from ..rasterize import rasterize_meshes as _rasterize_meshes_wp
 from ..settings import RasterSettings
+from . import shading
 from .context import RasterContext, default_context
+from .shading import (
+    AmbientLights,
+    BlendParams,
+    DirectionalLights,
+    FoVOrthographicCameras,
+    FoVPerspectiveCameras,
+    HardFlatShader,
+    HardGouraudShader,
+    HardPhongShader,
+    Materials,
+    MeshRasterizer,
+    MeshRenderer,
+    PerspectiveCameras,
+    PointLights,
+    SoftGouraudShader,
+    SoftPhongShader,
+    SoftSilhouetteShader,
+    TexturesUV,
+    TexturesVertex,
+)
+from .streams import _TorchStream
 
-__all__ = ["RasterContext", "default_context", "rasterize_mesh_list", "rasterize_meshes"]
+__all__ = [
+    "AmbientLights",
+    "BlendParams",
+    "DirectionalLights",
+    "FoVOrthographicCameras",
+    "FoVPerspectiveCameras",
+    "HardFlatShader",
+    "HardGouraudShader",
+    "HardPhongShader",
+    "Materials",
+    "MeshRasterizer",
+    "MeshRenderer",
+    "PerspectiveCameras",
+    "PointLights",
+    "RasterContext",
+    "SoftGouraudShader",
+    "SoftPhongShader",
+    "SoftSilhouetteShader",
+    "TexturesUV",
+    "TexturesVertex",
+    "default_context",
+    "rasterize_mesh_list",
+    "rasterize_meshes",
+    "shading",
+]
 
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
@@ -46,34 +92,6 @@ _NONE = -1  # bin_size / max_faces_per_bin = None in the op schema (ints only)
 
 
 # ----------------------------------------------------------------------------- helpers
-def _warp_device(device: torch.device):
-    wp.init()  # a no-op once Warp is up
-    if device.type == "cuda" and not wp.is_cuda_available():
-        raise RuntimeError(
-            f"the tensors are on {device}, but Warp sees no CUDA device (driver or build)"
-        )
-    return wp.device_from_torch(device)
-
-
-class _TorchStream:
-    """Runs Warp work on torch's current stream of ``device`` (and on that Warp device)."""
-
-    def __init__(self, device: torch.device):
-        wp_device = _warp_device(device)
-        if wp_device.is_cuda:
-            # Same stream as torch: no synchronisation needed on entry or exit.
-            self._scope = wp.ScopedStream(wp.stream_from_torch(device), sync_enter=False)
-        else:
-            self._scope = wp.ScopedDevice(wp_device)
-
-    def __enter__(self):
-        self._scope.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self._scope.__exit__(*exc)
-
-
 def _as_int32(t: torch.Tensor, name: str, check: bool = True) -> torch.Tensor:
     """int32, contiguous (a copy unless it already is); values checked to fit int32."""
     if t.dtype != torch.int32:

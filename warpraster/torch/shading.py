@@ -36,6 +36,7 @@ from .. import shading as _shading
 from ..rasterizer import MeshRasterizer as _WarpMeshRasterizer
 from ..rasterizer import RasterizationSettings
 from ..renderer import MeshRenderer as _WarpMeshRenderer
+from .streams import _TorchStream
 
 __all__ = [
     "AmbientLights",
@@ -453,7 +454,6 @@ def _render_op(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(image (N, H, W, 4), pix_to_face int32, zbuf, bary (N, H, W, K, 3), dists)."""
     cfg = json.loads(config)
-    from . import _TorchStream  # noqa: PLC0415
 
     with _TorchStream(verts.device):
         image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh, tensors, cfg)
@@ -496,7 +496,6 @@ def _render_backward_op(
 ) -> list[torch.Tensor]:
     """[d verts, d tensors[0], ...]: the render replayed on a wp.Tape, then backward."""
     cfg = json.loads(config)
-    from . import _TorchStream  # noqa: PLC0415
 
     grad_verts = torch.zeros_like(verts)
     grads = [torch.zeros_like(t) if t.is_floating_point() else None for t in tensors]
