@@ -30,7 +30,7 @@ def _load_example(name):
     return mod
 
 
-def _two_world_model():
+def _two_world_model(device):
     """Two worlds, each a posed box on a body and a 4 x 4 cloth."""
 
     def world(k):
@@ -46,22 +46,22 @@ def _two_world_model():
     main = newton.ModelBuilder()
     for k in range(2):
         main.add_world(world(k))
-    return main.finalize(device="cpu")
+    return main.finalize(device=device)
 
 
-def test_colour_depth_normal_and_shape_index_match_newtons_sensor():
+def test_colour_depth_normal_and_shape_index_match_newtons_sensor(device):
     """Newton's ray-traced SensorTiledCamera (cpu device, backface culling off, its
     default directional light without shadows) and the warpraster sensor on a
     two-world scene of boxes and cloth, two cameras, a non-square image."""
     from newton.sensors import SensorTiledCamera
 
-    model = _two_world_model()
+    model = _two_world_model(device)
     state = model.state()
     h, w = 24, 32
     fovs = np.array([0.8, 0.6], np.float32)
     cams = [wsim.look_at_transform((2.5, -2.0, 2.2), (0, 0, 0.6)),
             wsim.look_at_transform((0.3, 0.4, 4.0), (0, 0, 0.5), up=(0, 1, 0))]  # fmt: skip
-    cam = wp.array([[c, c] for c in cams], dtype=wp.transformf, device="cpu")
+    cam = wp.array([[c, c] for c in cams], dtype=wp.transformf, device=device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # SensorTiledCamera is deprecated in Newton 1.7+
         ref = SensorTiledCamera(model, default_render_config=SensorTiledCamera.RenderConfig(
@@ -70,14 +70,14 @@ def test_colour_depth_normal_and_shape_index_match_newtons_sensor():
     rays = ref.utils.compute_camera_rays_pinhole(w, h, camera_fovs=fovs)
     depth = ref.utils.create_depth_image_output(w, h, 2)
     shape_index = ref.utils.create_shape_index_image_output(w, h, 2)
-    hdr = wp.zeros((2, 2, h, w), dtype=wp.vec3f, device="cpu")
-    normal = wp.zeros((2, 2, h, w), dtype=wp.vec3f, device="cpu")
+    hdr = wp.zeros((2, 2, h, w), dtype=wp.vec3f, device=device)
+    normal = wp.zeros((2, 2, h, w), dtype=wp.vec3f, device=device)
     ref.update(state, cam, rays, depth_image=depth, hdr_color_image=hdr,
                shape_index_image=shape_index, normal_image=normal)  # fmt: skip
 
     ours = NewtonCameraSensor(model, camera_count=2, image_size=(h, w),
                               light_direction=(-0.57735026, 0.57735026, -0.57735026))  # fmt: skip
-    out = ours.update(state, cam, wp.array(fovs, dtype=wp.float32, device="cpu")).numpy()
+    out = ours.update(state, cam, wp.array(fovs, dtype=wp.float32, device=device)).numpy()
 
     ids = shape_index.numpy()
     assert set(np.unique(ids)) == {0, 1, TRIANGLE_MESH_SHAPE_ID, 0xFFFFFFFF}
@@ -104,7 +104,7 @@ def test_model_geometry_tessellates_visible_primitives():
     b.add_shape_box(body, hx=0.1, hy=0.1, hz=0.1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = b.finalize(device="cpu")
+        model = b.finalize(device="cpu")  # host-side geometry only: no kernel runs
     geo = geometry_from_model(model, segments=16)
     assert [s.shape_index for s in geo.shapes] == [0, 1, 2]
     src, idx, local = geo.packed_vertices()
@@ -116,11 +116,11 @@ def test_model_geometry_tessellates_visible_primitives():
         geometry_from_model("model")
 
 
-def test_velocity_gradient_through_newtons_solver_matches_central_differences():
+def test_velocity_gradient_through_newtons_solver_matches_central_differences(device):
     """d(depth loss)/d(initial velocity) through 12 SolverSemiImplicit steps of a
     pinned cloth, two frames of two cameras, against central differences."""
     ex = _load_example("sim_newton_cloth")
-    sim = ex.NewtonClothThrow(n=3, steps=12, render_every=6, image_size=24, device="cpu")
+    sim = ex.NewtonClothThrow(n=3, steps=12, render_every=6, image_size=24, device=device)
     sim.make_targets([0.0, 1.5, 2.0])
     x0 = np.array([0.3, 1.0, 1.5])
     sim.set_velocity(x0)
@@ -135,8 +135,8 @@ def test_velocity_gradient_through_newtons_solver_matches_central_differences():
     np.testing.assert_allclose(grad, fd, atol=0.02 * np.abs(fd).max())
 
 
-def test_newton_example_runs_in_test_mode():
-    cmd = [sys.executable, "examples/sim_newton_cloth.py", "--test", "--device", "cpu"]
+def test_newton_example_runs_in_test_mode(cli_device):
+    cmd = [sys.executable, "examples/sim_newton_cloth.py", "--test", "--device", cli_device]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
     last = out.stdout.strip().splitlines()[-1]

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import warp as wp
+from conftest import DEVICES
 
 import warpraster.sim as wsim
 
@@ -104,19 +105,19 @@ def _box_scene(ground=True):
     return g, bodies, cams, (bv, bf, pv, pf)
 
 
-def test_channels_match_a_float64_ray_caster_per_world_and_camera():
+def test_channels_match_a_float64_ray_caster_per_world_and_camera(device):
     """Two worlds (a posed box each) + a shared ground, two cameras, a non-square
     image: every (world, camera) image against a NumPy float64 ray caster."""
     h, w = 30, 40
     g, bodies, cams, (bv, bf, pv, pf) = _box_scene()
     light = (-0.577, 0.577, -0.577)
-    sensor = wsim.CameraSensor(g, world_count=2, camera_count=2, image_size=(h, w), device="cpu",
+    sensor = wsim.CameraSensor(g, world_count=2, camera_count=2, image_size=(h, w), device=device,
                                light_direction=light)  # fmt: skip
     fovs = np.array([0.9, 0.7], np.float32)
     out = sensor.update(
-        camera_transforms=wp.array([[c, c] for c in cams], dtype=wp.transform, device="cpu"),
-        camera_fovs=wp.array(fovs, dtype=wp.float32, device="cpu"),
-        body_q=wp.array(bodies, dtype=wp.transform, device="cpu"),
+        camera_transforms=wp.array([[c, c] for c in cams], dtype=wp.transform, device=device),
+        camera_fovs=wp.array(fovs, dtype=wp.float32, device=device),
+        body_q=wp.array(bodies, dtype=wp.transform, device=device),
     ).numpy()
     for a in out.values():
         assert a.shape[:4] == (2, 2, h, w)
@@ -177,11 +178,11 @@ def _near_any_edge(tris, cam_tf, fov, h, w, px=0.02):
 
 
 # ----------------------------------------------------------------------------- gradients
-def test_wind_gradient_matches_central_differences():
+def test_wind_gradient_matches_central_differences(device):
     """d(image loss)/d(wind) through 12 substeps of cloth, two cameras, two frames,
     soft silhouette and smooth shading, against central differences."""
     ex = _load_example("sim_cloth_wind")
-    sim = ex.ClothWind(n=4, steps=12, render_every=6, image_size=24, device="cpu")
+    sim = ex.ClothWind(n=4, steps=12, render_every=6, image_size=24, device=device)
     sim.make_targets([1.5, 3.0, 0.0])
     x0 = np.array([0.5, 1.0, 0.2])
     sim.set_wind(x0)
@@ -197,28 +198,28 @@ def test_wind_gradient_matches_central_differences():
     np.testing.assert_allclose(grad, fd, rtol=0.02, atol=0.02 * np.abs(fd).max())
 
 
-def _pose_setup(sigma):
+def _pose_setup(sigma, device):
     g, bodies, cams, _ = _box_scene(ground=False)
     sensor = wsim.CameraSensor(g, world_count=2, camera_count=2, image_size=(24, 32),
-                               silhouette_sigma=sigma, smooth_normals=False, device="cpu",
+                               silhouette_sigma=sigma, smooth_normals=False, device=device,
                                light_direction=(-0.577, 0.577, -0.577), requires_grad=True,
                                material_grad=True)  # fmt: skip
-    body_q = wp.array(bodies, dtype=wp.transform, device="cpu", requires_grad=True)
-    cam_q = wp.array([[c, c] for c in cams], dtype=wp.transform, device="cpu", requires_grad=True)
-    fovs = wp.array([0.9, 0.7], dtype=wp.float32, device="cpu", requires_grad=True)
+    body_q = wp.array(bodies, dtype=wp.transform, device=device, requires_grad=True)
+    cam_q = wp.array([[c, c] for c in cams], dtype=wp.transform, device=device, requires_grad=True)
+    fovs = wp.array([0.9, 0.7], dtype=wp.float32, device=device, requires_grad=True)
     return sensor, body_q, cam_q, fovs
 
 
-def test_pose_fov_and_colour_gradients_match_central_differences():
+def test_pose_fov_and_colour_gradients_match_central_differences(device):
     """Depth + coverage + colour loss of posed boxes (two worlds, two cameras, soft
     silhouette): gradients w.r.t. body translations, a camera translation, a field
     of view and a shape colour against central differences."""
-    sensor, body_q, cam_q, fovs = _pose_setup(1e-4)
-    loss = wp.zeros(1, dtype=float, device="cpu", requires_grad=True)
+    sensor, body_q, cam_q, fovs = _pose_setup(1e-4, device)
+    loss = wp.zeros(1, dtype=float, device=device, requires_grad=True)
     frame = sensor.frames[0]
-    tgt_c = wp.full(frame.color.shape, wp.vec3(0.3, 0.2, 0.1), dtype=wp.vec3, device="cpu")
-    tgt_d = wp.full(frame.depth.shape, 1.0, dtype=float, device="cpu")
-    tgt_a = wp.full(frame.alpha.shape, 0.5, dtype=float, device="cpu")
+    tgt_c = wp.full(frame.color.shape, wp.vec3(0.3, 0.2, 0.1), dtype=wp.vec3, device=device)
+    tgt_d = wp.full(frame.depth.shape, 1.0, dtype=float, device=device)
+    tgt_a = wp.full(frame.alpha.shape, 0.5, dtype=float, device=device)
 
     def forward(colour):
         loss.zero_()
@@ -264,6 +265,7 @@ def test_pose_fov_and_colour_gradients_match_central_differences():
 
 
 # ----------------------------------------------------------------------------- capture
+@pytest.mark.skipif("cpu" not in DEVICES, reason="bit-exact replay and the allocator are cpu's")
 def test_step_replays_bit_for_bit_from_a_graph_and_allocates_nothing(monkeypatch):
     """Simulate + render + loss + backward: eager equals graph replay bit for bit
     (also after new parameter values are written into the same array), and a step
@@ -317,19 +319,19 @@ def test_step_replays_bit_for_bit_from_a_graph_and_allocates_nothing(monkeypatch
 
 
 # ----------------------------------------------------------------------------- recovery
-def test_cloth_example_recovers_the_wind():
+def test_cloth_example_recovers_the_wind(device):
     """Adam from zero wind: the wind within 0.15 m/s per component of the truth
     (1.5, 3.0, 0.0) m/s after 60 iterations on 32-pixel images."""
     ex = _load_example("sim_cloth_wind")
     truth = np.array([1.5, 3.0, 0.0])
-    kw = dict(n=4, steps=24, render_every=8, image_size=32, device="cpu")
+    kw = dict(n=4, steps=24, render_every=8, image_size=32, device=device)
     wind, first, last = ex.recover(truth, np.zeros(3), iterations=60, lr=0.15, log=print, **kw)
     assert last < 0.05 * first
     np.testing.assert_allclose(wind, truth, atol=0.15)
 
 
-def test_cloth_example_runs_in_test_mode():
-    cmd = [sys.executable, "examples/sim_cloth_wind.py", "--test", "--device", "cpu"]
+def test_cloth_example_runs_in_test_mode(cli_device):
+    cmd = [sys.executable, "examples/sim_cloth_wind.py", "--test", "--device", cli_device]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     last = out.stdout.strip().splitlines()[-1]
@@ -337,6 +339,7 @@ def test_cloth_example_runs_in_test_mode():
 
 
 # ----------------------------------------------------------------------------- bad input
+@pytest.mark.skipif("cpu" not in DEVICES, reason="builds its arrays on the cpu device")
 def test_bad_input_is_named_before_any_kernel_runs():
     g, bodies, cams, _ = _box_scene()
     with pytest.raises(TypeError, match="geometry"):
