@@ -16,6 +16,7 @@ from warpraster.clip import (
     clip_faces,
     unclip_fragments,
 )
+import warpraster as wr
 from warpraster import rasterize_meshes
 
 P12 = "p12_cam_persp_near_clip"
@@ -735,3 +736,48 @@ def test_clipped_rasterization_matches_the_oracle_on_random_scenes(device, bin_s
     np.testing.assert_allclose(out["dists"][valid], frag.dists[valid], rtol=1e-5, atol=1e-6)
     bary = ref_b.numpy().reshape(out["bary_coords"].shape)
     np.testing.assert_allclose(out["bary_coords"][valid], bary[valid], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_split_face_bins_take_the_ordered_queue_and_the_rest_the_register_queue(device, k):
+    """Only the bins a split face touches need faces offered in index order: their
+    pixels go to the output-array queue over sorted lists, every other bin keeps
+    the register queue. A scene with split quads on the left and whole faces on the
+    right, binned, must mark some bins and not others and still equal the oracle
+    (clip -> float32 NumPy rasterizer -> unclip) on every slot."""
+    rng = np.random.default_rng(5)
+    verts, faces, first, count = random_batch(rng, [40], z_range=(0.8, 3.0))
+    verts[:, :2] *= 0.35
+    verts[:, 0] += 0.45  # whole faces on the right half (x is +left in NDC: image left)
+    cut = np.array([[-0.6, -0.3, 0.2], [-0.2, -0.3, 1.5], [-0.4, 0.3, 1.4]], np.float32)
+    verts = np.concatenate([verts, cut]).astype(np.float32)
+    faces = np.concatenate([faces, [[len(verts) - 3, len(verts) - 2, len(verts) - 1]]])
+    faces = faces.astype(np.int32)
+    count = np.array([len(faces)], np.int32)
+    size, z_clip = (24, 32), 0.6
+    ws = wr.ClipWorkspace(num_verts=len(verts), num_faces=len(faces), num_meshes=1,
+                          image_size=size, faces_per_pixel=k, bin_size=8, device=device)  # fmt: skip
+    out = rasterize_meshes(
+        *to_device(verts, faces, first, count, device), image_size=size, faces_per_pixel=k,
+        bin_size=8, z_clip_value=z_clip, workspace=ws,
+    ).numpy()  # fmt: skip
+    marks = ws.raster.bin_split.numpy()
+    assert marks.any() and not marks.all()  # both queues really ran
+    buf = ClipBuffers(len(verts), len(faces), 1, device)
+    clip_faces(*to_device(verts, faces, first, count, device), z_clip_value=z_clip,
+               cull_to_frustum=False, perspective_correct=False, buffers=buf)  # fmt: skip
+    got = clipped_numpy(buf)
+    total = got["total"]
+    assert (got["neighbor"][:total] >= 0).sum() >= 2  # the quad really was split
+    frag = np_reference.rasterize_reference(
+        buf.verts.numpy(), got["faces"][:total], got["first"], got["count"], size,
+        faces_per_pixel=k, clipped_faces_neighbor_idx=got["neighbor"][:total], dtype=np.float32,
+    )  # fmt: skip
+    ref_p = wp.empty(frag.pix_to_face.shape, dtype=wp.int32, device=device)
+    ref_b = wp.empty(frag.pix_to_face.shape, dtype=wp.vec3, device=device)
+    unclip_fragments(
+        wp.array(frag.pix_to_face.astype(np.int32), dtype=wp.int32, device=device),
+        wp.array(frag.bary_coords.astype(np.float32), dtype=wp.vec3, device=device),
+        buf, ref_p, ref_b,
+    )  # fmt: skip
+    np.testing.assert_array_equal(out["pix_to_face"], ref_p.numpy())

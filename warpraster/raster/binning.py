@@ -89,6 +89,7 @@ def _count_bins(
     # In:
     face_mesh: wp.array(dtype=wp.int32),
     face_bbox: wp.array(dtype=wp.vec4),
+    neighbor: wp.array(dtype=wp.int32),
     height: int,
     width: int,
     bin_h: int,
@@ -98,16 +99,24 @@ def _count_bins(
     small: int,
     # In/out (zeroed by the caller):
     bin_count: wp.array(dtype=wp.int32),
+    bin_split: wp.array(dtype=wp.int32),
 ):
+    """Counts the (face, bin) pairs per bin, and marks the bins that a face split
+    by near-plane clipping touches (``neighbor[f] >= 0``): only their pixels need
+    faces offered in index order (PyTorch3D's rule for the two halves)."""
     f = wp.tid()
     m = face_mesh[f]
     if m < 0:
         return
     r = face_bins(face_bbox[f], height, width, bin_h, bin_w, small)
     base = m * bins_y * bins_x
+    split = neighbor[f] >= 0
     for ty in range(r[0], r[1] + 1):
         for tx in range(r[2], r[3] + 1):
-            wp.atomic_add(bin_count, base + ty * bins_x + tx, 1)
+            t = base + ty * bins_x + tx
+            wp.atomic_add(bin_count, t, 1)
+            if split:
+                bin_split[t] = 1
 
 
 @wp.kernel
@@ -147,6 +156,7 @@ def _sort_bins(
     # In:
     bin_count: wp.array(dtype=wp.int32),
     bin_offset: wp.array(dtype=wp.int32),
+    bin_split: wp.array(dtype=wp.int32),
     max_sorted: int,
     # In/out:
     bin_faces: wp.array(dtype=wp.int32),
@@ -157,7 +167,7 @@ def _sort_bins(
     t = wp.tid()
     count = bin_count[t]
     start = bin_offset[t]
-    if count > max_sorted or start + count > bin_faces.shape[0]:
+    if bin_split[t] == 0 or count > max_sorted or start + count > bin_faces.shape[0]:
         return
     for i in range(start + 1, start + count):
         v = bin_faces[i]
@@ -173,10 +183,11 @@ def _launch(name, kernel, dim, inputs, outputs=()):
               record_tape=False)  # fmt: skip
 
 
-def sort_bins(bin_count, bin_offset, bin_faces, max_sorted: int, launch=_launch) -> None:
-    """Puts each bin's list of at most ``max_sorted`` faces in ascending face order
-    (longer lists are left as they are: the fine pass then tests every face of the
-    mesh in order, see ``Tuning.max_sorted_bin``).
+def sort_bins(bin_count, bin_offset, bin_split, bin_faces, max_sorted: int,
+              launch=_launch) -> None:  # fmt: skip
+    """Puts the list of each bin marked in ``bin_split`` (at most ``max_sorted``
+    faces) in ascending face order; longer lists are left as they are: the fine
+    pass then tests every face of the mesh in order (``Tuning.max_sorted_bin``).
 
     ``launch(name, kernel, dim, inputs, outputs)`` runs a kernel (e.g. a
     :class:`warpraster.raster.LaunchCache`); default: ``wp.launch``."""
@@ -184,7 +195,7 @@ def sort_bins(bin_count, bin_offset, bin_faces, max_sorted: int, launch=_launch)
         "sort_bins",
         _sort_bins,
         bin_count.shape[0],
-        [bin_count, bin_offset, max_sorted],
+        [bin_count, bin_offset, bin_split, max_sorted],
         [bin_faces],
     )
 
@@ -212,6 +223,8 @@ def coarse_bin(
     bin_offset,
     bin_cursor,
     bin_faces,
+    neighbor,
+    bin_split,
     small: int = 0,
     launch=_launch,
     zeroed: bool = False,
@@ -219,15 +232,19 @@ def coarse_bin(
     """Fills the compacted per-bin face lists. Capturable: no host reads.
 
     Faces covering at most ``small`` pixels are left out (0: none left out).
-    ``launch`` runs the kernels, as in :func:`sort_bins`. ``zeroed``: the
-    caller has zeroed ``bin_count`` and ``bin_cursor`` already.
+    ``neighbor`` (F,) is each face's split partner (-1: none); ``bin_split`` gets
+    1 for the bins a split face touches. ``launch`` runs the kernels, as in
+    :func:`sort_bins`. ``zeroed``: the caller has zeroed ``bin_count``,
+    ``bin_cursor`` and ``bin_split`` already.
     """
     ty, tx = bin_grid(height, width, bin_h, bin_w)
     nf = face_mesh.shape[0]
     if not zeroed:
         bin_count.zero_()
         bin_cursor.zero_()
+        bin_split.zero_()
     args = [face_mesh, face_bbox, height, width, bin_h, bin_w, ty, tx, small]
-    launch("count_bins", _count_bins, nf, args, [bin_count])
+    launch("count_bins", _count_bins, nf, [face_mesh, face_bbox, neighbor, *args[2:]],
+           [bin_count, bin_split])  # fmt: skip
     wp.utils.array_scan(bin_count, bin_offset, inclusive=False)
     launch("fill_bins", _fill_bins, nf, [*args, bin_offset], [bin_cursor, bin_faces])

@@ -56,6 +56,14 @@ class PassArgs:
     bin_faces: wp.array(dtype=wp.int32)
     max_per_bin: int
     overflow: wp.array(dtype=wp.int32)
+    # near-plane clipping: bins a split face touches (``bin_split``, valid when
+    # ``split_bins``) are served by the output-array queue with sorted lists of at
+    # most ``max_sorted`` faces; the register queue skips them (``split_only``:
+    # the output-array queue serves only those)
+    split_bins: int
+    split_only: int
+    max_sorted: int
+    bin_split: wp.array(dtype=wp.int32)
     # K = 1: the queue starts from the (depth, face) keys the small-face pass left
     seeded: int
     keys: wp.array(dtype=wp.uint64)
@@ -183,13 +191,34 @@ def locate_bin_pixel(ps: PassArgs, tid: int) -> wp.vec4i:
 
 
 @wp.func
+def served_by_register_queue(ps: PassArgs, bin: int) -> bool:
+    """Whether the register queue renders this bin's pixels (not a split-face bin)."""
+    if ps.split_bins != 0:
+        return ps.bin_split[bin] == 0
+    return True
+
+
+@wp.func
+def served_by_output_queue(ps: PassArgs, bin: int) -> bool:
+    """Whether the output-array queue renders this bin's pixels."""
+    if ps.split_only != 0:
+        return ps.bin_split[bin] != 0
+    return True
+
+
+@wp.func
 def face_range(ps: PassArgs, n: int, bin: int, first_pixel: bool) -> wp.vec3i:
     """(begin, end, indirect) of the faces to test for a bin: its list, or all
-    faces of the mesh when the pass is naive or the list overflowed."""
+    faces of the mesh (in index order) when the pass is naive or the list
+    overflowed (or, in a bin with split faces, is too long to have been sorted)."""
     if ps.naive == 0:
         count = ps.bin_count[bin]
         start = ps.bin_offset[bin]
-        if count <= ps.max_per_bin and start + count <= ps.bin_faces.shape[0]:
+        cap = ps.max_per_bin
+        if ps.split_bins != 0:
+            if ps.bin_split[bin] != 0:
+                cap = wp.min(cap, ps.max_sorted)  # longer lists are not sorted
+        if count <= cap and start + count <= ps.bin_faces.shape[0]:
             return wp.vec3i(start, start + count, 1)
         if first_pixel:
             wp.atomic_add(ps.overflow, 0, 1)

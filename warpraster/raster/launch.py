@@ -109,39 +109,47 @@ def _launch_passes(
              meshes.num_faces_per_mesh, n, settings.blur_radius, int(settings.cull_backfaces)],
             [ws.face_mesh, ws.face_bbox, ws.face_verts],
         )  # fmt: skip
-    # Split faces (near-plane clipping): PyTorch3D's rule for them depends on the
-    # order faces are offered in, so every pixel sees its faces in ascending index
-    # order, in a queue of exactly K slots (the output-array queue).
+    # Split faces (near-plane clipping): PyTorch3D's rule for the two halves of a
+    # split face depends on the order faces are offered in, so the pixels of bins
+    # that a split face touches see their faces in ascending index order, in a
+    # queue of exactly K slots (the output-array queue over sorted lists); every
+    # other bin keeps the register queue. Without bins (naive) every pixel does.
     ordered = meshes.has_neighbors
+    split = ordered and ws.binned
+    register = k <= tuning.register_queue_max_k and (split or not ordered)
     small = tuning.small_face_pixels if (k == 1 and ws.binned and not ordered) else 0
-    ps, ps_key = ws.pass_for(meshes, settings, frags, seeded=small > 0,
-                             sorted_bins=ordered and ws.binned)  # fmt: skip
+    ps, ps_key = ws.pass_for(meshes, settings, frags, seeded=small > 0, split_bins=split,
+                             split_only=split and register)  # fmt: skip
     if small > 0:
         ws.depth_keys.fill_(EMPTY_KEY_VALUE)
         if nf > 0:
             lanes = small_face_lanes(nf, n * h * w, tuning.small_face_lanes)
             launch("small", small_faces_k1, nf * lanes, [ps, small, lanes], key=(ps_key, lanes))
     if ws.binned:
-        ws.counters.zero_()  # bin counts and cursors, overflow
+        ws.counters.zero_()  # bin counts and cursors, split marks, overflow
         if nf > 0:
+            neighbor = meshes.clipped_faces_neighbor_idx
             binning.coarse_bin(
                 ws.face_mesh, ws.face_bbox, h, w, ws.bin_h, ws.bin_w, ws.bin_count,
-                ws.bin_offset, ws.bin_cursor, ws.bin_faces, small, launch=launch, zeroed=True,
+                ws.bin_offset, ws.bin_cursor, ws.bin_faces,
+                ws.no_neighbors if neighbor is None else neighbor, ws.bin_split, small,
+                launch=launch, zeroed=True,
             )  # fmt: skip
             if ordered:
-                binning.sort_bins(ws.bin_count, ws.bin_offset, ws.bin_faces,
-                                   tuning.max_sorted_bin, launch=launch)  # fmt: skip
+                binning.sort_bins(ws.bin_count, ws.bin_offset, ws.bin_split, ws.bin_faces,
+                                  tuning.max_sorted_bin, launch=launch)  # fmt: skip
         else:
             ws.bin_offset.zero_()
-    if k <= tuning.register_queue_max_k and not ordered:
+    per_bin = ws.bin_h * ws.bin_w
+    threads = n * ws.bins_y * ws.bins_x * per_bin
+    block = min(per_bin, 256)
+    if register:
         flags = (int(settings.perspective_correct), int(settings.clip_barycentric_coords),
                  int(settings.blur_radius > 0.0))  # fmt: skip
         kernel = register_kernel(k, ws.device, flags, tuning)
-    else:
-        kernel = raster_output_queue
-    per_bin = ws.bin_h * ws.bin_w
-    threads = n * ws.bins_y * ws.bins_x * per_bin
-    launch("queue", kernel, threads, [ps], key=ps_key, block_dim=min(per_bin, 256))
+        launch("queue", kernel, threads, [ps], key=ps_key, block_dim=block)
+    if not register or split:
+        launch("queue_ordered", raster_output_queue, threads, [ps], key=ps_key, block_dim=block)
     slots = n * h * w * k
     wide = ps.wide != 0
     write = write_outputs_kernel(ws.device, settings.perspective_correct,

@@ -21,6 +21,8 @@ from .coverage import (
     face_dist,
     face_range,
     locate_bin_pixel,
+    served_by_output_queue,
+    served_by_register_queue,
     test_face,
     test_face_sharp,
 )
@@ -105,7 +107,7 @@ def register_queue_kernel(kc: int, max_regs: int | None, flags: tuple[int, int, 
         n = loc[0]
         yi = loc[2]
         xi = loc[3]
-        if yi < ps.height and xi < ps.width:
+        if yi < ps.height and xi < ps.width and served_by_register_queue(ps, loc[1]):
             p = pixel_centre(yi, xi, ps.height, ps.width)
             rng = face_range(ps, n, loc[1], yi % ps.bin_h == 0 and xi % ps.bin_w == 0)
             q = (n * ps.height + yi) * ps.width + xi
@@ -214,7 +216,7 @@ def raster_output_queue(ps: PassArgs):
     n = loc[0]
     yi = loc[2]
     xi = loc[3]
-    if yi >= ps.height or xi >= ps.width:
+    if yi >= ps.height or xi >= ps.width or not served_by_output_queue(ps, loc[1]):
         return
     p = pixel_centre(yi, xi, ps.height, ps.width)
     rng = face_range(ps, n, loc[1], yi % ps.bin_h == 0 and xi % ps.bin_w == 0)

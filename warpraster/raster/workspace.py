@@ -194,11 +194,12 @@ class RasterWorkspace:
                 self.max_faces_per_bin = cap
                 capacity = min(num_bins * cap, capacity)
             # the counters zeroed before each call, in one buffer (one memset):
-            # bin counts, bin cursors, the overflow count
-            self.counters = wp.zeros(2 * num_bins + 1, dtype=wp.int32, device=self.device)
+            # bin counts, bin cursors, split-face marks, the overflow count
+            self.counters = wp.zeros(3 * num_bins + 1, dtype=wp.int32, device=self.device)
             self.bin_count = self.counters[:num_bins]
             self.bin_cursor = self.counters[num_bins : 2 * num_bins]
-            self.overflow = self.counters[2 * num_bins :]
+            self.bin_split = self.counters[2 * num_bins : 3 * num_bins]
+            self.overflow = self.counters[3 * num_bins :]
             self.bin_offset = wp.zeros(num_bins, dtype=wp.int32, device=self.device)
             self.bin_faces = wp.zeros(capacity, dtype=wp.int32, device=self.device)
         else:
@@ -207,6 +208,7 @@ class RasterWorkspace:
             self.bin_count = self.bin_offset = self.bin_cursor = self.bin_faces = wp.zeros(
                 1, dtype=wp.int32, device=self.device
             )
+            self.bin_split = self.bin_count
         self.fragments = None
         if allocate_outputs:
             self.fragments = allocate_fragments(
@@ -249,7 +251,7 @@ class RasterWorkspace:
         return self.settings.deterministic
 
     def pass_for(self, meshes, settings: RasterSettings, out: Fragments | None = None, *,
-                 seeded: bool, sorted_bins: bool):  # fmt: skip
+                 seeded: bool, split_bins: bool, split_only: bool):  # fmt: skip
         """The raster passes' argument struct for these meshes, settings and output
         arrays (default: the workspace's), and its key; rebuilt only when one of
         them (or the tuning) changed: it packs ~30 fields."""
@@ -259,7 +261,8 @@ class RasterWorkspace:
             array_key(meshes.mesh_to_face_first_idx),
             array_key(meshes.num_faces_per_mesh),
             settings.blur_radius, settings.perspective_correct,
-            settings.clip_barycentric_coords, bool(seeded), bool(sorted_bins), self.tuning,
+            settings.clip_barycentric_coords, bool(seeded), bool(split_bins), bool(split_only),
+            self.tuning,
             array_key(out.pix_to_face), array_key(out.zbuf), array_key(out.bary_coords),
             array_key(out.dists),
         )  # fmt: skip
@@ -267,8 +270,8 @@ class RasterWorkspace:
             ps = make_pass(meshes, self, settings, out.pix_to_face, out.zbuf, out.bary_coords,
                            out.dists)  # fmt: skip
             ps.seeded = int(seeded)
-            if sorted_bins:
-                ps.max_per_bin = min(ps.max_per_bin, self.tuning.max_sorted_bin)
+            ps.split_bins = int(split_bins)
+            ps.split_only = int(split_only)
             self._pass = (ps, key)
         return self._pass
 
@@ -315,6 +318,10 @@ def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face
     ps.bin_faces = ws.bin_faces
     ps.max_per_bin = max(ws.max_faces_per_bin, 1)
     ps.overflow = ws.overflow
+    ps.split_bins = 0
+    ps.split_only = 0
+    ps.max_sorted = ws.tuning.max_sorted_bin
+    ps.bin_split = ws.bin_split
     ps.seeded = 0
     ps.keys = ws.depth_keys
     ps.pix_to_face = pix_to_face.reshape((-1, k))
