@@ -51,12 +51,16 @@ def _probe(ps: PassArgs, mode: int):
     v1 = wp.vec3(m[1, 0], m[1, 1], m[1, 2])
     v2 = wp.vec3(m[2, 0], m[2, 1], m[2, 2])
     if mode == 0:  # the full computation (as _write_outputs)
-        z, bary, d = fragment_values(p, v0, v1, v2, ps.perspective_correct, ps.clip_barycentric_coords)
+        z, bary, d = fragment_values(
+            p, v0, v1, v2, ps.perspective_correct, ps.clip_barycentric_coords
+        )
         ps.zbuf[q, s] = z
         ps.bary[q, s] = bary
         ps.dists[q, s] = d
     elif mode == 1:  # no edge distance
-        z, bary, d = fragment_values(p, v0, v1, v2, ps.perspective_correct, ps.clip_barycentric_coords)
+        z, bary, d = fragment_values(
+            p, v0, v1, v2, ps.perspective_correct, ps.clip_barycentric_coords
+        )
         ps.zbuf[q, s] = z
         ps.bary[q, s] = bary
         ps.dists[q, s] = 0.0

@@ -10,14 +10,14 @@ import pytest
 import warp as wp
 from p3d_cases import load_case, raster_args
 
+import warpraster as wr
+from warpraster import rasterize_meshes
 from warpraster.clip import (
     ClipBuffers,
     FrustumCullRule,
     clip_faces,
     unclip_fragments,
 )
-import warpraster as wr
-from warpraster import rasterize_meshes
 
 P12 = "p12_cam_persp_near_clip"
 
@@ -756,7 +756,8 @@ def test_split_face_bins_take_the_ordered_queue_and_the_rest_the_register_queue(
     count = np.array([len(faces)], np.int32)
     size, z_clip = (24, 32), 0.6
     ws = wr.ClipWorkspace(num_verts=len(verts), num_faces=len(faces), num_meshes=1,
-                          image_size=size, faces_per_pixel=k, bin_size=8, device=device)  # fmt: skip
+                          image_size=size, faces_per_pixel=k, bin_size=8,
+                          device=device)  # fmt: skip
     out = rasterize_meshes(
         *to_device(verts, faces, first, count, device), image_size=size, faces_per_pixel=k,
         bin_size=8, z_clip_value=z_clip, workspace=ws,

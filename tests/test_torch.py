@@ -335,7 +335,8 @@ def test_custom_ops_pass_opcheck_and_backward_leaves_its_inputs_alone():
     test below covers AOT dispatch.)
     """
     verts, faces, first, count = _two_meshes()
-    settings = (None, 8, 8, 0.02, 2, -1, -1, True, False, False, None, False, False)  # context first
+    # context first, then the settings scalars
+    settings = (None, 8, 8, 0.02, 2, -1, -1, True, False, False, None, False, False)
     args = (verts.detach().requires_grad_(True), faces, first, count, None, *settings)
     utils = ("test_schema", "test_autograd_registration", "test_faketensor")
     torch.library.opcheck(wrt._rasterize_op, args, test_utils=utils)

@@ -22,7 +22,7 @@ from .meshes import PackedMeshes, pack_meshes
 from .raster import ClipWorkspace, RasterWorkspace
 from .rasterize import rasterize_meshes
 from .rasterizer import MeshRasterizer, RasterizationSettings
-from .renderer import MeshRenderer, RenderOutputs, Renderer
+from .renderer import MeshRenderer, Renderer, RenderOutputs
 from .settings import RasterSettings, Tuning
 from .shading import interpolate_face_attributes, interpolate_vertex_attributes
 

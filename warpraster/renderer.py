@@ -16,7 +16,9 @@ import warp as wp
 
 from .camera import vert_to_mesh_from_faces
 from .fragments import Fragments
-from .meshes import as_faces_array, as_index_array, as_vec3_array
+from .meshes import as_faces_array, as_index_array, as_vec3_array, pack_meshes
+from .raster import ClipWorkspace, RasterWorkspace
+from .rasterize import rasterize_meshes
 from .rasterizer import MeshRasterizer
 from .shading.normals import vertex_normals
 from .shading.shaders import ShaderBase, ShadingBuffers, ShadingMode, SoftSilhouetteShader
@@ -94,7 +96,7 @@ class MeshRenderer:
         shader_kwargs.setdefault("verts_ndc", verts_ndc)
         shader_kwargs.setdefault(
             "perspective_correct",
-            self.rasterizer.resolved_settings(cameras)["perspective_correct"],
+            self.rasterizer.settings_for(cameras).perspective_correct,
         )
         image = self.shader(
             fragments, verts, f, textures=textures, cameras=cameras, **shader_kwargs
@@ -234,8 +236,6 @@ class Renderer:
         requires_grad: bool = True,
         device=None,
     ):
-        from .settings import RasterSettings  # noqa: PLC0415
-
         if not isinstance(shader, ShaderBase):
             raise TypeError(f"shader must be a warpraster shader, got {type(shader).__name__}")
         if int(steps) < 1:
@@ -253,8 +253,6 @@ class Renderer:
         self.num_verts = int(num_verts)
         cameras.check_batch(n)
         # validate the static topology once (host reads happen here, not per call)
-        from .meshes import pack_meshes  # noqa: PLC0415
-
         pack_meshes(
             wp.zeros(self.num_verts, dtype=wp.vec3, device=dev),
             self.faces,
@@ -267,7 +265,7 @@ class Renderer:
             self.vert_to_mesh = vert_to_mesh_from_faces(
                 self.faces, self.first, self.count, self.num_verts, device=dev
             )
-        self.settings = RasterSettings(**self.rasterizer.resolved_settings(cameras))
+        self.settings = self.rasterizer.settings_for(cameras)
         h, w = self.settings.image_size
         k = self.settings.faces_per_pixel
         self.shape = (n, h, w, k)
@@ -285,8 +283,6 @@ class Renderer:
         self.outputs = [self._make_outputs() for _ in range(int(steps))]
 
     def _make_outputs(self) -> RenderOutputs:
-        from .raster import ClipWorkspace, RasterWorkspace  # noqa: PLC0415
-
         n = self.shape[0]
         nf = self.faces.shape[0]
         if self.settings.clipped:
@@ -317,8 +313,6 @@ class Renderer:
         is differentiable w.r.t. ``verts``, texture, light, material and camera
         arrays with ``requires_grad``; the extra channels carry no gradient.
         """
-        from .rasterize import rasterize_meshes  # noqa: PLC0415
-
         out = self.outputs[step]
         v = (
             verts

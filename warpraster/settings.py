@@ -42,12 +42,13 @@ def parse_image_size(image_size, name: str = "image_size") -> tuple[int, int]:
     if isinstance(image_size, (int, np.integer)) and not isinstance(image_size, bool):
         h = w = int(image_size)
     else:
+        bad = f"{name} must be an int or (H, W) of ints, got {image_size!r}"
         try:
             items = list(image_size)
         except TypeError:
-            raise TypeError(f"{name} must be an int or (H, W) of ints, got {image_size!r}") from None
+            raise TypeError(bad) from None
         if len(items) != 2:
-            raise TypeError(f"{name} must be an int or (H, W) of ints, got {image_size!r}")
+            raise TypeError(bad)
         h, w = (_int(s, name) for s in items)
     if h < 1 or w < 1:
         raise ValueError(f"{name} must be >= 1 on both sides, got {(h, w)}")

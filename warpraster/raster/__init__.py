@@ -10,7 +10,7 @@ gradients here: :mod:`warpraster.backward` registers them.
 
 from .clipped import ClipWorkspace, rasterize_clipped
 from .launch import rasterize_naive_at, rasterize_packed
-from .workspace import CallGraph, LaunchCache, RasterWorkspace, default_max_faces_per_bin, bin_shape
+from .workspace import CallGraph, LaunchCache, RasterWorkspace, bin_shape, default_max_faces_per_bin
 
 __all__ = [
     "CallGraph",

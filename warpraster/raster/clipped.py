@@ -54,7 +54,8 @@ class ClipWorkspace:
         )  # fmt: skip
         device = wp.get_device(device)
         self.settings = settings
-        self.clip = ClipBuffers(num_verts, num_faces, num_meshes, device, requires_grad=requires_grad)
+        self.clip = ClipBuffers(num_verts, num_faces, num_meshes, device,
+                                requires_grad=requires_grad)  # fmt: skip
         inner = settings
         if settings.binned and settings.max_faces_per_bin is None:
             inner = settings.replace(max_faces_per_bin=default_max_faces_per_bin(num_faces))

@@ -2,6 +2,8 @@
 
 from .blending import BlendParams, hard_rgb_blend, sigmoid_alpha_blend, softmax_rgb_blend
 from .interpolate import interpolate_face_attributes, interpolate_vertex_attributes
+from .lighting import AmbientLights, DirectionalLights, LightKind, PointLights
+from .materials import Materials
 from .mipmap import (
     BoundaryMode,
     FilterMode,
@@ -10,8 +12,6 @@ from .mipmap import (
     build_mipmaps,
     texture,
 )
-from .lighting import AmbientLights, DirectionalLights, LightKind, PointLights
-from .materials import Materials
 from .normals import face_normals, vertex_normals
 from .reductions import hard_depth, image_mse, soft_depth, soft_silhouette
 from .shaders import (

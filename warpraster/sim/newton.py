@@ -38,7 +38,7 @@ import warp as wp
 
 from .geometry import SensorGeometry
 from .sensor import CameraSensor, SensorFrame
-from .tessellate import box_mesh, capsule_mesh, cylinder_mesh, plane_mesh, sphere_mesh
+from .tessellate import _revolve, box_mesh, capsule_mesh, cylinder_mesh, plane_mesh, sphere_mesh
 
 #: Newton's shape index of deformable triangle meshes (cloth, soft bodies).
 TRIANGLE_MESH_SHAPE_ID = 0xFFFFFFFD
@@ -51,8 +51,6 @@ def _srgb_to_linear(c: np.ndarray) -> np.ndarray:
 
 def _cone_mesh(radius: float, half_height: float, segments: int):
     """Cone along Z, base at -half_height, apex at +half_height (Newton's cone)."""
-    from .tessellate import _revolve  # noqa: PLC0415 - the shared revolver
-
     profile = np.array([[0.0, -half_height], [radius, -half_height], [0.0, half_height]])
     return _revolve(profile, segments)
 
