@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .distributed import device_for_rank, rank_info, shard_frames
 from .usd.errors import SceneError
 
 USD_SUFFIXES = (".usd", ".usda", ".usdc", ".usdz")
@@ -368,6 +369,16 @@ def _cmd_render(args) -> int:
         anim = StageAnimation(scene)
     elif args.frames is not None:
         raise CliError(f"--frames: {path} is not animated (an OBJ mesh)", 2)
+    # Under torchrun (RANK / WORLD_SIZE set): this rank's share of the frames, each
+    # frame on exactly one rank, on the GPU of its local rank unless --device says.
+    rank = rank_info()
+    if rank.is_distributed:
+        frames = shard_frames(frames, rank.rank, rank.world_size)
+        if args.device is None:
+            device = wp.get_device(device_for_rank(rank.local_rank))
+        if not frames:
+            print(f"rank {rank.rank}/{rank.world_size}: no frames to render")
+            return 0
     if args.conform is not None:
         conform = AspectConform[args.conform.upper().replace("-", "_")]
     elif rs is not None and rs.conform is not None:
@@ -392,7 +403,7 @@ def _cmd_render(args) -> int:
         tqdm(
             frames,
             unit="frame",
-            disable=None if not args.no_progress else True,
+            disable=None if not args.no_progress and rank.is_main else True,
             file=sys.stderr,
             leave=False,
         )
@@ -460,8 +471,9 @@ def _cmd_render(args) -> int:
     elif compiled:
         timing += " (includes kernel compilation)"
     cam_name = renderer.camera.name
+    who = f"rank {rank.rank}/{rank.world_size}: " if rank.is_distributed else ""
     print(
-        f"rendered {n} frame{'s' * (n != 1)} of {path} through {cam_name}: "
+        f"{who}rendered {n} frame{'s' * (n != 1)} of {path} through {cam_name}: "
         f"{scene.meshes.num_faces:,} triangles in {len(scene.meshes.names)} mesh"
         f"{'es' * (len(scene.meshes.names) != 1)}, {w}x{h}, {args.spp} spp, {timing}"
     )
