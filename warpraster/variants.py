@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import warp as wp
 
-__all__ = ["kernel_family", "kernel_for", "variant_name"]
+__all__ = ["kernel_family", "kernel_for", "variant_kernel", "variant_name"]
 
 
 class _KernelFamily:
@@ -58,6 +58,21 @@ def kernel_for(
 
 
 _FAMILIES: dict[tuple, _KernelFamily] = {}
+
+
+def variant_kernel(
+    fn: Callable, base: str, flags: tuple | None, max_registers: int | None = None
+) -> wp.Kernel:
+    """``fn`` as the kernel variant ``base_<flags>``: in a module of its own, without
+    a generated adjoint and without FMA contraction (PyTorch3D's float32 rounding)."""
+    return wp.kernel(
+        fn,
+        name=variant_name(base, flags),
+        enable_backward=False,
+        module="unique",
+        module_options={"fuse_fp": False},
+        cuda_max_registers=max_registers,
+    )
 
 
 def variant_name(base: str, flags: tuple | None) -> str:

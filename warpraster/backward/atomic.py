@@ -105,13 +105,7 @@ def _atomic_family(flags: tuple[int, int, int] | None) -> wp.Kernel:
             _add_row(face_grad_out, 3 * f + 1, _row(g, 1))
             _add_row(face_grad_out, 3 * f + 2, _row(g, 2))
 
-    return wp.kernel(
-        slot_grads_atomic,
-        name=variants.variant_name("slot_grads_atomic", flags),
-        enable_backward=False,
-        module="unique",
-        module_options={"fuse_fp": False},
-    )
+    return variants.variant_kernel(slot_grads_atomic, "slot_grads_atomic", flags)
 
 
 @wp.kernel

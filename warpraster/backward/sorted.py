@@ -264,13 +264,7 @@ def _store_family(flags: tuple[int, int, int] | None) -> wp.Kernel:
                     exact_persp, g_zbuf[q, s], g_bary[q, s], g_dists[q, s],
                 )  # fmt: skip
 
-    return wp.kernel(
-        slot_grads_store,
-        name=variants.variant_name("slot_grads_store", flags),
-        enable_backward=False,
-        module="unique",
-        module_options={"fuse_fp": False},
-    )
+    return variants.variant_kernel(slot_grads_store, "slot_grads_store", flags)
 
 
 @wp.kernel

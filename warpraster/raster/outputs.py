@@ -101,14 +101,7 @@ def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ..
             _write_slot(ps, q, s, p)
 
     base = "write_outputs4" if wide else "write_outputs"
-    return wp.kernel(
-        write_outputs,
-        name=variants.variant_name(base, flags),
-        enable_backward=False,
-        module="unique",
-        module_options={"fuse_fp": False},
-        cuda_max_registers=max_regs,
-    )
+    return variants.variant_kernel(write_outputs, base, flags, max_regs)
 
 
 def write_outputs_kernel(

@@ -132,14 +132,7 @@ def register_queue_kernel(kc: int, max_regs: int | None, flags: tuple[int, int, 
 
     # A distinct name per variant: readable profiles, and kernels generated from one
     # function stay apart wherever Warp keys them by name (CPU graph capture does).
-    return wp.kernel(
-        raster_register_queue,
-        name=variants.variant_name(f"raster_queue_{kc}", flags),
-        enable_backward=False,
-        module="unique",
-        module_options={"fuse_fp": False},
-        cuda_max_registers=max_regs,
-    )
+    return variants.variant_kernel(raster_register_queue, f"raster_queue_{kc}", flags, max_regs)
 
 
 def register_kernel(k: int, device, flags: tuple[int, int, int], tuning) -> wp.Kernel:
