@@ -20,6 +20,14 @@ are launched outside the tape and a hand-written adjoint kernel (one thread per
 pixel, recomputing the forward) is registered with ``tape.record_func``. It
 follows torch's autograd of the formulas above, including the gradient through
 the max (to the first slot holding it, torch's ``max`` index) and the clamps.
+The softmax adjoint also computes the ``zbuf`` gradient in torch's order of float32
+operations (``(g / den)``, ``-g * ((num / den) / den)`` summed over the channels,
+``((grad_w * p) * e) / gamma``, the max's share added before the division by
+``zfar - znear``): PyTorch3D's rasterizer backward multiplies the ``zbuf``
+gradient of a slot outside its face whose perspective denominator is clamped by
+up to 1e16 (docs/BACKWARD.md, "Blur-only slots"), so its last bit matters there.
+``exp`` and ``sigmoid`` are Warp's, which can differ from torch's vectorised ones
+by an ulp.
 Gradients reach ``colors``, ``dists``, ``zbuf`` and a background colour array with
 ``requires_grad``; ``znear``/``zfar`` get none.
 
@@ -432,11 +440,19 @@ def _softmax_blend_adjoint(
     delta = wp.max(dexp, BLEND_EPS)
     denom = wsum + delta
     rgb = (csum + delta * bg) / denom
+    # torch's autograd of PyTorch3D's formula, op by op and in its order of float32
+    # operations (see the module docstring): the zbuf gradient of a slot drawn only
+    # through the blur is multiplied by up to 1e16 in PyTorch3D's rasterizer
+    # backward, so its last bit decides O(1) of a vertex gradient there.
     g = wp.vec3(image_grad[n, y, x, 0], image_grad[n, y, x, 1], image_grad[n, y, x, 2])
     ga = image_grad[n, y, x, 3]
-    gn = g / denom
-    g_rgb = wp.dot(gn, rgb)
-    dzmax = float(0.0)
+    # rgb = num / den: d/dnum = g / den; d/dden = sum_c -g_c * ((num_c / den) / den)
+    gn = wp.vec3(g[0] / denom, g[1] / denom, g[2] / denom)
+    gden = (-g[0] * (rgb[0] / denom) + -g[1] * (rgb[1] / denom)) + -g[2] * (rgb[2] / denom)
+    # delta feeds num (delta * bg) and den
+    gdelta = gden + ((gn[0] * bg[0] + gn[1] * bg[1]) + gn[2] * bg[2])
+    gmax_e = float(0.0)  # d/dzmax through the K terms exp((zinv_k - zmax) / gamma)
+    gdiff_max = float(0.0)
     for k in range(kk):
         f = pix_to_face[n, y, x, k]
         if f >= 0:
@@ -444,24 +460,34 @@ def _softmax_blend_adjoint(
             e = wp.exp((_zinv(f, zbuf[n, y, x, k], zn, zf) - zmax) / gamma)
             wk = p * e
             ck = colors[n, y, x, k]
-            dw = wp.dot(gn, ck) - g_rgb
+            # w_k feeds sum_k w_k c_k and den
+            gw = ((gn[0] * ck[0] + gn[1] * ck[1]) + gn[2] * ck[2]) + gden
             if want_colors != 0:
-                colors_grad_out[n, y, x, k] = colors_grad_out[n, y, x, k] + wk * gn
-            dzinv = dw * wk / gamma
-            dzmax -= dzinv
+                colors_grad_out[n, y, x, k] = colors_grad_out[n, y, x, k] + wp.vec3(
+                    gn[0] * wk, gn[1] * wk, gn[2] * wk
+                )
+            gdiff = ((gw * p) * e) / gamma  # d/d(zinv_k - zmax)
+            gmax_e = gmax_e + -gdiff
             if want_dists != 0:
-                dd = (dw * e) * (p * (1.0 - p)) * (-1.0 / sigma)
+                # p_k = sigmoid(-d_k / sigma): through w_k, then the alpha product
+                dd = -((((gw * e) * (1.0 - p)) * p) / sigma)
                 dd += ga * (-keep * p / sigma)
                 dists_grad_out[n, y, x, k] = dists_grad_out[n, y, x, k] + dd
-            if want_zbuf != 0:
-                zbuf_grad_out[n, y, x, k] = zbuf_grad_out[n, y, x, k] - dzinv / (zf - zn)
-    ddelta = wp.dot(gn, bg) - g_rgb
+            if k == kmax:
+                gdiff_max = gdiff
+            elif want_zbuf != 0:
+                zbuf_grad_out[n, y, x, k] = zbuf_grad_out[n, y, x, k] + -(gdiff / (zf - zn))
     if want_background != 0:
-        wp.atomic_add(background_grad_out, brow, delta * gn)
+        wp.atomic_add(background_grad_out, brow, wp.vec3(gn[0] * delta, gn[1] * delta, gn[2] * delta))
+    # zmax = max(max_k zinv_k, eps) feeds the K exponents and delta = max(exp(...), eps)
+    gmax_d = float(0.0)
     if dexp >= BLEND_EPS:
-        dzmax += ddelta * dexp * (-1.0 / gamma)
-    if want_zbuf != 0 and zraw >= BLEND_EPS and pix_to_face[n, y, x, kmax] >= 0:
-        zbuf_grad_out[n, y, x, kmax] = zbuf_grad_out[n, y, x, kmax] - dzmax / (zf - zn)
+        gmax_d = -((gdelta * dexp) / gamma)
+    if want_zbuf != 0 and pix_to_face[n, y, x, kmax] >= 0:
+        gz_max = gdiff_max
+        if zraw >= BLEND_EPS:
+            gz_max = gdiff_max + (gmax_e + gmax_d)
+        zbuf_grad_out[n, y, x, kmax] = zbuf_grad_out[n, y, x, kmax] + -(gz_max / (zf - zn))
 
 
 def softmax_rgb_blend(
