@@ -399,11 +399,21 @@ def test_torch_compile_fullgraph_matches_eager():
     faces = torch.randint(0, 6, (4, 3), generator=gen)
     colour = torch.randn((4, 3, 3), generator=gen)
 
+    ndc = _big_triangles(4, gen).float()
+    maps = torch.rand((1, 4, 4, 3), generator=gen)
+    uvs = torch.rand((6, 2), generator=gen)
+
     def loss_fn(offset, bary):
         normals = ops.face_normals(verts + offset, faces)  # (F, 3)
         attrs = colour + normals[:, None, :]
         pixels = ops.interpolate_face_attributes(p2f, bary, attrs)
-        return (pixels**2).sum()
+        shade = ops.interpolate_vertex_attributes(
+            p2f, bary, ops.vertex_normals(verts + offset, faces), faces,
+            verts_ndc=ndc + offset[:, :1].repeat(2, 3)[:12], ndc_faces=faces.new_tensor(
+                [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]),
+        )  # fmt: skip
+        texels = ops.sample_textures_uv(p2f, bary, maps, faces, uvs + offset[:, :2])
+        return (pixels**2).sum() + sum((s**2).sum() for s in shade) + (texels**2).sum()
 
     def run(fn):
         offset = torch.zeros((6, 3), requires_grad=True)

@@ -117,7 +117,7 @@ def _integer(x, name: str, ndim: int, width: int | None = None) -> torch.Tensor:
     if x.requires_grad:
         raise ValueError(f"{name} must not require grad: it holds indices")
     if x.ndim != ndim or (width is not None and x.shape[-1] != width):
-        want = "(F, 3)" if width == 3 else f"{ndim} dims"
+        want = "(F, 3)" if width == 3 else "(N, H, W, K)" if ndim == 4 else f"{ndim} dims"
         raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
     return x
 
@@ -170,9 +170,7 @@ def _fragments(pix_to_face, bary_coords, num_faces: int, faces_name: str):
     if _eager() and pix_to_face.numel():
         hi = int(pix_to_face.max())
         if hi >= num_faces or hi > _INT32_MAX:
-            raise ValueError(
-                f"pix_to_face holds face {hi}, but {faces_name} has {num_faces} faces"
-            )
+            raise ValueError(f"pix_to_face holds face {hi}, but {faces_name} has {num_faces} faces")
     if pix_to_face.dtype != torch.int32:
         # Every negative is an empty slot: -1 keeps it negative through the int32 cast.
         pix_to_face = pix_to_face.clamp(min=-1)
