@@ -478,7 +478,9 @@ def _softmax_blend_adjoint(
             elif want_zbuf != 0:
                 zbuf_grad_out[n, y, x, k] = zbuf_grad_out[n, y, x, k] + -(gdiff / (zf - zn))
     if want_background != 0:
-        wp.atomic_add(background_grad_out, brow, wp.vec3(gn[0] * delta, gn[1] * delta, gn[2] * delta))
+        wp.atomic_add(
+            background_grad_out, brow, wp.vec3(gn[0] * delta, gn[1] * delta, gn[2] * delta)
+        )
     # zmax = max(max_k zinv_k, eps) feeds the K exponents and delta = max(exp(...), eps)
     gmax_d = float(0.0)
     if dexp >= BLEND_EPS:
