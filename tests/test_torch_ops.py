@@ -402,6 +402,7 @@ def test_torch_compile_fullgraph_matches_eager():
     ndc = _big_triangles(4, gen).float()
     maps = torch.rand((1, 4, 4, 3), generator=gen)
     uvs = torch.rand((6, 2), generator=gen)
+    ndc_faces = torch.arange(12).reshape(4, 3)  # each face its own screen-covering triangle
 
     def loss_fn(offset, bary):
         normals = ops.face_normals(verts + offset, faces)  # (F, 3)
@@ -409,8 +410,7 @@ def test_torch_compile_fullgraph_matches_eager():
         pixels = ops.interpolate_face_attributes(p2f, bary, attrs)
         shade = ops.interpolate_vertex_attributes(
             p2f, bary, ops.vertex_normals(verts + offset, faces), faces,
-            verts_ndc=ndc + offset[:, :1].repeat(2, 3)[:12], ndc_faces=faces.new_tensor(
-                [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]),
+            verts_ndc=ndc + 0.01 * offset.repeat(2, 1), ndc_faces=ndc_faces,
         )  # fmt: skip
         texels = ops.sample_textures_uv(p2f, bary, maps, faces, uvs + offset[:, :2])
         return (pixels**2).sum() + sum((s**2).sum() for s in shade) + (texels**2).sum()
