@@ -104,9 +104,8 @@ def _float(x, name: str, ndim: int, trailing: tuple = ()) -> torch.Tensor:
     )  # fmt: skip
     if not ok:
         dims = ["*"] * (ndim - len(trailing)) + ["D" if s is None else str(s) for s in trailing]
-        raise ValueError(
-            f"{name} must have shape ({', '.join(dims)}) (D >= 1), got {tuple(x.shape)}"
-        )
+        note = " (D >= 1)" if None in trailing else ""
+        raise ValueError(f"{name} must have shape ({', '.join(dims)}){note}, got {tuple(x.shape)}")
     return x
 
 
