@@ -36,8 +36,15 @@ from ..meshes import pack_meshes
 from ..raster import rasterize_clipped, rasterize_packed
 from ..rasterize import rasterize_meshes as _rasterize_meshes_wp
 from ..settings import RasterSettings
-from . import shading
+from . import ops, shading
 from .context import RasterContext, default_context
+from .ops import (
+    face_normals,
+    interpolate_face_attributes,
+    interpolate_vertex_attributes,
+    sample_textures_uv,
+    vertex_normals,
+)
 from .shading import (
     AmbientLights,
     BlendParams,
@@ -81,9 +88,15 @@ __all__ = [
     "TexturesUV",
     "TexturesVertex",
     "default_context",
+    "face_normals",
+    "interpolate_face_attributes",
+    "interpolate_vertex_attributes",
+    "ops",
     "rasterize_mesh_list",
     "rasterize_meshes",
+    "sample_textures_uv",
     "shading",
+    "vertex_normals",
 ]
 
 _INT32_MIN = -(2**31)
