@@ -296,6 +296,8 @@ class TexturesUV:
         sampling_mode: ``"bilinear"`` or ``"nearest"`` (or :class:`SamplingMode`).
         device: where NumPy input goes.
         requires_grad: for NumPy ``maps``/``verts_uvs``, whether the copies record gradients.
+        validate: check that ``faces_uvs`` indexes ``verts_uvs`` (reads the indices
+            back to the host; pass False where they were checked already).
 
     Raises:
         TypeError, ValueError: bad input, named by argument.
@@ -312,6 +314,7 @@ class TexturesUV:
         *,
         device=None,
         requires_grad: bool = False,
+        validate: bool = True,
     ):
         for x in (maps, verts_uvs, faces_uvs):
             if isinstance(x, wp.array):
@@ -328,7 +331,8 @@ class TexturesUV:
             raise ValueError(f"maps must be non-empty (N, Ht, Wt, C), got {self.maps.shape}")
         self.verts_uvs = as_float_array(verts_uvs, "verts_uvs", (None, 2), device, requires_grad)
         self.faces_uvs = as_faces_array(faces_uvs, "faces_uvs", device)
-        check_face_range(self.faces_uvs, self.verts_uvs.shape[0], "faces_uvs", "UVs")
+        if validate:  # a host read; callers that checked the indices already pass False
+            check_face_range(self.faces_uvs, self.verts_uvs.shape[0], "faces_uvs", "UVs")
         self.device = device
 
     @property

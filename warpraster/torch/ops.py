@@ -625,7 +625,7 @@ def _texture(maps, faces_uvs, verts_uvs, padding, align, sampling, grads=None):
     return _WarpTexturesUV(
         _wp(maps, wp.float32, gm), _wp(faces_uvs, wp.int32), _wp(verts_uvs, wp.float32, gu),
         padding_mode=PaddingMode(padding), align_corners=align,
-        sampling_mode=SamplingMode(sampling),
+        sampling_mode=SamplingMode(sampling), validate=False,  # checked by the eager wrapper
     )  # fmt: skip
 
 
