@@ -139,6 +139,7 @@ class LightsBase:
             name: vec3_param(v, name, self.device, requires_grad) for name, v in values.items()
         }
         self._n = check_batch(type(self).__name__, parsed)
+        self._names = tuple(parsed)
         for name, arr in parsed.items():
             setattr(self, name, arr)
 
@@ -146,7 +147,8 @@ class LightsBase:
         return self._n
 
     def _param(self) -> wp.array:
-        raise NotImplementedError
+        """The kind's own parameter (direction or location): the last one given."""
+        return getattr(self, self._names[-1])
 
     def kernel_args(self) -> list:
         """[kind, param, ambient, diffuse, specular]: the kernels' light arguments."""
@@ -159,8 +161,8 @@ class LightsBase:
         ]
 
     def parameters(self) -> dict[str, wp.array]:
-        """The parameter arrays by name."""
-        raise NotImplementedError
+        """The parameter arrays by name (those given at construction)."""
+        return {name: getattr(self, name) for name in self._names}
 
 
 class DirectionalLights(LightsBase):
@@ -198,16 +200,6 @@ class DirectionalLights(LightsBase):
             requires_grad,
         )
 
-    def _param(self) -> wp.array:
-        return self.direction
-
-    def parameters(self) -> dict[str, wp.array]:
-        return dict(
-            ambient_color=self.ambient_color,
-            diffuse_color=self.diffuse_color,
-            specular_color=self.specular_color,
-            direction=self.direction,
-        )
 
 
 class PointLights(LightsBase):
@@ -244,16 +236,6 @@ class PointLights(LightsBase):
             requires_grad,
         )
 
-    def _param(self) -> wp.array:
-        return self.location
-
-    def parameters(self) -> dict[str, wp.array]:
-        return dict(
-            ambient_color=self.ambient_color,
-            diffuse_color=self.diffuse_color,
-            specular_color=self.specular_color,
-            location=self.location,
-        )
 
 
 class AmbientLights(LightsBase):
@@ -275,6 +257,3 @@ class AmbientLights(LightsBase):
 
     def _param(self) -> wp.array:
         return self._zero
-
-    def parameters(self) -> dict[str, wp.array]:
-        return dict(ambient_color=self.ambient_color)
