@@ -24,12 +24,12 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import warp as wp
 
+from . import bench_render
 from .fragments import fragment_values
 from .geometry import pixel_centre
 from .meshes import pack_meshes
@@ -37,6 +37,8 @@ from .primitives import ico_sphere
 from .raster import RasterWorkspace, rasterize_naive_at, rasterize_packed
 from .raster.small_faces import small_face_lanes
 from .settings import RasterSettings, Tuning
+from .sim import bench as sim_bench
+from .timing import timer
 
 
 @dataclass
@@ -99,29 +101,6 @@ def make_scene(scene: Scene, seed: int = 0):
         first,
         count,
     )
-
-
-def _timer(device):
-    if device.is_cuda:
-
-        def timed(fn):
-            start = wp.Event(device, enable_timing=True)
-            end = wp.Event(device, enable_timing=True)
-            wp.record_event(start)
-            fn()
-            wp.record_event(end)
-            wp.synchronize_event(end)
-            return wp.get_event_elapsed_time(start, end)
-
-    else:
-
-        def timed(fn):
-            t0 = time.perf_counter()
-            fn()
-            wp.synchronize_device(device)
-            return (time.perf_counter() - t0) * 1e3
-
-    return timed
 
 
 @wp.kernel(enable_backward=False, module="unique", module_options={"fuse_fp": False})
@@ -210,7 +189,7 @@ def run_scene(
         mismatches += int((~same.reshape(m, -1).all(-1)).sum())
     covered = float((frags.pix_to_face.numpy()[..., 0] >= 0).mean())
 
-    timed = _timer(device)
+    timed = timer(device)
     fwd = [timed(lambda: rasterize_packed(meshes, ws, settings)) for _ in range(runs)]
 
     # Upstream gradients seeded once (a loss kernel would write them); each timed
@@ -377,7 +356,21 @@ def main(argv=None) -> int:
         "--small-lanes", type=int, default=None,
         help="threads per face in the K=1 small-face pass (default: automatic)",
     )  # fmt: skip
+    ap.add_argument(
+        "--renderer", action="store_true",
+        help="run the renderer scenes instead (python -m warpraster.bench_render)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--sensor", action="store_true",
+        help="run the simulation sensor scene instead: 64 worlds x 2 cameras, 128², colour + "
+        "depth (python -m warpraster.sim.bench; add --newton there to time Newton's sensor)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    passed = ["--runs", str(args.runs)] + (["--device", args.device] if args.device else [])
+    if args.renderer:
+        return bench_render.main(passed + (["--scenes", args.scenes] if args.scenes else []))
+    if args.sensor:
+        return sim_bench.main(passed + (["--json", args.json] if args.json else []))
     wp.config.quiet = True
     wp.config.log_level = getattr(wp, "LOG_WARNING", 30)  # no per-module load lines
     wp.init()

@@ -28,7 +28,6 @@ import sys
 import numpy as np
 import warp as wp
 
-from .bench import _timer
 from .camera import FoVPerspectiveCameras, look_at_view_transform
 from .primitives import ico_sphere
 from .rasterizer import RasterizationSettings
@@ -43,6 +42,7 @@ from .shading import (
     TexturesVertex,
 )
 from .shading.reductions import image_mse
+from .timing import timer
 
 #: The issue's anchors on one H200 (ms): nvdiffrast's whole pipeline for the K=1
 #: mip-textured scene, 40x PyTorch3D's MeshRenderer for the K=8 soft Phong one.
@@ -113,7 +113,7 @@ def run(name: str, device, runs: int) -> dict:
             image_mse(o.image, target, out=loss)
         tape.backward(loss)
 
-    timed = _timer(device)
+    timed = timer(device)
     forward_backward()  # warm-up: loads every module
     fwd = statistics.median(timed(forward) for _ in range(runs))
     both = statistics.median(timed(forward_backward) for _ in range(runs))
