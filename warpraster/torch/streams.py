@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import warp as wp
 
@@ -17,11 +19,29 @@ def _warp_device(device: torch.device):
     return wp.device_from_torch(device)
 
 
+_LOCKS: dict[str, threading.RLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _device_lock(alias: str) -> threading.RLock:
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(alias)
+        if lock is None:
+            lock = _LOCKS[alias] = threading.RLock()
+        return lock
+
+
 class _TorchStream:
-    """Runs Warp work on torch's current stream of ``device`` (and on that Warp device)."""
+    """Runs Warp work on torch's current stream of ``device`` (and on that Warp device).
+
+    Warp's current stream is a property of the device, not of the thread, so two
+    host threads issuing work to one device with their own torch streams would
+    swap streams: the scope holds a per-device lock while it issues the launches
+    (the device work itself still overlaps)."""
 
     def __init__(self, device: torch.device):
         wp_device = _warp_device(device)
+        self._lock = _device_lock(wp_device.alias)
         if wp_device.is_cuda:
             # Same stream as torch: no synchronisation needed on entry or exit.
             self._scope = wp.ScopedStream(wp.stream_from_torch(device), sync_enter=False)
@@ -29,8 +49,16 @@ class _TorchStream:
             self._scope = wp.ScopedDevice(wp_device)
 
     def __enter__(self):
-        self._scope.__enter__()
+        self._lock.acquire()
+        try:
+            self._scope.__enter__()
+        except BaseException:
+            self._lock.release()
+            raise
         return self
 
     def __exit__(self, *exc):
-        return self._scope.__exit__(*exc)
+        try:
+            return self._scope.__exit__(*exc)
+        finally:
+            self._lock.release()
