@@ -8,6 +8,7 @@ imported by ``import warpraster`` or ``import warpraster.sim``).
 
 from .geometry import SensorGeometry, VertexSource
 from .loss import image_loss
+from .multi import MultiDeviceSensor
 from .sensor import CameraSensor, SensorFrame, look_at_transform
 from .tessellate import (
     box_mesh,
@@ -20,6 +21,7 @@ from .tessellate import (
 
 __all__ = [
     "CameraSensor",
+    "MultiDeviceSensor",
     "SensorFrame",
     "SensorGeometry",
     "VertexSource",
