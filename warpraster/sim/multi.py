@@ -63,7 +63,9 @@ def _offsets(value, name: str, count: int) -> list[int]:
     if value is None:
         return [0] * count
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise TypeError(f"{name} must be a sequence of {count} ints (one per device), got {value!r}")
+        raise TypeError(
+            f"{name} must be a sequence of {count} ints (one per device), got {value!r}"
+        )
     if len(value) != count:
         raise ValueError(f"{name} must have one entry per device ({count}), got {len(value)}")
     out = []
@@ -96,13 +98,14 @@ def _shard_geometry(
             sub.add_static_mesh(local[verts], faces, **kw)
             rows.append(row)
             continue
-        offset = 0 if s.world == -1 else (body_offset if kind == VertexSource.BODY else particle_offset)
+        offset = body_offset if kind == VertexSource.BODY else particle_offset
+        offset = 0 if s.world == -1 else offset
         index = idx[verts].astype(np.int64) - offset
         if index.min() < 0:
             what = "body" if kind == VertexSource.BODY else "particle"
             raise ValueError(
-                f"{what}_offsets[{device}] = {offset} is larger than {what} {int(idx[verts].min())} "
-                f"of shape {row} (world {s.world}, on device {device})"
+                f"{what}_offsets[{device}] = {offset} is larger than {what} "
+                f"{int(idx[verts].min())} of shape {row} (world {s.world}, on device {device})"
             )
         if kind == VertexSource.BODY:
             sub.add_body_mesh(int(index[0]), local[verts], faces, **kw)
@@ -187,8 +190,13 @@ class MultiDeviceSensor:
         self.geometry = geometry
         self.shape_rows = [rows for _, rows in shards]
         self.sensors = [
-            CameraSensor(sub, world_count=len(worlds), camera_count=self.camera_count,
-                         device=dev, **sensor_options)  # fmt: skip
+            CameraSensor(
+                sub,
+                world_count=len(worlds),
+                camera_count=self.camera_count,
+                device=dev,
+                **sensor_options,
+            )  # fmt: skip
             for (sub, _), worlds, dev in zip(shards, self.world_ranges, self.devices, strict=True)
         ]
         self.image_size = self.sensors[0].image_size
@@ -270,7 +278,9 @@ class MultiDeviceSensor:
             self._check(fovs[i], f"camera_fovs[{i}]", wp.float32, (c,), s.device, exact=False)
             if s.num_particles > 0:
                 if parts[i] is None:
-                    raise ValueError(f"particle_q[{i}] is required: device {i}'s shapes use particles")
+                    raise ValueError(
+                        f"particle_q[{i}] is required: device {i}'s shapes use particles"
+                    )
                 self._check(parts[i], f"particle_q[{i}]", wp.vec3, (s.num_particles,), s.device,
                             exact=False)  # fmt: skip
             if s.num_bodies > 0:
@@ -279,9 +289,13 @@ class MultiDeviceSensor:
                 self._check(bods[i], f"body_q[{i}]", wp.transform, (s.num_bodies,), s.device,
                             exact=False)  # fmt: skip
         return [
-            s.update(camera_transforms=cams[i], camera_fovs=fovs[i],
-                     particle_q=parts[i] if s.num_particles > 0 else None,
-                     body_q=bods[i] if s.num_bodies > 0 else None, frame=frame)  # fmt: skip
+            s.update(
+                camera_transforms=cams[i],
+                camera_fovs=fovs[i],
+                particle_q=parts[i] if s.num_particles > 0 else None,
+                body_q=bods[i] if s.num_bodies > 0 else None,
+                frame=frame,
+            )  # fmt: skip
             for i, s in enumerate(self.sensors)
         ]
 
