@@ -5,11 +5,14 @@ and graph replay, gradients of one device's sensor against central differences."
 import numpy as np
 import pytest
 import warp as wp
+from conftest import DEVICES
 
 import warpraster.sim as wsim
 from warpraster.distributed import shard_frames
 
 CPU2 = ["cpu", "cpu"]
+#: the split logic is exercised on two "devices" that are both cpu (bit-exact there)
+needs_cpu = pytest.mark.skipif("cpu" not in DEVICES, reason="splits over the cpu device")
 BOX = wsim.box_mesh(0.4, 0.25, 0.15)
 _AXIS = wp.normalize(wp.vec3(0.3, 0.2, 1.0))
 
@@ -56,13 +59,13 @@ def _cam_grid(worlds):
                      for c in CAMS], np.float32)  # fmt: skip
 
 
-def _single(g, worlds, body_q, particle_q, **kw):
-    """The truth: one CameraSensor over all worlds on cpu."""
-    s = wsim.CameraSensor(g, world_count=worlds, camera_count=2, device="cpu", **kw)
-    s.update(camera_transforms=wp.array(_cam_grid(worlds), dtype=wp.transform, device="cpu"),
-             camera_fovs=wp.array(FOVS, dtype=wp.float32, device="cpu"),
-             body_q=wp.array(body_q, dtype=wp.transform, device="cpu"),
-             particle_q=wp.array(particle_q, dtype=wp.vec3, device="cpu"))  # fmt: skip
+def _single(g, worlds, body_q, particle_q, device="cpu", **kw):
+    """The truth: one CameraSensor over all worlds on one device."""
+    s = wsim.CameraSensor(g, world_count=worlds, camera_count=2, device=device, **kw)
+    s.update(camera_transforms=wp.array(_cam_grid(worlds), dtype=wp.transform, device=device),
+             camera_fovs=wp.array(FOVS, dtype=wp.float32, device=device),
+             body_q=wp.array(body_q, dtype=wp.transform, device=device),
+             particle_q=wp.array(particle_q, dtype=wp.vec3, device=device))  # fmt: skip
     return s.frames[0].numpy()
 
 
@@ -87,7 +90,7 @@ def _device_inputs(
     return inputs
 
 
-def _split(worlds, devices, local, **kw):
+def _split(worlds, devices, local, truth_device="cpu", **kw):
     g, body_q, particle_q, bs, ps = _scene(worlds)
     offsets = {}
     if local:
@@ -98,10 +101,11 @@ def _split(worlds, devices, local, **kw):
     multi = wsim.MultiDeviceSensor(g, devices=devices, world_count=worlds, camera_count=2,
                                    **offsets, **kw)  # fmt: skip
     inputs = _device_inputs(multi, worlds, body_q, particle_q, bs, ps, local)
-    return g, multi, inputs, _single(g, worlds, body_q, particle_q, **kw)
+    return g, multi, inputs, _single(g, worlds, body_q, particle_q, truth_device, **kw)
 
 
 # ----------------------------------------------------------------------------- equality
+@needs_cpu
 def test_two_way_split_equals_one_sensor_bit_for_bit():
     """4 worlds (world 2 without shapes, a world -1 ground, bodies and particles in
     per-world blocks read from each device's own arrays) over ["cpu", "cpu"]: the
@@ -123,6 +127,7 @@ def test_two_way_split_equals_one_sensor_bit_for_bit():
     assert (truth["depth"] == -1.0).any() and (truth["depth"] > 0).any()
 
 
+@needs_cpu
 def test_empty_shard_without_shared_shapes_renders_clear_values():
     """A device whose worlds have no shape, and no world -1 shape: clear values, as
     the same worlds of one sensor over all worlds."""
@@ -139,6 +144,7 @@ def test_empty_shard_without_shared_shapes_renders_clear_values():
     assert (out["depth"][1] == 3.0).all() and (out["shape_index"][1] == 0xFFFFFFFF).all()
 
 
+@needs_cpu
 @pytest.mark.parametrize("devices", [2, 3])
 def test_uneven_splits_of_five_worlds_equal_one_sensor(devices):
     """5 worlds over 2 (3 + 2) and 3 (2 + 2 + 1) devices, every device given a full
@@ -158,14 +164,18 @@ _PAIRS = [("cpu", "cuda:0"), ("cuda:0", "cuda:1")]
 @pytest.mark.parametrize("devices", _PAIRS, ids=["cpu+cuda0", "cuda0+cuda1"])
 def test_split_over_two_real_devices(devices):
     """Worlds on two different devices at once. CUDA contracts multiply-adds (FMA),
-    so a pixel centre within rounding of an edge may fall either side: shape
-    indices on >= 97% of the pixels, and depth/colour to 1e-4 where they agree
-    (float32 values of order 1, rounding ~1e-6 per operation)."""
+    so a pixel centre within float32 rounding (~1e-6 px) of an edge may fall
+    either side: such pixels are rare, 3% of the 1536 pixels is a loose bound;
+    shape indices equal on >= 97%, depth/colour to 1e-4 where they agree (float32
+    values of order 1, rounding ~1e-6 per operation, a few dozen operations).
+    The truth is one sensor on the first device."""
     names = {str(d) for d in wp.get_devices()}
     missing = [d for d in devices if d not in names]
     if missing:
         pytest.skip(f"needs devices {devices}; absent here: {missing}")
-    _, multi, inputs, truth = _split(4, list(devices), local=True, image_size=(12, 16))
+    _, multi, inputs, truth = _split(
+        4, list(devices), local=True, truth_device=devices[0], image_size=(12, 16)
+    )
     multi.update(**inputs)
     wp.synchronize()
     got = multi.numpy()
@@ -176,6 +186,7 @@ def test_split_over_two_real_devices(devices):
 
 
 # ----------------------------------------------------------------------------- step contract
+@needs_cpu
 def test_step_allocates_nothing_reads_nothing_and_replays_from_a_graph(monkeypatch):
     """After the first update, an update allocates no memory and reads nothing back;
     captured in a graph (both shards on cpu) its replay equals eager bit for bit,
@@ -220,6 +231,7 @@ def test_step_allocates_nothing_reads_nothing_and_replays_from_a_graph(monkeypat
 
 
 # ----------------------------------------------------------------------------- gradients
+@needs_cpu
 def test_gradient_through_one_devices_sensor_matches_central_differences():
     """Depth + coverage loss of device 1's images (worlds 2..3 of 4, soft silhouette),
     taped per device: gradients w.r.t. that device's own body translation and a
@@ -278,6 +290,7 @@ def test_gradient_through_one_devices_sensor_matches_central_differences():
 
 
 # ----------------------------------------------------------------------------- bad input
+@needs_cpu
 def test_bad_input_is_named_before_any_kernel_runs():
     g, body_q, particle_q, bs, ps = _scene(4)
     with pytest.raises(TypeError, match="geometry"):

@@ -13,7 +13,7 @@ reads the arrays the simulation on that device owns::
 
     sensor = MultiDeviceSensor(geometry, devices=["cuda:0", "cuda:1"],
                                world_count=W, camera_count=C, image_size=64,
-                               body_offsets=[0, body_start[W // 2]])
+                               body_offsets=[0, body_world_start[W // 2] - body_world_start[0]])
     frames = sensor.update(
         camera_transforms=[sims[i].camera_q for i in range(2)],  # (C, W_i) on device i
         camera_fovs=[sims[i].fovs for i in range(2)],            # (C,) on device i
