@@ -112,11 +112,13 @@ def _crossing_weight(p1: wp.vec3, q: wp.vec3, clip: float) -> float:
 
 @wp.kernel(enable_backward=False)
 def _classify_faces(
+    # In:
     verts: wp.array(dtype=wp.vec3),
     faces: wp.array2d(dtype=wp.int32),
     z_clip: float,
     do_z_clip: int,
     cull_rule: int,
+    # Out:
     face_case: wp.array(dtype=wp.int32),
     face_pivot: wp.array(dtype=wp.int32),
     face_w3: wp.array(dtype=wp.float32),
@@ -165,12 +167,14 @@ def _classify_faces(
 
 @wp.kernel(enable_backward=False)
 def _write_topology(
+    # In:
     faces: wp.array2d(dtype=wp.int32),
     face_case: wp.array(dtype=wp.int32),
     face_pivot: wp.array(dtype=wp.int32),
     offsets: wp.array(dtype=wp.int32),
     num_verts: int,
     num_faces: int,
+    # Out:
     clipped_faces: wp.array2d(dtype=wp.int32),
     clipped_to_unclipped: wp.array(dtype=wp.int32),
     neighbor: wp.array(dtype=wp.int32),
@@ -220,9 +224,11 @@ def _write_topology(
 
 @wp.kernel(enable_backward=False)
 def _mesh_ranges(
+    # In:
     first: wp.array(dtype=wp.int32),
     count: wp.array(dtype=wp.int32),
     offsets: wp.array(dtype=wp.int32),
+    # Out:
     clipped_first: wp.array(dtype=wp.int32),
     clipped_count: wp.array(dtype=wp.int32),
 ):
@@ -233,9 +239,9 @@ def _mesh_ranges(
 
 
 @wp.kernel
-def _copy_verts(src: wp.array(dtype=wp.vec3), dst: wp.array(dtype=wp.vec3)):
+def _copy_verts(src: wp.array(dtype=wp.vec3), dst_out: wp.array(dtype=wp.vec3)):
     i = wp.tid()
-    dst[i] = src[i]
+    dst_out[i] = src[i]
 
 
 @wp.func
@@ -259,6 +265,7 @@ def _bary2(i: int, j: int, wi: float, wj: float) -> wp.vec3:
 
 @wp.kernel
 def _clip_geometry(
+    # In:
     verts: wp.array(dtype=wp.vec3),
     faces: wp.array2d(dtype=wp.int32),
     face_case: wp.array(dtype=wp.int32),
@@ -267,6 +274,7 @@ def _clip_geometry(
     offsets: wp.array(dtype=wp.int32),
     z_clip: float,
     perspective: int,
+    # Out:
     clipped_verts: wp.array(dtype=wp.vec3),
     conversion: wp.array(dtype=wp.mat33),
 ):
@@ -303,10 +311,12 @@ def _clip_geometry(
 
 @wp.kernel
 def _unclip(
+    # In:
     pix_to_face: wp.array4d(dtype=wp.int32),
     bary: wp.array4d(dtype=wp.vec3),
     clipped_to_unclipped: wp.array(dtype=wp.int32),
     conversion: wp.array(dtype=wp.mat33),
+    # Out:
     out_pix_to_face: wp.array4d(dtype=wp.int32),
     out_bary: wp.array4d(dtype=wp.vec3),
 ):
