@@ -86,6 +86,16 @@ class _Holder:
             setattr(self, n, getattr(self, n).to(device))
         return self
 
+    def _set_rows(self, device, width: int | None, **values) -> None:
+        """Each value as a float32 tensor of rows of ``width`` on ``device``."""
+        for name, v in values.items():
+            setattr(self, name, _f32(v, device, width))
+
+    def _set_pose(self, R, T, device) -> None:
+        """PyTorch3D's R (N, 3, 3), default identity, and T (N, 3), default zero."""
+        self.R = _f32(torch.eye(3)[None] if R is None else R, device).reshape(-1, 3, 3)
+        self.T = _f32(torch.zeros(1, 3) if T is None else T, device, 3)
+
 
 class FoVPerspectiveCameras(_Holder):
     """PyTorch3D's ``FoVPerspectiveCameras`` on tensors (fov in degrees by default)."""
@@ -108,8 +118,7 @@ class FoVPerspectiveCameras(_Holder):
         self.znear, self.zfar = _f32(znear, device).reshape(-1), _f32(zfar, device).reshape(-1)
         self.aspect_ratio = _f32(aspect_ratio, device).reshape(-1)
         self.fov = _f32(fov, device).reshape(-1)
-        self.R = _f32(torch.eye(3)[None] if R is None else R, device).reshape(-1, 3, 3)
-        self.T = _f32(torch.zeros(1, 3) if T is None else T, device, 3)
+        self._set_pose(R, T, device)
 
     def _warp_kwargs(self):
         return {"degrees": self.degrees}
@@ -144,8 +153,7 @@ class FoVOrthographicCameras(_Holder):
         ):
             setattr(self, name, _f32(v, device).reshape(-1))
         self.scale_xyz = _f32(scale_xyz, device, 3)
-        self.R = _f32(torch.eye(3)[None] if R is None else R, device).reshape(-1, 3, 3)
-        self.T = _f32(torch.zeros(1, 3) if T is None else T, device, 3)
+        self._set_pose(R, T, device)
 
     def _warp_kwargs(self):
         return {}
@@ -170,8 +178,7 @@ class PerspectiveCameras(_Holder):
         fl = _f32(focal_length, device)
         self.focal_length = fl.reshape(-1, 1) if fl.ndim <= 1 else fl
         self.principal_point = _f32(principal_point, device, 2)
-        self.R = _f32(torch.eye(3)[None] if R is None else R, device).reshape(-1, 3, 3)
-        self.T = _f32(torch.zeros(1, 3) if T is None else T, device, 3)
+        self._set_pose(R, T, device)
         self.in_ndc = bool(in_ndc)
         self.image_size = None if image_size is None else np.asarray(image_size).tolist()
 
@@ -193,10 +200,8 @@ class PointLights(_Holder):
         location=((0.0, 1.0, 0.0),),
         device=None,
     ):
-        self.ambient_color = _f32(ambient_color, device, 3)
-        self.diffuse_color = _f32(diffuse_color, device, 3)
-        self.specular_color = _f32(specular_color, device, 3)
-        self.location = _f32(location, device, 3)
+        self._set_rows(device, 3, ambient_color=ambient_color, diffuse_color=diffuse_color,
+                       specular_color=specular_color, location=location)  # fmt: skip
 
 
 class DirectionalLights(_Holder):
@@ -213,10 +218,8 @@ class DirectionalLights(_Holder):
         direction=((0.0, 1.0, 0.0),),
         device=None,
     ):
-        self.ambient_color = _f32(ambient_color, device, 3)
-        self.diffuse_color = _f32(diffuse_color, device, 3)
-        self.specular_color = _f32(specular_color, device, 3)
-        self.direction = _f32(direction, device, 3)
+        self._set_rows(device, 3, ambient_color=ambient_color, diffuse_color=diffuse_color,
+                       specular_color=specular_color, direction=direction)  # fmt: skip
 
 
 class AmbientLights(_Holder):
@@ -245,9 +248,8 @@ class Materials(_Holder):
         shininess=64,
         device=None,
     ):
-        self.ambient_color = _f32(ambient_color, device, 3)
-        self.diffuse_color = _f32(diffuse_color, device, 3)
-        self.specular_color = _f32(specular_color, device, 3)
+        self._set_rows(device, 3, ambient_color=ambient_color, diffuse_color=diffuse_color,
+                       specular_color=specular_color)  # fmt: skip
         self.shininess = _f32(shininess, device).reshape(-1)
 
 
