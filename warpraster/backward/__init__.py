@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import warp as wp
 
-from .atomic import face_grad_rows, launch_atomic, slot_kernel_flags
+from .atomic import face_grad_rows, launch_atomic
 from .recompute import recompute_fragments
 from .slot_grads import slot_grads
+from .slot_pass import slot_grad_args, slot_kernel_flags
 from .sorted import SortedBackward, SortedSegmentSum, gather_face_verts
 from .tape import RecordGuard, active_tape
 
@@ -125,12 +126,11 @@ def accumulate_vertex_grads(
         return
     flags = slot_kernel_flags(perspective_correct, clip_barycentric_coords,
                               exact_perspective_grad)  # fmt: skip
+    args = slot_grad_args(face_verts, pix_to_face, grad_zbuf, grad_bary, grad_dists, flags)
     if buffers.deterministic:
-        buffers.sorted.run(faces, face_verts, pix_to_face, grad_zbuf, grad_bary, grad_dists,
-                           verts_grad, flags=flags, specialize=specialize)  # fmt: skip
+        buffers.sorted.run(faces, args, verts_grad, specialize=specialize)
     else:
-        launch_atomic(faces, face_mesh, face_verts, pix_to_face, grad_zbuf, grad_bary,
-                      grad_dists, buffers.face_grad, verts_grad, flags=flags,
+        launch_atomic(args, faces, face_mesh, buffers.face_grad, verts_grad,
                       specialize=specialize)  # fmt: skip
 
 

@@ -30,10 +30,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from .. import variants
-from ..geometry import pixel_centre
-from .atomic import _row, slot_kernel_flags
-from .slot_grads import slot_grads
+from .slot_pass import SlotGradArgs, launch_slot_pass, slot_grad_args, slot_kernel_flags
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
@@ -215,58 +212,6 @@ class SortedSegmentSum:
             keys, vals, indirect = nk, nv, 0
 
 
-# ----------------------------------------------------------------------------- per-slot stores
-@variants.kernel_family
-def _store_family(flags: tuple[int, int, int] | None) -> wp.Kernel:
-    """One thread per pixel: each slot's derivatives stored at its slot (no atomics)
-    with its sort key. ``flags`` as in :mod:`warpraster.backward.atomic`."""
-
-    def slot_grads_store(
-        # Inputs:
-        face_verts: wp.array(dtype=wp.mat33),
-        pix_to_face: wp.array2d(dtype=wp.int32),
-        g_zbuf: wp.array2d(dtype=wp.float32),
-        g_bary: wp.array2d(dtype=wp.vec3),
-        g_dists: wp.array2d(dtype=wp.float32),
-        height: int,
-        width: int,
-        num_faces: int,
-        perspective_in: int,
-        clip_bary_in: int,
-        exact_persp_in: int,
-        # Outputs:
-        slot_grad_out: wp.array(dtype=wp.mat33),
-        keys_out: wp.array(dtype=wp.int32),
-        order_out: wp.array(dtype=wp.int32),
-    ):
-        perspective = perspective_in
-        clip_bary = clip_bary_in
-        exact_persp = exact_persp_in
-        if wp.static(flags is not None):
-            perspective = wp.static(flags[0])
-            clip_bary = wp.static(flags[1])
-            exact_persp = wp.static(flags[2])
-        q = wp.tid()
-        k = pix_to_face.shape[1]
-        r = q % (height * width)
-        p = pixel_centre(r // width, r % width, height, width)
-        for s in range(k):
-            e = q * k + s
-            f = pix_to_face[q, s]
-            order_out[e] = e
-            if f < 0 or f >= num_faces:
-                keys_out[e] = num_faces  # dropped by the segmented sum
-            else:
-                keys_out[e] = f
-                fv = face_verts[f]
-                slot_grad_out[e] = slot_grads(
-                    p, _row(fv, 0), _row(fv, 1), _row(fv, 2), perspective, clip_bary,
-                    exact_persp, g_zbuf[q, s], g_bary[q, s], g_dists[q, s],
-                )  # fmt: skip
-
-    return variants.variant_kernel(slot_grads_store, "slot_grads_store", flags)
-
-
 @wp.kernel
 def _gather_face_verts(
     # Inputs:
@@ -356,42 +301,27 @@ class SortedBackward:
         )
 
     def run(
-        self,
-        faces: wp.array,
-        face_verts: wp.array,
-        pix_to_face: wp.array,
-        grad_zbuf: wp.array,
-        grad_bary: wp.array,
-        grad_dists: wp.array,
-        verts_grad: wp.array,
-        *,
-        flags: tuple[int, int, int],
+        self, faces: wp.array, args: SlotGradArgs, verts_grad: wp.array, *,
         specialize: bool | None,
-    ) -> None:
-        """Adds d loss / d verts into ``verts_grad``, bit-reproducibly."""
+    ) -> None:  # fmt: skip
+        """Adds d loss / d verts into ``verts_grad``, bit-reproducibly.
+
+        Args:
+            faces: (F, 3) int32 vertex indices.
+            args: the per-slot pass's inputs (:func:`~warpraster.backward.slot_pass.slot_grad_args`)
+                for fragments of this object's shape; its outputs are set here.
+            verts_grad: (V,) vec3, accumulated into.
+            specialize: compile the flags into kernel variants (None: on CUDA).
+        """
         n, h, w, k = self.shape
         if self.num_faces == 0 or n * h * w * k == 0:
             return
         dev = self.device
-        kernel = _store_family(variants.device_flags(dev, flags, specialize))
-        wp.launch(
-            kernel,
-            dim=n * h * w,
-            inputs=[
-                face_verts,
-                pix_to_face.reshape((-1, k)),
-                grad_zbuf.reshape((-1, k)),
-                grad_bary.reshape((-1, k)),
-                grad_dists.reshape((-1, k)),
-                h,
-                w,
-                self.num_faces,
-                *flags,
-            ],
-            outputs=[self.slot_grad, self.slot_sum.keys, self.slot_sum.order],
-            device=dev,
-            record_tape=False,
-        )
+        args.num_faces = self.num_faces
+        args.slot_grad = self.slot_grad
+        args.keys = self.slot_sum.keys
+        args.order = self.slot_sum.order
+        launch_slot_pass(args, stored=True, device=dev, specialize=specialize)
         self.face_grad.zero_()
         self.slot_sum.run(self.slot_grad, self.num_faces, self.face_grad, accumulate=False)
         wp.launch(
@@ -420,5 +350,6 @@ class SortedBackward:
         gather_face_verts(verts, faces, fv)
         flags = slot_kernel_flags(perspective_correct, clip_barycentric_coords,
                                   exact_perspective_grad)  # fmt: skip
-        self.run(faces, fv, out.pix_to_face, out.zbuf.grad, out.bary_coords.grad,
-                 out.dists.grad, verts.grad, flags=flags, specialize=None)  # fmt: skip
+        args = slot_grad_args(fv, out.pix_to_face, out.zbuf.grad, out.bary_coords.grad,
+                              out.dists.grad, flags)  # fmt: skip
+        self.run(faces, args, verts.grad, specialize=None)

@@ -1,0 +1,177 @@
+"""The per-pixel pass both backward strategies share: each slot's derivatives.
+
+One thread per pixel computes the derivatives of each of its slots
+(:func:`~warpraster.backward.slot_grads.slot_grads`) and hands them on in the
+way of its strategy, compiled in:
+
+* atomic: added to its face's sum, three 16-byte rows per face (x, y, z,
+  unused): one vector atomic per row on sm_90 (Hopper) instead of three scalar
+  ones; empty slots end the pixel (slots are filled from the front);
+* sorted: stored at the slot with its sort key (its face; empty slots get the
+  key ``num_faces``, which the segmented sum drops) and its entry index.
+
+Everything the pass reads and writes travels in one :class:`SlotGradArgs`.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from .. import variants
+from ..geometry import pixel_centre
+from .slot_grads import slot_grads
+
+wp.set_module_options({"enable_backward": False, "fuse_fp": False})
+
+__all__ = ["SlotGradArgs", "launch_slot_pass", "slot_grad_args", "slot_kernel_flags"]
+
+
+@wp.struct
+class SlotGradArgs:
+    """What the per-slot pass reads and writes; the (N, H, W, K) arrays are viewed
+    as (N * H * W, K) rows.
+
+    Inputs: ``face_verts`` (F,) mat33 (rows = the face's vertices at render
+    time), ``pix_to_face`` (the render's choice, -1 in empty slots),
+    ``grad_zbuf`` / ``grad_bary`` / ``grad_dists`` (the upstream gradients),
+    the image ``height`` / ``width``, ``num_faces`` (F) and the flags a generic
+    kernel reads at run time (``perspective``, ``clip_bary``, ``exact_persp``).
+    Outputs: ``face_grad`` (atomic: 3F vec4 rows of per-face sums, added into);
+    ``slot_grad``, ``keys``, ``order`` (sorted: one entry per slot).
+    """
+
+    face_verts: wp.array(dtype=wp.mat33)
+    pix_to_face: wp.array2d(dtype=wp.int32)
+    grad_zbuf: wp.array2d(dtype=wp.float32)
+    grad_bary: wp.array2d(dtype=wp.vec3)
+    grad_dists: wp.array2d(dtype=wp.float32)
+    height: int
+    width: int
+    num_faces: int
+    perspective: int
+    clip_bary: int
+    exact_persp: int
+    face_grad: wp.array(dtype=wp.vec4)
+    slot_grad: wp.array(dtype=wp.mat33)
+    keys: wp.array(dtype=wp.int32)
+    order: wp.array(dtype=wp.int32)
+
+
+def slot_kernel_flags(perspective_correct: bool, clip_barycentric_coords: bool,
+                      exact_perspective_grad: bool) -> tuple[int, int, int]:  # fmt: skip
+    """The flags a per-slot kernel is specialised on (the exact-gradient flag only
+    matters with perspective correction)."""
+    persp = int(bool(perspective_correct))
+    return persp, int(bool(clip_barycentric_coords)), persp * int(bool(exact_perspective_grad))
+
+
+def slot_grad_args(
+    face_verts: wp.array,
+    pix_to_face: wp.array,
+    grad_zbuf: wp.array,
+    grad_bary: wp.array,
+    grad_dists: wp.array,
+    flags: tuple[int, int, int],
+) -> SlotGradArgs:
+    """The pass's inputs for fragments ``pix_to_face`` (N, H, W, K) and their upstream
+    gradients (same shape; ``grad_bary`` of vec3); the outputs are left unset
+    (each strategy sets its own)."""
+    n, h, w, k = pix_to_face.shape
+    args = SlotGradArgs()
+    args.face_verts = face_verts
+    args.pix_to_face = pix_to_face.reshape((-1, k))
+    args.grad_zbuf = grad_zbuf.reshape((-1, k))
+    args.grad_bary = grad_bary.reshape((-1, k))
+    args.grad_dists = grad_dists.reshape((-1, k))
+    args.height = h
+    args.width = w
+    args.num_faces = face_verts.shape[0]
+    args.perspective, args.clip_bary, args.exact_persp = flags
+    return args
+
+
+@wp.func
+def row(m: wp.mat33, i: int) -> wp.vec3:
+    """Row i of m."""
+    return wp.vec3(m[i, 0], m[i, 1], m[i, 2])
+
+
+# Per-face sums as three 16-byte rows per face, added with one vector atomic per
+# row where the GPU has them (sm_90) instead of three scalar ones. CPU kernels
+# run serially: a plain add.
+@wp.func_native(
+    """
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+atomicAdd(reinterpret_cast<float4*>(a.data) + i, make_float4(v[0], v[1], v[2], 0.0f));
+#elif defined(__CUDA_ARCH__)
+float* p = reinterpret_cast<float*>(a.data + i);
+atomicAdd(p, v[0]);
+atomicAdd(p + 1, v[1]);
+atomicAdd(p + 2, v[2]);
+#else
+a.data[i] = a.data[i] + wp::vec4(v[0], v[1], v[2], 0.0f);
+#endif
+"""
+)
+def _add_row(a: wp.array(dtype=wp.vec4), i: int, v: wp.vec3): ...
+
+
+@variants.kernel_family
+def _slot_pass(flags: tuple[int, int, int] | None, stored: bool) -> wp.Kernel:
+    """One thread per pixel: each held slot's derivatives, added atomically to its
+    face's rows (``stored`` False) or stored at the slot with its sort key (True).
+    ``flags`` = (perspective, clip_bary, exact_persp) compiled in, or None: read
+    at run time (one generic kernel per strategy)."""
+
+    def slot_pass(args: SlotGradArgs):  # In: the inputs; Out: the strategy's outputs
+        perspective = args.perspective
+        clip_bary = args.clip_bary
+        exact_persp = args.exact_persp
+        if wp.static(flags is not None):
+            perspective = wp.static(flags[0])
+            clip_bary = wp.static(flags[1])
+            exact_persp = wp.static(flags[2])
+        q = wp.tid()
+        k = args.pix_to_face.shape[1]
+        r = q % (args.height * args.width)
+        p = pixel_centre(r // args.width, r % args.width, args.height, args.width)  # once
+        for s in range(k):
+            f = args.pix_to_face[q, s]
+            e = q * k + s
+            if wp.static(stored):
+                args.order[e] = e
+                if f < 0 or f >= args.num_faces:
+                    args.keys[e] = args.num_faces  # dropped by the segmented sum
+                    continue
+                args.keys[e] = f
+            elif f < 0:
+                break  # slots are filled from the front
+            fv = args.face_verts[f]
+            g = slot_grads(
+                p, row(fv, 0), row(fv, 1), row(fv, 2), perspective, clip_bary, exact_persp,
+                args.grad_zbuf[q, s], args.grad_bary[q, s], args.grad_dists[q, s],
+            )  # fmt: skip
+            if wp.static(stored):
+                args.slot_grad[e] = g
+            else:
+                _add_row(args.face_grad, 3 * f, row(g, 0))
+                _add_row(args.face_grad, 3 * f + 1, row(g, 1))
+                _add_row(args.face_grad, 3 * f + 2, row(g, 2))
+
+    name = "slot_grads_store" if stored else "slot_grads_atomic"
+    return variants.variant_kernel(slot_pass, name, flags)
+
+
+def launch_slot_pass(args: SlotGradArgs, *, stored: bool, device, specialize: bool | None) -> None:
+    """Runs the per-slot pass over every pixel of ``args`` (not recorded on a tape).
+
+    Args:
+        args: from :func:`slot_grad_args`, with the strategy's outputs set.
+        stored: the sorted strategy's stores (else the atomic adds).
+        device: the arrays' Warp device.
+        specialize: compile the flags into kernel variants (None: on CUDA).
+    """
+    flags = (args.perspective, args.clip_bary, args.exact_persp)
+    kernel = _slot_pass(variants.device_flags(device, flags, specialize), bool(stored))
+    wp.launch(kernel, dim=args.pix_to_face.shape[0], inputs=[args], device=device,
+              record_tape=False)  # fmt: skip
