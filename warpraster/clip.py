@@ -42,15 +42,19 @@ import operator
 
 import warp as wp
 
+from .backward.tape import active_tape
 from .meshes import PackedMeshes
 
 # fuse_fp off: PyTorch3D computes the crossings as separately rounded float32
 # operations; without FMA contraction CUDA gives those same bits (as the cpu device
 # does), so depth ties between clipped faces break the same way everywhere.
-# RUN_TO_RUN: the generated backward's scatter-adds into ``verts.grad`` are summed in
-# a fixed order, so gradients are bit-identical run to run and between a captured
-# replay and an eager call on a GPU (plain float atomics differed in the last bit).
-wp.set_module_options({"fuse_fp": False, "deterministic": wp.DeterministicMode.RUN_TO_RUN})
+# The backward adds gradients only for faces that were split (the others are copied
+# unchanged), with float atomics; ``deterministic=True`` launches kernel variants in
+# Warp's RUN_TO_RUN mode (scatter, sort, reduce in a fixed order), which is
+# bit-identical run to run and between a captured replay and an eager call on a GPU.
+# It is not the module default: on every face it cost host reads of record counts
+# in eager mode and a worst-case-sized sort under capture (docs/PERF.md).
+wp.set_module_options({"fuse_fp": False})
 
 __all__ = [
     "ClipBuffers",
@@ -331,6 +335,51 @@ def _unclip(
         out_bary[n, y, x, k] = b
 
 
+def _unclip_adjoint_fn(
+    # In:
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    bary: wp.array4d(dtype=wp.vec3),
+    clipped_to_unclipped: wp.array(dtype=wp.int32),
+    face_case: wp.array(dtype=wp.int32),
+    conversion: wp.array(dtype=wp.mat33),
+    out_bary_grad: wp.array4d(dtype=wp.vec3),
+    # Out (accumulated):
+    bary_grad_out: wp.array4d(dtype=wp.vec3),
+    conversion_grad_out: wp.array(dtype=wp.mat33),
+):
+    """Adjoint of :func:`_unclip`, one thread per slot: ``b_out = M b`` gives
+    ``db += M^T g`` (no other thread writes the slot) and ``dM += g b^T``, added
+    only for split faces: a kept face's M is the constant identity, whose
+    gradient nothing reads, so most slots add nothing to a shared row."""
+    n, y, x, k = wp.tid()
+    p = pix_to_face[n, y, x, k]
+    g = out_bary_grad[n, y, x, k]
+    if p >= 0:
+        bary_grad_out[n, y, x, k] = bary_grad_out[n, y, x, k] + wp.transpose(conversion[p]) * g
+        if face_case[clipped_to_unclipped[p]] != _KEEP:
+            wp.atomic_add(conversion_grad_out, p, wp.outer(g, bary[n, y, x, k]))
+    else:
+        bary_grad_out[n, y, x, k] = bary_grad_out[n, y, x, k] + g
+
+
+_unclip_adjoint = wp.kernel(_unclip_adjoint_fn, enable_backward=False)
+#: The same kernels in Warp's RUN_TO_RUN mode, for ``deterministic=True``.
+_RUN_TO_RUN = {"fuse_fp": False, "deterministic": wp.DeterministicMode.RUN_TO_RUN}
+_unclip_adjoint_deterministic = wp.kernel(
+    _unclip_adjoint_fn,
+    name="_unclip_adjoint_deterministic",
+    enable_backward=False,
+    module="unique",
+    module_options=_RUN_TO_RUN,
+)
+_clip_geometry_deterministic = wp.kernel(
+    _clip_geometry.func,
+    name="_clip_geometry_deterministic",
+    module="unique",
+    module_options=_RUN_TO_RUN,
+)
+
+
 # ----------------------------------------------------------------------------- buffers
 class ClipBuffers:
     """Device buffers of one clipping configuration, allocated once and reused.
@@ -440,6 +489,7 @@ def clip_faces(
     perspective_correct: bool,
     buffers: ClipBuffers,
     frustum_cull_rule: FrustumCullRule = FrustumCullRule.PYTORCH3D,
+    deterministic: bool = False,
 ) -> ClipBuffers:
     """Clips faces at ``z = z_clip_value`` and culls them to the frustum, on the device.
 
@@ -459,6 +509,8 @@ def clip_faces(
         perspective_correct: interpolate the crossings' x, y on ``xy * z``.
         buffers: made for (V, F, N) on the same device.
         frustum_cull_rule: :class:`FrustumCullRule`; PyTorch3D's by default.
+        deterministic: record the geometry kernel in Warp's RUN_TO_RUN mode, so the
+            gradients of split faces' crossings are summed in a fixed order on a GPU.
 
     Returns:
         ``buffers``, filled (see :class:`ClipBuffers`).
@@ -523,7 +575,7 @@ def clip_faces(
         wp.launch(_copy_verts, dim=v, inputs=[verts], outputs=[buffers.verts], device=d)
     if f > 0:
         wp.launch(
-            _clip_geometry,
+            _clip_geometry_deterministic if deterministic else _clip_geometry,
             dim=f,
             inputs=[
                 verts,
@@ -547,6 +599,8 @@ def unclip_fragments(
     buffers: ClipBuffers,
     out_pix_to_face: wp.array,
     out_bary_coords: wp.array,
+    *,
+    deterministic: bool = False,
 ) -> None:
     """Maps fragments of the clipped faces back to the input faces.
 
@@ -563,6 +617,8 @@ def unclip_fragments(
         buffers: the :class:`ClipBuffers` the fragments were rasterized from.
         out_pix_to_face: int32 (N, H, W, K); must not alias ``pix_to_face``.
         out_bary_coords: vec3 (N, H, W, K); must not alias ``bary_coords``.
+        deterministic: sum the split faces' conversion gradients in a fixed order
+            (Warp's RUN_TO_RUN mode) instead of with float atomics.
     """
     d = buffers.device
     shape = tuple(pix_to_face.shape)
@@ -583,4 +639,31 @@ def unclip_fragments(
         ],
         outputs=[out_pix_to_face, out_bary_coords],
         device=d,
+        record_tape=False,
     )
+    tape = active_tape()
+    if tape is None or out_bary_coords.grad is None:
+        return
+    conversion = buffers.barycentric_conversion
+    kernel = _unclip_adjoint_deterministic if deterministic else _unclip_adjoint
+    # an input without a gradient gets a scratch one (allocated while recording)
+    bary_grad = bary_coords.grad if bary_coords.grad is not None else wp.empty_like(bary_coords)
+    conv_grad = conversion.grad if conversion.grad is not None else wp.empty_like(conversion)
+
+    def backward():
+        wp.launch(
+            kernel,
+            dim=shape,
+            inputs=[
+                pix_to_face,
+                bary_coords,
+                buffers.faces_clipped_to_unclipped_idx,
+                buffers.face_case,
+                conversion,
+                out_bary_coords.grad,
+            ],
+            outputs=[bary_grad, conv_grad],
+            device=d,
+        )
+
+    tape.record_func(backward, arrays=[out_bary_coords, bary_coords, conversion])

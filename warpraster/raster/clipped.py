@@ -118,9 +118,10 @@ def rasterize_clipped(
         perspective_correct=settings.perspective_correct,
         buffers=workspace.clip,
         frustum_cull_rule=frustum_cull_rule,
+        deterministic=settings.deterministic,
     )
     inner = rasterize_packed(clipped.packed, workspace.raster, settings)
     out = workspace.fragments
     unclip_fragments(inner.pix_to_face, inner.bary_coords, clipped, out.pix_to_face,
-                     out.bary_coords)  # fmt: skip
+                     out.bary_coords, deterministic=settings.deterministic)  # fmt: skip
     return out
