@@ -99,6 +99,30 @@ def allocate_fragments(
     )
 
 
+@wp.struct
+class FragmentRows:
+    """The four arrays of :class:`Fragments` (or their gradients) in a kernel,
+    viewed as (N * H * W, K) rows: ``pix_to_face`` int32, ``zbuf`` float32,
+    ``bary`` vec3, ``dists`` float32."""
+
+    pix_to_face: wp.array2d(dtype=wp.int32)
+    zbuf: wp.array2d(dtype=wp.float32)
+    bary: wp.array2d(dtype=wp.vec3)
+    dists: wp.array2d(dtype=wp.float32)
+
+
+def fragment_rows(pix_to_face: wp.array, zbuf: wp.array, bary: wp.array, dists: wp.array
+                  ) -> FragmentRows:  # fmt: skip
+    """A :class:`FragmentRows` of four arrays of one shape (..., K) (``bary`` of vec3)."""
+    k = pix_to_face.shape[-1]
+    rows = FragmentRows()
+    rows.pix_to_face = pix_to_face.reshape((-1, k))
+    rows.zbuf = zbuf.reshape((-1, k))
+    rows.bary = bary.reshape((-1, k))
+    rows.dists = dists.reshape((-1, k))
+    return rows
+
+
 # ----------------------------------------------------------------------------- per-slot math
 @wp.func
 def fragment_values(

@@ -61,8 +61,7 @@ def launch_atomic(
     (the per-slot pass over ``args``) and adds them to ``verts_grad``."""
     device = verts_grad.device
     face_grad.zero_()
-    args.face_grad = face_grad
-    launch_slot_pass(args, stored=False, device=device, specialize=specialize)
+    launch_slot_pass(args, [face_grad], stored=False, device=device, specialize=specialize)
     wp.launch(
         _scatter_to_verts,
         dim=faces.shape[0],

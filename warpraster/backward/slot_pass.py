@@ -18,6 +18,7 @@ from __future__ import annotations
 import warp as wp
 
 from .. import variants
+from ..fragments import FragmentRows, fragment_rows
 from ..geometry import pixel_centre
 from .slot_grads import slot_grads
 
@@ -28,33 +29,20 @@ __all__ = ["SlotGradArgs", "launch_slot_pass", "slot_grad_args", "slot_kernel_fl
 
 @wp.struct
 class SlotGradArgs:
-    """What the per-slot pass reads and writes; the (N, H, W, K) arrays are viewed
-    as (N * H * W, K) rows.
-
-    Inputs: ``face_verts`` (F,) mat33 (rows = the face's vertices at render
-    time), ``pix_to_face`` (the render's choice, -1 in empty slots),
-    ``grad_zbuf`` / ``grad_bary`` / ``grad_dists`` (the upstream gradients),
-    the image ``height`` / ``width``, ``num_faces`` (F) and the flags a generic
-    kernel reads at run time (``perspective``, ``clip_bary``, ``exact_persp``).
-    Outputs: ``face_grad`` (atomic: 3F vec4 rows of per-face sums, added into);
-    ``slot_grad``, ``keys``, ``order`` (sorted: one entry per slot).
-    """
+    """What the per-slot pass reads: ``face_verts`` (F,) mat33 (rows = the face's
+    vertices at render time; F = ``num_faces``), the image ``height`` / ``width``,
+    ``grads``: the render's ``pix_to_face`` (-1 in empty slots) with the upstream
+    gradients of ``zbuf``, ``bary`` and ``dists`` as (N * H * W, K) rows, and the
+    flags a generic kernel reads at run time."""
 
     face_verts: wp.array(dtype=wp.mat33)
-    pix_to_face: wp.array2d(dtype=wp.int32)
-    grad_zbuf: wp.array2d(dtype=wp.float32)
-    grad_bary: wp.array2d(dtype=wp.vec3)
-    grad_dists: wp.array2d(dtype=wp.float32)
+    num_faces: int
     height: int
     width: int
-    num_faces: int
+    grads: FragmentRows
     perspective: int
     clip_bary: int
     exact_persp: int
-    face_grad: wp.array(dtype=wp.vec4)
-    slot_grad: wp.array(dtype=wp.mat33)
-    keys: wp.array(dtype=wp.int32)
-    order: wp.array(dtype=wp.int32)
 
 
 def slot_kernel_flags(perspective_correct: bool, clip_barycentric_coords: bool,
@@ -74,18 +62,14 @@ def slot_grad_args(
     flags: tuple[int, int, int],
 ) -> SlotGradArgs:
     """The pass's inputs for fragments ``pix_to_face`` (N, H, W, K) and their upstream
-    gradients (same shape; ``grad_bary`` of vec3); the outputs are left unset
-    (each strategy sets its own)."""
+    gradients (same shape; ``grad_bary`` of vec3)."""
     n, h, w, k = pix_to_face.shape
     args = SlotGradArgs()
     args.face_verts = face_verts
-    args.pix_to_face = pix_to_face.reshape((-1, k))
-    args.grad_zbuf = grad_zbuf.reshape((-1, k))
-    args.grad_bary = grad_bary.reshape((-1, k))
-    args.grad_dists = grad_dists.reshape((-1, k))
+    args.num_faces = face_verts.shape[0]
     args.height = h
     args.width = w
-    args.num_faces = face_verts.shape[0]
+    args.grads = fragment_rows(pix_to_face, grad_zbuf, grad_bary, grad_dists)
     args.perspective, args.clip_bary, args.exact_persp = flags
     return args
 
@@ -123,7 +107,15 @@ def _slot_pass(flags: tuple[int, int, int] | None, stored: bool) -> wp.Kernel:
     ``flags`` = (perspective, clip_bary, exact_persp) compiled in, or None: read
     at run time (one generic kernel per strategy)."""
 
-    def slot_pass(args: SlotGradArgs):  # In: the inputs; Out: the strategy's outputs
+    def slot_pass(
+        # In:
+        args: SlotGradArgs,
+        # Out (atomic: face_grad_out, added into; sorted: the other three):
+        face_grad_out: wp.array(dtype=wp.vec4),
+        slot_grad_out: wp.array(dtype=wp.mat33),
+        keys_out: wp.array(dtype=wp.int32),
+        order_out: wp.array(dtype=wp.int32),
+    ):
         perspective = args.perspective
         clip_bary = args.clip_bary
         exact_persp = args.exact_persp
@@ -132,46 +124,51 @@ def _slot_pass(flags: tuple[int, int, int] | None, stored: bool) -> wp.Kernel:
             clip_bary = wp.static(flags[1])
             exact_persp = wp.static(flags[2])
         q = wp.tid()
-        k = args.pix_to_face.shape[1]
+        k = args.grads.pix_to_face.shape[1]
         r = q % (args.height * args.width)
         p = pixel_centre(r // args.width, r % args.width, args.height, args.width)  # once
         for s in range(k):
-            f = args.pix_to_face[q, s]
+            f = args.grads.pix_to_face[q, s]
             e = q * k + s
             if wp.static(stored):
-                args.order[e] = e
+                order_out[e] = e
                 if f < 0 or f >= args.num_faces:
-                    args.keys[e] = args.num_faces  # dropped by the segmented sum
+                    keys_out[e] = args.num_faces  # dropped by the segmented sum
                     continue
-                args.keys[e] = f
+                keys_out[e] = f
             elif f < 0:
                 break  # slots are filled from the front
             fv = args.face_verts[f]
             g = slot_grads(
                 p, row(fv, 0), row(fv, 1), row(fv, 2), perspective, clip_bary, exact_persp,
-                args.grad_zbuf[q, s], args.grad_bary[q, s], args.grad_dists[q, s],
+                args.grads.zbuf[q, s], args.grads.bary[q, s], args.grads.dists[q, s],
             )  # fmt: skip
             if wp.static(stored):
-                args.slot_grad[e] = g
+                slot_grad_out[e] = g
             else:
-                _add_row(args.face_grad, 3 * f, row(g, 0))
-                _add_row(args.face_grad, 3 * f + 1, row(g, 1))
-                _add_row(args.face_grad, 3 * f + 2, row(g, 2))
+                _add_row(face_grad_out, 3 * f, row(g, 0))
+                _add_row(face_grad_out, 3 * f + 1, row(g, 1))
+                _add_row(face_grad_out, 3 * f + 2, row(g, 2))
 
     name = "slot_grads_store" if stored else "slot_grads_atomic"
     return variants.variant_kernel(slot_pass, name, flags)
 
 
-def launch_slot_pass(args: SlotGradArgs, *, stored: bool, device, specialize: bool | None) -> None:
+def launch_slot_pass(
+    args: SlotGradArgs, outputs: list, *, stored: bool, device, specialize: bool | None
+) -> None:
     """Runs the per-slot pass over every pixel of ``args`` (not recorded on a tape).
 
     Args:
-        args: from :func:`slot_grad_args`, with the strategy's outputs set.
+        args: from :func:`slot_grad_args`.
+        outputs: the atomic strategy's ``[face_grad]`` (3F vec4 rows, added into)
+            or the sorted strategy's ``[slot_grad, keys, order]`` (one per slot).
         stored: the sorted strategy's stores (else the atomic adds).
         device: the arrays' Warp device.
         specialize: compile the flags into kernel variants (None: on CUDA).
     """
     flags = (args.perspective, args.clip_bary, args.exact_persp)
     kernel = _slot_pass(variants.device_flags(device, flags, specialize), bool(stored))
-    wp.launch(kernel, dim=args.pix_to_face.shape[0], inputs=[args], device=device,
-              record_tape=False)  # fmt: skip
+    outputs = [None, *outputs] if stored else [*outputs, None, None, None]
+    wp.launch(kernel, dim=args.grads.pix_to_face.shape[0], inputs=[args], outputs=outputs,
+              device=device, record_tape=False)  # fmt: skip

@@ -309,7 +309,7 @@ class SortedBackward:
         Args:
             faces: (F, 3) int32 vertex indices.
             args: the per-slot pass's inputs (:func:`~warpraster.backward.slot_pass.slot_grad_args`)
-                for fragments of this object's shape; its outputs are set here.
+                for fragments of this object's shape.
             verts_grad: (V,) vec3, accumulated into.
             specialize: compile the flags into kernel variants (None: on CUDA).
         """
@@ -318,10 +318,8 @@ class SortedBackward:
             return
         dev = self.device
         args.num_faces = self.num_faces
-        args.slot_grad = self.slot_grad
-        args.keys = self.slot_sum.keys
-        args.order = self.slot_sum.order
-        launch_slot_pass(args, stored=True, device=dev, specialize=specialize)
+        outputs = [self.slot_grad, self.slot_sum.keys, self.slot_sum.order]
+        launch_slot_pass(args, outputs, stored=True, device=dev, specialize=specialize)
         self.face_grad.zero_()
         self.slot_sum.run(self.slot_grad, self.num_faces, self.face_grad, accumulate=False)
         wp.launch(

@@ -3,7 +3,9 @@ touches the bin.
 
 Three launches, no host reads: count the (face, bin) pairs per bin, an
 exclusive prefix sum of the counts gives each bin's start in one flat list,
-then every face writes itself into the bins it touches. The list has a fixed
+then every face writes itself into the bins it touches. The kernels read the
+face set-up and the bin grid from, and write the lists into, the raster
+passes' argument struct (:class:`~warpraster.raster.coverage.PassArgs`). The list has a fixed
 capacity; a bin whose entries do not fit (or exceed ``max_faces_per_bin``) is
 "overflowed": the fine pass then tests all faces of the mesh for that bin's
 pixels, so the output stays exact whatever the capacity. Faces within a list
@@ -16,6 +18,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..geometry import pix_to_ndc
+from .coverage import PassArgs
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
@@ -84,120 +87,89 @@ def face_bins(
     return wp.vec4i(box[0] // bin_h, box[1] // bin_h, box[2] // bin_w, box[3] // bin_w)
 
 
+@wp.func
+def _bin_span(ps: PassArgs, small: int, f: int):
+    """(ty0, ty1, tx0, tx1) bins of face f (see :func:`face_bins`) and the index of
+    the first bin of its image; an empty span for a face that is never drawn."""
+    m = ps.face_mesh[f]
+    if m < 0:
+        return wp.vec4i(1, 0, 1, 0), 0
+    r = face_bins(ps.face_bbox[f], ps.height, ps.width, ps.bin_h, ps.bin_w, small)
+    return r, m * ps.bins_y * ps.bins_x
+
+
 @wp.kernel
-def _count_bins(
-    # In:
-    face_mesh: wp.array(dtype=wp.int32),
-    face_bbox: wp.array(dtype=wp.vec4),
-    neighbor: wp.array(dtype=wp.int32),
-    height: int,
-    width: int,
-    bin_h: int,
-    bin_w: int,
-    bins_y: int,
-    bins_x: int,
-    small: int,
-    # In/out (zeroed by the caller):
-    bin_count: wp.array(dtype=wp.int32),
-    bin_split: wp.array(dtype=wp.int32),
-):
+def _count_bins(ps: PassArgs, small: int):
     """Counts the (face, bin) pairs per bin, and marks the bins that a face split
-    by near-plane clipping touches (``neighbor[f] >= 0``): only their pixels need
-    faces offered in index order (PyTorch3D's rule for the two halves)."""
+    by near-plane clipping touches (``ps.neighbor[f] >= 0``): only their pixels
+    need faces offered in index order (PyTorch3D's rule for the two halves).
+
+    In: ``ps``'s face set-up and bin grid, ``small``. Out (zeroed by the caller):
+    ``ps.bin_count``, ``ps.bin_split``.
+    """
     f = wp.tid()
-    m = face_mesh[f]
-    if m < 0:
-        return
-    r = face_bins(face_bbox[f], height, width, bin_h, bin_w, small)
-    base = m * bins_y * bins_x
-    split = neighbor[f] >= 0
+    r, base = _bin_span(ps, small, f)
+    split = ps.neighbor[f] >= 0
     for ty in range(r[0], r[1] + 1):
         for tx in range(r[2], r[3] + 1):
-            t = base + ty * bins_x + tx
-            wp.atomic_add(bin_count, t, 1)
+            t = base + ty * ps.bins_x + tx
+            wp.atomic_add(ps.bin_count, t, 1)
             if split:
-                bin_split[t] = 1
+                ps.bin_split[t] = 1
 
 
 @wp.kernel
-def _fill_bins(
-    # In:
-    face_mesh: wp.array(dtype=wp.int32),
-    face_bbox: wp.array(dtype=wp.vec4),
-    height: int,
-    width: int,
-    bin_h: int,
-    bin_w: int,
-    bins_y: int,
-    bins_x: int,
-    small: int,
-    bin_offset: wp.array(dtype=wp.int32),
-    # Out:
-    bin_cursor: wp.array(dtype=wp.int32),
-    bin_faces: wp.array(dtype=wp.int32),
-):
+def _fill_bins(ps: PassArgs, small: int, bin_cursor_out: wp.array(dtype=wp.int32)):
+    """Writes each face into the lists of the bins it touches (entries past the
+    list's capacity are dropped: the fine pass treats that bin as overflowed).
+
+    In: ``ps``'s face set-up, bin grid and ``bin_offset``, ``small``. Out:
+    ``bin_cursor_out`` (zeroed by the caller: entries per bin so far),
+    ``ps.bin_faces``.
+    """
     f = wp.tid()
-    m = face_mesh[f]
-    if m < 0:
-        return
-    r = face_bins(face_bbox[f], height, width, bin_h, bin_w, small)
-    base = m * bins_y * bins_x
-    capacity = bin_faces.shape[0]
+    r, base = _bin_span(ps, small, f)
+    capacity = ps.bin_faces.shape[0]
     for ty in range(r[0], r[1] + 1):
         for tx in range(r[2], r[3] + 1):
-            t = base + ty * bins_x + tx
-            pos = bin_offset[t] + wp.atomic_add(bin_cursor, t, 1)
+            t = base + ty * ps.bins_x + tx
+            pos = ps.bin_offset[t] + wp.atomic_add(bin_cursor_out, t, 1)
             if pos < capacity:
-                bin_faces[pos] = f
+                ps.bin_faces[pos] = f
 
 
 @wp.kernel
-def _sort_bins(
-    # In:
-    bin_count: wp.array(dtype=wp.int32),
-    bin_offset: wp.array(dtype=wp.int32),
-    bin_split: wp.array(dtype=wp.int32),
-    max_sorted: int,
-    # In/out:
-    bin_faces: wp.array(dtype=wp.int32),
-):
+def _sort_bins(ps: PassArgs):
     """Ascending face order within each bin's list (insertion sort, one thread per
-    bin); lists longer than ``max_sorted`` or beyond capacity are left alone (the
-    fine pass treats them as overflowed)."""
+    bin); lists longer than ``ps.max_sorted`` or beyond capacity are left alone
+    (the fine pass treats them as overflowed).
+
+    In: ``ps.bin_count``, ``bin_offset``, ``bin_split``, ``max_sorted``. In/out:
+    ``ps.bin_faces``.
+    """
     t = wp.tid()
-    count = bin_count[t]
-    start = bin_offset[t]
-    if bin_split[t] == 0 or count > max_sorted or start + count > bin_faces.shape[0]:
+    count = ps.bin_count[t]
+    start = ps.bin_offset[t]
+    if ps.bin_split[t] == 0 or count > ps.max_sorted or start + count > ps.bin_faces.shape[0]:
         return
     for i in range(start + 1, start + count):
-        v = bin_faces[i]
+        v = ps.bin_faces[i]
         j = i - 1
-        while j >= start and bin_faces[j] > v:
-            bin_faces[j + 1] = bin_faces[j]
+        while j >= start and ps.bin_faces[j] > v:
+            ps.bin_faces[j + 1] = ps.bin_faces[j]
             j -= 1
-        bin_faces[j + 1] = v
+        ps.bin_faces[j + 1] = v
 
 
-def _launch(name, kernel, dim, inputs, outputs=()):
-    wp.launch(kernel, dim=dim, inputs=inputs, outputs=list(outputs), device=inputs[0].device,
-              record_tape=False)  # fmt: skip
+def sort_bins(ps: PassArgs, key, launch) -> None:
+    """Puts the list of each bin marked in ``ps.bin_split`` (at most
+    ``ps.max_sorted`` faces) in ascending face order; longer lists are left as
+    they are: the fine pass then tests every face of the mesh in order
+    (``Tuning.max_sorted_bin``).
 
-
-def sort_bins(bin_count, bin_offset, bin_split, bin_faces, max_sorted: int,
-              launch=_launch) -> None:  # fmt: skip
-    """Puts the list of each bin marked in ``bin_split`` (at most ``max_sorted``
-    faces) in ascending face order; longer lists are left as they are: the fine
-    pass then tests every face of the mesh in order (``Tuning.max_sorted_bin``).
-
-    ``launch(name, kernel, dim, inputs, outputs)`` runs a kernel (e.g. a
-    :class:`warpraster.raster.LaunchCache`); default: ``wp.launch``."""
-    launch(
-        "sort_bins",
-        _sort_bins,
-        bin_count.shape[0],
-        [bin_count, bin_offset, bin_split, max_sorted],
-        [bin_faces],
-    )
+    ``launch(name, kernel, dim, inputs, key=...)`` runs a kernel (a
+    :class:`warpraster.raster.LaunchCache`); ``key`` identifies ``ps``."""
+    launch("sort_bins", _sort_bins, ps.bin_count.shape[0], [ps], key=key)
 
 
 def bin_grid(height: int, width: int, bin_h: int, bin_w: int) -> tuple[int, int]:
@@ -212,39 +184,14 @@ def default_capacity(num_faces: int, num_bins: int) -> int:
     return max(8 * num_faces + 4 * num_bins, 1024)
 
 
-def coarse_bin(
-    face_mesh,
-    face_bbox,
-    height: int,
-    width: int,
-    bin_h: int,
-    bin_w: int,
-    bin_count,
-    bin_offset,
-    bin_cursor,
-    bin_faces,
-    neighbor,
-    bin_split,
-    small: int = 0,
-    launch=_launch,
-    zeroed: bool = False,
-):
-    """Fills the compacted per-bin face lists. Capturable: no host reads.
+def coarse_bin(ps: PassArgs, key, num_faces: int, bin_cursor: wp.array, launch, small: int = 0):
+    """Fills the compacted per-bin face lists of ``ps``. Capturable: no host reads.
 
     Faces covering at most ``small`` pixels are left out (0: none left out).
-    ``neighbor`` (F,) is each face's split partner (-1: none); ``bin_split`` gets
-    1 for the bins a split face touches. ``launch`` runs the kernels, as in
-    :func:`sort_bins`. ``zeroed``: the caller has zeroed ``bin_count``,
-    ``bin_cursor`` and ``bin_split`` already.
+    ``ps.bin_split`` gets 1 for the bins a split face (``ps.neighbor[f] >= 0``)
+    touches. The caller has zeroed ``ps.bin_count``, ``bin_cursor`` and
+    ``ps.bin_split``. ``launch`` and ``key`` as in :func:`sort_bins`.
     """
-    ty, tx = bin_grid(height, width, bin_h, bin_w)
-    nf = face_mesh.shape[0]
-    if not zeroed:
-        bin_count.zero_()
-        bin_cursor.zero_()
-        bin_split.zero_()
-    args = [face_mesh, face_bbox, height, width, bin_h, bin_w, ty, tx, small]
-    launch("count_bins", _count_bins, nf, [face_mesh, face_bbox, neighbor, *args[2:]],
-           [bin_count, bin_split])  # fmt: skip
-    wp.utils.array_scan(bin_count, bin_offset, inclusive=False)
-    launch("fill_bins", _fill_bins, nf, [*args, bin_offset], [bin_cursor, bin_faces])
+    launch("count_bins", _count_bins, num_faces, [ps, small], key=(key, small))
+    wp.utils.array_scan(ps.bin_count, ps.bin_offset, inclusive=False)
+    launch("fill_bins", _fill_bins, num_faces, [ps, small, bin_cursor], key=(key, small))

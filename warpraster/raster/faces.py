@@ -3,6 +3,7 @@
 import warp as wp
 
 from ..geometry import EPS, face_area
+from .coverage import PassArgs
 from .stores import store4
 
 # fuse_fp off: no a*b+c contraction into FMA, so every decision is made on the
@@ -20,16 +21,10 @@ def _finite3(v: wp.vec3) -> bool:
 
 
 @wp.func
-def _drawn_face(
-    verts: wp.array(dtype=wp.vec3),
-    faces: wp.array2d(dtype=wp.int32),
-    mesh_first: wp.array(dtype=wp.int32),
-    mesh_count: wp.array(dtype=wp.int32),
-    num_meshes: int,
-    cull_backfaces: int,
-    f: int,
-):
-    """(owning mesh, or -1 if face f is never drawn; its three vertices)."""
+def _drawn_face(ps: PassArgs, verts: wp.array(dtype=wp.vec3), faces: wp.array2d(dtype=wp.int32),
+                num_meshes: int, cull_backfaces: int, f: int):  # fmt: skip
+    """(owning mesh, or -1 if face f is never drawn; its three vertices). The mesh
+    ranges are ``ps.mesh_first`` / ``ps.mesh_count``."""
     v0 = wp.vec3(0.0)
     v1 = wp.vec3(0.0)
     v2 = wp.vec3(0.0)
@@ -38,14 +33,14 @@ def _drawn_face(
     hi = num_meshes - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if mesh_first[mid] <= f:
+        if ps.mesh_first[mid] <= f:
             lo = mid
         else:
             hi = mid - 1
     m = lo
-    while m > 0 and mesh_count[m] == 0:
+    while m > 0 and ps.mesh_count[m] == 0:
         m -= 1
-    if f < mesh_first[m] or f >= mesh_first[m] + mesh_count[m]:
+    if f < ps.mesh_first[m] or f >= ps.mesh_first[m] + ps.mesh_count[m]:
         return -1, v0, v1, v2
     nv = verts.shape[0]
     i0 = faces[f, 0]
@@ -73,33 +68,27 @@ def setup_faces(
     # In:
     verts: wp.array(dtype=wp.vec3),
     faces: wp.array2d(dtype=wp.int32),
-    mesh_first: wp.array(dtype=wp.int32),
-    mesh_count: wp.array(dtype=wp.int32),
     num_meshes: int,
-    blur_radius: float,
     cull_backfaces: int,
-    # Out:
-    face_mesh: wp.array(dtype=wp.int32),
-    face_bbox: wp.array(dtype=wp.vec4),
-    face_verts: wp.array(dtype=wp.mat33),
+    # In: ps.mesh_first, mesh_count, blur_radius; Out: ps.face_mesh, face_bbox, face_verts
+    ps: PassArgs,
 ):
     """Triangle setup, once per face: owning mesh (-1 if never drawn), blur-grown
     bbox (empty for faces never drawn) and a copy of the three vertices. Each
     output written once, the bbox in one 16-byte store (face_bbox is 16-byte
     aligned: a fresh allocation)."""
     f = wp.tid()
-    m, v0, v1, v2 = _drawn_face(verts, faces, mesh_first, mesh_count, num_meshes, cull_backfaces, f)
-    face_mesh[f] = m
+    m, v0, v1, v2 = _drawn_face(ps, verts, faces, num_meshes, cull_backfaces, f)
+    ps.face_mesh[f] = m
     if m < 0:
-        store4(face_bbox, f, wp.vec4(FAR, FAR, -FAR, -FAR))
+        store4(ps.face_bbox, f, wp.vec4(FAR, FAR, -FAR, -FAR))
         return
-    r = wp.sqrt(blur_radius)
+    r = wp.sqrt(ps.blur_radius)
     bb = wp.vec4(
         wp.min(wp.min(v0[0], v1[0]), v2[0]) - r,
         wp.min(wp.min(v0[1], v1[1]), v2[1]) - r,
         wp.max(wp.max(v0[0], v1[0]), v2[0]) + r,
         wp.max(wp.max(v0[1], v1[1]), v2[1]) + r,
     )
-    store4(face_bbox, f, bb)
-    face_verts[f] = wp.matrix_from_rows(v0, v1, v2)  # rows: the vertices
-
+    store4(ps.face_bbox, f, bb)
+    ps.face_verts[f] = wp.matrix_from_rows(v0, v1, v2)  # rows: the vertices

@@ -100,15 +100,6 @@ def _launch_passes(
     k = ws.faces_per_pixel
     tuning = ws.tuning
     launch = ws.launches
-    if nf > 0:
-        launch(
-            "setup",
-            setup_faces,
-            nf,
-            [meshes.verts, meshes.faces, meshes.mesh_to_face_first_idx,
-             meshes.num_faces_per_mesh, n, settings.blur_radius, int(settings.cull_backfaces)],
-            [ws.face_mesh, ws.face_bbox, ws.face_verts],
-        )  # fmt: skip
     # Split faces (near-plane clipping): PyTorch3D's rule for the two halves of a
     # split face depends on the order faces are offered in, so the pixels of bins
     # that a split face touches see their faces in ascending index order, in a
@@ -120,6 +111,10 @@ def _launch_passes(
     small = tuning.small_face_pixels if (k == 1 and ws.binned and not ordered) else 0
     ps, ps_key = ws.pass_for(meshes, settings, frags, seeded=small > 0, split_bins=split,
                              split_only=split and register)  # fmt: skip
+    if nf > 0:
+        cull = int(settings.cull_backfaces)
+        launch("setup", setup_faces, nf, [meshes.verts, meshes.faces, n, cull, ps],
+               key=(array_key(meshes.verts), array_key(meshes.faces), n, cull, ps_key))  # fmt: skip
     if small > 0:
         ws.depth_keys.fill_(EMPTY_KEY_VALUE)
         if nf > 0:
@@ -128,16 +123,9 @@ def _launch_passes(
     if ws.binned:
         ws.counters.zero_()  # bin counts and cursors, split marks, overflow
         if nf > 0:
-            neighbor = meshes.clipped_faces_neighbor_idx
-            binning.coarse_bin(
-                ws.face_mesh, ws.face_bbox, h, w, ws.bin_h, ws.bin_w, ws.bin_count,
-                ws.bin_offset, ws.bin_cursor, ws.bin_faces,
-                ws.no_neighbors if neighbor is None else neighbor, ws.bin_split, small,
-                launch=launch, zeroed=True,
-            )  # fmt: skip
+            binning.coarse_bin(ps, ps_key, nf, ws.bin_cursor, launch, small)
             if ordered:
-                binning.sort_bins(ws.bin_count, ws.bin_offset, ws.bin_split, ws.bin_faces,
-                                  tuning.max_sorted_bin, launch=launch)  # fmt: skip
+                binning.sort_bins(ps, ps_key, launch)
         else:
             ws.bin_offset.zero_()
     per_bin = ws.bin_h * ws.bin_w
