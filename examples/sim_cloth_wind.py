@@ -5,7 +5,10 @@ A mass-spring cloth hangs from its top edge; a uniform wind drags every particle
 substeps by two cameras (:class:`warpraster.sim.CameraSensor`, soft silhouette,
 Newton's shading). Target images come from the true wind; starting from no
 wind, Adam on the image loss recovers it. The whole step (simulate, render, loss,
-backward) is captured once in a graph and replayed each iteration.
+backward) is captured once in a graph and replayed each iteration; every float
+sum in it runs in a fixed order (hand-written adjoints, the sensor's
+deterministic backward, the fixed-order loss), so on a GPU too eager steps and
+replays give the same bits.
 
     python examples/sim_cloth_wind.py            # full run, last line: recovered=... truth=...
     python examples/sim_cloth_wind.py --test     # a short run (the test suite)
@@ -21,8 +24,18 @@ import warp as wp
 
 import warpraster.sim as wsim
 
+# every kernel here has a hand-written adjoint (below): no generated ones to compile
+wp.set_module_options({"enable_backward": False})
+
 
 # ----------------------------------------------------------------------------- physics
+# Every kernel below runs unrecorded and has a hand-written adjoint registered on
+# the tape (``tape.record_func``): each element is written by one thread and every
+# float sum runs in an order fixed by the topology (a particle's springs, in CSR
+# order), so a step and its backward are bit-identical run after run on a GPU.
+# (A spring kernel adding forces with ``wp.atomic_add``, or Warp's generated
+# adjoint of a kernel reading a particle from many springs, adds floats in thread
+# order.)
 @wp.kernel
 def _spring_forces(
     # Model:
@@ -34,8 +47,9 @@ def _spring_forces(
     q: wp.array(dtype=wp.vec3),
     qd: wp.array(dtype=wp.vec3),
     # Data out:
-    f_out: wp.array(dtype=wp.vec3),
+    fs_out: wp.array(dtype=wp.vec3),
 ):
+    """Force of spring s on its first particle (the second gets its negative)."""
     s = wp.tid()
     i = springs[s][0]
     j = springs[s][1]
@@ -43,9 +57,94 @@ def _spring_forces(
     length = wp.length(d)
     u = d / length
     rel = wp.dot(qd[j] - qd[i], u)
-    f = (ke * (length - rest[s]) + kd * rel) * u
-    wp.atomic_add(f_out, i, f)
-    wp.atomic_sub(f_out, j, f)
+    fs_out[s] = (ke * (length - rest[s]) + kd * rel) * u
+
+
+@wp.kernel
+def _spring_forces_adjoint(
+    # Model:
+    springs: wp.array(dtype=wp.vec2i),
+    rest: wp.array(dtype=float),
+    ke: float,
+    kd: float,
+    # Data in:
+    q: wp.array(dtype=wp.vec3),
+    qd: wp.array(dtype=wp.vec3),
+    f_grad: wp.array(dtype=wp.vec3),
+    # Data out, per spring:
+    d_grad_out: wp.array(dtype=wp.vec3),
+    v_grad_out: wp.array(dtype=wp.vec3),
+):
+    """Spring s: the gradient w.r.t. d = q_j - q_i and v = qd_j - qd_i of its force
+    f = (ke (|d| - rest) + kd v.u) u, u = d / |d|, whose upstream gradient is
+    f.grad[i] - f.grad[j]."""
+    s = wp.tid()
+    i = springs[s][0]
+    j = springs[s][1]
+    g = f_grad[i] - f_grad[j]
+    d = q[j] - q[i]
+    v = qd[j] - qd[i]
+    length = wp.length(d)
+    u = d / length
+    a = ke * (length - rest[s]) + kd * wp.dot(v, u)
+    gu = wp.dot(g, u)
+    # du/dd = (I - u u^T) / |d| (symmetric)
+    proj_v = (v - u * wp.dot(u, v)) / length
+    proj_g = (g - u * gu) / length
+    d_grad_out[s] = gu * (ke * u + kd * proj_v) + a * proj_g
+    v_grad_out[s] = (gu * kd) * u
+
+
+@wp.kernel
+def _sum_spring_forces(
+    # Model: the springs at particle p are ends[start[p]:start[p+1]], end = 2 s + side
+    start: wp.array(dtype=wp.int32),
+    ends: wp.array(dtype=wp.int32),
+    # Data in:
+    fs: wp.array(dtype=wp.vec3),
+    # Data out:
+    f_out: wp.array(dtype=wp.vec3),
+):
+    """Net spring force on particle p, summed in CSR order."""
+    p = wp.tid()
+    f = wp.vec3(0.0)
+    for e in range(start[p], start[p + 1]):
+        end = ends[e]
+        s = end // 2
+        if end - 2 * s == 0:
+            f = f + fs[s]
+        else:
+            f = f - fs[s]
+    f_out[p] = f
+
+
+@wp.kernel
+def _gather_spring_grads(
+    # Model:
+    start: wp.array(dtype=wp.int32),
+    ends: wp.array(dtype=wp.int32),
+    # Data in:
+    d_grad: wp.array(dtype=wp.vec3),
+    v_grad: wp.array(dtype=wp.vec3),
+    # Data out (added to):
+    q_grad_out: wp.array(dtype=wp.vec3),
+    qd_grad_out: wp.array(dtype=wp.vec3),
+):
+    """Particle p: adds its springs' gradients (d = q_j - q_i: +at j, -at i), CSR order."""
+    p = wp.tid()
+    gq = wp.vec3(0.0)
+    gv = wp.vec3(0.0)
+    for e in range(start[p], start[p + 1]):
+        end = ends[e]
+        s = end // 2
+        if end - 2 * s == 0:
+            gq = gq - d_grad[s]
+            gv = gv - v_grad[s]
+        else:
+            gq = gq + d_grad[s]
+            gv = gv + v_grad[s]
+    q_grad_out[p] = q_grad_out[p] + gq
+    qd_grad_out[p] = qd_grad_out[p] + gv
 
 
 @wp.kernel
@@ -74,6 +173,54 @@ def _integrate(
         v = wp.vec3(0.0)
     qd_out[i] = v
     q_out[i] = q[i] + v * dt
+
+
+@wp.kernel
+def _integrate_adjoint(
+    # Model:
+    inv_mass: wp.array(dtype=float),
+    drag: float,
+    dt: float,
+    # Data in:
+    q_out_grad: wp.array(dtype=wp.vec3),
+    qd_out_grad: wp.array(dtype=wp.vec3),
+    # Data out (added to), and each particle's wind gradient (overwritten):
+    q_grad_out: wp.array(dtype=wp.vec3),
+    qd_grad_out: wp.array(dtype=wp.vec3),
+    f_grad_out: wp.array(dtype=wp.vec3),
+    wind_part_out: wp.array(dtype=wp.vec3),
+):
+    i = wp.tid()
+    w = inv_mass[i]
+    g_v = qd_out_grad[i] + dt * q_out_grad[i]
+    q_grad_out[i] = q_grad_out[i] + q_out_grad[i]
+    g_wind = wp.vec3(0.0)
+    if w > 0.0:
+        qd_grad_out[i] = qd_grad_out[i] + g_v * (1.0 - drag * w * dt)
+        f_grad_out[i] = f_grad_out[i] + g_v * (w * dt)
+        g_wind = g_v * (drag * w * dt)
+    wind_part_out[i] = g_wind
+
+
+@wp.kernel
+def _add_wind_grad(
+    count: int,
+    wind_part: wp.array(dtype=wp.vec3),
+    wind_grad_out: wp.array(dtype=wp.vec3),
+):
+    """wind.grad += the particles' parts, summed by one thread in particle order."""
+    g = wp.vec3(0.0)
+    for i in range(count):
+        g = g + wind_part[i]
+    wind_grad_out[0] = wind_grad_out[0] + g
+
+
+def _csr(keys: np.ndarray, count: int):
+    """(start, entries): for each key, the positions holding it, ascending."""
+    order = np.argsort(keys, kind="stable")
+    start = np.zeros(count + 1, np.int64)
+    np.add.at(start, keys + 1, 1)
+    return np.cumsum(start).astype(np.int32), order.astype(np.int32)
 
 
 def _cloth(n: int, size: float):
@@ -107,7 +254,7 @@ class ClothWind:
     """
 
     def __init__(self, *, n=8, steps=40, render_every=10, image_size=48, sigma=2e-4,
-                 device="cpu"):  # fmt: skip
+                 device="cpu", deterministic=True):  # fmt: skip
         self.device = wp.get_device(device)
         dev = self.device
         self.steps = steps
@@ -119,6 +266,13 @@ class ClothWind:
         q0, faces, springs, rest, inv_mass = _cloth(n, 1.0)
         self.num_particles = len(q0)
         self.springs = wp.array(springs, dtype=wp.vec2i, device=dev)
+        # the springs at each particle: entry 2 s + side (side 0: first particle)
+        start, ends = _csr(springs.reshape(-1), len(q0))
+        self.spring_start = wp.array(start, dtype=wp.int32, device=dev)
+        self.spring_ends = wp.array(ends, dtype=wp.int32, device=dev)
+        self.spring_d_grad = wp.zeros(len(springs), dtype=wp.vec3, device=dev)
+        self.spring_v_grad = wp.zeros(len(springs), dtype=wp.vec3, device=dev)
+        self.wind_part = wp.zeros(len(q0), dtype=wp.vec3, device=dev)
         self.rest = wp.array(rest, dtype=float, device=dev)
         self.inv_mass = wp.array(inv_mass, dtype=float, device=dev)
         self.wind = wp.zeros(1, dtype=wp.vec3, device=dev, requires_grad=True)
@@ -126,10 +280,12 @@ class ClothWind:
         self.q = [wp.array(q0, dtype=wp.vec3, device=dev, requires_grad=True)]
         self.qd = [wp.zeros(len(q0), dtype=wp.vec3, device=dev, requires_grad=True)]
         self.f = []
+        self.fs = []  # per-spring forces of each substep
         for _ in range(steps):
             self.q.append(wp.zeros_like(self.q[0], requires_grad=True))
             self.qd.append(wp.zeros_like(self.qd[0], requires_grad=True))
             self.f.append(wp.zeros_like(self.q[0], requires_grad=True))
+            self.fs.append(wp.zeros(len(springs), dtype=wp.vec3, device=dev))
         geo = wsim.SensorGeometry()
         geo.add_particle_mesh(np.arange(len(q0)), faces, color=(0.9, 0.35, 0.2))
         bv, bf = wsim.box_mesh(0.8, 0.05, 0.05)  # a bar the cloth hangs from (static)
@@ -139,6 +295,7 @@ class ClothWind:
             geo, camera_count=2, image_size=image_size, frames=self.frames,
             silhouette_sigma=sigma, smooth_normals=True, clear_color=(0.05, 0.05, 0.08),
             light_direction=(-0.577, 0.577, -0.577), device=dev, requires_grad=True,
+            deterministic=deterministic,
         )  # fmt: skip
         eyes = [((0.4, -3.0, 1.0), (0.0, 0.0, 0.9)), ((3.0, 1.0, 1.4), (0.0, 0.0, 0.9))]
         self.cameras = wp.array(
@@ -154,21 +311,61 @@ class ClothWind:
 
     def simulate_and_render(self) -> None:
         """The forward pass: rollout, frames, loss (record it under a tape)."""
-        dev = self.device
         for t in range(self.steps):
-            self.f[t].zero_()
-            wp.launch(_spring_forces, dim=self.springs.shape[0],
-                      inputs=[self.springs, self.rest, self.ke, self.kd, self.q[t], self.qd[t]],
-                      outputs=[self.f[t]], device=dev)  # fmt: skip
-            wp.launch(_integrate, dim=self.num_particles,
-                      inputs=[self.inv_mass, self.gravity, self.drag, self.dt, self.wind,
-                              self.q[t], self.qd[t], self.f[t]],
-                      outputs=[self.q[t + 1], self.qd[t + 1]], device=dev)  # fmt: skip
+            self._springs(t)
+            self._integrate(t)
             if (t + 1) % self.render_every == 0:
                 k = (t + 1) // self.render_every - 1
                 frame = self.sensor.update(camera_transforms=self.cameras, camera_fovs=self.fovs,
                                            particle_q=self.q[t + 1], frame=k)  # fmt: skip
                 wsim.image_loss(frame.color, self.targets[k], self.loss, weight=self.weight)
+
+    def _springs(self, t: int) -> None:
+        """Spring forces of substep t into ``f[t]`` (per spring, then per particle),
+        with their adjoint on the active tape."""
+        dev = self.device
+        model = [self.springs, self.rest, self.ke, self.kd]
+        q, qd, f = self.q[t], self.qd[t], self.f[t]
+        wp.launch(_spring_forces, dim=self.springs.shape[0], inputs=[*model, q, qd],
+                  outputs=[self.fs[t]], device=dev, record_tape=False)  # fmt: skip
+        wp.launch(_sum_spring_forces, dim=self.num_particles,
+                  inputs=[self.spring_start, self.spring_ends, self.fs[t]], outputs=[f],
+                  device=dev, record_tape=False)  # fmt: skip
+        tape = _active_tape()
+        if tape is None:
+            return
+
+        def backward():
+            wp.launch(_spring_forces_adjoint, dim=self.springs.shape[0],
+                      inputs=[*model, q, qd, f.grad],
+                      outputs=[self.spring_d_grad, self.spring_v_grad], device=dev)  # fmt: skip
+            wp.launch(_gather_spring_grads, dim=self.num_particles,
+                      inputs=[self.spring_start, self.spring_ends, self.spring_d_grad,
+                              self.spring_v_grad],
+                      outputs=[q.grad, qd.grad], device=dev)  # fmt: skip
+
+        tape.record_func(backward, arrays=[q, qd, f])
+
+    def _integrate(self, t: int) -> None:
+        """Substep t's integration, with its adjoint on the active tape."""
+        dev = self.device
+        q, qd, f = self.q[t], self.qd[t], self.f[t]
+        q1, qd1 = self.q[t + 1], self.qd[t + 1]
+        wp.launch(_integrate, dim=self.num_particles,
+                  inputs=[self.inv_mass, self.gravity, self.drag, self.dt, self.wind, q, qd, f],
+                  outputs=[q1, qd1], device=dev, record_tape=False)  # fmt: skip
+        tape = _active_tape()
+        if tape is None:
+            return
+
+        def backward():
+            wp.launch(_integrate_adjoint, dim=self.num_particles,
+                      inputs=[self.inv_mass, self.drag, self.dt, q1.grad, qd1.grad],
+                      outputs=[q.grad, qd.grad, f.grad, self.wind_part], device=dev)  # fmt: skip
+            wp.launch(_add_wind_grad, dim=1, inputs=[self.num_particles, self.wind_part],
+                      outputs=[self.wind.grad], device=dev)  # fmt: skip
+
+        tape.record_func(backward, arrays=[q, qd, f, q1, qd1, self.wind])
 
     def step(self) -> None:
         """Loss and its gradient w.r.t. the wind (``self.wind.grad``); capturable."""
@@ -208,6 +405,12 @@ class ClothWind:
         self.loss.zero_()
         self.simulate_and_render()
         return float(self.loss.numpy()[0])
+
+
+def _active_tape():
+    """The ``wp.Tape`` recording now, or None."""
+    runtime = getattr(wp._src.context, "runtime", None)
+    return getattr(runtime, "tape", None)
 
 
 def recover(truth, start, *, iterations, lr, graph=True, log=print, **kwargs):

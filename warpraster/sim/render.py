@@ -104,6 +104,30 @@ def vertex_normals_kernel(
     wp.atomic_add(normals_out, i2, nrm)
 
 
+@wp.kernel
+def vertex_normals_gather_kernel(
+    # Model:
+    corner_start: wp.array(dtype=wp.int32),
+    corners: wp.array(dtype=wp.int32),
+    faces: wp.array2d(dtype=wp.int32),
+    # Data in:
+    points: wp.array(dtype=wp.vec3),
+    # Data out:
+    normals_out: wp.array(dtype=wp.vec3),
+):
+    """Area-weighted sum of the face normals around each sensor vertex, summed over
+    its face corners in CSR order (``corner = 3 face + c``): deterministic, no
+    atomics. Not differentiated by Warp (a loop): the sensor's deterministic
+    backward holds its adjoint."""
+    v = wp.tid()
+    acc = wp.vec3(0.0)
+    for e in range(corner_start[v], corner_start[v + 1]):
+        f = corners[e] // 3
+        p0 = points[faces[f, 0]]
+        acc = acc + wp.cross(points[faces[f, 1]] - p0, points[faces[f, 2]] - p0)
+    normals_out[v] = acc
+
+
 #: Faces per pixel of the blurred pass (the slots of the soft silhouette).
 SOFT_SLOTS = 8
 
@@ -152,6 +176,34 @@ def outline_barycentrics(p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3) -> w
         b = wp.vec3(1.0 - t2, t2, 0.0)
     w = wp.vec3(b[0] / v0[2], b[1] / v1[2], b[2] / v2[2])
     return w / (w[0] + w[1] + w[2])
+
+
+@wp.kernel
+def outline_kernel(
+    # Model:
+    on: wp.array3d(dtype=wp.int32),
+    ndc_height: int,
+    ndc_width: int,
+    # Data in, (N, H, W): rows = the NDC vertices of the pixel's nearest blurred face
+    verts: wp.array3d(dtype=wp.mat33),
+    # Data out, (N, H, W):
+    bary_out: wp.array3d(dtype=wp.vec3),
+    depth_out: wp.array3d(dtype=float),
+):
+    """The outline point of a soft pixel (``on`` != 0), as the channel kernel computes
+    it, from per-pixel copies of its face's vertices: launched only as Warp's
+    generated adjoint by the sensor's deterministic backward (each pixel owns its
+    input element, so the adjoint adds without contention)."""
+    n, y, x = wp.tid()
+    if on[n, y, x] == 0:
+        return
+    m = verts[n, y, x]
+    v0 = wp.vec3(m[0, 0], m[0, 1], m[0, 2])
+    v1 = wp.vec3(m[1, 0], m[1, 1], m[1, 2])
+    v2 = wp.vec3(m[2, 0], m[2, 1], m[2, 2])
+    b = outline_barycentrics(pixel_centre(y, x, ndc_height, ndc_width), v0, v1, v2)
+    bary_out[n, y, x] = b
+    depth_out[n, y, x] = 1.0 / (b[0] / v0[2] + b[1] / v1[2] + b[2] / v2[2])
 
 
 @wp.func

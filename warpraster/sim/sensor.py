@@ -11,18 +11,23 @@ One :meth:`CameraSensor.update` runs, with no allocation and no host read:
 4. ``channels_kernel``: colour, albedo, normal, depth, forward depth, coverage and
    shape index, in Newton's ``(world, camera, H, W)`` layout.
 
-Steps 1, 2 and 4 are recorded on an enclosing ``wp.Tape`` by Warp's own adjoints,
-step 3 by the rasterizer's hand-written backward; so gradients of any image loss
-reach particle positions, body transforms, camera transforms, fields of view,
-shape colours and light parameters. Every frame slot owns its buffers (the tape
-needs the old values of a recorded frame): render frame ``t`` of a rollout into
-slot ``t``.
+Gradients of any image loss reach particle positions, body transforms, camera
+transforms, fields of view, shape colours and light parameters, on an enclosing
+``wp.Tape``. Every frame slot owns its buffers (the tape needs the old values of
+a recorded frame): render frame ``t`` of a rollout into slot ``t``.
 
-Determinism: on the cpu device a step (and its graph replay) is bit-identical run
-after run. On CUDA the gradients are summed with float atomics (vertex and body
-gradients in the adjoints of the channel and world-point kernels, the
-rasterizer's atomic backward, the image loss's per-block sums), so eager, replay
-and repeated runs agree to rounding, not bit for bit.
+Two backwards (``deterministic``):
+
+* ``True`` (the default): the kernels above run unrecorded and one hand-written
+  backward (:mod:`warpraster.sim.adjoint`) is registered on the tape per update:
+  per pixel, then gathered per face, per projected vertex, per sensor vertex and
+  per source in orders fixed by the topology; no float atomics. The forward is
+  atomic-free too (vertex normals summed per vertex). So a step, and its graph
+  replay, is bit-identical run after run on CUDA as on the cpu device (with
+  :func:`~warpraster.sim.image_loss`, which sums in a fixed order).
+* ``False``: Warp's generated adjoints of steps 1, 2 and 4 and the rasterizer's
+  atomic backward for step 3. On CUDA their float atomics make the last bits of
+  the gradients vary run to run (bit-identical on the cpu device only).
 
 Limits: outlines are soft only against empty background (or the clear values):
 where one surface occludes another, the edge is hard and gives no gradient.
@@ -39,10 +44,12 @@ import warp as wp
 
 from .. import RasterWorkspace, rasterize_meshes
 from .geometry import SensorGeometry, VertexSource
+from .adjoint import SensorBackward
 from .render import (
     CHANNEL_KERNELS,
     SOFT_SLOTS,
     project_kernel,
+    vertex_normals_gather_kernel,
     vertex_normals_kernel,
     world_points_kernel,
 )
@@ -70,7 +77,9 @@ class SensorFrame:
         alpha: float32, coverage: 1 / 0 (hard) or the soft silhouette.
         shape_index: uint32, the shape's index, 0xFFFFFFFF where empty (a pixel
             only reached by the soft silhouette's blur counts as empty).
-        points: vec3 (V,), world positions of the sensor vertices.
+        points: vec3 (V,), world positions of the sensor vertices (with
+            ``deterministic``, its ``.grad`` holds the last backward's gradient of
+            these points, overwritten by each backward of the slot).
         ndc: vec3 (P,), projected vertices of every image.
         vertex_normals: vec3 (V,), area-weighted vertex normals (``smooth_normals``).
         workspace: the frame's rasterizer buffers (its ``fragments``), sharp pass.
@@ -89,6 +98,8 @@ class SensorFrame:
     vertex_normals: wp.array
     workspace: RasterWorkspace
     soft_workspace: RasterWorkspace | None = None
+    #: ``ndc``'s memory without a gradient (the deterministic backward's raster input).
+    ndc_nograd: wp.array | None = None
 
     CHANNELS = ("color", "albedo", "normal", "depth", "forward_depth", "alpha", "shape_index")
 
@@ -143,8 +154,13 @@ class CameraSensor:
             of color, albedo, normal, depth, forward_depth, alpha); a loss can
             only use these. Fewer means less memory to zero and read back.
         material_grad: also give ``shape_colors``, ``light_direction`` and
-            ``light_intensity`` gradients (every covered pixel adds into these few
-            values atomically: off unless they are trained).
+            ``light_intensity`` gradients (every covered pixel contributes to
+            these few values: off unless they are trained).
+        deterministic: True (default): the hand-written backward of
+            :mod:`warpraster.sim.adjoint`, bit-identical run after run and in
+            graph replays on every device, and faster than the generated one
+            (no contended atomics). False: Warp's generated adjoints and the
+            rasterizer's atomic backward (the last bits vary on a GPU).
 
     The colours (``shape_colors``, vec3 (S,)), light direction and intensity live
     in device arrays (``light_direction``, ``light_intensity``, (1,)): assign new
@@ -172,6 +188,7 @@ class CameraSensor:
         requires_grad: bool = False,
         material_grad: bool = False,
         grad_channels=None,
+        deterministic: bool = True,
     ):
         if not isinstance(geometry, SensorGeometry):
             raise TypeError(f"geometry must be a SensorGeometry, got {type(geometry).__name__}")
@@ -211,6 +228,9 @@ class CameraSensor:
             )
         self.grad_channels = frozenset(grad_channels)
         self.up = _vec3(up, "up")
+        self.deterministic = bool(deterministic)
+        #: Newton's hemispheric ambient: sky and ground colours, intensity.
+        self.ambient_terms = (wp.vec3(0.4, 0.4, 0.45), wp.vec3(0.1, 0.1, 0.12), 0.5)
         self.bin_size = bin_size
         self.device = wp.get_device(device)
         self.requires_grad = bool(requires_grad)
@@ -239,6 +259,7 @@ class CameraSensor:
             raise ValueError("shape_index values must fit in uint32")
         self.shape_index = wp.array(shape_idx.astype(np.uint32), dtype=wp.uint32, device=dev)
         mg = bool(material_grad) and self.requires_grad
+        self.material_grad = mg
         self.shape_colors = wp.array(geometry.shape_colors(), dtype=wp.vec3, device=dev,
                                      requires_grad=mg)  # fmt: skip
         direction = (0.0, 0.0, -1.0) if light_direction is None else light_direction
@@ -252,6 +273,7 @@ class CameraSensor:
         self._no_particles = wp.zeros(1, dtype=wp.vec3, device=dev)
         self._no_bodies = wp.zeros(1, dtype=wp.transform, device=dev)
         self.frames = [self._allocate_frame() for _ in range(self.frame_count)]
+        self.backward = SensorBackward(self) if self.deterministic else None
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -266,6 +288,8 @@ class CameraSensor:
             grad = rg and name in self.grad_channels
             return wp.zeros(shape, dtype=dtype, device=dev, requires_grad=grad)
 
+        det = self.deterministic
+
         def workspace(k=1):
             return RasterWorkspace(
                 num_meshes=self.num_images,
@@ -274,9 +298,14 @@ class CameraSensor:
                 faces_per_pixel=k,
                 bin_size=self.bin_size,
                 device=dev,
-                requires_grad=rg,
+                requires_grad=rg and not det,  # the deterministic backward needs none
             )
 
+        ndc = wp.zeros(self.proj_vertex.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg)
+        ndc_nograd = None
+        if det:
+            ndc_nograd = wp.array(ptr=ndc.ptr, dtype=wp.vec3, shape=ndc.shape, device=dev)
+            ndc_nograd._ref = ndc  # keeps the owner alive
         return SensorFrame(
             color=img(wp.vec3, "color"),
             albedo=img(wp.vec3, "albedo"),
@@ -288,7 +317,7 @@ class CameraSensor:
             points=wp.zeros(
                 self.vertex_source.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg
             ),
-            ndc=wp.zeros(self.proj_vertex.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg),
+            ndc=ndc,
             vertex_normals=wp.zeros(
                 self.vertex_source.shape[0] if self.smooth_normals else 1,
                 dtype=wp.vec3,
@@ -297,6 +326,7 @@ class CameraSensor:
             ),
             workspace=workspace(),
             soft_workspace=workspace(SOFT_SLOTS) if self.silhouette_sigma > 0.0 else None,
+            ndc_nograd=ndc_nograd,
         )
 
     def _check_input(self, arr, name, dtype, min_len, ndim=1):
@@ -365,18 +395,28 @@ class CameraSensor:
             body_q = self._no_bodies
         out = self.frames[frame]
         dev = self.device
+        det = self.deterministic
+        rec = not det  # the generated adjoints go on the tape only without `deterministic`
         wp.launch(
             world_points_kernel,
             dim=out.points.shape[0],
             inputs=[self.vertex_source, self.vertex_index, self.vertex_local, particle_q, body_q],
             outputs=[out.points],
             device=dev,
+            record_tape=rec,
         )
         if self.smooth_normals:
-            out.vertex_normals.zero_()
-            wp.launch(vertex_normals_kernel, dim=self.sensor_faces.shape[0],
-                      inputs=[self.sensor_faces, out.points], outputs=[out.vertex_normals],
-                      device=dev)  # fmt: skip
+            if det:
+                bw = self.backward
+                wp.launch(vertex_normals_gather_kernel, dim=out.vertex_normals.shape[0],
+                          inputs=[bw.vertex_corner_start, bw.vertex_corners, self.sensor_faces,
+                                  out.points],
+                          outputs=[out.vertex_normals], device=dev, record_tape=False)  # fmt: skip
+            else:
+                out.vertex_normals.zero_()
+                wp.launch(vertex_normals_kernel, dim=self.sensor_faces.shape[0],
+                          inputs=[self.sensor_faces, out.points], outputs=[out.vertex_normals],
+                          device=dev)  # fmt: skip
         h, w = self.image_size
         wp.launch(
             project_kernel,
@@ -385,6 +425,7 @@ class CameraSensor:
                     out.points, camera_transforms, camera_fovs],
             outputs=[out.ndc],
             device=dev,
+            record_tape=rec,
         )  # fmt: skip
         frags = self._rasterize(out, out.workspace, 0.0, 1)
         soft = frags
@@ -394,6 +435,7 @@ class CameraSensor:
             # depths just outside a face can be wild or negative, which drops
             # the face or reorders the slots
             soft = self._rasterize(out, out.soft_workspace, self.blur_radius, SOFT_SLOTS)
+        sky, ground, ambient_intensity = self.ambient_terms
         wp.launch(
             CHANNEL_KERNELS[self.silhouette_sigma > 0.0],
             dim=(self.num_images, h, w),
@@ -403,7 +445,7 @@ class CameraSensor:
                 self.faces, self.face_vertices, self.face_shape, self.shape_index,
                 self.camera_count, h, w,
                 self.silhouette_sigma, int(self.ambient), self.up,
-                wp.vec3(0.4, 0.4, 0.45), wp.vec3(0.1, 0.1, 0.12), 0.5,
+                sky, ground, ambient_intensity,
                 self.clear_color, self.clear_depth, int(self.smooth_normals),
                 self.shape_colors, self.light_direction, self.light_intensity, out.points,
                 out.ndc, out.vertex_normals, camera_transforms,
@@ -411,12 +453,36 @@ class CameraSensor:
             outputs=[out.color, out.albedo, out.normal, out.depth, out.forward_depth, out.alpha,
                      out.shape_index],
             device=dev,
+            record_tape=rec,
         )  # fmt: skip
+        if det and self.requires_grad:
+            self._record_backward(out, frags, soft, camera_transforms, camera_fovs, particle_q,
+                                  body_q)  # fmt: skip
         return out
+
+    def _record_backward(self, out, frags, soft, camera_transforms, camera_fovs, particle_q,
+                         body_q) -> None:  # fmt: skip
+        """Registers the deterministic backward of this update on the active tape."""
+        tape = _active_tape()
+        if tape is None:
+            return
+        bw = self.backward
+        bw.prepare(camera_transforms, camera_fovs)
+        inputs = dict(camera_transforms=camera_transforms, camera_fovs=camera_fovs,
+                      particle_q=particle_q, body_q=body_q)  # fmt: skip
+
+        def backward():
+            bw.run(out, frags, soft, **inputs)
+
+        arrays = [getattr(out, name) for name in self.grad_channels]
+        arrays += [a for a in (out.points, *inputs.values(), self.shape_colors,
+                               self.light_direction, self.light_intensity)
+                   if a.grad is not None]  # fmt: skip
+        tape.record_func(backward, arrays=arrays)
 
     def _rasterize(self, out: SensorFrame, workspace: RasterWorkspace, blur_radius: float, k: int):
         return rasterize_meshes(
-            out.ndc,
+            out.ndc if out.ndc_nograd is None else out.ndc_nograd,
             self.faces,
             self.mesh_first,
             self.mesh_count,
@@ -428,6 +494,11 @@ class CameraSensor:
             workspace=workspace,
             validate=False,
         )
+
+
+def _active_tape():
+    runtime = getattr(wp._src.context, "runtime", None)
+    return getattr(runtime, "tape", None)
 
 
 def look_at_transform(eye, target, up=(0.0, 0.0, 1.0)) -> wp.transform:
