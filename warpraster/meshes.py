@@ -9,9 +9,34 @@ once at set-up and then calls with ``validate=False``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import warp as wp
+
+
+@wp.struct
+class MeshArrays:
+    """A packed batch as a kernel reads it: ``verts`` (V,) vec3, ``faces`` (F, 3)
+    int32 global vertex indices, and the mesh ranges ``mesh_first`` /
+    ``mesh_count`` (N,) int32 (mesh n owns faces ``[first[n], first[n] + count[n])``)."""
+
+    verts: wp.array(dtype=wp.vec3)
+    faces: wp.array2d(dtype=wp.int32)
+    mesh_first: wp.array(dtype=wp.int32)
+    mesh_count: wp.array(dtype=wp.int32)
+
+
+def mesh_arrays(verts: wp.array, faces: wp.array, mesh_first: wp.array | None = None,
+                mesh_count: wp.array | None = None) -> MeshArrays:  # fmt: skip
+    """A :class:`MeshArrays` of these arrays (mesh ranges may be None where a kernel
+    reads none)."""
+    arrays = MeshArrays()
+    arrays.verts = verts
+    arrays.faces = faces
+    arrays.mesh_first = mesh_first
+    arrays.mesh_count = mesh_count
+    return arrays
 
 
 @dataclass(frozen=True)
@@ -53,6 +78,12 @@ class PackedMeshes:
     @property
     def device(self):
         return self.verts.device
+
+    @cached_property
+    def arrays(self) -> MeshArrays:
+        """The four arrays as one :class:`MeshArrays` kernel argument (made once)."""
+        return mesh_arrays(self.verts, self.faces, self.mesh_to_face_first_idx,
+                           self.num_faces_per_mesh)  # fmt: skip
 
 
 def _is_torch(x) -> bool:

@@ -3,6 +3,7 @@
 import warp as wp
 
 from ..geometry import EPS, face_area
+from ..meshes import MeshArrays
 from .coverage import PassArgs
 from .stores import store4
 
@@ -21,10 +22,8 @@ def _finite3(v: wp.vec3) -> bool:
 
 
 @wp.func
-def _drawn_face(ps: PassArgs, verts: wp.array(dtype=wp.vec3), faces: wp.array2d(dtype=wp.int32),
-                num_meshes: int, cull_backfaces: int, f: int):  # fmt: skip
-    """(owning mesh, or -1 if face f is never drawn; its three vertices). The mesh
-    ranges are ``ps.mesh_first`` / ``ps.mesh_count``."""
+def _drawn_face(meshes: MeshArrays, num_meshes: int, cull_backfaces: int, f: int):
+    """(owning mesh, or -1 if face f is never drawn; its three vertices)."""
     v0 = wp.vec3(0.0)
     v1 = wp.vec3(0.0)
     v2 = wp.vec3(0.0)
@@ -33,24 +32,24 @@ def _drawn_face(ps: PassArgs, verts: wp.array(dtype=wp.vec3), faces: wp.array2d(
     hi = num_meshes - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if ps.mesh_first[mid] <= f:
+        if meshes.mesh_first[mid] <= f:
             lo = mid
         else:
             hi = mid - 1
     m = lo
-    while m > 0 and ps.mesh_count[m] == 0:
+    while m > 0 and meshes.mesh_count[m] == 0:
         m -= 1
-    if f < ps.mesh_first[m] or f >= ps.mesh_first[m] + ps.mesh_count[m]:
+    if f < meshes.mesh_first[m] or f >= meshes.mesh_first[m] + meshes.mesh_count[m]:
         return -1, v0, v1, v2
-    nv = verts.shape[0]
-    i0 = faces[f, 0]
-    i1 = faces[f, 1]
-    i2 = faces[f, 2]
+    nv = meshes.verts.shape[0]
+    i0 = meshes.faces[f, 0]
+    i1 = meshes.faces[f, 1]
+    i2 = meshes.faces[f, 2]
     if i0 < 0 or i1 < 0 or i2 < 0 or i0 >= nv or i1 >= nv or i2 >= nv:
         return -1, v0, v1, v2
-    v0 = verts[i0]
-    v1 = verts[i1]
-    v2 = verts[i2]
+    v0 = meshes.verts[i0]
+    v1 = meshes.verts[i1]
+    v2 = meshes.verts[i2]
     if not (_finite3(v0) and _finite3(v1) and _finite3(v2)):
         return -1, v0, v1, v2
     area = face_area(wp.vec2(v0[0], v0[1]), wp.vec2(v1[0], v1[1]), wp.vec2(v2[0], v2[1]))
@@ -66,11 +65,10 @@ def _drawn_face(ps: PassArgs, verts: wp.array(dtype=wp.vec3), faces: wp.array2d(
 @wp.kernel
 def setup_faces(
     # In:
-    verts: wp.array(dtype=wp.vec3),
-    faces: wp.array2d(dtype=wp.int32),
+    meshes: MeshArrays,
     num_meshes: int,
     cull_backfaces: int,
-    # In: ps.mesh_first, mesh_count, blur_radius; Out: ps.face_mesh, face_bbox, face_verts
+    # In: ps.blur_radius; Out: ps.face_mesh, face_bbox, face_verts
     ps: PassArgs,
 ):
     """Triangle setup, once per face: owning mesh (-1 if never drawn), blur-grown
@@ -78,7 +76,7 @@ def setup_faces(
     output written once, the bbox in one 16-byte store (face_bbox is 16-byte
     aligned: a fresh allocation)."""
     f = wp.tid()
-    m, v0, v1, v2 = _drawn_face(ps, verts, faces, num_meshes, cull_backfaces, f)
+    m, v0, v1, v2 = _drawn_face(meshes, num_meshes, cull_backfaces, f)
     ps.face_mesh[f] = m
     if m < 0:
         store4(ps.face_bbox, f, wp.vec4(FAR, FAR, -FAR, -FAR))

@@ -113,8 +113,8 @@ def _launch_passes(
                              split_only=split and register)  # fmt: skip
     if nf > 0:
         cull = int(settings.cull_backfaces)
-        launch("setup", setup_faces, nf, [meshes.verts, meshes.faces, n, cull, ps],
-               key=(array_key(meshes.verts), array_key(meshes.faces), n, cull, ps_key))  # fmt: skip
+        key = (array_key(meshes.verts), array_key(meshes.faces), n, cull, ps_key)
+        launch("setup", setup_faces, nf, [meshes.arrays, n, cull, ps], key=key)
     if small > 0:
         ws.depth_keys.fill_(EMPTY_KEY_VALUE)
         if nf > 0:
