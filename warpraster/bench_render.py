@@ -77,7 +77,9 @@ def make_renderer(name: str, device) -> tuple[Renderer, wp.array]:
     materials = Materials(device=device)
     if name.startswith("softphong"):
         sigma = 1e-4
-        blur = float(np.log(1.0 / 1e-4 - 1.0) * sigma)  # SoftRas's rule, as PyTorch3D's docs
+        blur = 0.0
+        if name.endswith("_blur"):
+            blur = float(np.log(1.0 / 1e-4 - 1.0) * sigma)  # SoftRas's rule, as PyTorch3D's docs
         settings = RasterizationSettings(image_size=512, faces_per_pixel=8, blur_radius=blur)
         shader = SoftPhongShader(cameras=cams, lights=lights, materials=materials,
                                  blend_params=BlendParams(sigma=sigma, gamma=1e-4))  # fmt: skip

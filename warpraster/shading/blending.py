@@ -1,7 +1,7 @@
 """Blending the K shaded faces of each pixel into an RGBA image, as PyTorch3D.
 
 * :func:`hard_rgb_blend`: colour of the nearest face (slot 0), background where
-  the pixel is empty; alpha 1 / 0. One loop-free kernel, differentiated by Warp.
+  the pixel is empty; alpha 1 / 0.
 * :func:`sigmoid_alpha_blend`: RGB = slot 0's colour (no background), alpha =
   ``1 - prod_k (1 - sigmoid(-dists_k / sigma))`` over the filled slots (SoftRas).
 * :func:`softmax_rgb_blend`: PyTorch3D's ``softmax_rgb_blend``, written out::
@@ -14,10 +14,12 @@
       rgb     = (sum_k w_k c_k + delta * background) / (sum_k w_k + delta)
       alpha   = 1 - prod_k (1 - p_k)
 
-The two soft blends loop over the K slots, which Warp's generated adjoint gets
+The soft blends loop over the K slots, which Warp's generated adjoint gets
 wrong (a loop with a dynamic trip count, see WARP-NOTES): their forward kernels
 are launched outside the tape and a hand-written adjoint kernel (one thread per
-pixel, recomputing the forward) is registered with ``tape.record_func``. It
+pixel, recomputing the forward) is registered with ``tape.record_func``. The
+hard and softmax blends are the pixel kernel of :mod:`warpraster.shading.fused`
+(which the Phong and flat shaders also use to light the slots on the way). It
 follows torch's autograd of the formulas above, including the gradient through
 the max (to the first slot holding it, torch's ``max`` index) and the clamps.
 The softmax adjoint also computes the ``zbuf`` gradient in torch's order of float32
@@ -44,7 +46,10 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from .params import row, scalar_param, vec3_param
+from ..backward.tape import active_tape
+from .fused import BLEND_EPS, ShadeInputs, launch_shade_blend, new_inputs, prob
+from .fused import with_grad as _with_grad
+from .params import scalar_param, vec3_param
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -55,15 +60,6 @@ __all__ = [
     "sigmoid_alpha_blend",
     "softmax_rgb_blend",
 ]
-
-#: PyTorch3D's ``eps`` in ``softmax_rgb_blend``.
-BLEND_EPS = wp.constant(1.0e-10)
-
-
-def active_tape():
-    """The ``wp.Tape`` being recorded, or None."""
-    runtime = getattr(wp._src.context, "runtime", None)
-    return getattr(runtime, "tape", None)
 
 
 @dataclass(frozen=True)
@@ -156,11 +152,6 @@ def _image_out(out, shape, device, requires_grad: bool) -> wp.array:
     return out
 
 
-def _with_grad(*arrays) -> list:
-    """The arrays that carry a gradient (what ``tape.record_func`` may zero)."""
-    return [a for a in arrays if a.requires_grad and a.grad is not None]
-
-
 def _z_param(value, name, device) -> wp.array:
     if isinstance(value, wp.array):
         return scalar_param(value, name, device)
@@ -168,27 +159,6 @@ def _z_param(value, name, device) -> wp.array:
 
 
 # ----------------------------------------------------------------------------- hard
-@wp.kernel
-def _hard_blend_kernel(
-    # Data in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    colors: wp.array4d(dtype=wp.vec3),
-    background: wp.array(dtype=wp.vec3),
-    # Data out:
-    image_out: wp.array4d(dtype=wp.float32),
-):
-    n, y, x = wp.tid()
-    c = background[row(n, background.shape[0])]
-    a = float(0.0)
-    if pix_to_face[n, y, x, 0] >= 0:
-        c = colors[n, y, x, 0]
-        a = 1.0
-    image_out[n, y, x, 0] = c[0]
-    image_out[n, y, x, 1] = c[1]
-    image_out[n, y, x, 2] = c[2]
-    image_out[n, y, x, 3] = a
-
-
 def hard_rgb_blend(colors, fragments, blend_params: BlendParams | None = None, *, out=None):
     """RGB of the nearest face, background where the pixel is empty; alpha 1 / 0.
 
@@ -207,30 +177,25 @@ def hard_rgb_blend(colors, fragments, blend_params: BlendParams | None = None, *
     colors = as_colors_array(colors, shape, device)
     bg = blend_params.background_array(device)
     out = _image_out(out, shape, device, colors.requires_grad or bg.requires_grad)
-    launch_hard_blend(fragments.pix_to_face, colors, bg, out)
+    launch_hard_blend(fragments, colors, bg, out)
     return out
 
 
-def launch_hard_blend(pix_to_face, colors, background, image_out) -> None:
-    """The kernel of :func:`hard_rgb_blend` (no checks, no allocation; on the tape)."""
-    n, h, w, _ = pix_to_face.shape
-    wp.launch(
-        _hard_blend_kernel,
-        dim=(n, h, w),
-        inputs=[pix_to_face, colors, background],
-        outputs=[image_out],
-        device=pix_to_face.device,
-    )
+def _given(colors, background, blend: int) -> ShadeInputs:
+    a = new_inputs(colors.device)
+    a.lit = 0
+    a.colors = colors
+    a.blend = blend
+    a.background = background
+    return a
+
+
+def launch_hard_blend(fragments, colors, background, image_out) -> None:
+    """The kernel of :func:`hard_rgb_blend` + its adjoint on the active tape (no checks)."""
+    launch_shade_blend(fragments, _given(colors, background, 0), image_out)
 
 
 # ----------------------------------------------------------------------------- sigmoid
-@wp.func
-def _prob(d: float, sigma: float) -> float:
-    """``sigmoid(-d / sigma)`` as torch computes it."""
-    x = -d / sigma
-    return 1.0 / (1.0 + wp.exp(-x))
-
-
 @wp.kernel(enable_backward=False)
 def _sigmoid_blend_kernel(
     # Data in:
@@ -245,7 +210,7 @@ def _sigmoid_blend_kernel(
     keep = float(1.0)
     for k in range(pix_to_face.shape[3]):
         if pix_to_face[n, y, x, k] >= 0:
-            keep *= 1.0 - _prob(dists[n, y, x, k], sigma)
+            keep *= 1.0 - prob(dists[n, y, x, k], sigma)
     c = colors[n, y, x, 0]
     image_out[n, y, x, 0] = c[0]
     image_out[n, y, x, 1] = c[1]
@@ -276,7 +241,7 @@ def _sigmoid_blend_adjoint(
         ga = image_grad[n, y, x, 3]
         for k in range(pix_to_face.shape[3]):
             if pix_to_face[n, y, x, k] >= 0:
-                p = _prob(dists[n, y, x, k], sigma)
+                p = prob(dists[n, y, x, k], sigma)
                 dists_grad_out[n, y, x, k] = (
                     dists_grad_out[n, y, x, k] + ga * (-1.0 / sigma) * p * keep
                 )
@@ -334,164 +299,6 @@ def launch_sigmoid_blend(fragments, colors, sigma: float, image_out) -> None:
 
 
 # ----------------------------------------------------------------------------- softmax
-@wp.func
-def _zinv(f: int, z: float, zn: float, zf: float) -> float:
-    if f < 0:
-        return 0.0
-    return (zf - z) / (zf - zn)
-
-
-@wp.kernel(enable_backward=False)
-def _softmax_blend_kernel(
-    # Data in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    dists: wp.array4d(dtype=wp.float32),
-    zbuf: wp.array4d(dtype=wp.float32),
-    colors: wp.array4d(dtype=wp.vec3),
-    background: wp.array(dtype=wp.vec3),
-    znear: wp.array(dtype=wp.float32),
-    zfar: wp.array(dtype=wp.float32),
-    sigma: float,
-    gamma: float,
-    # Data out:
-    image_out: wp.array4d(dtype=wp.float32),
-):
-    n, y, x = wp.tid()
-    kk = pix_to_face.shape[3]
-    zn = znear[row(n, znear.shape[0])]
-    zf = zfar[row(n, zfar.shape[0])]
-    bg = background[row(n, background.shape[0])]
-    # pass 1: the largest inverse depth
-    zmax = float(-1.0e38)
-    for k in range(kk):
-        zmax = wp.max(zmax, _zinv(pix_to_face[n, y, x, k], zbuf[n, y, x, k], zn, zf))
-    zmax = wp.max(zmax, BLEND_EPS)
-    # pass 2: weights, colour sum, coverage
-    keep = float(1.0)
-    wsum = float(0.0)
-    csum = wp.vec3(0.0)
-    for k in range(kk):
-        f = pix_to_face[n, y, x, k]
-        if f >= 0:
-            p = _prob(dists[n, y, x, k], sigma)
-            keep *= 1.0 - p
-            wk = p * wp.exp((_zinv(f, zbuf[n, y, x, k], zn, zf) - zmax) / gamma)
-            wsum += wk
-            csum += wk * colors[n, y, x, k]
-    delta = wp.max(wp.exp((BLEND_EPS - zmax) / gamma), BLEND_EPS)
-    denom = wsum + delta
-    c = (csum + delta * bg) / denom
-    image_out[n, y, x, 0] = c[0]
-    image_out[n, y, x, 1] = c[1]
-    image_out[n, y, x, 2] = c[2]
-    image_out[n, y, x, 3] = 1.0 - keep
-
-
-@wp.kernel(enable_backward=False)
-def _softmax_blend_adjoint(
-    # Data in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    dists: wp.array4d(dtype=wp.float32),
-    zbuf: wp.array4d(dtype=wp.float32),
-    colors: wp.array4d(dtype=wp.vec3),
-    background: wp.array(dtype=wp.vec3),
-    znear: wp.array(dtype=wp.float32),
-    zfar: wp.array(dtype=wp.float32),
-    sigma: float,
-    gamma: float,
-    image_grad: wp.array4d(dtype=wp.float32),
-    # Gradients out (accumulated; a flag says which are wanted):
-    dists_grad_out: wp.array4d(dtype=wp.float32),
-    zbuf_grad_out: wp.array4d(dtype=wp.float32),
-    colors_grad_out: wp.array4d(dtype=wp.vec3),
-    background_grad_out: wp.array(dtype=wp.vec3),
-    want_dists: int,
-    want_zbuf: int,
-    want_colors: int,
-    want_background: int,
-):
-    n, y, x = wp.tid()
-    kk = pix_to_face.shape[3]
-    zn = znear[row(n, znear.shape[0])]
-    zf = zfar[row(n, zfar.shape[0])]
-    brow = row(n, background.shape[0])
-    bg = background[brow]
-    # recompute the forward
-    zraw = float(-1.0e38)
-    kmax = int(0)
-    for k in range(kk):
-        zk = _zinv(pix_to_face[n, y, x, k], zbuf[n, y, x, k], zn, zf)
-        if zk > zraw:
-            zraw = zk
-            kmax = k
-    zmax = wp.max(zraw, BLEND_EPS)
-    keep = float(1.0)
-    wsum = float(0.0)
-    csum = wp.vec3(0.0)
-    for k in range(kk):
-        f = pix_to_face[n, y, x, k]
-        if f >= 0:
-            p = _prob(dists[n, y, x, k], sigma)
-            keep *= 1.0 - p
-            wk = p * wp.exp((_zinv(f, zbuf[n, y, x, k], zn, zf) - zmax) / gamma)
-            wsum += wk
-            csum += wk * colors[n, y, x, k]
-    dexp = wp.exp((BLEND_EPS - zmax) / gamma)
-    delta = wp.max(dexp, BLEND_EPS)
-    denom = wsum + delta
-    rgb = (csum + delta * bg) / denom
-    # torch's autograd of PyTorch3D's formula, op by op and in its order of float32
-    # operations (see the module docstring): the zbuf gradient of a slot drawn only
-    # through the blur is multiplied by up to 1e16 in PyTorch3D's rasterizer
-    # backward, so its last bit decides O(1) of a vertex gradient there.
-    g = wp.vec3(image_grad[n, y, x, 0], image_grad[n, y, x, 1], image_grad[n, y, x, 2])
-    ga = image_grad[n, y, x, 3]
-    # rgb = num / den: d/dnum = g / den; d/dden = sum_c -g_c * ((num_c / den) / den)
-    gn = wp.vec3(g[0] / denom, g[1] / denom, g[2] / denom)
-    gden = (-g[0] * (rgb[0] / denom) + -g[1] * (rgb[1] / denom)) + -g[2] * (rgb[2] / denom)
-    # delta feeds num (delta * bg) and den
-    gdelta = gden + ((gn[0] * bg[0] + gn[1] * bg[1]) + gn[2] * bg[2])
-    gmax_e = float(0.0)  # d/dzmax through the K terms exp((zinv_k - zmax) / gamma)
-    gdiff_max = float(0.0)
-    for k in range(kk):
-        f = pix_to_face[n, y, x, k]
-        if f >= 0:
-            p = _prob(dists[n, y, x, k], sigma)
-            e = wp.exp((_zinv(f, zbuf[n, y, x, k], zn, zf) - zmax) / gamma)
-            wk = p * e
-            ck = colors[n, y, x, k]
-            # w_k feeds sum_k w_k c_k and den
-            gw = ((gn[0] * ck[0] + gn[1] * ck[1]) + gn[2] * ck[2]) + gden
-            if want_colors != 0:
-                colors_grad_out[n, y, x, k] = colors_grad_out[n, y, x, k] + wp.vec3(
-                    gn[0] * wk, gn[1] * wk, gn[2] * wk
-                )
-            gdiff = ((gw * p) * e) / gamma  # d/d(zinv_k - zmax)
-            gmax_e = gmax_e + -gdiff
-            if want_dists != 0:
-                # p_k = sigmoid(-d_k / sigma): through w_k, then the alpha product
-                dd = -((((gw * e) * (1.0 - p)) * p) / sigma)
-                dd += ga * (-keep * p / sigma)
-                dists_grad_out[n, y, x, k] = dists_grad_out[n, y, x, k] + dd
-            if k == kmax:
-                gdiff_max = gdiff
-            elif want_zbuf != 0:
-                zbuf_grad_out[n, y, x, k] = zbuf_grad_out[n, y, x, k] + -(gdiff / (zf - zn))
-    if want_background != 0:
-        wp.atomic_add(
-            background_grad_out, brow, wp.vec3(gn[0] * delta, gn[1] * delta, gn[2] * delta)
-        )
-    # zmax = max(max_k zinv_k, eps) feeds the K exponents and delta = max(exp(...), eps)
-    gmax_d = float(0.0)
-    if dexp >= BLEND_EPS:
-        gmax_d = -((gdelta * dexp) / gamma)
-    if want_zbuf != 0 and pix_to_face[n, y, x, kmax] >= 0:
-        gz_max = gdiff_max
-        if zraw >= BLEND_EPS:
-            gz_max = gdiff_max + (gmax_e + gmax_d)
-        zbuf_grad_out[n, y, x, kmax] = zbuf_grad_out[n, y, x, kmax] + -(gz_max / (zf - zn))
-
-
 def softmax_rgb_blend(
     colors,
     fragments,
@@ -536,36 +343,6 @@ def softmax_rgb_blend(
 
 def launch_softmax_blend(fragments, colors, background, znear, zfar, sigma, gamma, image_out):
     """Forward kernel of :func:`softmax_rgb_blend` + its adjoint on the active tape."""
-    p2f, dists, zbuf = fragments.pix_to_face, fragments.dists, fragments.zbuf
-    n, h, w, _ = p2f.shape
-    device = p2f.device
-    inputs = [p2f, dists, zbuf, colors, background, znear, zfar, sigma, gamma]
-    wp.launch(
-        _softmax_blend_kernel,
-        dim=(n, h, w),
-        inputs=inputs,
-        outputs=[image_out],
-        device=device,
-        record_tape=False,
-    )
-    tape = active_tape()
-    if tape is None or image_out.grad is None:
-        return
-    wants = [a.requires_grad and a.grad is not None for a in (dists, zbuf, colors, background)]
-    if not any(wants):
-        return
-    grads = [
-        a.grad if want else a
-        for a, want in zip((dists, zbuf, colors, background), wants, strict=True)
-    ]
-
-    def backward():
-        wp.launch(
-            _softmax_blend_adjoint,
-            dim=(n, h, w),
-            inputs=[*inputs, image_out.grad],
-            outputs=[*grads, *(int(x) for x in wants)],
-            device=device,
-        )
-
-    tape.record_func(backward, arrays=_with_grad(image_out, dists, zbuf, colors, background))
+    a = _given(colors, background, 1)
+    a.znear, a.zfar, a.sigma, a.gamma = znear, zfar, float(sigma), float(gamma)
+    launch_shade_blend(fragments, a, image_out)

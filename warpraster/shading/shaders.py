@@ -1,27 +1,27 @@
 """Shaders: PyTorch3D's Phong, Gouraud, flat and silhouette shaders on Warp arrays.
 
-A shader turns fragments into an RGBA image in two steps, as PyTorch3D's:
+A shader turns fragments into an RGBA image as PyTorch3D's does: a colour per
+slot ``(n, y, x, k)``, then a blend over the K slots:
 
-1. per slot ``(n, y, x, k)``, a colour (N, H, W, K) ``vec3``:
+* Phong: position and vertex normal interpolated with the barycentrics, lit per
+  slot: ``(ambient + diffuse) * texel + specular``;
+* flat: the face centroid and face normal, lit the same way;
+* Gouraud: every vertex lit (``colour * (ambient + diffuse) + specular``), then
+  the lit vertex colours interpolated;
+* silhouette: white;
 
-   * Phong: position and vertex normal interpolated with the barycentrics,
-     lit per slot: ``(ambient + diffuse) * texel + specular``;
-   * flat: the face centroid and face normal, lit the same way;
-   * Gouraud: every vertex lit (``colour * (ambient + diffuse) + specular``),
-     then the lit vertex colours interpolated;
-   * silhouette: white;
+and the blend is hard for the ``Hard*`` shaders, softmax for
+``Soft*Phong``/``SoftGouraud`` (with the camera's znear/zfar, 1 and 100 if it has
+none), sigmoid alpha for the silhouette.
 
-   The Phong/flat kernel is one thread per slot and loop-free (interpolation,
-   texel fetch and lighting fused: the fragments are read once), so Warp's
-   generated adjoint is exact: gradients reach the world vertices (through the
-   interpolated positions and through the barycentrics into the rasterizer's
-   own backward), the normals (and from them the vertices, when the normals were
-   computed on the same tape), vertex colours or texels, light, material and
-   camera (R, T: the specular term's eye position) arrays with ``requires_grad``.
-
-2. a blend over the K slots (:mod:`warpraster.shading.blending`): hard for the
-   ``Hard*`` shaders, softmax for ``Soft*Phong``/``SoftGouraud`` (with the camera's
-   znear/zfar, 1 and 100 if it has none), sigmoid alpha for the silhouette.
+Phong and flat shaders light and blend in one pixel kernel
+(:mod:`warpraster.shading.fused`): no per-slot colour array is written, and its
+hand-written adjoint sends gradients to the world vertices (through the
+interpolated positions and through the barycentrics into the rasterizer's own
+backward), the normals (and from them the vertices, when the normals were
+computed on the same tape), vertex colours or texels, light, material and camera
+(R, T: the specular term's eye position) arrays with ``requires_grad``.
+:func:`shade_slots` gives the per-slot colours alone (for a blend of your own).
 
 Positions, normals, lights and the eye are in world space, as PyTorch3D's
 ``MeshRenderer`` uses them. Textures: ``None`` (white), a ``TexturesVertex``-like
@@ -31,26 +31,25 @@ its own ``sample`` method), or a (N, H, W, K) ``vec3`` texel array.
 
 from __future__ import annotations
 
-from enum import IntEnum
-
 import numpy as np
 import warp as wp
 
+from ..backward.tape import active_tape
 from ..meshes import as_faces_array, as_index_array, as_vec3_array
-from .blending import (
-    BlendParams,
-    active_tape,
-    check_fragments,
-    launch_hard_blend,
-    launch_sigmoid_blend,
-    launch_softmax_blend,
-    scalar_param,
+from .blending import BlendParams, check_fragments, launch_sigmoid_blend, scalar_param
+from .fused import (
+    ShadeInputs,
+    camera_centre,
+    launch_shade_blend,
+    lit_colour,
+    new_inputs,
+    slot_colour,
 )
 from .interpolate import interpolate_vertex_attributes
-from .lighting import LightsBase, PointLights, light_terms
+from .lighting import LightsBase, PointLights
 from .materials import Materials
+from .modes import BlendMode, ShadingMode, TexelSource
 from .normals import face_normals, vertex_normals
-from .params import row
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -70,67 +69,7 @@ __all__ = [
 ]
 
 
-class ShadingMode(IntEnum):
-    """Where the lighting is evaluated."""
-
-    PHONG = 0  # per slot, interpolated position and vertex normal
-    FLAT = 1  # per slot, face centroid and face normal
-    GOURAUD = 2  # per vertex, then interpolated
-
-
-class TexelSource(IntEnum):
-    """Where a slot's texel colour comes from."""
-
-    WHITE = 0
-    VERTEX = 1  # vertex colours interpolated with the barycentrics
-    PIXEL = 2  # a (N, H, W, K) texel array (UV textures)
-
-
-class BlendMode(IntEnum):
-    HARD = 0
-    SOFTMAX = 1
-    SIGMOID = 2
-
-
 # ----------------------------------------------------------------------------- kernels
-@wp.func
-def camera_centre(cam_R: wp.array(dtype=wp.mat33), cam_T: wp.array(dtype=wp.vec3), n: int):
-    """World position of camera ``n``: ``C @ R + T = 0`` (row vectors), so ``C = -R T``."""
-    r = cam_R[row(n, cam_R.shape[0])]
-    t = cam_T[row(n, cam_T.shape[0])]
-    return -(r * t)
-
-
-@wp.func
-def lit_colour(
-    n: int,
-    point: wp.vec3,
-    normal: wp.vec3,
-    texel: wp.vec3,
-    eye: wp.vec3,
-    light_kind: int,
-    light_param: wp.array(dtype=wp.vec3),
-    light_ambient: wp.array(dtype=wp.vec3),
-    light_diffuse: wp.array(dtype=wp.vec3),
-    light_specular: wp.array(dtype=wp.vec3),
-    mat_ambient: wp.array(dtype=wp.vec3),
-    mat_diffuse: wp.array(dtype=wp.vec3),
-    mat_specular: wp.array(dtype=wp.vec3),
-    mat_shininess: wp.array(dtype=wp.float32),
-):
-    """``(m_a * l_a + m_d * diffuse) * texel + m_s * specular`` for row ``n`` (PyTorch3D)."""
-    shininess = mat_shininess[row(n, mat_shininess.shape[0])]
-    d, s = light_terms(
-        light_kind, light_param, light_diffuse, light_specular, n, point, normal, eye, shininess
-    )
-    ambient = wp.cw_mul(
-        mat_ambient[row(n, mat_ambient.shape[0])], light_ambient[row(n, light_ambient.shape[0])]
-    )
-    diff = wp.cw_mul(mat_diffuse[row(n, mat_diffuse.shape[0])], d)
-    spec = wp.cw_mul(mat_specular[row(n, mat_specular.shape[0])], s)
-    return wp.cw_mul(ambient + diff, texel) + spec
-
-
 @wp.kernel
 def _gather_faces_kernel(
     # Mesh in:
@@ -163,25 +102,8 @@ def _shade_slots_kernel(
     # Fragments in:
     pix_to_face: wp.array4d(dtype=wp.int32),
     bary_coords: wp.array4d(dtype=wp.vec3),
-    # Mesh in (per-face corner tables of _gather_faces_kernel):
-    face_pos: wp.array(dtype=wp.mat33),
-    face_nrm: wp.array(dtype=wp.mat33),
-    face_col: wp.array(dtype=wp.mat33),
-    mode: int,
-    texel_source: int,
-    texels: wp.array4d(dtype=wp.vec3),
-    # Camera, light, material in:
-    cam_R: wp.array(dtype=wp.mat33),
-    cam_T: wp.array(dtype=wp.vec3),
-    light_kind: int,
-    light_param: wp.array(dtype=wp.vec3),
-    light_ambient: wp.array(dtype=wp.vec3),
-    light_diffuse: wp.array(dtype=wp.vec3),
-    light_specular: wp.array(dtype=wp.vec3),
-    mat_ambient: wp.array(dtype=wp.vec3),
-    mat_diffuse: wp.array(dtype=wp.vec3),
-    mat_specular: wp.array(dtype=wp.vec3),
-    mat_shininess: wp.array(dtype=wp.float32),
+    # Shading in (lit = 1):
+    a: ShadeInputs,
     # Data out:
     colors_out: wp.array4d(dtype=wp.vec3),
 ):
@@ -189,39 +111,8 @@ def _shade_slots_kernel(
     f = pix_to_face[n, y, x, k]
     c = wp.vec3(0.0)
     if f >= 0:
-        b = bary_coords[n, y, x, k]
-        pos = face_pos[f]
-        nrm = face_nrm[f]
-        point = wp.vec3(0.0)
-        normal = wp.vec3(0.0)
-        if mode == ShadingMode.FLAT:
-            point = (pos[0] + pos[1] + pos[2]) / 3.0
-            normal = nrm[0]
-        else:
-            point = b[0] * pos[0] + b[1] * pos[1] + b[2] * pos[2]
-            normal = b[0] * nrm[0] + b[1] * nrm[1] + b[2] * nrm[2]
-        texel = wp.vec3(1.0)
-        if texel_source == TexelSource.VERTEX:
-            col = face_col[f]
-            texel = b[0] * col[0] + b[1] * col[1] + b[2] * col[2]
-        elif texel_source == TexelSource.PIXEL:
-            texel = texels[n, y, x, k]
-        c = lit_colour(
-            n,
-            point,
-            normal,
-            texel,
-            camera_centre(cam_R, cam_T, n),
-            light_kind,
-            light_param,
-            light_ambient,
-            light_diffuse,
-            light_specular,
-            mat_ambient,
-            mat_diffuse,
-            mat_specular,
-            mat_shininess,
-        )
+        eye = camera_centre(a.cam_R, a.cam_T, n)
+        c = slot_colour(a, n, y, x, k, f, bary_coords[n, y, x, k], eye)
     colors_out[n, y, x, k] = c
 
 
@@ -472,6 +363,35 @@ class FaceTables:
         self.pos, self.nrm, self.col = mats(), mats(), mats()
 
 
+def gather_faces(verts, faces, normals, *, mode, texels_from, vert_colors, tables) -> None:
+    """Launches the per-face corner gather into ``tables`` (on the tape)."""
+    if faces.shape[0]:
+        wp.launch(
+            _gather_faces_kernel,
+            dim=faces.shape[0],
+            inputs=[verts, faces, normals, int(mode), int(texels_from), vert_colors],
+            outputs=[tables.pos, tables.nrm, tables.col],
+            device=verts.device,
+        )
+
+
+def lit_inputs(
+    *, mode, texels_from, texels, tables: FaceTables, cameras_RT, lights, materials
+) -> ShadeInputs:
+    """The :class:`~warpraster.shading.fused.ShadeInputs` of a lit (Phong/flat) shade."""
+    a = new_inputs(tables.pos.device)
+    a.lit = 1
+    a.mode = int(mode)
+    a.texel_source = int(texels_from)
+    a.face_pos, a.face_nrm, a.face_col = tables.pos, tables.nrm, tables.col
+    a.texels = texels
+    a.cam_R, a.cam_T = cameras_RT
+    (a.light_kind, a.light_param, a.light_ambient, a.light_diffuse,
+     a.light_specular) = lights.kernel_args()  # fmt: skip
+    a.mat_ambient, a.mat_diffuse, a.mat_specular, a.mat_shininess = materials.kernel_args()
+    return a
+
+
 def shade_slots(
     fragments,
     verts,
@@ -488,41 +408,25 @@ def shade_slots(
     out,
     tables: FaceTables | None = None,
 ) -> wp.array:
-    """Launches the face gather and the per-slot Phong/flat kernel (no checks; on the tape).
+    """Per-slot Phong/flat colours (N, H, W, K) ``vec3`` into ``out`` (no checks; on the tape).
 
-    ``tables``: preallocated :class:`FaceTables` (allocated here when None).
+    The shaders light and blend in one kernel; this gives the colours alone, for a
+    blend of your own. ``tables``: preallocated :class:`FaceTables` (allocated
+    here when None).
     """
     n, h, w, k = fragments.pix_to_face.shape
     device = fragments.pix_to_face.device
     nf = faces.shape[0]
     if tables is None or tables.num_faces != nf:
         tables = FaceTables(nf, device, out.requires_grad)
-    R, T = cameras_RT
-    if nf:
-        wp.launch(
-            _gather_faces_kernel,
-            dim=nf,
-            inputs=[verts, faces, normals, int(mode), int(texels_from), vert_colors],
-            outputs=[tables.pos, tables.nrm, tables.col],
-            device=device,
-        )
+    gather_faces(verts, faces, normals, mode=mode, texels_from=texels_from,
+                 vert_colors=vert_colors, tables=tables)  # fmt: skip
+    a = lit_inputs(mode=mode, texels_from=texels_from, texels=texels, tables=tables,
+                   cameras_RT=cameras_RT, lights=lights, materials=materials)  # fmt: skip
     wp.launch(
         _shade_slots_kernel,
         dim=(n, h, w, k),
-        inputs=[
-            fragments.pix_to_face,
-            fragments.bary_coords,
-            tables.pos,
-            tables.nrm,
-            tables.col,
-            int(mode),
-            int(texels_from),
-            texels,
-            R,
-            T,
-            *lights.kernel_args(),
-            *materials.kernel_args(),
-        ],
+        inputs=[fragments.pix_to_face, fragments.bary_coords, a],
         outputs=[out],
         device=device,
     )
@@ -675,7 +579,11 @@ class ShaderBase:
             raise ValueError(
                 "buffers were made for another image shape, vertex or face count or device"
             )
-        colors = self._colors(
+        if self.blend == BlendMode.SIGMOID:
+            colors = self._colors(fragments, v, f, buffers=buffers)
+            launch_sigmoid_blend(fragments, colors, float(blend_params.sigma), buffers.image)
+            return buffers.image
+        inputs = self._slot_inputs(
             fragments,
             v,
             f,
@@ -691,10 +599,12 @@ class ShaderBase:
             verts_ndc=verts_ndc,
             perspective_correct=perspective_correct,
         )
-        return self._blend(fragments, colors, cameras, blend_params, znear, zfar, buffers, device)
+        self._set_blend(inputs, cameras, blend_params, znear, zfar, device)
+        launch_shade_blend(fragments, inputs, buffers.image)
+        return buffers.image
 
     # -- step 1
-    def _colors(
+    def _slot_inputs(
         self,
         fragments,
         v,
@@ -747,7 +657,9 @@ class ShaderBase:
             shade_vertices(
                 v, nrm, vc, src, v2m, cameras_RT=RT, lights=lights, materials=materials, out=shaded
             )
-            return interpolate_vertex_attributes(
+            a = new_inputs(device)
+            a.lit = 0
+            a.colors = interpolate_vertex_attributes(
                 fragments.pix_to_face,
                 fragments.bary_coords,
                 shaded,
@@ -755,48 +667,24 @@ class ShaderBase:
                 out=buffers.colors,
                 validate=False,
             )
+            return a
         if self.mode == ShadingMode.FLAT:
             nrm = _normals("faces", faces_normals, v, f, device, buffers)
         else:
             nrm = _normals("verts", verts_normals, v, f, device, buffers)
-        return shade_slots(
-            fragments,
-            v,
-            f,
-            nrm,
-            mode=self.mode,
-            texels_from=src,
-            vert_colors=vc,
-            texels=tx,
-            cameras_RT=RT,
-            lights=lights,
-            materials=materials,
-            out=buffers.colors,
-            tables=buffers.face_tables,
-        )
+        gather_faces(v, f, nrm, mode=self.mode, texels_from=src, vert_colors=vc,
+                     tables=buffers.face_tables)  # fmt: skip
+        return lit_inputs(mode=self.mode, texels_from=src, texels=tx, tables=buffers.face_tables,
+                          cameras_RT=RT, lights=lights, materials=materials)  # fmt: skip
 
     # -- step 2
-    def _blend(self, fragments, colors, cameras, blend_params, znear, zfar, buffers, device):
-        out = buffers.image
-        if self.blend == BlendMode.HARD:
-            launch_hard_blend(
-                fragments.pix_to_face, colors, blend_params.background_array(device), out
-            )
-        elif self.blend == BlendMode.SIGMOID:
-            launch_sigmoid_blend(fragments, colors, float(blend_params.sigma), out)
-        else:
-            zn, zf = _z_planes(cameras, znear, zfar, device, self._cache)
-            launch_softmax_blend(
-                fragments,
-                colors,
-                blend_params.background_array(device),
-                zn,
-                zf,
-                float(blend_params.sigma),
-                float(blend_params.gamma),
-                out,
-            )
-        return out
+    def _set_blend(self, a: ShadeInputs, cameras, blend_params, znear, zfar, device) -> None:
+        a.blend = int(self.blend)
+        a.background = blend_params.background_array(device)
+        a.sigma = float(blend_params.sigma)
+        a.gamma = float(blend_params.gamma)
+        if self.blend == BlendMode.SOFTMAX:
+            a.znear, a.zfar = _z_planes(cameras, znear, zfar, device, self._cache)
 
 
 class HardPhongShader(ShaderBase):
@@ -846,5 +734,5 @@ class SoftSilhouetteShader(ShaderBase):
     def __init__(self, *, blend_params: BlendParams | None = None, **kwargs):
         super().__init__(blend_params=blend_params, **kwargs)
 
-    def _colors(self, fragments, v, f, *, buffers, **_):
+    def _colors(self, fragments, v, f, *, buffers):
         return buffers.ones
