@@ -43,7 +43,7 @@ import operator
 import warp as wp
 
 from .backward.tape import active_tape
-from .meshes import PackedMeshes
+from .meshes import MeshArrays, PackedMeshes, mesh_arrays
 
 # fuse_fp off: PyTorch3D computes the crossings as separately rounded float32
 # operations; without FMA contraction CUDA gives those same bits (as the cpu device
@@ -89,6 +89,34 @@ _TRIANGLE = wp.constant(3)
 _QUAD = wp.constant(4)
 
 
+@wp.struct
+class FaceCases:
+    """What :func:`_classify_faces` decides per input face f (scratch of
+    :class:`ClipBuffers`, under the same names): ``face_case`` (_DROP, _KEEP,
+    _TRIANGLE or _QUAD), ``face_pivot`` (the corner that is p1), ``face_w3`` (the
+    detached p1->p3 weight), ``counts``
+    (F + 1,) output faces (``counts[F]`` stays 0) and ``offsets`` (F + 1,) their
+    exclusive scan: face f's first clipped slot; ``offsets[F]`` is the total."""
+
+    face_case: wp.array(dtype=wp.int32)
+    face_pivot: wp.array(dtype=wp.int32)
+    face_w3: wp.array(dtype=wp.float32)
+    counts: wp.array(dtype=wp.int32)
+    offsets: wp.array(dtype=wp.int32)
+
+
+@wp.struct
+class ClippedFaces:
+    """The clipped list's topology (capacity 2F, outputs of :class:`ClipBuffers`):
+    ``faces`` (2F, 3) vertex indices, ``to_unclipped`` (2F,) the input face of
+    each clipped face (-1 past the total), ``neighbor`` (2F,) the other half of a
+    split quad (-1: none)."""
+
+    faces: wp.array2d(dtype=wp.int32)
+    to_unclipped: wp.array(dtype=wp.int32)
+    neighbor: wp.array(dtype=wp.int32)
+
+
 # ----------------------------------------------------------------------------- kernels
 @wp.func
 def _all_beyond(v: wp.vec3, lo: float, hi: float) -> bool:
@@ -117,19 +145,17 @@ def _crossing_weight(p1: wp.vec3, q: wp.vec3, clip: float) -> float:
 @wp.kernel(enable_backward=False)
 def _classify_faces(
     # In:
-    verts: wp.array(dtype=wp.vec3),
-    faces: wp.array2d(dtype=wp.int32),
+    meshes: MeshArrays,
     z_clip: float,
     do_z_clip: int,
     cull_rule: int,
-    # Out:
-    face_case: wp.array(dtype=wp.int32),
-    face_pivot: wp.array(dtype=wp.int32),
-    face_w3: wp.array(dtype=wp.float32),
-    counts: wp.array(dtype=wp.int32),
+    # Out: its face_case, face_pivot, face_w3 and counts
+    cases_out: FaceCases,
 ):
     """Per input face: case, pivot vertex p1, the detached p1->p3 weight, output count."""
     f = wp.tid()
+    verts = meshes.verts
+    faces = meshes.faces
     v0 = verts[faces[f, 0]]
     v1 = verts[faces[f, 1]]
     v2 = verts[faces[f, 2]]
@@ -163,83 +189,70 @@ def _classify_faces(
         p1 = verts[faces[f, pivot]]
         p3 = verts[faces[f, (pivot + 2) % 3]]
         w3 = _crossing_weight(p1, p3, z_clip)
-    face_case[f] = case
-    face_pivot[f] = pivot
-    face_w3[f] = w3
-    counts[f] = wp.where(case == _QUAD, 2, wp.where(case == _DROP, 0, 1))
+    cases_out.face_case[f] = case
+    cases_out.face_pivot[f] = pivot
+    cases_out.face_w3[f] = w3
+    cases_out.counts[f] = wp.where(case == _QUAD, 2, wp.where(case == _DROP, 0, 1))
+
+
+@wp.func
+def _put_face(out: ClippedFaces, o: int, a: int, b: int, c: int, f: int, neighbor: int):
+    """Clipped slot o: the face (a, b, c), cut from input face f (-1: unused slot),
+    with its split partner ``neighbor`` (-1: none)."""
+    out.faces[o, 0] = a
+    out.faces[o, 1] = b
+    out.faces[o, 2] = c
+    out.to_unclipped[o] = f
+    out.neighbor[o] = neighbor
 
 
 @wp.kernel(enable_backward=False)
 def _write_topology(
     # In:
-    faces: wp.array2d(dtype=wp.int32),
-    face_case: wp.array(dtype=wp.int32),
-    face_pivot: wp.array(dtype=wp.int32),
-    offsets: wp.array(dtype=wp.int32),
-    num_verts: int,
-    num_faces: int,
+    meshes: MeshArrays,
+    cases: FaceCases,
     # Out:
-    clipped_faces: wp.array2d(dtype=wp.int32),
-    clipped_to_unclipped: wp.array(dtype=wp.int32),
-    neighbor: wp.array(dtype=wp.int32),
+    clipped_out: ClippedFaces,
 ):
     """One thread per clipped slot s in [0, 2F): slot s < F also scatters input face s;
     slots at or past the clipped total get the unused-slot values."""
     s = wp.tid()
+    faces = meshes.faces
+    num_faces = faces.shape[0]
     if s < num_faces:
         f = s
-        case = face_case[f]
-        o = offsets[f]
-        i1 = face_pivot[f]
+        case = cases.face_case[f]
+        o = cases.offsets[f]
+        i1 = cases.face_pivot[f]
         i2 = (i1 + 1) % 3
         i3 = (i1 + 2) % 3
-        p4 = num_verts + 2 * f
+        p4 = meshes.verts.shape[0] + 2 * f
         p5 = p4 + 1
         if case == _KEEP:
-            clipped_faces[o, 0] = faces[f, 0]
-            clipped_faces[o, 1] = faces[f, 1]
-            clipped_faces[o, 2] = faces[f, 2]
-            clipped_to_unclipped[o] = f
-            neighbor[o] = -1
+            _put_face(clipped_out, o, faces[f, 0], faces[f, 1], faces[f, 2], f, -1)
         elif case == _TRIANGLE:
-            clipped_faces[o, 0] = p4
-            clipped_faces[o, 1] = p5
-            clipped_faces[o, 2] = faces[f, i1]
-            clipped_to_unclipped[o] = f
-            neighbor[o] = -1
+            _put_face(clipped_out, o, p4, p5, faces[f, i1], f, -1)
         elif case == _QUAD:
-            clipped_faces[o, 0] = p4
-            clipped_faces[o, 1] = faces[f, i2]
-            clipped_faces[o, 2] = p5
-            clipped_faces[o + 1, 0] = p5
-            clipped_faces[o + 1, 1] = faces[f, i2]
-            clipped_faces[o + 1, 2] = faces[f, i3]
-            clipped_to_unclipped[o] = f
-            clipped_to_unclipped[o + 1] = f
-            neighbor[o] = o + 1
-            neighbor[o + 1] = o
-    if s >= offsets[num_faces]:
-        clipped_faces[s, 0] = 0
-        clipped_faces[s, 1] = 0
-        clipped_faces[s, 2] = 0
-        clipped_to_unclipped[s] = -1
-        neighbor[s] = -1
+            _put_face(clipped_out, o, p4, faces[f, i2], p5, f, o + 1)
+            _put_face(clipped_out, o + 1, p5, faces[f, i2], faces[f, i3], f, o)
+    if s >= cases.offsets[num_faces]:
+        _put_face(clipped_out, s, 0, 0, 0, -1, -1)
 
 
 @wp.kernel(enable_backward=False)
 def _mesh_ranges(
-    # In:
-    first: wp.array(dtype=wp.int32),
-    count: wp.array(dtype=wp.int32),
-    offsets: wp.array(dtype=wp.int32),
+    # In: the input mesh ranges, the clipped slots of the input faces
+    meshes: MeshArrays,
+    cases: FaceCases,
     # Out:
-    clipped_first: wp.array(dtype=wp.int32),
-    clipped_count: wp.array(dtype=wp.int32),
+    clipped_first_out: wp.array(dtype=wp.int32),
+    clipped_count_out: wp.array(dtype=wp.int32),
 ):
     n = wp.tid()
-    a = offsets[first[n]]
-    clipped_first[n] = a
-    clipped_count[n] = offsets[first[n] + count[n]] - a
+    first = meshes.mesh_first[n]
+    a = cases.offsets[first]
+    clipped_first_out[n] = a
+    clipped_count_out[n] = cases.offsets[first + meshes.mesh_count[n]] - a
 
 
 @wp.kernel
@@ -272,10 +285,7 @@ def _clip_geometry(
     # In:
     verts: wp.array(dtype=wp.vec3),
     faces: wp.array2d(dtype=wp.int32),
-    face_case: wp.array(dtype=wp.int32),
-    face_pivot: wp.array(dtype=wp.int32),
-    face_w3: wp.array(dtype=wp.float32),
-    offsets: wp.array(dtype=wp.int32),
+    cases: FaceCases,
     z_clip: float,
     perspective: int,
     # Out:
@@ -284,23 +294,23 @@ def _clip_geometry(
 ):
     """Per input face, straight-line: the new vertices p4, p5 and the barycentric
     conversion matrix of each output face (column k = the original-face barycentrics
-    of the clipped face's vertex k). Differentiable in ``verts``; ``face_w3`` is a
+    of the clipped face's vertex k). Differentiable in ``verts``; ``cases.face_w3`` is a
     plain (no-grad) input, which is how the p1->p3 weight is detached."""
     f = wp.tid()
-    case = face_case[f]
-    o = offsets[f]
+    case = cases.face_case[f]
+    o = cases.offsets[f]
     nv = verts.shape[0]
     if case == _KEEP:
         conversion[o] = wp.identity(n=3, dtype=wp.float32)
     elif case == _TRIANGLE or case == _QUAD:
-        i1 = face_pivot[f]
+        i1 = cases.face_pivot[f]
         i2 = (i1 + 1) % 3
         i3 = (i1 + 2) % 3
         p1 = verts[faces[f, i1]]
         p2 = verts[faces[f, i2]]
         p3 = verts[faces[f, i3]]
         w2 = _crossing_weight(p1, p2, z_clip)
-        w3 = face_w3[f]
+        w3 = cases.face_w3[f]
         clipped_verts[nv + 2 * f] = _crossing(p1, p2, w2, z_clip, perspective)
         clipped_verts[nv + 2 * f + 1] = _crossing(p1, p3, w3, z_clip, perspective)
         b4 = _bary2(i1, i2, 1.0 - w2, w2)
@@ -318,7 +328,7 @@ def _unclip(
     # In:
     pix_to_face: wp.array4d(dtype=wp.int32),
     bary: wp.array4d(dtype=wp.vec3),
-    clipped_to_unclipped: wp.array(dtype=wp.int32),
+    clipped: ClippedFaces,
     conversion: wp.array(dtype=wp.mat33),
     # Out:
     out_pix_to_face: wp.array4d(dtype=wp.int32),
@@ -328,7 +338,7 @@ def _unclip(
     p = pix_to_face[n, y, x, k]
     b = bary[n, y, x, k]
     if p >= 0:
-        out_pix_to_face[n, y, x, k] = clipped_to_unclipped[p]
+        out_pix_to_face[n, y, x, k] = clipped.to_unclipped[p]
         out_bary[n, y, x, k] = conversion[p] * b
     else:
         out_pix_to_face[n, y, x, k] = -1
@@ -339,8 +349,8 @@ def _unclip_adjoint_fn(
     # In:
     pix_to_face: wp.array4d(dtype=wp.int32),
     bary: wp.array4d(dtype=wp.vec3),
-    clipped_to_unclipped: wp.array(dtype=wp.int32),
-    face_case: wp.array(dtype=wp.int32),
+    clipped: ClippedFaces,
+    cases: FaceCases,
     conversion: wp.array(dtype=wp.mat33),
     out_bary_grad: wp.array4d(dtype=wp.vec3),
     # Out (accumulated):
@@ -356,7 +366,7 @@ def _unclip_adjoint_fn(
     g = out_bary_grad[n, y, x, k]
     if p >= 0:
         bary_grad_out[n, y, x, k] = bary_grad_out[n, y, x, k] + wp.transpose(conversion[p]) * g
-        if face_case[clipped_to_unclipped[p]] != _KEEP:
+        if cases.face_case[clipped.to_unclipped[p]] != _KEEP:
             wp.atomic_add(conversion_grad_out, p, wp.outer(g, bary[n, y, x, k]))
     else:
         bary_grad_out[n, y, x, k] = bary_grad_out[n, y, x, k] + g
@@ -450,6 +460,17 @@ class ClipBuffers:
         self.counts = wp.zeros(f + 1, dtype=wp.int32, device=d)
         self.offsets = wp.zeros(f + 1, dtype=wp.int32, device=d)
         self.num_clipped_faces = self.offsets[f:]
+        # the same arrays as kernel arguments
+        self.cases = FaceCases()
+        self.cases.face_case = self.face_case
+        self.cases.face_pivot = self.face_pivot
+        self.cases.face_w3 = self.face_w3
+        self.cases.counts = self.counts
+        self.cases.offsets = self.offsets
+        self.clipped = ClippedFaces()
+        self.clipped.faces = self.faces
+        self.clipped.to_unclipped = self.faces_clipped_to_unclipped_idx
+        self.clipped.neighbor = self.clipped_faces_neighbor_idx
 
     @property
     def packed(self):
@@ -539,54 +560,26 @@ def clip_faces(
     cull = int(rule) if cull_to_frustum else 0
     clip = 0.0 if z_clip_value is None else z_clip_value
 
+    meshes = mesh_arrays(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh)
+    cases = buffers.cases
     if f > 0:
-        wp.launch(
-            _classify_faces,
-            dim=f,
-            inputs=[verts, faces, clip, int(z_clip_value is not None), cull],
-            outputs=[buffers.face_case, buffers.face_pivot, buffers.face_w3, buffers.counts],
-            device=d,
-            record_tape=False,
-        )
+        wp.launch(_classify_faces, dim=f, inputs=[meshes, clip, int(z_clip_value is not None), cull],
+                  outputs=[cases], device=d, record_tape=False)  # fmt: skip
     wp.utils.array_scan(buffers.counts, buffers.offsets, inclusive=False)
     if f > 0:
-        wp.launch(
-            _write_topology,
-            dim=2 * f,
-            inputs=[faces, buffers.face_case, buffers.face_pivot, buffers.offsets, v, f],
-            outputs=[
-                buffers.faces,
-                buffers.faces_clipped_to_unclipped_idx,
-                buffers.clipped_faces_neighbor_idx,
-            ],
-            device=d,
-            record_tape=False,
-        )
+        wp.launch(_write_topology, dim=2 * f, inputs=[meshes, cases], outputs=[buffers.clipped],
+                  device=d, record_tape=False)  # fmt: skip
     if n > 0:
-        wp.launch(
-            _mesh_ranges,
-            dim=n,
-            inputs=[mesh_to_face_first_idx, num_faces_per_mesh, buffers.offsets],
-            outputs=[buffers.mesh_to_face_first_idx, buffers.num_faces_per_mesh],
-            device=d,
-            record_tape=False,
-        )
+        wp.launch(_mesh_ranges, dim=n, inputs=[meshes, cases],
+                  outputs=[buffers.mesh_to_face_first_idx, buffers.num_faces_per_mesh], device=d,
+                  record_tape=False)  # fmt: skip
     if v > 0:
         wp.launch(_copy_verts, dim=v, inputs=[verts], outputs=[buffers.verts], device=d)
     if f > 0:
         wp.launch(
             _clip_geometry_deterministic if deterministic else _clip_geometry,
             dim=f,
-            inputs=[
-                verts,
-                faces,
-                buffers.face_case,
-                buffers.face_pivot,
-                buffers.face_w3,
-                buffers.offsets,
-                clip,
-                int(bool(perspective_correct)),
-            ],
+            inputs=[verts, faces, cases, clip, int(bool(perspective_correct))],
             outputs=[buffers.verts, buffers.barycentric_conversion],
             device=d,
         )
@@ -631,12 +624,7 @@ def unclip_fragments(
     wp.launch(
         _unclip,
         dim=shape,
-        inputs=[
-            pix_to_face,
-            bary_coords,
-            buffers.faces_clipped_to_unclipped_idx,
-            buffers.barycentric_conversion,
-        ],
+        inputs=[pix_to_face, bary_coords, buffers.clipped, buffers.barycentric_conversion],
         outputs=[out_pix_to_face, out_bary_coords],
         device=d,
         record_tape=False,
@@ -654,14 +642,8 @@ def unclip_fragments(
         wp.launch(
             kernel,
             dim=shape,
-            inputs=[
-                pix_to_face,
-                bary_coords,
-                buffers.faces_clipped_to_unclipped_idx,
-                buffers.face_case,
-                conversion,
-                out_bary_coords.grad,
-            ],
+            inputs=[pix_to_face, bary_coords, buffers.clipped, buffers.cases, conversion,
+                    out_bary_coords.grad],  # fmt: skip
             outputs=[bary_grad, conv_grad],
             device=d,
         )
