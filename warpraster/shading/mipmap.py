@@ -625,6 +625,39 @@ def texture(
 
 
 # ----------------------------------------------------------------------------- texture object
+@wp.func
+def slot_uv(
+    yi: int,
+    xi: int,
+    f: int,
+    b: wp.vec3,
+    shape: wp.vec2i,
+    verts_ndc: wp.array(dtype=wp.vec3),
+    faces: wp.array2d(dtype=wp.int32),
+    perspective: int,
+    faces_uvs: wp.array2d(dtype=wp.int32),
+    verts_uvs: wp.array2d(dtype=wp.float32),
+):
+    """(uv, duv/dx, duv/dy) of a filled slot of face ``f`` in an image of ``shape``
+    (H, W): the UVs interpolated with the barycentrics, and their analytic
+    screen-space derivatives (per pixel, x right, y down) when ``verts_ndc`` is given."""
+    uv0 = wp.vec2(verts_uvs[faces_uvs[f, 0], 0], verts_uvs[faces_uvs[f, 0], 1])
+    uv1 = wp.vec2(verts_uvs[faces_uvs[f, 1], 0], verts_uvs[faces_uvs[f, 1], 1])
+    uv2 = wp.vec2(verts_uvs[faces_uvs[f, 2], 0], verts_uvs[faces_uvs[f, 2], 1])
+    uv = b[0] * uv0 + b[1] * uv1 + b[2] * uv2
+    duv_dx = wp.vec2(0.0)
+    duv_dy = wp.vec2(0.0)
+    if verts_ndc:
+        p = pixel_centre(yi, xi, shape[0], shape[1])
+        dbx, dby = bary_derivatives(
+            p, verts_ndc[faces[f, 0]], verts_ndc[faces[f, 1]], verts_ndc[faces[f, 2]], perspective
+        )
+        step = -2.0 / float(wp.min(shape[0], shape[1]))
+        duv_dx = step * (dbx[0] * uv0 + dbx[1] * uv1 + dbx[2] * uv2)
+        duv_dy = step * (dby[0] * uv0 + dby[1] * uv1 + dby[2] * uv2)
+    return uv, duv_dx, duv_dy
+
+
 @wp.kernel
 def _sample_uv_mipmap(
     # Fragments in:
@@ -647,6 +680,7 @@ def _sample_uv_mipmap(
     # Data out: (N, H, W, K * C) float view of a vector(C) array
     texels_out: wp.array4d(dtype=wp.float32),
 ):
+    """One thread per slot and channel (any channel count C)."""
     n, yi, xi, j = wp.tid()
     cc = maps.shape[3]
     k = j // cc
@@ -655,29 +689,62 @@ def _sample_uv_mipmap(
     if f < 0:
         texels_out[n, yi, xi, j] = 0.0
         return
-    b = bary_coords[n, yi, xi, k]
-    uv0 = wp.vec2(verts_uvs[faces_uvs[f, 0], 0], verts_uvs[faces_uvs[f, 0], 1])
-    uv1 = wp.vec2(verts_uvs[faces_uvs[f, 1], 0], verts_uvs[faces_uvs[f, 1], 1])
-    uv2 = wp.vec2(verts_uvs[faces_uvs[f, 2], 0], verts_uvs[faces_uvs[f, 2], 1])
-    uv = b[0] * uv0 + b[1] * uv1 + b[2] * uv2
-    duv_dx = wp.vec2(0.0)
-    duv_dy = wp.vec2(0.0)
-    if verts_ndc:
-        height = pix_to_face.shape[1]
-        width = pix_to_face.shape[2]
-        p = pixel_centre(yi, xi, height, width)
-        dbx, dby = bary_derivatives(
-            p, verts_ndc[faces[f, 0]], verts_ndc[faces[f, 1]], verts_ndc[faces[f, 2]], perspective
-        )
-        step = -2.0 / float(wp.min(height, width))
-        duv_dx = step * (dbx[0] * uv0 + dbx[1] * uv1 + dbx[2] * uv2)
-        duv_dy = step * (dby[0] * uv0 + dby[1] * uv1 + dby[2] * uv2)
+    shape = wp.vec2i(pix_to_face.shape[1], pix_to_face.shape[2])
+    uv, duv_dx, duv_dy = slot_uv(yi, xi, f, bary_coords[n, yi, xi, k], shape, verts_ndc,
+                                 faces, perspective, faces_uvs, verts_uvs)  # fmt: skip
     m = n
     if maps.shape[0] == 1:
         m = 0
     texels_out[n, yi, xi, j] = mip_sample_channel(
         maps, levels, offsets, max_level, m, c, uv, duv_dx, duv_dy, filter_mode, boundary, flip_v
     )
+
+
+@wp.kernel
+def _sample_uv_mipmap_rgb(
+    # Fragments in:
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    bary_coords: wp.array4d(dtype=wp.vec3),
+    # Geometry in (derivatives):
+    verts_ndc: wp.array(dtype=wp.vec3),
+    faces: wp.array2d(dtype=wp.int32),
+    perspective: int,
+    # Texture in:
+    faces_uvs: wp.array2d(dtype=wp.int32),
+    verts_uvs: wp.array2d(dtype=wp.float32),
+    maps: wp.array4d(dtype=wp.float32),
+    levels: wp.array(dtype=wp.float32),
+    offsets: wp.array(dtype=wp.int32),
+    max_level: int,
+    filter_mode: int,
+    boundary: int,
+    flip_v: int,
+    # Data out:
+    texels_out: wp.array4d(dtype=wp.vec3),
+):
+    """One thread per slot for C = 3: the UVs, their derivatives (and, in the
+    generated adjoint, their gradients) once for the three channels."""
+    n, yi, xi, k = wp.tid()
+    f = pix_to_face[n, yi, xi, k]
+    if f < 0:
+        texels_out[n, yi, xi, k] = wp.vec3(0.0)
+        return
+    shape = wp.vec2i(pix_to_face.shape[1], pix_to_face.shape[2])
+    uv, duv_dx, duv_dy = slot_uv(yi, xi, f, bary_coords[n, yi, xi, k], shape, verts_ndc,
+                                 faces, perspective, faces_uvs, verts_uvs)  # fmt: skip
+    m = n
+    if maps.shape[0] == 1:
+        m = 0
+    r = mip_sample_channel(
+        maps, levels, offsets, max_level, m, 0, uv, duv_dx, duv_dy, filter_mode, boundary, flip_v
+    )
+    g = mip_sample_channel(
+        maps, levels, offsets, max_level, m, 1, uv, duv_dx, duv_dy, filter_mode, boundary, flip_v
+    )
+    bl = mip_sample_channel(
+        maps, levels, offsets, max_level, m, 2, uv, duv_dx, duv_dy, filter_mode, boundary, flip_v
+    )
+    texels_out[n, yi, xi, k] = wp.vec3(r, g, bl)
 
 
 class TexturesUVMipmap:
@@ -811,9 +878,10 @@ class TexturesUVMipmap:
         )
         texels = alloc_vector_out(out, "out", tuple(p2f.shape), c, self.device, rg)
         nn, h, w, k = p2f.shape
+        rgb = c == 3 and texels.dtype == wp.vec3
         wp.launch(
-            _sample_uv_mipmap,
-            dim=(nn, h, w, k * c),
+            _sample_uv_mipmap_rgb if rgb else _sample_uv_mipmap,
+            dim=(nn, h, w, k) if rgb else (nn, h, w, k * c),
             inputs=[
                 p2f,
                 bary,
@@ -830,7 +898,7 @@ class TexturesUVMipmap:
                 int(self.boundary_mode),
                 int(self.flip_v),
             ],
-            outputs=[float_view(texels)],
+            outputs=[texels if rgb else float_view(texels)],
             device=self.device,
         )
         return texels
