@@ -30,9 +30,9 @@ import numpy as np
 import warp as wp
 
 from . import bench_render
-from .fragments import fragment_values
+from .fragments import FragmentRows, fragment_rows, fragment_values
 from .geometry import pixel_centre
-from .meshes import pack_meshes
+from .meshes import MeshArrays, pack_meshes
 from .primitives import ico_sphere
 from .raster import RasterWorkspace, rasterize_naive_at, rasterize_packed
 from .raster.small_faces import small_face_lanes
@@ -105,32 +105,31 @@ def make_scene(scene: Scene, seed: int = 0):
 
 @wp.kernel(enable_backward=False, module="unique", module_options={"fuse_fp": False})
 def _values_at(
-    verts: wp.array(dtype=wp.vec3),
-    faces: wp.array2d(dtype=wp.int32),
-    p2f: wp.array2d(dtype=wp.int32),
+    # In:
+    meshes: MeshArrays,
     pix: wp.array(dtype=wp.vec3i),
     height: int,
     width: int,
-    zbuf: wp.array2d(dtype=wp.float32),
-    bary: wp.array2d(dtype=wp.vec3),
-    dists: wp.array2d(dtype=wp.float32),
+    # In: rows.pix_to_face; Out: rows.zbuf, bary, dists
+    rows: FragmentRows,
 ):
-    """The fragment values of rows ``p2f`` at pixels ``pix``, computed afresh from
-    the vertices (the check for zbuf / bary / dists; no blur flags here)."""
+    """The fragment values of rows ``rows.pix_to_face`` at pixels ``pix``, computed
+    afresh from the vertices (the check for zbuf / bary / dists; no blur flags here)."""
     i, s = wp.tid()
-    f = p2f[i, s]
+    f = rows.pix_to_face[i, s]
     if f < 0:
-        zbuf[i, s] = -1.0
-        bary[i, s] = wp.vec3(-1.0, -1.0, -1.0)
-        dists[i, s] = -1.0
+        rows.zbuf[i, s] = -1.0
+        rows.bary[i, s] = wp.vec3(-1.0, -1.0, -1.0)
+        rows.dists[i, s] = -1.0
     else:
         p = pixel_centre(pix[i][1], pix[i][2], height, width)
         z, b, d = fragment_values(
-            p, verts[faces[f, 0]], verts[faces[f, 1]], verts[faces[f, 2]], 0, 0
-        )
-        zbuf[i, s] = z
-        bary[i, s] = b
-        dists[i, s] = d
+            p, meshes.verts[meshes.faces[f, 0]], meshes.verts[meshes.faces[f, 1]],
+            meshes.verts[meshes.faces[f, 2]], 0, 0,
+        )  # fmt: skip
+        rows.zbuf[i, s] = z
+        rows.bary[i, s] = b
+        rows.dists[i, s] = d
 
 
 def _nbytes(*arrays) -> int:
@@ -168,8 +167,8 @@ def run_scene(
     pix = np.stack(
         [rng.integers(0, scene.copies, m), rng.integers(0, h, m), rng.integers(0, w, m)], 1
     ).astype(np.int32)
-    ref = rasterize_naive_at(meshes, ws, wp.array(pix, dtype=wp.vec3i, device=device),
-                             settings).numpy()  # fmt: skip
+    pix_wp = wp.array(pix, dtype=wp.vec3i, device=device)
+    ref = rasterize_naive_at(meshes, ws, pix_wp, settings).numpy()
     at = (pix[:, 0], pix[:, 1], pix[:, 2])
     got = frags.pix_to_face.numpy()[at]
     mismatches = int((got != ref).any(-1).sum())
@@ -178,12 +177,9 @@ def run_scene(
     want = [
         wp.empty((m, scene.k), dtype=t, device=device) for t in (wp.float32, wp.vec3, wp.float32)
     ]
-    wp.launch(
-        _values_at, dim=(m, scene.k),
-        inputs=[verts, meshes.faces, wp.array(got, dtype=wp.int32, device=device),
-                wp.array(pix, dtype=wp.vec3i, device=device), h, w], outputs=want,
-        device=device,
-    )  # fmt: skip
+    rows = fragment_rows(wp.array(got, dtype=wp.int32, device=device), *want)
+    wp.launch(_values_at, dim=(m, scene.k), inputs=[meshes.arrays, pix_wp, h, w, rows],
+              device=device)  # fmt: skip
     for a, b in zip((frags.zbuf, frags.bary_coords, frags.dists), want, strict=True):
         same = a.numpy()[at] == b.numpy()
         mismatches += int((~same.reshape(m, -1).all(-1)).sum())
@@ -322,6 +318,20 @@ def _probe_memory(scene: Scene, device, argv_flags: list[str]) -> dict | None:
 
 _TUNING_FLAGS = ("--no-call-graphs", "--generic-kernels", "--narrow-outputs")
 
+#: The on/off options of the command line: (flag, help).
+_SWITCHES = (
+    ("--profile", "per-kernel times (CUDA)"),
+    ("--no-memory", "skip the per-scene memory probe (CUDA: one child process per scene)"),
+    ("--generic-kernels",
+     "CUDA: queue kernels read the flags at run time (no compiled-in variants)"),
+    ("--narrow-outputs", "outputs written one slot per store (not four per 16-byte store)"),
+    ("--no-call-graphs",
+     "eager calls issue their launches from Python every time (Tuning.call_graphs)"),
+    ("--renderer", "run the renderer scenes instead (python -m warpraster.bench_render)"),
+    ("--sensor", "run the simulation sensor scene instead: 64 worlds x 2 cameras, 128², colour + "
+     "depth (python -m warpraster.sim.bench; add --newton there to time Newton's sensor)"),
+)  # fmt: skip
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m warpraster.bench", description=__doc__)
@@ -330,41 +340,20 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
     ap.add_argument("--scenes", default=None, help="comma-separated scene names (default: all)")
     ap.add_argument("--bin-size", type=int, default=None, help="override the bin size")
-    ap.add_argument("--profile", action="store_true", help="per-kernel times (CUDA)")
-    ap.add_argument(
-        "--no-memory", action="store_true",
-        help="skip the per-scene memory probe (CUDA: one child process per scene)",
-    )  # fmt: skip
+    for flag, text in _SWITCHES:
+        ap.add_argument(flag, action="store_true", help=text)
     ap.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
     ap.add_argument(
-        "--generic-kernels", action="store_true",
-        help="CUDA: queue kernels read the flags at run time (no compiled-in variants)",
-    )  # fmt: skip
-    ap.add_argument(
-        "--narrow-outputs", action="store_true",
-        help="outputs written one slot per store (not four per 16-byte store)",
-    )  # fmt: skip
-    ap.add_argument(
-        "--no-call-graphs", action="store_true",
-        help="eager calls issue their launches from Python every time (Tuning.call_graphs)",
-    )  # fmt: skip
-    ap.add_argument(
-        "--max-regs", default=None,
+        "--max-regs",
+        default=None,
         help="CUDA register caps, e.g. queue8=56,outputs=40 (Tuning.max_registers)",
-    )  # fmt: skip
+    )
     ap.add_argument(
-        "--small-lanes", type=int, default=None,
+        "--small-lanes",
+        type=int,
+        default=None,
         help="threads per face in the K=1 small-face pass (default: automatic)",
-    )  # fmt: skip
-    ap.add_argument(
-        "--renderer", action="store_true",
-        help="run the renderer scenes instead (python -m warpraster.bench_render)",
-    )  # fmt: skip
-    ap.add_argument(
-        "--sensor", action="store_true",
-        help="run the simulation sensor scene instead: 64 worlds x 2 cameras, 128², colour + "
-        "depth (python -m warpraster.sim.bench; add --newton there to time Newton's sensor)",
-    )  # fmt: skip
+    )
     args = ap.parse_args(argv)
     passed = ["--runs", str(args.runs)] + (["--device", args.device] if args.device else [])
     if args.renderer:

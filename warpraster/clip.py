@@ -563,8 +563,9 @@ def clip_faces(
     meshes = mesh_arrays(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh)
     cases = buffers.cases
     if f > 0:
-        wp.launch(_classify_faces, dim=f, inputs=[meshes, clip, int(z_clip_value is not None), cull],
-                  outputs=[cases], device=d, record_tape=False)  # fmt: skip
+        do_clip = int(z_clip_value is not None)
+        wp.launch(_classify_faces, dim=f, inputs=[meshes, clip, do_clip, cull], outputs=[cases],
+                  device=d, record_tape=False)  # fmt: skip
     wp.utils.array_scan(buffers.counts, buffers.offsets, inclusive=False)
     if f > 0:
         wp.launch(_write_topology, dim=2 * f, inputs=[meshes, cases], outputs=[buffers.clipped],
@@ -639,13 +640,8 @@ def unclip_fragments(
     conv_grad = conversion.grad if conversion.grad is not None else wp.empty_like(conversion)
 
     def backward():
-        wp.launch(
-            kernel,
-            dim=shape,
-            inputs=[pix_to_face, bary_coords, buffers.clipped, buffers.cases, conversion,
-                    out_bary_coords.grad],  # fmt: skip
-            outputs=[bary_grad, conv_grad],
-            device=d,
-        )
+        inputs = [pix_to_face, bary_coords, buffers.clipped, buffers.cases, conversion,
+                  out_bary_coords.grad]  # fmt: skip
+        wp.launch(kernel, dim=shape, inputs=inputs, outputs=[bary_grad, conv_grad], device=d)
 
     tape.record_func(backward, arrays=[out_bary_coords, bary_coords, conversion])
