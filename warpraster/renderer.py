@@ -93,6 +93,7 @@ class MeshRenderer:
         )
         self.fragments = fragments
         shader_kwargs.setdefault("vert_to_mesh", v2m)
+        shader_kwargs.setdefault("compact_slots", True)  # our rasterizer's fragments
         shader_kwargs.setdefault("verts_ndc", verts_ndc)
         shader_kwargs.setdefault(
             "perspective_correct",
@@ -344,6 +345,7 @@ class Renderer:
             verts_ndc=out.verts_ndc,
             perspective_correct=self.settings.perspective_correct,
             buffers=out.shading,
+            compact_slots=True,
         )
         nrm = out.shading.verts_normals
         if self._shader_skips_normals:

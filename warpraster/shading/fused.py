@@ -134,6 +134,10 @@ class ShadeInputs:
     ``face_nrm``: rows = the face's three corners; flat mode keeps the face
     normal in row 0; ``face_col`` the vertex colours), the texel from
     ``texel_source``, camera ``cam_R``/``cam_T``, light and material rows.
+
+    ``compact`` = 1 promises that each pixel's filled slots come first (the
+    rasterizer's sorted queues): the slot loops stop at the first empty slot
+    instead of reading all K (at K = 8 most slots are empty).
     """
 
     lit: int
@@ -156,6 +160,7 @@ class ShadeInputs:
     mat_specular: wp.array(dtype=wp.vec3)
     mat_shininess: wp.array(dtype=wp.float32)
     blend: int
+    compact: int
     background: wp.array(dtype=wp.vec3)
     znear: wp.array(dtype=wp.float32)
     zfar: wp.array(dtype=wp.float32)
@@ -470,16 +475,22 @@ def _shade_blend_kernel(
     kk = pix_to_face.shape[3]
     zn = a.znear[row(n, a.znear.shape[0])]
     zf = a.zfar[row(n, a.zfar.shape[0])]
-    # pass 1: the largest inverse depth
+    # pass 1: the largest inverse depth (and the slots in use)
     zmax = float(-1.0e38)
+    used = kk
     for k in range(kk):
-        zmax = wp.max(zmax, zinv(pix_to_face[n, y, x, k], zbuf[n, y, x, k], zn, zf))
+        fk = pix_to_face[n, y, x, k]
+        if fk < 0 and a.compact != 0:
+            used = k
+            zmax = wp.max(zmax, 0.0)  # the empty slots' zinv
+            break
+        zmax = wp.max(zmax, zinv(fk, zbuf[n, y, x, k], zn, zf))
     zmax = wp.max(zmax, BLEND_EPS)
     # pass 2: weights, colour sum, coverage
     keep = float(1.0)
     wsum = float(0.0)
     csum = wp.vec3(0.0)
-    for k in range(kk):
+    for k in range(used):
         f = pix_to_face[n, y, x, k]
         if f >= 0:
             p = prob(dists[n, y, x, k], a.sigma)
@@ -537,8 +548,18 @@ def _shade_blend_adjoint(
     # recompute the forward
     zraw = float(-1.0e38)
     kmax = int(0)
+    used = kk
     for k in range(kk):
-        zk = zinv(pix_to_face[n, y, x, k], zbuf[n, y, x, k], zn, zf)
+        fk = pix_to_face[n, y, x, k]
+        zk = float(0.0)
+        if fk < 0 and a.compact != 0:
+            # the empty slots' zinv is 0: torch's max picks the first of them
+            used = k
+            if zk > zraw:
+                zraw = zk
+                kmax = k
+            break
+        zk = zinv(fk, zbuf[n, y, x, k], zn, zf)
         if zk > zraw:
             zraw = zk
             kmax = k
@@ -546,7 +567,7 @@ def _shade_blend_adjoint(
     keep = float(1.0)
     wsum = float(0.0)
     csum = wp.vec3(0.0)
-    for k in range(kk):
+    for k in range(used):
         f = pix_to_face[n, y, x, k]
         if f >= 0:
             p = prob(dists[n, y, x, k], a.sigma)
@@ -570,7 +591,7 @@ def _shade_blend_adjoint(
     gdelta = gden + ((gn[0] * bg[0] + gn[1] * bg[1]) + gn[2] * bg[2])
     gmax_e = float(0.0)  # d/dzmax through the K terms exp((zinv_k - zmax) / gamma)
     gdiff_max = float(0.0)
-    for k in range(kk):
+    for k in range(used):
         f = pix_to_face[n, y, x, k]
         if f >= 0:
             b = bary_coords[n, y, x, k]

@@ -503,6 +503,9 @@ class ShaderBase:
         verts_ndc, perspective_correct: the projected vertices and the raster
             setting, for mip-mapped UV textures (UV derivatives).
         buffers: :class:`ShadingBuffers` for allocation-free calls.
+        compact_slots: the fragments come from warpraster's rasterizer, whose
+            filled slots come first in every pixel: the blend stops at the first
+            empty slot. Leave False for fragments made otherwise.
 
     Returns the (N, H, W, 4) float32 RGBA image (a Warp array).
     """
@@ -554,6 +557,7 @@ class ShaderBase:
         verts_ndc=None,
         perspective_correct: bool = True,
         buffers: ShadingBuffers | None = None,
+        compact_slots: bool = False,
     ) -> wp.array:
         shape = check_fragments(fragments)
         device = fragments.pix_to_face.device
@@ -600,6 +604,7 @@ class ShaderBase:
             perspective_correct=perspective_correct,
         )
         self._set_blend(inputs, cameras, blend_params, znear, zfar, device)
+        inputs.compact = int(bool(compact_slots))
         launch_shade_blend(fragments, inputs, buffers.image)
         return buffers.image
 
