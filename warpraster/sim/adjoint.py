@@ -381,8 +381,11 @@ def face_gather_kernel(
     face_world_out: wp.array(dtype=wp.mat33),
     face_vn_out: wp.array(dtype=wp.mat33),
 ):
-    """Sums, in row-major pixel order over the face's bounding box (grown by one
-    pixel and ``margin_ndc``), the records of the pixels that show packed face f."""
+    """Sums, in row-major pixel order over the face's bounding box (grown by
+    ``margin_ndc`` and by 0.01 pixel against rounding in the inverse pixel map),
+    the records of the pixels that show packed face f. A pixel shows a face only
+    if its centre lies in the face (sharp pass) or within the blur radius of it
+    (``margin_ndc``: its square root, blurred pass), hence in that box."""
     f = wp.tid()
     n = face_image[f]
     acc_ndc = wp.mat33(0.0)
@@ -403,8 +406,8 @@ def face_gather_kernel(
         sx = pix_to_ndc(1, width, height) - offx
         offy = pix_to_ndc(0, height, width)
         sy = pix_to_ndc(1, height, width) - offy
-        x0, x1 = _pixel_range(xmin, xmax, offx, sx, width, 1.0)
-        y0, y1 = _pixel_range(ymin, ymax, offy, sy, height, 1.0)
+        x0, x1 = _pixel_range(xmin, xmax, offx, sx, width, 0.01)
+        y0, y1 = _pixel_range(ymin, ymax, offy, sy, height, 0.01)
         for yy in range(y0, y1 + 1):
             for xx in range(x0, x1 + 1):
                 if rec_face[n, yy, xx] == f:

@@ -1,13 +1,15 @@
 """Sensor benchmark: W worlds x C cameras of a posed 2,000-triangle body, colour + depth.
 
     python -m warpraster.sim.bench [--device cuda:0] [--worlds 64] [--cameras 2]
-        [--size 128] [--runs 50] [--newton] [--json out.json]
+        [--size 128] [--runs 50] [--newton] [--generated-backward] [--json out.json]
 
 Times one :meth:`CameraSensor.update` (forward) and one update + image loss +
 ``tape.backward`` (forward + backward), each captured in a graph and replayed
 (cpu too), as milliseconds per call and images per second; with ``--newton``
 also Newton's ``SensorTiledCamera`` (colour + depth, its own update, eager) on
-the same scene.
+the same scene. The sensor's backward is its deterministic one unless
+``--generated-backward`` (Warp's generated adjoints and the rasterizer's atomic
+backward) is given.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def _timed(fn, runs: int, device) -> float:
     return (time.perf_counter() - t0) * 1e3 / runs
 
 
-def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None) -> dict:
+def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
+                 deterministic=True) -> dict:  # fmt: skip
     device = wp.get_device(device)
     verts, faces, bodies, cams = _scene(worlds, cameras)
     geo = SensorGeometry()
@@ -59,7 +62,8 @@ def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None) -> dic
         geo.add_body_mesh(w, verts, faces, world=w, shape_index=0, color=(0.8, 0.4, 0.2))
     sensor = CameraSensor(geo, world_count=worlds, camera_count=cameras, image_size=size,
                           light_direction=(-0.577, 0.577, -0.577), device=device,
-                          requires_grad=True, grad_channels=("color", "depth"))  # fmt: skip
+                          requires_grad=True, grad_channels=("color", "depth"),
+                          deterministic=deterministic)  # fmt: skip
     body_q = wp.array(bodies, dtype=wp.transform, device=device, requires_grad=True)
     cam_q = wp.array([[c] * worlds for c in cams], dtype=wp.transform, device=device)
     fovs = wp.array([0.8] * cameras, dtype=wp.float32, device=device)
@@ -101,6 +105,7 @@ def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None) -> dic
     return {
         "scene": f"sensor_{worlds}w_{cameras}c_torus2k_{size}",
         "device": str(device),
+        "backward": "deterministic" if deterministic else "generated",
         "images": images,
         "coverage": covered,
         **rows,
@@ -151,12 +156,14 @@ def main(argv=None) -> int:
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--newton", action="store_true", help="also time Newton's SensorTiledCamera")
+    p.add_argument("--generated-backward", action="store_true",
+                   help="time Warp's generated adjoints instead of the deterministic backward")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     wp.config.quiet = True
     kw = dict(worlds=args.worlds, cameras=args.cameras, size=args.size, runs=args.runs,
               device=args.device)  # fmt: skip
-    rows = [bench_sensor(**kw)]
+    rows = [bench_sensor(**kw, deterministic=not args.generated_backward)]
     if args.newton:
         rows.append(bench_newton(**kw))
     for r in rows:
