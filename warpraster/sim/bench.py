@@ -1,7 +1,8 @@
 """Sensor benchmark: W worlds x C cameras of a posed 2,000-triangle body, colour + depth.
 
     python -m warpraster.sim.bench [--device cuda:0] [--worlds 64] [--cameras 2]
-        [--size 128] [--runs 50] [--newton] [--generated-backward] [--json out.json]
+        [--size 128] [--runs 50] [--newton] [--generated-backward] [--profile]
+        [--json out.json]
 
 Times one :meth:`CameraSensor.update` (forward) and one update + image loss +
 ``tape.backward`` (forward + backward), each captured in a graph and replayed
@@ -54,7 +55,7 @@ def _timed(fn, runs: int, device) -> float:
 
 
 def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
-                 deterministic=True) -> dict:  # fmt: skip
+                 deterministic=True, profile=False) -> dict:  # fmt: skip
     device = wp.get_device(device)
     verts, faces, bodies, cams = _scene(worlds, cameras)
     geo = SensorGeometry()
@@ -100,6 +101,11 @@ def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
             fn()
         graph = cap.graph
         rows[f"{name}_ms"] = _timed(lambda g=graph: wp.capture_launch(g), runs, device)
+    if profile and device.is_cuda:
+        # one eager forward + backward, every kernel timed by CUDA events
+        wp.timing_begin(cuda_filter=wp.TIMING_KERNEL)
+        forward_backward()
+        wp.timing_print(wp.timing_end())
     images = worlds * cameras
     covered = float((frame.alpha.numpy() > 0).mean())
     return {
@@ -158,12 +164,14 @@ def main(argv=None) -> int:
     p.add_argument("--newton", action="store_true", help="also time Newton's SensorTiledCamera")
     p.add_argument("--generated-backward", action="store_true",
                    help="time Warp's generated adjoints instead of the deterministic backward")
+    p.add_argument("--profile", action="store_true",
+                   help="CUDA: also print per-kernel times of one eager forward + backward")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     wp.config.quiet = True
     kw = dict(worlds=args.worlds, cameras=args.cameras, size=args.size, runs=args.runs,
               device=args.device)  # fmt: skip
-    rows = [bench_sensor(**kw, deterministic=not args.generated_backward)]
+    rows = [bench_sensor(**kw, deterministic=not args.generated_backward, profile=args.profile)]
     if args.newton:
         rows.append(bench_newton(**kw))
     for r in rows:

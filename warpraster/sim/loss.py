@@ -85,14 +85,17 @@ def _add_partials(
         loss_out[0] = loss_out[0] + weight * total
 
 
-#: Per-block partial sums, one buffer per (device, block count): allocated by the
-#: first call of a size (set-up) and reused, never replaced (a captured graph
-#: keeps the buffer it saw).
+#: Per-block partial sums, one buffer per (device, stream, block count): allocated
+#: by the first call of a size (set-up) and reused, never replaced (a captured
+#: graph keeps the buffer it saw). Calls on one stream run in order, so they can
+#: share it; calls on another stream get their own.
 _PARTIALS: dict = {}
 
 
 def _partials(device, count: int) -> wp.array:
-    key = (str(device), count)
+    device = wp.get_device(device)
+    stream = device.stream.cuda_stream if device.is_cuda else 0
+    key = (str(device), stream, count)
     buf = _PARTIALS.get(key)
     if buf is None:
         buf = _PARTIALS[key] = wp.zeros(count, dtype=float, device=device)

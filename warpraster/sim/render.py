@@ -1,8 +1,13 @@
-"""The sensor's differentiable kernels: sources -> world points -> NDC, fragments -> channels.
+"""The sensor's forward kernels: sources -> world points -> NDC, fragments -> channels.
 
-All three are loop-free, so Warp's generated adjoints are exact (see the notes on
-loops in the project's Warp notes); they are recorded on an enclosing ``wp.Tape``
-and replay inside a captured graph.
+The three main kernels are loop-free, so Warp's generated adjoints are exact (see
+the notes on loops in the project's Warp notes): with
+``CameraSensor(deterministic=False)`` they are recorded on an enclosing
+``wp.Tape``. By default they run unrecorded and the hand-written backward of
+:mod:`warpraster.sim.adjoint` differentiates them (no float atomics); the vertex
+normals are then summed per vertex (``vertex_normals_gather_kernel``) rather than
+scattered with atomics, and ``outline_kernel`` serves that backward as the
+generated adjoint of a soft pixel's outline point.
 
 Camera convention (Newton's): a camera transform maps camera to world; the
 camera looks down its local -Z axis with +Y up and +X right; the field of view
