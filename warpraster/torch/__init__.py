@@ -39,6 +39,7 @@ from ..settings import RasterSettings
 from . import ops, shading
 from .context import RasterContext, default_context
 from .ops import (
+    _same_device,
     face_normals,
     interpolate_face_attributes,
     interpolate_vertex_attributes,
@@ -145,21 +146,52 @@ def _warp_inputs(verts, faces, first, count, neighbor, *, grad=None):
     return v, f_wp, *idx
 
 
-# The op schema takes scalars only: the settings cross as these, in this order.
-_SETTING_NAMES = (
-    "height",
-    "width",
-    "blur_radius",
-    "faces_per_pixel",
-    "bin_size",
-    "max_faces_per_bin",
-    "perspective_correct",
-    "clip_barycentric_coords",
-    "cull_backfaces",
-    "z_clip_value",
-    "cull_to_frustum",
-    "exact_perspective_grad",
+# The op schemas take scalars only: the settings cross as these, in this order, with
+# these schema types (both ops end with them).
+_SETTINGS = (
+    ("height", "SymInt"),
+    ("width", "SymInt"),
+    ("blur_radius", "float"),
+    ("faces_per_pixel", "SymInt"),
+    ("bin_size", "SymInt"),
+    ("max_faces_per_bin", "SymInt"),
+    ("perspective_correct", "bool"),
+    ("clip_barycentric_coords", "bool"),
+    ("cull_backfaces", "bool"),
+    ("z_clip_value", "float?"),
+    ("cull_to_frustum", "bool"),
+    ("exact_perspective_grad", "bool"),
 )
+_SETTING_NAMES = tuple(name for name, _ in _SETTINGS)
+# The packed meshes and the context handle, the arguments before the settings.
+_MESH_ARGS = (
+    "Tensor verts, Tensor faces, Tensor mesh_to_face_first_idx, Tensor num_faces_per_mesh, "
+    "Tensor? clipped_faces_neighbor_idx, str? context"
+)
+
+
+def _schema(leading: str, returns: str) -> str:
+    """An op schema: ``leading`` arguments, the mesh arguments, then the settings,
+    returning ``returns``."""
+    settings = ", ".join(f"{kind} {name}" for name, kind in _SETTINGS)
+    return f"({leading}{_MESH_ARGS}, {settings}) -> {returns}"
+
+
+def _split_args(args: tuple) -> tuple[tuple, str | None, RasterSettings]:
+    """An op's arguments after its leading ones (``_MESH_ARGS``, then the settings):
+    (verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
+    clipped_faces_neighbor_idx), the context handle, the settings."""
+    return tuple(args[:5]), args[5], _unflatten(args[6:])
+
+
+def _new_outputs(verts: torch.Tensor, shape: tuple) -> tuple[torch.Tensor, ...]:
+    """Fresh (pix_to_face int32, zbuf, bary_coords (..., 3), dists) of ``shape`` (N, H, W, K)."""
+    return (
+        verts.new_empty(shape, dtype=torch.int32),
+        verts.new_empty(shape),
+        verts.new_empty((*shape, 3)),
+        verts.new_empty(shape),
+    )
 
 
 def _flatten(settings: RasterSettings) -> tuple:
@@ -214,39 +246,21 @@ def _register_context(context: RasterContext | None) -> str | None:
 
 
 # ----------------------------------------------------------------------------- forward op
-@torch.library.custom_op("warpraster::rasterize_meshes", mutates_args=())
-def _rasterize_op(
-    verts: torch.Tensor,
-    faces: torch.Tensor,
-    mesh_to_face_first_idx: torch.Tensor,
-    num_faces_per_mesh: torch.Tensor,
-    clipped_faces_neighbor_idx: torch.Tensor | None,
-    context: str | None,
-    height: int,
-    width: int,
-    blur_radius: float,
-    faces_per_pixel: int,
-    bin_size: int,
-    max_faces_per_bin: int,
-    perspective_correct: bool,
-    clip_barycentric_coords: bool,
-    cull_backfaces: bool,
-    z_clip_value: float | None,
-    cull_to_frustum: bool,
-    exact_perspective_grad: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+@torch.library.custom_op(
+    "warpraster::rasterize_meshes",
+    mutates_args=(),
+    schema=_schema("", "(Tensor, Tensor, Tensor, Tensor)"),
+)
+def _rasterize_op(*args: torch.Tensor | str | float | None) -> tuple[torch.Tensor, ...]:
     """(pix_to_face int32, zbuf, bary (N,H,W,K,3), dists), written by Warp into new tensors
-    with the context's workspace as scratch."""
-    settings = _unflatten((height, width, blur_radius, faces_per_pixel, bin_size,
-                           max_faces_per_bin, perspective_correct, clip_barycentric_coords,
-                           cull_backfaces, z_clip_value, cull_to_frustum,
-                           exact_perspective_grad))  # fmt: skip
+    with the context's workspace as scratch. ``args``: the packed mesh tensors, the
+    context handle and the flat settings (the schema's ``_MESH_ARGS``, ``_SETTINGS``)."""
+    mesh, context, settings = _split_args(args)
+    verts = mesh[0]
     device = verts.device
-    n = mesh_to_face_first_idx.shape[0]
+    n = mesh[2].shape[0]
     with _TorchStream(device):
-        v, f, first, count, nb = _warp_inputs(
-            verts, faces, mesh_to_face_first_idx, num_faces_per_mesh, clipped_faces_neighbor_idx
-        )
+        v, f, first, count, nb = _warp_inputs(*mesh)
         meshes = pack_meshes(v, f, first, count, nb)
         ws = _context(context).workspace(
             v.device, _stream_key(device), num_verts=v.shape[0], num_faces=f.shape[0],
@@ -257,13 +271,7 @@ def _rasterize_op(
             # the clipped workspace keeps its own outputs: hand out copies
             return tuple(wp.to_torch(a, requires_grad=False).clone() for a in (
                 frags.pix_to_face, frags.zbuf, frags.bary_coords, frags.dists))  # fmt: skip
-        shape = (n, height, width, faces_per_pixel)
-        out = (
-            verts.new_empty(shape, dtype=torch.int32),
-            verts.new_empty(shape),
-            verts.new_empty((*shape, 3)),
-            verts.new_empty(shape),
-        )
+        out = _new_outputs(verts, (n, *settings.image_size, settings.faces_per_pixel))
         frags = Fragments(
             pix_to_face=wp.from_torch(out[0], dtype=wp.int32),
             zbuf=wp.from_torch(out[1], dtype=wp.float32),
@@ -278,50 +286,31 @@ def _rasterize_op(
 def _rasterize_fake(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
                     clipped_faces_neighbor_idx, context, height, width, blur_radius,
                     faces_per_pixel, *rest):  # fmt: skip
-    shape = (mesh_to_face_first_idx.shape[0], height, width, faces_per_pixel)
-    return (
-        verts.new_empty(shape, dtype=torch.int32),
-        verts.new_empty(shape),
-        verts.new_empty((*shape, 3)),
-        verts.new_empty(shape),
-    )
+    return _new_outputs(verts, (mesh_to_face_first_idx.shape[0], height, width, faces_per_pixel))
 
 
 # ----------------------------------------------------------------------------- backward op
-@torch.library.custom_op("warpraster::rasterize_meshes_backward", mutates_args=())
+@torch.library.custom_op(
+    "warpraster::rasterize_meshes_backward",
+    mutates_args=(),
+    schema=_schema("Tensor grad_zbuf, Tensor grad_bary, Tensor grad_dists, Tensor pix_to_face, ",
+                   "Tensor"),
+)  # fmt: skip
 def _rasterize_backward_op(
     grad_zbuf: torch.Tensor,
     grad_bary: torch.Tensor,
     grad_dists: torch.Tensor,
     pix_to_face: torch.Tensor,
-    verts: torch.Tensor,
-    faces: torch.Tensor,
-    mesh_to_face_first_idx: torch.Tensor,
-    num_faces_per_mesh: torch.Tensor,
-    clipped_faces_neighbor_idx: torch.Tensor | None,
-    context: str | None,
-    height: int,
-    width: int,
-    blur_radius: float,
-    faces_per_pixel: int,
-    bin_size: int,
-    max_faces_per_bin: int,
-    perspective_correct: bool,
-    clip_barycentric_coords: bool,
-    cull_backfaces: bool,
-    z_clip_value: float | None,
-    cull_to_frustum: bool,
-    exact_perspective_grad: bool,
+    *args: torch.Tensor | str | float | None,
 ) -> torch.Tensor:
     """d loss / d verts (V, 3) float32 from the upstream gradients of zbuf, bary, dists.
 
     The upstream gradients must be contiguous float32 tensors of the fragments'
-    shapes, zero in empty slots; they are read, not modified.
+    shapes, zero in empty slots; they are read, not modified. ``args`` as for
+    :func:`_rasterize_op`.
     """
-    settings = _unflatten((height, width, blur_radius, faces_per_pixel, bin_size,
-                           max_faces_per_bin, perspective_correct, clip_barycentric_coords,
-                           cull_backfaces, z_clip_value, cull_to_frustum,
-                           exact_perspective_grad))  # fmt: skip
+    mesh, context, settings = _split_args(args)
+    verts = mesh[0]
     shape = tuple(pix_to_face.shape)
     for name, g, want in (
         ("grad_zbuf", grad_zbuf, shape),
@@ -337,10 +326,7 @@ def _rasterize_backward_op(
     grad_verts = torch.zeros_like(verts)
     device = verts.device
     with _TorchStream(device):
-        v, f, first, count, nb = _warp_inputs(
-            verts, faces, mesh_to_face_first_idx, num_faces_per_mesh, clipped_faces_neighbor_idx,
-            grad=grad_verts,
-        )  # fmt: skip
+        v, f, first, count, nb = _warp_inputs(*mesh, grad=grad_verts)
         gz = wp.from_torch(grad_zbuf, dtype=wp.float32, requires_grad=False)
         gb = wp.from_torch(grad_bary, dtype=wp.vec3, requires_grad=False)
         gd = wp.from_torch(grad_dists, dtype=wp.float32, requires_grad=False)
@@ -472,12 +458,6 @@ def _index_tensor(x, name: str, device: torch.device) -> torch.Tensor:
     return x
 
 
-def _check_same_device(device: torch.device, **tensors) -> None:
-    for name, t in tensors.items():
-        if t is not None and t.device != device:
-            raise ValueError(f"{name} is on {t.device}, but verts_packed is on {device}")
-
-
 def _to_kernel_float(verts: torch.Tensor) -> torch.Tensor:
     """float32 contiguous (V, 3): the tensor itself when it already is (zero-copy)."""
     return verts.to(torch.float32).contiguous()
@@ -552,8 +532,9 @@ def rasterize_meshes(
                 f"clipped_faces_neighbor_idx must have length F={faces_packed.shape[0]}, "
                 f"got {neighbor.shape[0]}"
             )
-    _check_same_device(
+    _same_device(
         device,
+        "verts_packed",
         faces_packed=faces_packed,
         mesh_to_face_first_idx=first,
         num_faces_per_mesh=count,
@@ -614,8 +595,9 @@ def rasterize_mesh_list(
         _check_verts(v, f"verts_list[{i}]")
         _check_faces(f, f"faces_list[{i}]")
     device = verts_list[0].device
-    _check_same_device(
+    _same_device(
         device,
+        "verts_packed",
         **{f"verts_list[{i}]": v for i, v in enumerate(verts_list)},
         **{f"faces_list[{i}]": f for i, f in enumerate(faces_list)},
     )

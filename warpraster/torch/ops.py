@@ -121,10 +121,12 @@ def _integer(x, name: str, ndim: int, width: int | None = None) -> torch.Tensor:
     return x
 
 
-def _same_device(device: torch.device, **tensors) -> None:
+def _same_device(device: torch.device, reference: str = "pix_to_face/verts", /, **tensors) -> None:
+    """Raises ValueError naming the first of ``tensors`` (None skipped) that is not on
+    ``device``, the device of the argument named ``reference``."""
     for name, t in tensors.items():
         if t is not None and t.device != device:
-            raise ValueError(f"{name} is on {t.device}, but pix_to_face/verts is on {device}")
+            raise ValueError(f"{name} is on {t.device}, but {reference} is on {device}")
 
 
 def _eager() -> bool:
