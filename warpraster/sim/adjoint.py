@@ -178,10 +178,13 @@ def _make_channels_adjoint(soft: bool):
         w = n // camera_count
         c = n - w * camera_count
         f = pix_to_face[n, y, x, 0]
-        b = bary[n, y, x, 0]
-        fwd = zbuf[n, y, x, 0]
-        a = float(1.0)
+        b = wp.vec3(0.0)
+        fwd = float(0.0)
         sharp = f >= 0
+        if sharp:
+            b = bary[n, y, x, 0]
+            fwd = zbuf[n, y, x, 0]
+        a = float(1.0)
         pc = pixel_centre(y, x, ndc_height, ndc_width)
         om = _vec8()
         if wp.static(soft):
@@ -422,7 +425,8 @@ def face_gather_kernel(
                                 acc_ndc = acc_ndc + rec_soft[n, yy, xx, k]
     face_ndc_out[f] = acc_ndc
     face_world_out[f] = acc_world
-    face_vn_out[f] = acc_vn
+    if smooth != 0:
+        face_vn_out[f] = acc_vn
 
 
 # ----------------------------------------------------------------------------- 3. per projection

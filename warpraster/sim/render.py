@@ -301,10 +301,13 @@ def _make_channels_kernel(soft: bool):
         w = n // camera_count
         c = n - w * camera_count
         f = pix_to_face[n, y, x, 0]
-        b = bary[n, y, x, 0]
-        fwd = zbuf[n, y, x, 0]
-        a = float(1.0)
+        b = wp.vec3(0.0)
+        fwd = float(0.0)
         sharp = f >= 0
+        if sharp:  # empty pixels (most of a sensor image) skip these 16 bytes
+            b = bary[n, y, x, 0]
+            fwd = zbuf[n, y, x, 0]
+        a = float(1.0)
         if wp.static(soft):  # compiled only into the soft-silhouette variant
             if not sharp and sigma > 0.0:
                 sp = soft_pix_to_face
