@@ -700,53 +700,6 @@ def _sample_uv_mipmap(
     )
 
 
-@wp.kernel
-def _sample_uv_mipmap_rgb(
-    # Fragments in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    bary_coords: wp.array4d(dtype=wp.vec3),
-    # Geometry in (derivatives):
-    verts_ndc: wp.array(dtype=wp.vec3),
-    faces: wp.array2d(dtype=wp.int32),
-    perspective: int,
-    # Texture in:
-    faces_uvs: wp.array2d(dtype=wp.int32),
-    verts_uvs: wp.array2d(dtype=wp.float32),
-    maps: wp.array4d(dtype=wp.float32),
-    levels: wp.array(dtype=wp.float32),
-    offsets: wp.array(dtype=wp.int32),
-    max_level: int,
-    filter_mode: int,
-    boundary: int,
-    flip_v: int,
-    # Data out:
-    texels_out: wp.array4d(dtype=wp.vec3),
-):
-    """One thread per slot for C = 3: the UVs, their derivatives (and, in the
-    generated adjoint, their gradients) once for the three channels."""
-    n, yi, xi, k = wp.tid()
-    f = pix_to_face[n, yi, xi, k]
-    if f < 0:
-        texels_out[n, yi, xi, k] = wp.vec3(0.0)
-        return
-    shape = wp.vec2i(pix_to_face.shape[1], pix_to_face.shape[2])
-    uv, duv_dx, duv_dy = slot_uv(yi, xi, f, bary_coords[n, yi, xi, k], shape, verts_ndc,
-                                 faces, perspective, faces_uvs, verts_uvs)  # fmt: skip
-    m = n
-    if maps.shape[0] == 1:
-        m = 0
-    r = mip_sample_channel(
-        maps, levels, offsets, max_level, m, 0, uv, duv_dx, duv_dy, filter_mode, boundary, flip_v
-    )
-    g = mip_sample_channel(
-        maps, levels, offsets, max_level, m, 1, uv, duv_dx, duv_dy, filter_mode, boundary, flip_v
-    )
-    bl = mip_sample_channel(
-        maps, levels, offsets, max_level, m, 2, uv, duv_dx, duv_dy, filter_mode, boundary, flip_v
-    )
-    texels_out[n, yi, xi, k] = wp.vec3(r, g, bl)
-
-
 class TexturesUVMipmap:
     """UV textures filtered as nvdiffrast's ``texture`` (mip-mapped, wrap/clamp/zero).
 
@@ -878,10 +831,12 @@ class TexturesUVMipmap:
         )
         texels = alloc_vector_out(out, "out", tuple(p2f.shape), c, self.device, rg)
         nn, h, w, k = p2f.shape
-        rgb = c == 3 and texels.dtype == wp.vec3
+        # One thread per slot and channel: a thread per slot doing the three
+        # channels was slower on an H200 (0.36 vs 0.28 ms forward, 1.54 vs 1.24 ms
+        # backward on the K = 1 bench scene; docs/PERF.md).
         wp.launch(
-            _sample_uv_mipmap_rgb if rgb else _sample_uv_mipmap,
-            dim=(nn, h, w, k) if rgb else (nn, h, w, k * c),
+            _sample_uv_mipmap,
+            dim=(nn, h, w, k * c),
             inputs=[
                 p2f,
                 bary,
@@ -898,7 +853,7 @@ class TexturesUVMipmap:
                 int(self.boundary_mode),
                 int(self.flip_v),
             ],
-            outputs=[texels if rgb else float_view(texels)],
+            outputs=[float_view(texels)],
             device=self.device,
         )
         return texels
