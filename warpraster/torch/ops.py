@@ -474,104 +474,75 @@ def interpolate_vertex_attributes(
 
 
 # ============================================================================= normals
-@torch.library.custom_op("warpraster::face_normals", mutates_args=())
-def _face_normals_op(verts: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
-    """(F, 3) float32 unit face normals; verts float32 (V, 3), faces int32, contiguous."""
-    out = verts.new_empty((faces.shape[0], 3))
-    if faces.shape[0]:
-        with _TorchStream(verts.device):
-            _face_normals_wp(_wp(verts, wp.vec3), _wp(faces, wp.int32), out=_wp(out, wp.vec3),
-                             validate=False)  # fmt: skip
-    return out
+def _normals_ops(name: str, warp_fn, per_vertex: bool):
+    """The forward and backward custom ops (``warpraster::<name>`` and
+    ``<name>_backward``) of one Warp normals function, with their autograd.
+
+    ``warp_fn(verts, faces, out=, validate=)`` writes (F, 3) face normals, or with
+    ``per_vertex`` (V, 3) vertex normals (then it also takes a ``sums_out`` scratch).
+    The forward takes float32 (V, 3) ``verts`` and int32 (F, 3) ``faces``,
+    contiguous; the backward replays it on a tape.
+    """
+
+    def rows(verts: torch.Tensor, faces: torch.Tensor) -> int:
+        return verts.shape[0] if per_vertex else faces.shape[0]
+
+    def launch(verts: torch.Tensor, faces: torch.Tensor, out: wp.array, grad_verts=None) -> None:
+        """``warp_fn`` on the tensors (with ``grad_verts``: recorded for a backward)."""
+        kw = {}
+        if per_vertex:  # the un-normalised sums (with a gradient buffer in the backward)
+            sums_grad = None if grad_verts is None else torch.zeros_like(verts)
+            kw["sums_out"] = _wp(torch.empty_like(verts), wp.vec3, sums_grad)
+        warp_fn(_wp(verts, wp.vec3, grad_verts), _wp(faces, wp.int32), out=out, validate=False,
+                **kw)  # fmt: skip
+
+    @torch.library.custom_op(f"warpraster::{name}", mutates_args=())
+    def forward(verts: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
+        out = verts.new_empty((rows(verts, faces), 3))
+        if out.shape[0]:
+            with _TorchStream(verts.device):
+                launch(verts, faces, _wp(out, wp.vec3))
+        return out
+
+    @forward.register_fake
+    def _(verts, faces):
+        return verts.new_empty((rows(verts, faces), 3))
+
+    @torch.library.custom_op(f"warpraster::{name}_backward", mutates_args=())
+    def backward(grad_normals: torch.Tensor, verts: torch.Tensor, faces: torch.Tensor
+                 ) -> torch.Tensor:  # fmt: skip
+        grad_verts = torch.zeros_like(verts)
+        if rows(verts, faces) and faces.shape[0]:
+            with _TorchStream(verts.device):
+                out = _seeded(torch.empty_like(grad_normals), wp.vec3, grad_normals)
+                tape = wp.Tape()
+                with tape:
+                    launch(verts, faces, out, grad_verts)
+                tape.backward()
+        return grad_verts
+
+    @backward.register_fake
+    def _(grad_normals, verts, faces):
+        return torch.empty_like(verts)
+
+    def setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def autograd_backward(ctx, grad):
+        verts, faces = _detached(ctx.saved_tensors)
+        g = _upstream(grad, verts.new_empty((rows(verts, faces), 3)))
+        return backward(g, verts, faces), None
+
+    forward.register_autograd(autograd_backward, setup_context=setup)
+    return forward, backward
 
 
-@_face_normals_op.register_fake
-def _face_normals_fake(verts, faces):
-    return verts.new_empty((faces.shape[0], 3))
-
-
-@torch.library.custom_op("warpraster::face_normals_backward", mutates_args=())
-def _face_normals_backward_op(
-    grad_normals: torch.Tensor, verts: torch.Tensor, faces: torch.Tensor
-) -> torch.Tensor:
-    """d loss / d verts (V, 3) from d loss / d face normals (F, 3)."""
-    grad_verts = torch.zeros_like(verts)
-    if faces.shape[0]:
-        with _TorchStream(verts.device):
-            out = _seeded(torch.empty_like(grad_normals), wp.vec3, grad_normals)
-            tape = wp.Tape()
-            with tape:
-                _face_normals_wp(_wp(verts, wp.vec3, grad_verts), _wp(faces, wp.int32), out=out,
-                                 validate=False)  # fmt: skip
-            tape.backward()
-    return grad_verts
-
-
-@_face_normals_backward_op.register_fake
-def _face_normals_backward_fake(grad_normals, verts, faces):
-    return torch.empty_like(verts)
-
-
-def _normals_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs)
-
-
-def _face_normals_backward(ctx, grad):
-    verts, faces = _detached(ctx.saved_tensors)
-    g = _upstream(grad, verts.new_empty((faces.shape[0], 3)))
-    return _face_normals_backward_op(g, verts, faces), None
-
-
-_face_normals_op.register_autograd(_face_normals_backward, setup_context=_normals_setup)
-
-
-@torch.library.custom_op("warpraster::vertex_normals", mutates_args=())
-def _vertex_normals_op(verts: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
-    """(V, 3) float32 area-weighted unit vertex normals."""
-    out = torch.empty_like(verts)
-    if verts.shape[0]:
-        with _TorchStream(verts.device):
-            _vertex_normals_wp(
-                _wp(verts, wp.vec3), _wp(faces, wp.int32), out=_wp(out, wp.vec3),
-                sums_out=_wp(torch.empty_like(verts), wp.vec3), validate=False,
-            )  # fmt: skip
-    return out
-
-
-@_vertex_normals_op.register_fake
-def _vertex_normals_fake(verts, faces):
-    return torch.empty_like(verts)
-
-
-@torch.library.custom_op("warpraster::vertex_normals_backward", mutates_args=())
-def _vertex_normals_backward_op(
-    grad_normals: torch.Tensor, verts: torch.Tensor, faces: torch.Tensor
-) -> torch.Tensor:
-    """d loss / d verts (V, 3) from d loss / d vertex normals (V, 3)."""
-    grad_verts = torch.zeros_like(verts)
-    if verts.shape[0] and faces.shape[0]:
-        with _TorchStream(verts.device):
-            out = _seeded(torch.empty_like(grad_normals), wp.vec3, grad_normals)
-            sums = _wp(torch.empty_like(verts), wp.vec3, torch.zeros_like(verts))
-            tape = wp.Tape()
-            with tape:
-                _vertex_normals_wp(_wp(verts, wp.vec3, grad_verts), _wp(faces, wp.int32),
-                                   out=out, sums_out=sums, validate=False)  # fmt: skip
-            tape.backward()
-    return grad_verts
-
-
-@_vertex_normals_backward_op.register_fake
-def _vertex_normals_backward_fake(grad_normals, verts, faces):
-    return torch.empty_like(verts)
-
-
-def _vertex_normals_backward(ctx, grad):
-    verts, faces = _detached(ctx.saved_tensors)
-    return _vertex_normals_backward_op(_upstream(grad, verts), verts, faces), None
-
-
-_vertex_normals_op.register_autograd(_vertex_normals_backward, setup_context=_normals_setup)
+_face_normals_op, _face_normals_backward_op = _normals_ops(
+    "face_normals", _face_normals_wp, per_vertex=False
+)
+_vertex_normals_op, _vertex_normals_backward_op = _normals_ops(
+    "vertex_normals", _vertex_normals_wp, per_vertex=True
+)
 
 
 def _mesh(verts, faces) -> tuple[torch.Tensor, torch.Tensor]:
@@ -608,14 +579,13 @@ def vertex_normals(verts: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
     ``max(|sum|, 1e-6)``. A vertex in no face gets (0, 0, 0).
 
     Args:
-        verts: (V, 3) floating-point vertices (packed).
-        faces: (F, 3) integer vertex indices (packed, global).
+        verts, faces: as for :func:`face_normals`.
 
     Returns:
         (V, 3) float32 tensor, differentiable with respect to ``verts``.
 
     Raises:
-        TypeError, ValueError: bad input, naming the argument (before any kernel).
+        TypeError, ValueError: as :func:`face_normals` raises them.
     """
     return _vertex_normals_op(*_mesh(verts, faces))
 
