@@ -203,10 +203,11 @@ def test_newton_cloth_render_backward_is_bit_identical_on_cuda():
 def test_deterministic_backward_matches_the_generated_adjoints(device, sigma, smooth):
     """Same scene, same loss (every float channel): the deterministic backward and the
     generated-adjoint path give the same gradients of bodies, cameras, fields of
-    view, colours and light, to float rounding; the same images."""
+    view, colours and light, to float rounding; the same images (non-square, so the
+    face walk's and the projection's aspect handling is covered)."""
     results = []
     for det in (True, False):
-        step, grads, outputs = _body_scene(device, worlds=2, size=32, sigma=sigma,
+        step, grads, outputs = _body_scene(device, worlds=2, size=(28, 40), sigma=sigma,
                                            smooth=smooth, deterministic=det)  # fmt: skip
         step()
         results.append({name: a.numpy().astype(np.float64) for name, a in grads + outputs})
