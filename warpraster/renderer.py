@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import warp as wp
 
+from .backward.tape import active_tape
 from .camera import vert_to_mesh_from_faces
 from .fragments import Fragments
 from .meshes import as_faces_array, as_index_array, as_vec3_array, pack_meshes
 from .raster import ClipWorkspace, RasterWorkspace
+from .raster.workspace import CallGraph
 from .rasterize import rasterize_meshes
 from .rasterizer import MeshRasterizer
 from .shading.normals import vertex_normals
@@ -282,6 +284,11 @@ class Renderer:
             shader, SoftSilhouetteShader
         )
         self.outputs = [self._make_outputs() for _ in range(int(steps))]
+        #: Render calls outside a tape that repeat the previous call's vertex array
+        #: are captured once and replayed as one graph (None: on CUDA; see
+        #: :class:`~warpraster.raster.workspace.CallGraph`).
+        self.call_graphs: bool | None = None
+        self._call_graphs = [CallGraph(self.device) for _ in range(int(steps))]
 
     def _make_outputs(self) -> RenderOutputs:
         n = self.shape[0]
@@ -313,6 +320,9 @@ class Renderer:
         overwritten by the next call of the same step. On a ``wp.Tape`` the image
         is differentiable w.r.t. ``verts``, texture, light, material and camera
         arrays with ``requires_grad``; the extra channels carry no gradient.
+        Outside a tape, on CUDA, a call that repeats the previous call's ``verts``
+        array replays the whole render as one captured graph (the arrays' current
+        contents are read, as by any launch).
         """
         out = self.outputs[step]
         v = (
@@ -324,6 +334,14 @@ class Renderer:
             raise ValueError(
                 f"verts has {v.shape[0]} rows, the renderer was made for {self.num_verts}"
             )
+        if active_tape() is not None:
+            self._launch(v, out)  # recorded launch by launch, for the backward
+        else:
+            key = (v.ptr, tuple(v.shape), tuple(v.strides), v.dtype)
+            self._call_graphs[step](key, lambda: self._launch(v, out), self.call_graphs)
+        return out
+
+    def _launch(self, v: wp.array, out: RenderOutputs) -> None:
         self.cameras.transform_points_ndc(v, self.vert_to_mesh, None, out.verts_ndc)
         frags = rasterize_meshes(
             out.verts_ndc,
@@ -366,4 +384,3 @@ class Renderer:
             device=self.device,
             record_tape=False,
         )
-        return out
