@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import warp as wp
 
 from ..clip import ClipBuffers, FrustumCullRule, clip_faces, unclip_fragments
@@ -9,12 +11,12 @@ from ..fragments import Fragments
 from ..meshes import PackedMeshes
 from ..settings import RasterSettings, Tuning
 from .launch import rasterize_packed
-from .workspace import RasterWorkspace, default_max_faces_per_bin
+from .workspace import RasterWorkspace, SettingsViews, default_max_faces_per_bin
 
 __all__ = ["ClipWorkspace", "rasterize_clipped"]
 
 
-class ClipWorkspace:
+class ClipWorkspace(SettingsViews):
     """Everything a clipped render allocates, made once and reused.
 
     Holds the :class:`~warpraster.clip.ClipBuffers`, a :class:`RasterWorkspace`
@@ -24,12 +26,14 @@ class ClipWorkspace:
 
     Args:
         num_verts, num_faces, num_meshes: V, F, N of the unclipped input.
-        settings: the render settings (or the keywords ``image_size``,
-            ``faces_per_pixel``, ``bin_size``, ``max_faces_per_bin``,
-            ``deterministic``, as for :class:`RasterWorkspace`).
-            ``max_faces_per_bin=None`` means PyTorch3D's default here, sized
-            from the unclipped face count, as PyTorch3D does on this path.
+        settings: the render settings. ``max_faces_per_bin=None`` means
+            PyTorch3D's default here, sized from the unclipped face count, as
+            PyTorch3D does on this path.
         device, requires_grad, tuning: as for :class:`RasterWorkspace`.
+        **sizing: instead of ``settings``, the keywords ``image_size``,
+            ``faces_per_pixel``, ``bin_size``, ``max_faces_per_bin`` and
+            ``deterministic``, as for :class:`RasterWorkspace`
+            (:meth:`RasterSettings.sizing <warpraster.settings.RasterSettings.sizing>`).
     """
 
     def __init__(
@@ -39,19 +43,12 @@ class ClipWorkspace:
         num_faces: int,
         num_meshes: int,
         settings: RasterSettings | None = None,
-        image_size=None,
-        faces_per_pixel: int | None = None,
-        bin_size: int | None = None,
-        max_faces_per_bin: int | None = None,
         device=None,
         requires_grad: bool = False,
-        deterministic: bool = False,
         tuning: Tuning | None = None,
+        **sizing: Any,
     ):
-        settings = RasterSettings.sizing(
-            settings, image_size=image_size, faces_per_pixel=faces_per_pixel, bin_size=bin_size,
-            max_faces_per_bin=max_faces_per_bin, deterministic=deterministic,
-        )  # fmt: skip
+        settings = RasterSettings.sizing(settings, **sizing)
         device = wp.get_device(device)
         self.settings = settings
         self.clip = ClipBuffers(num_verts, num_faces, num_meshes, device,
@@ -72,10 +69,6 @@ class ClipWorkspace:
             dists=frags.dists,
             overflow_count=frags.overflow_count,
         )
-
-    @property
-    def deterministic(self) -> bool:
-        return self.settings.deterministic
 
     @property
     def tuning(self) -> Tuning:

@@ -122,7 +122,33 @@ class CallGraph:
         launch_all()
 
 
-class RasterWorkspace:
+class SettingsViews:
+    """The sizing settings of a workspace's ``settings`` as read-only attributes."""
+
+    settings: RasterSettings
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        return self.settings.image_size
+
+    @property
+    def faces_per_pixel(self) -> int:
+        return self.settings.faces_per_pixel
+
+    @property
+    def bin_size(self) -> int | None:
+        return self.settings.bin_size
+
+    @property
+    def binned(self) -> bool:
+        return self.settings.binned
+
+    @property
+    def deterministic(self) -> bool:
+        return self.settings.deterministic
+
+
+class RasterWorkspace(SettingsViews):
     """Buffers of one rasterization configuration, allocated once and reused.
 
     A render call that is given a workspace allocates nothing and reads nothing
@@ -229,26 +255,6 @@ class RasterWorkspace:
     def shape(self) -> tuple[int, int, int, int]:
         """(N, H, W, K) of the outputs."""
         return (self.num_meshes, *self.settings.image_size, self.settings.faces_per_pixel)
-
-    @property
-    def image_size(self) -> tuple[int, int]:
-        return self.settings.image_size
-
-    @property
-    def faces_per_pixel(self) -> int:
-        return self.settings.faces_per_pixel
-
-    @property
-    def bin_size(self) -> int | None:
-        return self.settings.bin_size
-
-    @property
-    def binned(self) -> bool:
-        return self.settings.binned
-
-    @property
-    def deterministic(self) -> bool:
-        return self.settings.deterministic
 
     def pass_for(self, meshes, settings: RasterSettings, out: Fragments | None = None, *,
                  seeded: bool, split_bins: bool, split_only: bool):  # fmt: skip
