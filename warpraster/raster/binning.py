@@ -15,6 +15,8 @@ are in no particular order; the fine pass's queue is a total order on
 
 from __future__ import annotations
 
+import math
+
 import warp as wp
 
 from ..geometry import pix_to_ndc
@@ -177,11 +179,19 @@ def bin_grid(height: int, width: int, bin_h: int, bin_w: int) -> tuple[int, int]
     return (height + bin_h - 1) // bin_h, (width + bin_w - 1) // bin_w
 
 
-def default_capacity(num_faces: int, num_bins: int) -> int:
+def default_capacity(
+    num_faces: int, num_bins: int, blur_px: float = 0.0, bin_h: int = 8, bin_w: int = 8
+) -> int:
     """Entries of the flat list when no per-bin cap is given: room for every face
-    touching ~8 bins; scenes of larger faces overflow some bins, which then run
-    the exact fallback (no slower than the naive pass for those pixels)."""
-    return max(8 * num_faces + 4 * num_bins, 1024)
+    touching ~8 bins, or, with blur, the bins of a small face whose box grew by
+    ``blur_px`` pixels on each side. Scenes of larger faces overflow some bins,
+    which then run the exact fallback over all faces of the mesh (correct, but
+    slow: the K = 8 soft-Phong bench scene, blur ~8 px, overflowed 3,606 bins
+    and took 14.6 ms instead of 3.6 ms on an H200 with 8 entries per face)."""
+    span_y = math.ceil(2.0 * blur_px / bin_h) + 2
+    span_x = math.ceil(2.0 * blur_px / bin_w) + 2
+    per_face = max(8, span_y * span_x)
+    return max(per_face * num_faces + 4 * num_bins, 1024)
 
 
 def coarse_bin(ps: PassArgs, key, num_faces: int, bin_cursor: wp.array, launch, small: int = 0):

@@ -8,6 +8,8 @@ unchanged) and a :class:`CallGraph` (repeated calls replayed as one graph).
 
 from __future__ import annotations
 
+import math
+
 import warp as wp
 
 from ..backward import FaceGradBuffers
@@ -213,7 +215,10 @@ class RasterWorkspace(SettingsViews):
         num_bins = self.num_meshes * self.bins_y * self.bins_x
         if self.binned:
             cap = settings.max_faces_per_bin
-            capacity = binning.default_capacity(self.num_faces, num_bins)
+            blur_px = math.sqrt(settings.blur_radius) * min(h, w) / 2.0  # NDC 2 = short side
+            capacity = binning.default_capacity(
+                self.num_faces, num_bins, blur_px, self.bin_h, self.bin_w
+            )
             if cap is None:
                 self.max_faces_per_bin = max(self.num_faces, 1)
             else:
