@@ -30,7 +30,7 @@ import numpy as np
 import warp as wp
 
 from . import bench_render
-from .fragments import FragmentRows, fragment_rows, fragment_values
+from .fragments import FragmentRows, fragment_rows, slot_fragment
 from .geometry import pixel_centre
 from .meshes import MeshArrays, pack_meshes
 from .primitives import ico_sphere
@@ -116,20 +116,11 @@ def _values_at(
     """The fragment values of rows ``rows.pix_to_face`` at pixels ``pix``, computed
     afresh from the vertices (the check for zbuf / bary / dists; no blur flags here)."""
     i, s = wp.tid()
-    f = rows.pix_to_face[i, s]
-    if f < 0:
-        rows.zbuf[i, s] = -1.0
-        rows.bary[i, s] = wp.vec3(-1.0, -1.0, -1.0)
-        rows.dists[i, s] = -1.0
-    else:
-        p = pixel_centre(pix[i][1], pix[i][2], height, width)
-        z, b, d = fragment_values(
-            p, meshes.verts[meshes.faces[f, 0]], meshes.verts[meshes.faces[f, 1]],
-            meshes.verts[meshes.faces[f, 2]], 0, 0,
-        )  # fmt: skip
-        rows.zbuf[i, s] = z
-        rows.bary[i, s] = b
-        rows.dists[i, s] = d
+    p = pixel_centre(pix[i][1], pix[i][2], height, width)
+    z, b, d = slot_fragment(meshes, rows.pix_to_face[i, s], p, 0, 0)
+    rows.zbuf[i, s] = z
+    rows.bary[i, s] = b
+    rows.dists[i, s] = d
 
 
 def _nbytes(*arrays) -> int:

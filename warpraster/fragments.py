@@ -20,6 +20,7 @@ from .geometry import (
     perspective_correct,
     point_triangle_dist2,
 )
+from .meshes import MeshArrays
 
 # No FMA contraction: PyTorch3D's float32 arithmetic rounds every product, and
 # contracting a*b + c moved a p05 (blur 0.01, extrapolated barycentrics)
@@ -143,3 +144,15 @@ def fragment_values(
         d = -d
     z = bary[0] * v0[2] + bary[1] * v1[2] + bary[2] * v2[2]
     return z, bary, d
+
+
+@wp.func
+def slot_fragment(meshes: MeshArrays, f: int, p: wp.vec2, perspective: int, clip_bary: int):
+    """(zbuf, bary_coords, dists) of a slot holding face f of ``meshes`` at pixel
+    centre ``p``: :func:`fragment_values`, or the -1 fill of an empty slot (f < 0)."""
+    if f < 0:
+        return -1.0, wp.vec3(-1.0, -1.0, -1.0), -1.0
+    verts = meshes.verts
+    face = wp.vec3i(meshes.faces[f, 0], meshes.faces[f, 1], meshes.faces[f, 2])
+    return fragment_values(p, verts[face[0]], verts[face[1]], verts[face[2]], perspective,
+                           clip_bary)  # fmt: skip

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import warp as wp
 
-from ..fragments import Fragments, fragment_values
+from ..fragments import FragmentRows, Fragments, fragment_rows, slot_fragment
 from ..geometry import pixel_centre
+from ..meshes import MeshArrays, mesh_arrays
 from .sorted import SortedBackward
 from .tape import active_tape
 
@@ -27,34 +28,24 @@ __all__ = ["recompute_fragments"]
 
 @wp.kernel
 def _recompute_fragments(
-    # Inputs:
-    verts: wp.array(dtype=wp.vec3),
-    faces: wp.array2d(dtype=wp.int32),
-    pix_to_face: wp.array4d(dtype=wp.int32),
+    # In: the meshes (gradients reach meshes.verts), the image, the flags
+    meshes: MeshArrays,
     height: int,
     width: int,
     perspective: int,
     clip_bary: int,
-    # Outputs:
-    zbuf_out: wp.array4d(dtype=wp.float32),
-    bary_coords_out: wp.array4d(dtype=wp.vec3),
-    dists_out: wp.array4d(dtype=wp.float32),
+    # In: frags.pix_to_face; Out: frags.zbuf, bary, dists
+    frags: FragmentRows,
 ):
-    """Loop-free recompute; its generated adjoint scatters into ``verts.grad``."""
-    n, yi, xi, k = wp.tid()
-    f = pix_to_face[n, yi, xi, k]
-    if f < 0:
-        zbuf_out[n, yi, xi, k] = -1.0
-        bary_coords_out[n, yi, xi, k] = wp.vec3(-1.0, -1.0, -1.0)
-        dists_out[n, yi, xi, k] = -1.0
-    else:
-        p = pixel_centre(yi, xi, height, width)
-        z, bary, d = fragment_values(
-            p, verts[faces[f, 0]], verts[faces[f, 1]], verts[faces[f, 2]], perspective, clip_bary
-        )
-        zbuf_out[n, yi, xi, k] = z
-        bary_coords_out[n, yi, xi, k] = bary
-        dists_out[n, yi, xi, k] = d
+    """Loop-free recompute, one thread per slot of the (N * H * W, K) rows; its
+    generated adjoint scatters into ``meshes.verts.grad``."""
+    q, s = wp.tid()
+    r = q % (height * width)
+    p = pixel_centre(r // width, r % width, height, width)
+    z, bary, d = slot_fragment(meshes, frags.pix_to_face[q, s], p, perspective, clip_bary)
+    frags.zbuf[q, s] = z
+    frags.bary[q, s] = bary
+    frags.dists[q, s] = d
 
 
 def recompute_fragments(
@@ -80,20 +71,14 @@ def recompute_fragments(
       Its face-vertex scratch is allocated on the first such call (set-up).
     """
     n, h, w, k = out.shape
+    frags = fragment_rows(out.pix_to_face, out.zbuf, out.bary_coords, out.dists)
     args = dict(
-        dim=(n, h, w, k),
-        inputs=[
-            verts,
-            faces,
-            out.pix_to_face,
-            h,
-            w,
-            int(perspective_correct),
-            int(clip_barycentric_coords),
-        ],  # fmt: skip
-        outputs=[out.zbuf, out.bary_coords, out.dists],
+        dim=(n * h * w, k),
+        inputs=[mesh_arrays(verts, faces), h, w, int(perspective_correct),
+                int(clip_barycentric_coords)],
+        outputs=[frags],
         device=verts.device,
-    )
+    )  # fmt: skip
     if deterministic is None or deterministic is False:
         wp.launch(_recompute_fragments, **args)
         return
