@@ -27,22 +27,18 @@ class MeshArrays:
     mesh_count: wp.array(dtype=wp.int32)
 
 
-def mesh_arrays(verts: wp.array, faces: wp.array, mesh_first: wp.array | None = None,
+def mesh_arrays(verts: wp.array | None, faces: wp.array, mesh_first: wp.array | None = None,
                 mesh_count: wp.array | None = None) -> MeshArrays:  # fmt: skip
-    """A :class:`MeshArrays` of these arrays. Mesh ranges a kernel does not read may
-    be left out: they are then zero-length arrays (no allocation), so that a tape
-    can still take the struct's adjoint."""
+    """A :class:`MeshArrays` of these arrays. The vertices or mesh ranges of a kernel
+    that reads none may be left out (None): they are then zero-length arrays (no
+    allocation), so that a tape can still take the struct's adjoint."""
+    d = faces.device
     arrays = MeshArrays()
-    arrays.verts = verts
+    arrays.verts = wp.empty(0, dtype=wp.vec3, device=d) if verts is None else verts
     arrays.faces = faces
-    arrays.mesh_first = _no_ranges(faces.device) if mesh_first is None else mesh_first
-    arrays.mesh_count = _no_ranges(faces.device) if mesh_count is None else mesh_count
+    arrays.mesh_first = wp.empty(0, dtype=wp.int32, device=d) if mesh_first is None else mesh_first
+    arrays.mesh_count = wp.empty(0, dtype=wp.int32, device=d) if mesh_count is None else mesh_count
     return arrays
-
-
-def _no_ranges(device) -> wp.array:
-    """A zero-length int32 array on ``device`` (Warp allocates nothing for it)."""
-    return wp.empty(0, dtype=wp.int32, device=device)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import warp as wp
 
-from ..meshes import as_faces_array, as_index_array
+from ..meshes import MeshArrays, as_faces_array, as_index_array, mesh_arrays
 from .params import CameraData, CameraKind
 
 # No FMA contraction: the projection rounds like PyTorch3D's (separately rounded
@@ -235,20 +235,19 @@ def project_points(
 # ----------------------------------------------------------------------------- batches
 @wp.kernel(enable_backward=False)
 def _vert_to_mesh_kernel(
-    # In:
-    faces: wp.array2d(dtype=wp.int32),
-    mesh_to_face_first_idx: wp.array(dtype=wp.int32),
-    num_faces_per_mesh: wp.array(dtype=wp.int32),
+    # In: the faces and mesh ranges
+    meshes: MeshArrays,
     # Out:
     vert_to_mesh_out: wp.array(dtype=wp.int32),
 ):
+    """Each vertex of face f gets the index of the mesh whose range holds f."""
     f = wp.tid()
     nv = vert_to_mesh_out.shape[0]
-    for n in range(mesh_to_face_first_idx.shape[0]):
-        first = mesh_to_face_first_idx[n]
-        if f >= first and f < first + num_faces_per_mesh[n]:
+    for n in range(meshes.mesh_first.shape[0]):
+        first = meshes.mesh_first[n]
+        if f >= first and f < first + meshes.mesh_count[n]:
             for j in range(3):
-                v = faces[f, j]
+                v = meshes.faces[f, j]
                 if v >= 0 and v < nv:
                     vert_to_mesh_out[v] = n
 
@@ -299,7 +298,7 @@ def vert_to_mesh_from_faces(
         wp.launch(
             _vert_to_mesh_kernel,
             dim=f.shape[0],
-            inputs=[f, first, count],
+            inputs=[mesh_arrays(None, f, first, count)],
             outputs=[out],
             device=device,
             record_tape=False,
