@@ -22,6 +22,7 @@ import pytest
 import warp as wp
 
 import warpraster.sim as wsim
+from warpraster.sim.adjoint import SensorBackward
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The device of the bit-equality tests: cuda:0 (WARPRASTER_DETERMINISM_DEVICE=cpu runs
@@ -72,7 +73,7 @@ def _run_eager_and_replayed(step, arrays, device):
 
 # ----------------------------------------------------------------------------- scenes
 def _body_scene(device, *, worlds=4, cameras=2, size=48, sigma=1e-4, smooth=True,
-                deterministic=True):  # fmt: skip
+                deterministic=True, big=None):  # fmt: skip
     """Posed boxes (one per world) over a shared ground, gradients to bodies, cameras,
     fields of view and materials."""
     g = wsim.SensorGeometry()
@@ -97,6 +98,8 @@ def _body_scene(device, *, worlds=4, cameras=2, size=48, sigma=1e-4, smooth=True
         smooth_normals=smooth, light_direction=(-0.577, 0.577, -0.577), device=device,
         requires_grad=True, material_grad=True, deterministic=deterministic,
     )  # fmt: skip
+    if big is not None:  # (big_area, big_capacity) of the face walk
+        sensor.backward = SensorBackward(sensor, big_area=big[0], big_capacity=big[1])
     body_q = wp.array(bodies, dtype=wp.transform, device=device, requires_grad=True)
     cam_q = wp.array([[c] * worlds for c in cams], dtype=wp.transform, device=device,
                      requires_grad=True)  # fmt: skip
@@ -199,16 +202,23 @@ def test_newton_cloth_render_backward_is_bit_identical_on_cuda():
 
 
 # ----------------------------------------------------------------------------- every device
-@pytest.mark.parametrize("sigma, smooth", [(0.0, False), (1e-4, True)])
-def test_deterministic_backward_matches_the_generated_adjoints(device, sigma, smooth):
+@pytest.mark.parametrize(
+    "sigma, smooth, big",
+    [(0.0, False, None), (1e-4, True, None), (1e-4, True, (8, 5))],
+    ids=["sharp", "soft-smooth", "soft-smooth-strips"],
+)
+def test_deterministic_backward_matches_the_generated_adjoints(device, sigma, smooth, big):
     """Same scene, same loss (every float channel): the deterministic backward and the
     generated-adjoint path give the same gradients of bodies, cameras, fields of
     view, colours and light, to float rounding; the same images (non-square, so the
-    face walk's and the projection's aspect handling is covered)."""
+    face walk's and the projection's aspect handling is covered). ``big``: faces
+    of more than 8 pixels go to the strided walk, at most 5 of them (the rest
+    overflow to the one-thread walk), so all three face paths are exercised."""
     results = []
     for det in (True, False):
         step, grads, outputs = _body_scene(device, worlds=2, size=(28, 40), sigma=sigma,
-                                           smooth=smooth, deterministic=det)  # fmt: skip
+                                           smooth=smooth, deterministic=det,
+                                           big=big if det else None)  # fmt: skip
         step()
         results.append({name: a.numpy().astype(np.float64) for name, a in grads + outputs})
     det, gen = results

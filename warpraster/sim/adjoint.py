@@ -21,7 +21,9 @@ fragments:
    copies of its inputs (each pixel owns its element: no contention).
 2. ``face_gather`` (one thread per packed face): walks the face's pixel
    bounding box (grown by the blur radius) in row order and sums the records of
-   the pixels that show it.
+   the pixels that show it; a face with a box of more than ``BIG_AREA`` pixels
+   (a ground plane, a wall) is summed by ``BIG_STRIPS`` threads, one per set of
+   rows, whose sums are then added in strip order.
 3. ``proj_gather`` (one thread per projected vertex): sums its face corners
    (CSR of the packed faces, ascending), then the projection's adjoint: the
    gradient of the world point, of the camera transform and of the field of view.
@@ -36,9 +38,8 @@ fragments:
    gradients of the pixels.
 
 Cost: the per-pixel and per-face passes read each covered pixel's records once
-(72 bytes, 108 with smooth normals); the face walk's loop is the face's pixel
-bounding box, so it suits many small triangles (a face covering much of a large
-image is summed by one thread).
+(72 bytes, 108 with smooth normals); the face walk reads one int per pixel of
+each face's box.
 """
 
 from __future__ import annotations
@@ -360,6 +361,91 @@ def _make_channels_adjoint(soft: bool):
 
 
 # ----------------------------------------------------------------------------- 2. per face
+#: Faces whose pixel box holds more pixels than this are summed by ``BIG_STRIPS``
+#: threads (rows strided) instead of one.
+BIG_AREA = 1024
+#: Threads (row strips) per big face.
+BIG_STRIPS = 64
+#: Big faces per backward handled by strips; more are walked by one thread each.
+BIG_CAPACITY = 512
+
+
+@wp.func
+def _face_box(
+    f: int,
+    faces: wp.array2d(dtype=wp.int32),
+    face_image: wp.array(dtype=wp.int32),
+    height: int,
+    width: int,
+    margin_ndc: float,
+    ndc: wp.array(dtype=wp.vec3),
+):
+    """(ok, x0, x1, y0, y1): the pixels whose centre may lie within ``margin_ndc`` of
+    packed face f (its NDC box grown by the margin and by 0.01 pixel against
+    rounding in the inverse pixel map), clamped to the image; ok is False for a
+    face the rasterizer cannot draw (a vertex at z <= 0, non-finite, no image).
+    A pixel shows a face only if its centre lies in the face (sharp pass) or
+    within the blur radius of it (``margin_ndc`` = its square root, blurred pass)."""
+    v0 = ndc[faces[f, 0]]
+    v1 = ndc[faces[f, 1]]
+    v2 = ndc[faces[f, 2]]
+    xmin = wp.min(wp.min(v0[0], v1[0]), v2[0]) - margin_ndc
+    xmax = wp.max(wp.max(v0[0], v1[0]), v2[0]) + margin_ndc
+    ymin = wp.min(wp.min(v0[1], v1[1]), v2[1]) - margin_ndc
+    ymax = wp.max(wp.max(v0[1], v1[1]), v2[1]) + margin_ndc
+    zmin = wp.min(wp.min(v0[2], v1[2]), v2[2])
+    ok = face_image[f] >= 0 and zmin > 0.0 and wp.isfinite(xmin + xmax + ymin + ymax)
+    # pixel centre along x: pix_to_ndc(width - 1 - xi, width, height)
+    offx = pix_to_ndc(0, width, height)
+    sx = pix_to_ndc(1, width, height) - offx
+    offy = pix_to_ndc(0, height, width)
+    sy = pix_to_ndc(1, height, width) - offy
+    x0, x1 = _pixel_range(xmin, xmax, offx, sx, width, 0.01)
+    y0, y1 = _pixel_range(ymin, ymax, offy, sy, height, 0.01)
+    return ok, x0, x1, y0, y1
+
+
+@wp.func
+def _walk(
+    f: int,
+    n: int,
+    x0: int,
+    x1: int,
+    y_first: int,
+    y_last: int,
+    y_step: int,
+    soft: int,
+    smooth: int,
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    soft_pix_to_face: wp.array4d(dtype=wp.int32),
+    rec_face: wp.array3d(dtype=wp.int32),
+    rec_ndc: wp.array3d(dtype=wp.mat33),
+    rec_world: wp.array3d(dtype=wp.mat33),
+    rec_vn: wp.array3d(dtype=wp.mat33),
+    rec_soft: wp.array4d(dtype=wp.mat33),
+):
+    """Sums the records of face f over rows y_first, y_first + y_step, ... <= y_last,
+    columns x0..x1, in that (row-major) order."""
+    acc_ndc = wp.mat33(0.0)
+    acc_world = wp.mat33(0.0)
+    acc_vn = wp.mat33(0.0)
+    yy = y_first
+    while yy <= y_last:
+        for xx in range(x0, x1 + 1):
+            if rec_face[n, yy, xx] == f:
+                acc_ndc = acc_ndc + rec_ndc[n, yy, xx]
+                acc_world = acc_world + rec_world[n, yy, xx]
+                if smooth != 0:
+                    acc_vn = acc_vn + rec_vn[n, yy, xx]
+            if soft != 0:
+                if pix_to_face[n, yy, xx, 0] < 0:
+                    for k in range(SOFT_SLOTS):
+                        if soft_pix_to_face[n, yy, xx, k] == f:
+                            acc_ndc = acc_ndc + rec_soft[n, yy, xx, k]
+        yy += y_step
+    return acc_ndc, acc_world, acc_vn
+
+
 @wp.kernel
 def face_gather_kernel(
     # Model:
@@ -370,6 +456,8 @@ def face_gather_kernel(
     margin_ndc: float,
     soft: int,
     smooth: int,
+    big_area: int,
+    big_capacity: int,
     # Data in:
     ndc: wp.array(dtype=wp.vec3),
     pix_to_face: wp.array4d(dtype=wp.int32),
@@ -379,50 +467,108 @@ def face_gather_kernel(
     rec_world: wp.array3d(dtype=wp.mat33),
     rec_vn: wp.array3d(dtype=wp.mat33),
     rec_soft: wp.array4d(dtype=wp.mat33),
-    # Data out, (F,) rows = corners:
+    # Data out, (F,) rows = corners; the big-face list (count zeroed before):
+    face_ndc_out: wp.array(dtype=wp.mat33),
+    face_world_out: wp.array(dtype=wp.mat33),
+    face_vn_out: wp.array(dtype=wp.mat33),
+    big_count_out: wp.array(dtype=wp.int32),
+    big_list_out: wp.array(dtype=wp.int32),
+):
+    """Packed face f: the records of the pixels that show it, summed in row-major
+    order over its pixel box. A box of more than ``big_area`` pixels is listed for
+    :func:`big_face_strips_kernel` (an integer counter hands out list slots; the
+    sums do not depend on the slot) unless the list is full."""
+    f = wp.tid()
+    acc_ndc = wp.mat33(0.0)
+    acc_world = wp.mat33(0.0)
+    acc_vn = wp.mat33(0.0)
+    ok, x0, x1, y0, y1 = _face_box(f, faces, face_image, height, width, margin_ndc, ndc)
+    if ok:
+        big = False
+        if (x1 - x0 + 1) * (y1 - y0 + 1) > big_area:
+            slot = wp.atomic_add(big_count_out, 0, 1)
+            if slot < big_capacity:
+                big_list_out[slot] = f
+                big = True
+        if not big:
+            acc_ndc, acc_world, acc_vn = _walk(
+                f, face_image[f], x0, x1, y0, y1, 1, soft, smooth, pix_to_face,
+                soft_pix_to_face, rec_face, rec_ndc, rec_world, rec_vn, rec_soft,
+            )  # fmt: skip
+    face_ndc_out[f] = acc_ndc
+    face_world_out[f] = acc_world
+    if smooth != 0:
+        face_vn_out[f] = acc_vn
+
+
+@wp.kernel
+def big_face_strips_kernel(
+    # Model:
+    faces: wp.array2d(dtype=wp.int32),
+    face_image: wp.array(dtype=wp.int32),
+    height: int,
+    width: int,
+    margin_ndc: float,
+    soft: int,
+    smooth: int,
+    big_capacity: int,
+    # Data in:
+    big_count: wp.array(dtype=wp.int32),
+    big_list: wp.array(dtype=wp.int32),
+    ndc: wp.array(dtype=wp.vec3),
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    soft_pix_to_face: wp.array4d(dtype=wp.int32),
+    rec_face: wp.array3d(dtype=wp.int32),
+    rec_ndc: wp.array3d(dtype=wp.mat33),
+    rec_world: wp.array3d(dtype=wp.mat33),
+    rec_vn: wp.array3d(dtype=wp.mat33),
+    rec_soft: wp.array4d(dtype=wp.mat33),
+    # Data out, (capacity, strips):
+    strip_ndc_out: wp.array2d(dtype=wp.mat33),
+    strip_world_out: wp.array2d(dtype=wp.mat33),
+    strip_vn_out: wp.array2d(dtype=wp.mat33),
+):
+    """Big face in list slot ``slot``: strip t sums rows y0 + t, y0 + t + strips, ..."""
+    slot, t = wp.tid()
+    if slot >= wp.min(big_count[0], big_capacity):
+        return
+    f = big_list[slot]
+    ok, x0, x1, y0, y1 = _face_box(f, faces, face_image, height, width, margin_ndc, ndc)
+    acc_ndc, acc_world, acc_vn = _walk(
+        f, face_image[f], x0, x1, y0 + t, y1, strip_ndc_out.shape[1], soft, smooth,
+        pix_to_face, soft_pix_to_face, rec_face, rec_ndc, rec_world, rec_vn, rec_soft,
+    )  # fmt: skip
+    strip_ndc_out[slot, t] = acc_ndc
+    strip_world_out[slot, t] = acc_world
+    strip_vn_out[slot, t] = acc_vn
+
+
+@wp.kernel
+def big_face_sum_kernel(
+    big_capacity: int,
+    smooth: int,
+    big_count: wp.array(dtype=wp.int32),
+    big_list: wp.array(dtype=wp.int32),
+    strip_ndc: wp.array2d(dtype=wp.mat33),
+    strip_world: wp.array2d(dtype=wp.mat33),
+    strip_vn: wp.array2d(dtype=wp.mat33),
+    # Data out, (F,):
     face_ndc_out: wp.array(dtype=wp.mat33),
     face_world_out: wp.array(dtype=wp.mat33),
     face_vn_out: wp.array(dtype=wp.mat33),
 ):
-    """Sums, in row-major pixel order over the face's bounding box (grown by
-    ``margin_ndc`` and by 0.01 pixel against rounding in the inverse pixel map),
-    the records of the pixels that show packed face f. A pixel shows a face only
-    if its centre lies in the face (sharp pass) or within the blur radius of it
-    (``margin_ndc``: its square root, blurred pass), hence in that box."""
-    f = wp.tid()
-    n = face_image[f]
+    """Big face in list slot ``slot``: its strips' sums, in strip order."""
+    slot = wp.tid()
+    if slot >= wp.min(big_count[0], big_capacity):
+        return
+    f = big_list[slot]
     acc_ndc = wp.mat33(0.0)
     acc_world = wp.mat33(0.0)
     acc_vn = wp.mat33(0.0)
-    v0 = ndc[faces[f, 0]]
-    v1 = ndc[faces[f, 1]]
-    v2 = ndc[faces[f, 2]]
-    xmin = wp.min(wp.min(v0[0], v1[0]), v2[0]) - margin_ndc
-    xmax = wp.max(wp.max(v0[0], v1[0]), v2[0]) + margin_ndc
-    ymin = wp.min(wp.min(v0[1], v1[1]), v2[1]) - margin_ndc
-    ymax = wp.max(wp.max(v0[1], v1[1]), v2[1]) + margin_ndc
-    zmin = wp.min(wp.min(v0[2], v1[2]), v2[2])
-    ok = n >= 0 and zmin > 0.0 and wp.isfinite(xmin + xmax + ymin + ymax)
-    if ok:
-        # pixel centre along x: pix_to_ndc(width - 1 - xi, width, height)
-        offx = pix_to_ndc(0, width, height)
-        sx = pix_to_ndc(1, width, height) - offx
-        offy = pix_to_ndc(0, height, width)
-        sy = pix_to_ndc(1, height, width) - offy
-        x0, x1 = _pixel_range(xmin, xmax, offx, sx, width, 0.01)
-        y0, y1 = _pixel_range(ymin, ymax, offy, sy, height, 0.01)
-        for yy in range(y0, y1 + 1):
-            for xx in range(x0, x1 + 1):
-                if rec_face[n, yy, xx] == f:
-                    acc_ndc = acc_ndc + rec_ndc[n, yy, xx]
-                    acc_world = acc_world + rec_world[n, yy, xx]
-                    if smooth != 0:
-                        acc_vn = acc_vn + rec_vn[n, yy, xx]
-                if soft != 0:
-                    if pix_to_face[n, yy, xx, 0] < 0:
-                        for k in range(SOFT_SLOTS):
-                            if soft_pix_to_face[n, yy, xx, k] == f:
-                                acc_ndc = acc_ndc + rec_soft[n, yy, xx, k]
+    for t in range(strip_ndc.shape[1]):
+        acc_ndc = acc_ndc + strip_ndc[slot, t]
+        acc_world = acc_world + strip_world[slot, t]
+        acc_vn = acc_vn + strip_vn[slot, t]
     face_ndc_out[f] = acc_ndc
     face_world_out[f] = acc_world
     if smooth != 0:
@@ -777,9 +923,15 @@ class SensorBackward:
 
     Args:
         sensor: the sensor (its packed topology and options are read here).
+        big_area: faces whose pixel box holds more pixels are summed by
+            ``big_strips`` threads each.
+        big_capacity: at most this many such faces per backward (more are
+            walked by one thread each).
+        big_strips: threads (row strips) per big face.
     """
 
-    def __init__(self, sensor):
+    def __init__(self, sensor, *, big_area: int = BIG_AREA, big_capacity: int = BIG_CAPACITY,
+                 big_strips: int = BIG_STRIPS):  # fmt: skip
         dev = sensor.device
         self.device = dev
         self.sensor = sensor
@@ -843,6 +995,14 @@ class SensorBackward:
         self.face_ndc = wp.zeros(fa, dtype=wp.mat33, device=dev)
         self.face_world = wp.zeros(fa, dtype=wp.mat33, device=dev)
         self.face_vn = wp.zeros(fa, dtype=wp.mat33, device=dev)
+        self.big_area = int(big_area)
+        cap = max(min(int(big_capacity), fa), 1) if rg else 1
+        self.big_count = wp.zeros(1, dtype=wp.int32, device=dev)
+        self.big_list = wp.zeros(cap, dtype=wp.int32, device=dev)
+        strips = (cap, max(int(big_strips), 1)) if rg else (1, 1)
+        self.strip_ndc = wp.zeros(strips, dtype=wp.mat33, device=dev)
+        self.strip_world = wp.zeros(strips, dtype=wp.mat33, device=dev)
+        self.strip_vn = wp.zeros(strips, dtype=wp.mat33, device=dev)
         pa = max(num_proj, 1) if rg else 1
         self.proj_point_grad = wp.zeros(pa, dtype=wp.vec3, device=dev)
         self.proj_vn_grad = wp.zeros(pa, dtype=wp.vec3, device=dev)
@@ -966,18 +1126,22 @@ class SensorBackward:
         # a face's pixels lie within its bounding box grown by the blur radius
         margin = float(np.sqrt(s.blur_radius)) if soft else 0.0
         if num_faces:
-            wp.launch(
-                face_gather_kernel,
-                dim=num_faces,
-                inputs=[
-                    s.faces, self.face_image, h, w, margin, int(soft), smooth, frame.ndc,
-                    frags.pix_to_face, soft_frags.pix_to_face, self.rec_face, self.rec_ndc,
-                    self.rec_world, self.rec_vn, self.rec_soft,
-                ],
-                outputs=[self.face_ndc, self.face_world, self.face_vn],
-                device=dev,
-                record_tape=False,
-            )  # fmt: skip
+            box = [s.faces, self.face_image, h, w, margin, int(soft), smooth]
+            recs = [frame.ndc, frags.pix_to_face, soft_frags.pix_to_face, self.rec_face,
+                    self.rec_ndc, self.rec_world, self.rec_vn, self.rec_soft]  # fmt: skip
+            face_out = [self.face_ndc, self.face_world, self.face_vn]
+            cap = self.big_list.shape[0]
+            self.big_count.zero_()
+            wp.launch(face_gather_kernel, dim=num_faces, inputs=[*box, self.big_area, cap, *recs],
+                      outputs=[*face_out, self.big_count, self.big_list], device=dev,
+                      record_tape=False)  # fmt: skip
+            strips = [self.strip_ndc, self.strip_world, self.strip_vn]
+            wp.launch(big_face_strips_kernel, dim=self.strip_ndc.shape,
+                      inputs=[*box, cap, self.big_count, self.big_list, *recs], outputs=strips,
+                      device=dev, record_tape=False)  # fmt: skip
+            wp.launch(big_face_sum_kernel, dim=cap,
+                      inputs=[cap, smooth, self.big_count, self.big_list, *strips],
+                      outputs=face_out, device=dev, record_tape=False)  # fmt: skip
         wp.launch(
             proj_gather_kernel,
             dim=s.proj_vertex.shape[0],
