@@ -182,6 +182,15 @@ def _slots(pix_to_face: torch.Tensor, d: int) -> tuple[int, ...]:
     return (*pix_to_face.shape, d)
 
 
+def _backward_op(forward, grads: str, returns: str):
+    """Decorator: the function as the custom op ``<forward's name>_backward``, whose
+    schema is the upstream gradients ``grads`` (schema text), then the forward op's
+    own arguments, returning ``returns``."""
+    text = str(forward._opoverload._schema)
+    schema = f"({grads}, {text[text.index('(') + 1 : text.rindex(') -> ')]}) -> {returns}"
+    return torch.library.custom_op(f"{forward._qualname}_backward", mutates_args=(), schema=schema)
+
+
 # ============================================================================= face attributes
 @torch.library.custom_op("warpraster::interpolate_face_attributes", mutates_args=())
 def _interp_face_op(
@@ -205,14 +214,13 @@ def _interp_face_fake(pix_to_face, bary_coords, face_attributes):
     return face_attributes.new_empty(_slots(pix_to_face, face_attributes.shape[2]))
 
 
-@torch.library.custom_op("warpraster::interpolate_face_attributes_backward", mutates_args=())
+@_backward_op(_interp_face_op, "Tensor grad_values", "(Tensor, Tensor)")
 def _interp_face_backward_op(
-    grad_values: torch.Tensor,
-    pix_to_face: torch.Tensor,
-    bary_coords: torch.Tensor,
-    face_attributes: torch.Tensor,
+    grad_values: torch.Tensor, *inputs: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(d loss / d bary_coords, d loss / d face_attributes) from d loss / d values."""
+    """(d loss / d bary_coords, d loss / d face_attributes) from d loss / d values;
+    ``inputs``: the forward's (pix_to_face, bary_coords, face_attributes)."""
+    pix_to_face, bary_coords, face_attributes = inputs
     grad_bary = torch.zeros_like(bary_coords)
     grad_attrs = torch.zeros_like(face_attributes)
     if grad_values.numel() == 0 or face_attributes.shape[0] == 0:
@@ -320,21 +328,16 @@ def _interp_vert_fake(pix_to_face, bary_coords, attributes, faces, verts_ndc, nd
     return attributes.new_empty(shape), attributes.new_empty(dshape), attributes.new_empty(dshape)
 
 
-@torch.library.custom_op("warpraster::interpolate_vertex_attributes_backward", mutates_args=())
+@_backward_op(_interp_vert_op, "Tensor grad_values, Tensor grad_dx, Tensor grad_dy",
+              "(Tensor, Tensor, Tensor)")  # fmt: skip
 def _interp_vert_backward_op(
-    grad_values: torch.Tensor,
-    grad_dx: torch.Tensor,
-    grad_dy: torch.Tensor,
-    pix_to_face: torch.Tensor,
-    bary_coords: torch.Tensor,
-    attributes: torch.Tensor,
-    faces: torch.Tensor,
-    verts_ndc: torch.Tensor | None,
-    ndc_faces: torch.Tensor | None,
-    perspective_correct: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad_values: torch.Tensor, grad_dx: torch.Tensor, grad_dy: torch.Tensor,
+    *inputs: torch.Tensor | bool | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """(d bary_coords, d attributes, d verts_ndc) from the upstream gradients of the
-    three outputs (``grad_dx``/``grad_dy`` and the last result (0, 3) without ``verts_ndc``)."""
+    three outputs (``grad_dx``/``grad_dy`` and the last result (0, 3) without ``verts_ndc``);
+    ``inputs``: the forward's."""
+    pix_to_face, bary_coords, attributes, faces, verts_ndc, ndc_faces, perspective_correct = inputs
     grad_bary = torch.zeros_like(bary_coords)
     grad_attrs = torch.zeros_like(attributes)
     grad_ndc = torch.zeros_like(verts_ndc) if verts_ndc is not None else bary_coords.new_zeros(0, 3)
@@ -629,19 +632,14 @@ def _sample_uv_fake(pix_to_face, bary_coords, maps, *rest):
     return maps.new_empty(_slots(pix_to_face, maps.shape[3]))
 
 
-@torch.library.custom_op("warpraster::sample_textures_uv_backward", mutates_args=())
+@_backward_op(_sample_uv_op, "Tensor grad_texels", "(Tensor, Tensor, Tensor)")
 def _sample_uv_backward_op(
-    grad_texels: torch.Tensor,
-    pix_to_face: torch.Tensor,
-    bary_coords: torch.Tensor,
-    maps: torch.Tensor,
-    faces_uvs: torch.Tensor,
-    verts_uvs: torch.Tensor,
-    padding_mode: int,
-    align_corners: bool,
-    sampling_mode: int,
+    grad_texels: torch.Tensor, *inputs: torch.Tensor | int | bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(d bary_coords, d maps, d verts_uvs) from d loss / d texels."""
+    """(d bary_coords, d maps, d verts_uvs) from d loss / d texels; ``inputs``: the
+    forward's."""
+    pix_to_face, bary_coords, maps, faces_uvs, verts_uvs, *options = inputs
+    padding_mode, align_corners, sampling_mode = options
     grad_bary = torch.zeros_like(bary_coords)
     grad_maps = torch.zeros_like(maps)
     grad_uvs = torch.zeros_like(verts_uvs)
