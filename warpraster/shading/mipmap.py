@@ -625,6 +625,51 @@ def texture(
 
 
 # ----------------------------------------------------------------------------- texture object
+mat32 = wp.types.matrix(shape=(3, 2), dtype=wp.float32)
+
+
+@wp.kernel
+def _gather_corners(
+    # Texture in:
+    faces_uvs: wp.array2d(dtype=wp.int32),
+    verts_uvs: wp.array2d(dtype=wp.float32),
+    # Geometry in (derivatives; absent without mipmaps):
+    faces: wp.array2d(dtype=wp.int32),
+    verts_ndc: wp.array(dtype=wp.vec3),
+    # Data out: per face, its three corners' UVs (rows) and projected vertices
+    uv_out: wp.array(dtype=mat32),
+    ndc_out: wp.array(dtype=wp.mat33),
+):
+    f = wp.tid()
+    t0 = faces_uvs[f, 0]
+    t1 = faces_uvs[f, 1]
+    t2 = faces_uvs[f, 2]
+    uv_out[f] = mat32(
+        verts_uvs[t0, 0], verts_uvs[t0, 1], verts_uvs[t1, 0], verts_uvs[t1, 1],
+        verts_uvs[t2, 0], verts_uvs[t2, 1],
+    )  # fmt: skip
+    if verts_ndc:
+        ndc_out[f] = wp.matrix_from_rows(
+            verts_ndc[faces[f, 0]], verts_ndc[faces[f, 1]], verts_ndc[faces[f, 2]]
+        )
+
+
+class CornerTables:
+    """Per-face corner tables the sampling kernel reads (UVs, projected vertices).
+
+    Gathered once per call by F threads, so the sampling kernel's adjoint adds
+    into per-face rows (shared by the slots and channels of one face, ~15 on the
+    bench scene) instead of per-vertex rows (shared by all faces around a vertex,
+    ~90), and the gather's adjoint adds F rows into the vertices.
+    """
+
+    def __init__(self, num_faces: int, device, requires_grad: bool):
+        self.num_faces = int(num_faces)
+        n = max(self.num_faces, 1)
+        self.uv = wp.zeros(n, dtype=mat32, device=device, requires_grad=requires_grad)
+        self.ndc = wp.zeros(n, dtype=wp.mat33, device=device, requires_grad=requires_grad)
+
+
 @wp.func
 def slot_uv(
     yi: int,
@@ -632,26 +677,25 @@ def slot_uv(
     f: int,
     b: wp.vec3,
     shape: wp.vec2i,
-    verts_ndc: wp.array(dtype=wp.vec3),
-    faces: wp.array2d(dtype=wp.int32),
+    derivatives: int,
     perspective: int,
-    faces_uvs: wp.array2d(dtype=wp.int32),
-    verts_uvs: wp.array2d(dtype=wp.float32),
+    uv_corners: wp.array(dtype=mat32),
+    ndc_corners: wp.array(dtype=wp.mat33),
 ):
     """(uv, duv/dx, duv/dy) of a filled slot of face ``f`` in an image of ``shape``
     (H, W): the UVs interpolated with the barycentrics, and their analytic
-    screen-space derivatives (per pixel, x right, y down) when ``verts_ndc`` is given."""
-    uv0 = wp.vec2(verts_uvs[faces_uvs[f, 0], 0], verts_uvs[faces_uvs[f, 0], 1])
-    uv1 = wp.vec2(verts_uvs[faces_uvs[f, 1], 0], verts_uvs[faces_uvs[f, 1], 1])
-    uv2 = wp.vec2(verts_uvs[faces_uvs[f, 2], 0], verts_uvs[faces_uvs[f, 2], 1])
+    screen-space derivatives (per pixel, x right, y down) when ``derivatives``."""
+    t = uv_corners[f]
+    uv0 = wp.vec2(t[0, 0], t[0, 1])
+    uv1 = wp.vec2(t[1, 0], t[1, 1])
+    uv2 = wp.vec2(t[2, 0], t[2, 1])
     uv = b[0] * uv0 + b[1] * uv1 + b[2] * uv2
     duv_dx = wp.vec2(0.0)
     duv_dy = wp.vec2(0.0)
-    if verts_ndc:
+    if derivatives != 0:
         p = pixel_centre(yi, xi, shape[0], shape[1])
-        dbx, dby = bary_derivatives(
-            p, verts_ndc[faces[f, 0]], verts_ndc[faces[f, 1]], verts_ndc[faces[f, 2]], perspective
-        )
+        m = ndc_corners[f]
+        dbx, dby = bary_derivatives(p, m[0], m[1], m[2], perspective)
         step = -2.0 / float(wp.min(shape[0], shape[1]))
         duv_dx = step * (dbx[0] * uv0 + dbx[1] * uv1 + dbx[2] * uv2)
         duv_dy = step * (dby[0] * uv0 + dby[1] * uv1 + dby[2] * uv2)
@@ -663,13 +707,12 @@ def _sample_uv_mipmap(
     # Fragments in:
     pix_to_face: wp.array4d(dtype=wp.int32),
     bary_coords: wp.array4d(dtype=wp.vec3),
-    # Geometry in (derivatives):
-    verts_ndc: wp.array(dtype=wp.vec3),
-    faces: wp.array2d(dtype=wp.int32),
+    # Corners in (per face, see CornerTables):
+    uv_corners: wp.array(dtype=mat32),
+    ndc_corners: wp.array(dtype=wp.mat33),
+    derivatives: int,
     perspective: int,
     # Texture in:
-    faces_uvs: wp.array2d(dtype=wp.int32),
-    verts_uvs: wp.array2d(dtype=wp.float32),
     maps: wp.array4d(dtype=wp.float32),
     levels: wp.array(dtype=wp.float32),
     offsets: wp.array(dtype=wp.int32),
@@ -690,8 +733,8 @@ def _sample_uv_mipmap(
         texels_out[n, yi, xi, j] = 0.0
         return
     shape = wp.vec2i(pix_to_face.shape[1], pix_to_face.shape[2])
-    uv, duv_dx, duv_dy = slot_uv(yi, xi, f, bary_coords[n, yi, xi, k], shape, verts_ndc,
-                                 faces, perspective, faces_uvs, verts_uvs)  # fmt: skip
+    uv, duv_dx, duv_dy = slot_uv(yi, xi, f, bary_coords[n, yi, xi, k], shape, derivatives,
+                                 perspective, uv_corners, ndc_corners)  # fmt: skip
     m = n
     if maps.shape[0] == 1:
         m = 0
@@ -778,6 +821,7 @@ class TexturesUVMipmap:
         out: wp.array | None = None,
         rebuild_mipmaps: bool = True,
         validate: bool = True,
+        corners: CornerTables | None = None,
     ) -> wp.array:
         """Per-slot texels (zeros in empty slots).
 
@@ -791,6 +835,8 @@ class TexturesUVMipmap:
                 ``validate=False`` the call allocates nothing: capturable).
             rebuild_mipmaps: rebuild the pyramid from the base texels first.
             validate: check face indices on the host.
+            corners: preallocated :class:`CornerTables` for the faces (one per call
+                recorded on a tape; allocated here when None).
 
         Returns:
             ``wp.array`` (N, H, W, K) of ``vector(C, float32)``; on a ``wp.Tape``
@@ -830,6 +876,17 @@ class TexturesUVMipmap:
             or (vn is not None and vn.requires_grad)
         )
         texels = alloc_vector_out(out, "out", tuple(p2f.shape), c, self.device, rg)
+        nf = self.faces_uvs.shape[0]
+        if corners is None or corners.num_faces != nf:
+            corners = CornerTables(nf, self.device, rg)
+        if nf:
+            wp.launch(
+                _gather_corners,
+                dim=nf,
+                inputs=[self.faces_uvs, self.verts_uvs, fcs, vn],
+                outputs=[corners.uv, corners.ndc],
+                device=self.device,
+            )
         nn, h, w, k = p2f.shape
         # One thread per slot and channel: a thread per slot doing the three
         # channels was slower on an H200 (0.36 vs 0.28 ms forward, 1.54 vs 1.24 ms
@@ -840,11 +897,10 @@ class TexturesUVMipmap:
             inputs=[
                 p2f,
                 bary,
-                vn,
-                fcs,
+                corners.uv,
+                corners.ndc,
+                int(vn is not None),
                 int(bool(perspective_correct)),
-                self.faces_uvs,
-                self.verts_uvs,
                 self.maps,
                 self.pyramid.levels,
                 self.pyramid.offsets,

@@ -48,6 +48,7 @@ from .fused import (
 from .interpolate import interpolate_vertex_attributes
 from .lighting import LightsBase, PointLights
 from .materials import Materials
+from .mipmap import CornerTables, TexturesUVMipmap
 from .modes import BlendMode, ShadingMode, TexelSource
 from .normals import face_normals, vertex_normals
 
@@ -201,6 +202,7 @@ class ShadingBuffers:
         self.face_tables = FaceTables(self.num_faces, device, rg)
         self._ones = None
         self._texels = None
+        self._corners = None
 
     @property
     def texels(self) -> wp.array:
@@ -213,6 +215,12 @@ class ShadingBuffers:
                 requires_grad=self.colors.requires_grad,
             )
         return self._texels
+
+    def corner_tables(self, num_faces: int) -> CornerTables:
+        """Per-face UV / projected-vertex corners of a mip-mapped texture (made once)."""
+        if self._corners is None or self._corners.num_faces != num_faces:
+            self._corners = CornerTables(num_faces, self.device, self.colors.requires_grad)
+        return self._corners
 
     @property
     def ones(self) -> wp.array:
@@ -319,6 +327,9 @@ def texel_source(
     if getattr(textures, "channels", 3) != 3:
         raise ValueError(f"textures must have 3 channels (RGB), got {textures.channels}")
     out = None if buffers is None else buffers.texels
+    extra = {}
+    if buffers is not None and isinstance(textures, TexturesUVMipmap):
+        extra["corners"] = buffers.corner_tables(faces.shape[0])
     texels = sample(
         fragments,
         faces,
@@ -326,6 +337,7 @@ def texel_source(
         perspective_correct=perspective_correct,
         out=out,
         validate=buffers is None,
+        **extra,
     )
     return TexelSource.PIXEL, dummy_v, texels
 
