@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import warp as wp
+from conftest import DEVICES
 
 import warpraster.sim as wsim
 from warpraster.sim.adjoint import SensorBackward
@@ -126,6 +127,8 @@ def _body_scene(device, *, worlds=4, cameras=2, size=48, sigma=1e-4, smooth=True
                 wsim.image_loss(getattr(out, name), target, loss, weight=1e-3)
         tape.backward(loss)
 
+    step.sensor = sensor
+    step.update = lambda: sensor.update(camera_transforms=cam_q, camera_fovs=fovs, body_q=body_q)
     grads = [
         ("loss", loss), ("body_q.grad", body_q.grad), ("camera.grad", cam_q.grad),
         ("fov.grad", fovs.grad), ("shape_colors.grad", sensor.shape_colors.grad),
@@ -235,3 +238,30 @@ def test_deterministic_backward_matches_the_generated_adjoints(device, sigma, sm
         # larger sums yet is far below one pixel's share (a pixel lost or counted
         # twice moves a gradient by ~1e-3 of its size in these 32-pixel images).
         np.testing.assert_allclose(a, b, rtol=0.0, atol=1e-5 * scale, err_msg=name)
+
+
+@pytest.mark.skipif("cpu" not in DEVICES, reason="builds its arrays on the cpu device")
+def test_a_frame_slot_recorded_twice_or_rendered_again_raises():
+    """The deterministic backward reads the slot's buffers when the tape runs: a
+    second update into a slot still on the tape, or a backward after the slot
+    rendered again, raises instead of differentiating the wrong frame."""
+    step, grads, outputs = _body_scene("cpu", worlds=1, size=16, sigma=0.0, smooth=False)
+    sensor, update = step.sensor, step.update
+    tape = wp.Tape()
+    with tape:
+        update()
+        with pytest.raises(ValueError, match="already recorded"):
+            update()
+    update()  # no tape: renders the slot again
+    with pytest.raises(ValueError, match="rendered again"):
+        tape.backward(grads=sensor_grads(sensor))
+    tape.reset()
+    with tape:
+        update()  # after reset: the slot may be recorded again
+    tape.backward(grads=sensor_grads(sensor))
+
+
+def sensor_grads(sensor):
+    frame = sensor.frames[0]
+    frame.depth.grad.fill_(1.0)
+    return {frame.depth: frame.depth.grad}

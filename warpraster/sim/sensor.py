@@ -37,6 +37,7 @@ Faces with a vertex behind the camera are dropped whole (no near-plane clipping)
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -274,6 +275,10 @@ class CameraSensor:
         self._no_bodies = wp.zeros(1, dtype=wp.transform, device=dev)
         self.frames = [self._allocate_frame() for _ in range(self.frame_count)]
         self.backward = SensorBackward(self) if self.deterministic else None
+        # per frame slot: renders so far, and (tape weakref, tape index, backward) of
+        # its last recording (the deterministic backward's guard; see _check_slot)
+        self._renders = [0] * self.frame_count
+        self._recorded = [None] * self.frame_count
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -393,6 +398,9 @@ class CameraSensor:
             self._check_input(body_q, "body_q", wp.transform, self.num_bodies)
         else:
             body_q = self._no_bodies
+        if self.deterministic and self.requires_grad:
+            self._check_slot(frame)
+        self._renders[frame] += 1
         out = self.frames[frame]
         dev = self.device
         det = self.deterministic
@@ -456,22 +464,46 @@ class CameraSensor:
             record_tape=rec,
         )  # fmt: skip
         if det and self.requires_grad:
-            self._record_backward(out, frags, soft, camera_transforms, camera_fovs, particle_q,
-                                  body_q)  # fmt: skip
+            self._record_backward(frame, frags, soft, camera_transforms, camera_fovs,
+                                  particle_q, body_q)  # fmt: skip
         return out
 
-    def _record_backward(self, out, frags, soft, camera_transforms, camera_fovs, particle_q,
+    def _check_slot(self, frame: int) -> None:
+        """Raises ValueError if frame slot ``frame`` is still recorded on the active
+        tape: a second update would overwrite the buffers the first one's backward
+        reads (the rasterizer's workspaces guard themselves the same way)."""
+        tape = _active_tape()
+        entry = self._recorded[frame]
+        if tape is None or entry is None or entry[0]() is not tape:
+            return
+        _, i, fn = entry
+        if i < len(tape.launches) and tape.launches[i] is fn:
+            raise ValueError(
+                f"frame: slot {frame} is already recorded on the active tape; a second update "
+                "into it overwrites what the first one's backward needs (use one slot per "
+                "recorded frame, or tape.reset() before recording the slot again)"
+            )
+
+    def _record_backward(self, frame, frags, soft, camera_transforms, camera_fovs, particle_q,
                          body_q) -> None:  # fmt: skip
         """Registers the deterministic backward of this update on the active tape."""
         tape = _active_tape()
         if tape is None:
             return
+        out = self.frames[frame]
         bw = self.backward
         bw.prepare(camera_transforms, camera_fovs)
         inputs = dict(camera_transforms=camera_transforms, camera_fovs=camera_fovs,
                       particle_q=particle_q, body_q=body_q)  # fmt: skip
+        render = self._renders[frame]
 
         def backward():
+            if self._renders[frame] != render:
+                raise ValueError(
+                    f"frame: slot {frame} was rendered again after this update was recorded, "
+                    "so its buffers no longer hold the frame being differentiated (use one "
+                    "slot per recorded frame)"
+                )
             bw.run(out, frags, soft, **inputs)
 
         arrays = [getattr(out, name) for name in self.grad_channels]
@@ -479,6 +511,7 @@ class CameraSensor:
                                self.light_direction, self.light_intensity)
                    if a.grad is not None]  # fmt: skip
         tape.record_func(backward, arrays=arrays)
+        self._recorded[frame] = (weakref.ref(tape), len(tape.launches) - 1, backward)
 
     def _rasterize(self, out: SensorFrame, workspace: RasterWorkspace, blur_radius: float, k: int):
         return rasterize_meshes(
