@@ -298,3 +298,26 @@ def test_eager_calls_replay_one_graph_and_read_the_current_vertices(device):
         for name in ("image", "depth", "face_ids"):
             np.testing.assert_array_equal(getattr(got, name).numpy(), getattr(want, name).numpy())
     assert r._call_graphs[0]._graph is not None  # it did replay a graph
+
+
+@pytest.mark.parametrize("shape", [(2, 17, 13, 4), (3, 40, 50, 3), (2, 33, 31)])
+def test_image_mse_matches_float64_and_its_gradient(shape, device):
+    """The block-reduced MSE against a float64 mean, and its hand-written gradient
+    against the analytic 2 (image - target) / size; shapes below and above one
+    block's chunk (2,048 values), with and without a channel axis."""
+    rng = np.random.default_rng(11)
+    a = rng.uniform(-1, 1, shape).astype(np.float32)
+    b = rng.uniform(-1, 1, shape).astype(np.float32)
+    image = wp.array(a, dtype=wp.float32, device=device, requires_grad=True)
+    target = wp.array(b, dtype=wp.float32, device=device)
+    loss = wp.zeros(1, dtype=wp.float32, device=device, requires_grad=True)
+    tape = wp.Tape()
+    with tape:
+        reductions.image_mse(image, target, out=loss)
+    tape.backward(loss)
+    want = np.mean((a.astype(np.float64) - b) ** 2)
+    # float32 partial sums of <= 2,048 values, then of the partials: ~1e-6 relative
+    np.testing.assert_allclose(loss.numpy()[0], want, rtol=1e-5)
+    # one float32 expression per value: a few ulps
+    g = 2.0 * (a.astype(np.float64) - b) / a.size
+    np.testing.assert_allclose(image.grad.numpy(), g, rtol=1e-5, atol=1e-12)
