@@ -108,8 +108,9 @@ def _body_scene(device, *, worlds=4, cameras=2, size=48, sigma=1e-4, smooth=True
     frame = sensor.frames[0]
     targets = {
         "color": wp.full(frame.color.shape, wp.vec3(0.3, 0.2, 0.1), dtype=wp.vec3, device=device),
-        "normal": wp.full(frame.normal.shape, wp.vec3(0.0, 0.0, 1.0), dtype=wp.vec3,
-                          device=device),  # fmt: skip
+        "normal": wp.full(
+            frame.normal.shape, wp.vec3(0.0, 0.0, 1.0), dtype=wp.vec3, device=device
+        ),  # fmt: skip
         "albedo": wp.full(frame.albedo.shape, wp.vec3(0.5), dtype=wp.vec3, device=device),
         "depth": wp.full(frame.depth.shape, 2.0, dtype=float, device=device),
         "forward_depth": wp.full(frame.depth.shape, 2.0, dtype=float, device=device),

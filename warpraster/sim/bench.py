@@ -162,10 +162,16 @@ def main(argv=None) -> int:
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--newton", action="store_true", help="also time Newton's SensorTiledCamera")
-    p.add_argument("--generated-backward", action="store_true",
-                   help="time Warp's generated adjoints instead of the deterministic backward")
-    p.add_argument("--profile", action="store_true",
-                   help="CUDA: also print per-kernel times of one eager forward + backward")
+    p.add_argument(
+        "--generated-backward",
+        action="store_true",
+        help="time Warp's generated adjoints instead of the deterministic backward",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="CUDA: also print per-kernel times of one eager forward + backward",
+    )
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     wp.config.quiet = True

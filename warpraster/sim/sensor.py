@@ -44,8 +44,8 @@ import numpy as np
 import warp as wp
 
 from .. import RasterWorkspace, rasterize_meshes
-from .geometry import SensorGeometry, VertexSource
 from .adjoint import SensorBackward
+from .geometry import SensorGeometry, VertexSource
 from .render import (
     CHANNEL_KERNELS,
     SOFT_SLOTS,
