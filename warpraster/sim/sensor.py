@@ -81,7 +81,9 @@ class SensorFrame:
         points: vec3 (V,), world positions of the sensor vertices (with
             ``deterministic``, its ``.grad`` holds the last backward's gradient of
             these points, overwritten by each backward of the slot).
-        ndc: vec3 (P,), projected vertices of every image.
+        ndc: vec3 (P,), projected vertices of every image (with ``deterministic``
+            its ``.grad`` is not filled: the backward goes from the faces to the
+            points directly).
         vertex_normals: vec3 (V,), area-weighted vertex normals (``smooth_normals``).
         workspace: the frame's rasterizer buffers (its ``fragments``), sharp pass.
         soft_workspace: those of the blurred pass (``silhouette_sigma > 0`` only).
@@ -159,9 +161,11 @@ class CameraSensor:
             these few values: off unless they are trained).
         deterministic: True (default): the hand-written backward of
             :mod:`warpraster.sim.adjoint`, bit-identical run after run and in
-            graph replays on every device, and faster than the generated one
-            (no contended atomics). False: Warp's generated adjoints and the
-            rasterizer's atomic backward (the last bits vary on a GPU).
+            graph replays on every device, with no contended atomics (meant to
+            be the faster one on a GPU; ``python -m warpraster.sim.bench`` with
+            and without ``--generated-backward`` times both). False: Warp's
+            generated adjoints and the rasterizer's atomic backward (the last
+            bits vary on a GPU).
 
     The colours (``shape_colors``, vec3 (S,)), light direction and intensity live
     in device arrays (``light_direction``, ``light_intensity``, (1,)): assign new
