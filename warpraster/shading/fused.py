@@ -171,16 +171,9 @@ class ShadeInputs:
 @wp.struct
 class ShadeGrads:
     """Where the adjoint adds its gradients (the fields of :class:`ShadeInputs`
-    and the fragments), and ``want``, the WANT_* bits of those it writes.
-
-    The per-face corner tables' gradients are first summed in ``face_rows``,
-    nine 16-byte rows per face (positions, normals, colours; three corners each;
-    w unused): Hopper adds a row with one vector atomic, where a 3 x 3 matrix
-    takes nine float atomics; :func:`_fold_face_rows` then adds them into the
-    tables' gradients."""
+    and the fragments), and ``want``, the WANT_* bits of those it writes."""
 
     want: int
-    face_rows: wp.array(dtype=wp.vec4)
     bary: wp.array4d(dtype=wp.vec3)
     zbuf: wp.array4d(dtype=wp.float32)
     dists: wp.array4d(dtype=wp.float32)
@@ -208,33 +201,20 @@ def new_inputs(device) -> ShadeInputs:
     """A :class:`ShadeInputs` whose arrays are one-element placeholders on ``device``
     (Warp's tape walks every array field of a struct it differentiates)."""
     a = ShadeInputs()
+    dev = wp.get_device(device)
     for name, var in ShadeInputs.vars.items():
         t = var.type
         if wp.types.is_array(t):
-            setattr(a, name, _placeholder(t.dtype, t.ndim, device))
+            key = (t.dtype, t.ndim, dev.alias)
+            if key not in _DUMMIES:
+                _DUMMIES[key] = wp.zeros((1,) * t.ndim, dtype=t.dtype, device=dev)
+            setattr(a, name, _DUMMIES[key])
     return a
-
-
-def _placeholder(dtype, ndim: int, device) -> wp.array:
-    """A one-element array of ``dtype`` (made once per device)."""
-    key = (dtype, ndim, wp.get_device(device).alias)
-    if key not in _DUMMIES:
-        _DUMMIES[key] = wp.zeros((1,) * ndim, dtype=dtype, device=device)
-    return _DUMMIES[key]
 
 
 @wp.func
 def _wants(g: ShadeGrads, bit: int) -> bool:
     return (g.want & bit) != 0
-
-
-@wp.func
-def _add_rows(g: ShadeGrads, f: int, table: int, r0: wp.vec3, r1: wp.vec3, r2: wp.vec3):
-    """Adds three corner rows to table ``table`` (0 positions, 1 normals, 2 colours)."""
-    base = 9 * f + 3 * table
-    wp.atomic_add(g.face_rows, base, wp.vec4(r0[0], r0[1], r0[2], 0.0))
-    wp.atomic_add(g.face_rows, base + 1, wp.vec4(r1[0], r1[1], r1[2], 0.0))
-    wp.atomic_add(g.face_rows, base + 2, wp.vec4(r2[0], r2[1], r2[2], 0.0))
 
 
 # ----------------------------------------------------------------------------- slots
@@ -424,10 +404,9 @@ def _slot_adjoint(
     if a.mode == ShadingMode.FLAT:
         if _wants(g, WANT_FACE_POS):
             gp = g_point / 3.0
-            _add_rows(g, f, 0, gp, gp, gp)
+            wp.atomic_add(g.face_pos, f, wp.matrix_from_rows(gp, gp, gp))
         if _wants(g, WANT_FACE_NRM):
-            base = 9 * f + 3
-            wp.atomic_add(g.face_rows, base, wp.vec4(g_normal[0], g_normal[1], g_normal[2], 0.0))
+            wp.atomic_add(g.face_nrm, f, wp.matrix_from_rows(g_normal, wp.vec3(0.0), wp.vec3(0.0)))
     else:
         gb = wp.vec3(
             wp.dot(pos[0], g_point) + wp.dot(nrm[0], g_normal),
@@ -435,14 +414,22 @@ def _slot_adjoint(
             wp.dot(pos[2], g_point) + wp.dot(nrm[2], g_normal),
         )
         if _wants(g, WANT_FACE_POS):
-            _add_rows(g, f, 0, b[0] * g_point, b[1] * g_point, b[2] * g_point)
+            wp.atomic_add(
+                g.face_pos, f, wp.matrix_from_rows(b[0] * g_point, b[1] * g_point, b[2] * g_point)
+            )
         if _wants(g, WANT_FACE_NRM):
-            _add_rows(g, f, 1, b[0] * g_normal, b[1] * g_normal, b[2] * g_normal)
+            wp.atomic_add(
+                g.face_nrm,
+                f,
+                wp.matrix_from_rows(b[0] * g_normal, b[1] * g_normal, b[2] * g_normal),
+            )
     if a.texel_source == TexelSource.VERTEX:
         col = a.face_col[f]
         gb += wp.vec3(wp.dot(col[0], g_texel), wp.dot(col[1], g_texel), wp.dot(col[2], g_texel))
         if _wants(g, WANT_FACE_COL):
-            _add_rows(g, f, 2, b[0] * g_texel, b[1] * g_texel, b[2] * g_texel)
+            wp.atomic_add(
+                g.face_col, f, wp.matrix_from_rows(b[0] * g_texel, b[1] * g_texel, b[2] * g_texel)
+            )
     elif a.texel_source == TexelSource.PIXEL:
         if _wants(g, WANT_COLORS):
             g.colors[n, y, x, k] = g.colors[n, y, x, k] + g_texel
@@ -643,30 +630,6 @@ def _shade_blend_adjoint(
         g.zbuf[n, y, x, kmax] = g.zbuf[n, y, x, kmax] + -(gz_max / (zf - zn))
 
 
-@wp.func
-def _rows_mat(rows: wp.array(dtype=wp.vec4), base: int) -> wp.mat33:
-    a = rows[base]
-    b = rows[base + 1]
-    c = rows[base + 2]
-    return wp.mat33(a[0], a[1], a[2], b[0], b[1], b[2], c[0], c[1], c[2])
-
-
-@wp.kernel(enable_backward=False)
-def _fold_face_rows(
-    # In:
-    rows: wp.array(dtype=wp.vec4),
-    g: ShadeGrads,
-    # Out: g.face_pos / face_nrm / face_col (accumulated, one thread per face)
-):
-    f = wp.tid()
-    if _wants(g, WANT_FACE_POS):
-        g.face_pos[f] = g.face_pos[f] + _rows_mat(rows, 9 * f)
-    if _wants(g, WANT_FACE_NRM):
-        g.face_nrm[f] = g.face_nrm[f] + _rows_mat(rows, 9 * f + 3)
-    if _wants(g, WANT_FACE_COL):
-        g.face_col[f] = g.face_col[f] + _rows_mat(rows, 9 * f + 6)
-
-
 # ----------------------------------------------------------------------------- launcher
 def _grad_or(arr: wp.array, fallback: wp.array) -> tuple[wp.array, bool]:
     """(``arr.grad``, True) when it carries one, else (``fallback``, False)."""
@@ -680,17 +643,13 @@ def with_grad(*arrays) -> list:
     return [a for a in arrays if a is not None and a.requires_grad and a.grad is not None]
 
 
-def launch_shade_blend(
-    fragments, inputs: ShadeInputs, image_out: wp.array, face_rows: wp.array | None = None
-) -> None:
+def launch_shade_blend(fragments, inputs: ShadeInputs, image_out: wp.array) -> None:
     """Launches the pixel kernel (outside the tape) and records its adjoint.
 
     Args:
         fragments: the render's :class:`~warpraster.Fragments`.
         inputs: a filled :class:`ShadeInputs` (no checks here).
         image_out: (N, H, W, 4) float32 RGBA.
-        face_rows: (9 F,) ``vec4`` scratch for the face tables' gradients (see
-            :class:`ShadeGrads`); allocated while recording when None.
 
     The adjoint adds into the ``.grad`` of every array of ``inputs`` and of the
     fragments (``bary_coords``, ``zbuf``, ``dists``) that carries one.
@@ -762,15 +721,8 @@ def launch_shade_blend(
     if want == 0:
         return
     g.want = want
-    face_bits = want & (WANT_FACE_POS | WANT_FACE_NRM | WANT_FACE_COL)
-    nf = inputs.face_pos.shape[0]
-    if face_bits and (face_rows is None or face_rows.shape[0] < 9 * nf):
-        face_rows = wp.zeros(9 * nf, dtype=wp.vec4, device=device)
-    g.face_rows = face_rows if face_bits else _placeholder(wp.vec4, 1, device)
 
     def backward():
-        if face_bits:
-            face_rows.zero_()
         wp.launch(
             _shade_blend_adjoint,
             dim=(n, h, w),
@@ -778,7 +730,5 @@ def launch_shade_blend(
             outputs=[g],
             device=device,
         )
-        if face_bits:
-            wp.launch(_fold_face_rows, dim=nf, inputs=[face_rows, g], device=device)
 
     tape.record_func(backward, arrays=with_grad(image_out, *sources))

@@ -373,12 +373,6 @@ class FaceTables:
 
         self.num_faces = int(num_faces)
         self.pos, self.nrm, self.col = mats(), mats(), mats()
-        #: the shading adjoint's per-face sums (see fused.ShadeGrads.face_rows)
-        self.rows = (
-            wp.zeros(9 * max(self.num_faces, 1), dtype=wp.vec4, device=device)
-            if requires_grad
-            else None
-        )
 
 
 def gather_faces(verts, faces, normals, *, mode, texels_from, vert_colors, tables) -> None:
@@ -623,8 +617,7 @@ class ShaderBase:
         )
         self._set_blend(inputs, cameras, blend_params, znear, zfar, device)
         inputs.compact = int(bool(compact_slots))
-        rows = buffers.face_tables.rows if inputs.lit != 0 else None
-        launch_shade_blend(fragments, inputs, buffers.image, face_rows=rows)
+        launch_shade_blend(fragments, inputs, buffers.image)
         return buffers.image
 
     # -- step 1
