@@ -32,7 +32,7 @@ import warp as wp
 from . import bench_render
 from .fragments import FragmentRows, fragment_rows, slot_fragment
 from .geometry import pixel_centre
-from .meshes import MeshArrays, pack_meshes
+from .meshes import MeshArrays, mesh_arrays, pack_meshes
 from .primitives import ico_sphere
 from .raster import RasterWorkspace, rasterize_naive_at, rasterize_packed
 from .raster.small_faces import small_face_lanes
@@ -169,7 +169,8 @@ def run_scene(
         wp.empty((m, scene.k), dtype=t, device=device) for t in (wp.float32, wp.vec3, wp.float32)
     ]
     rows = fragment_rows(wp.array(got, dtype=wp.int32, device=device), *want)
-    wp.launch(_values_at, dim=(m, scene.k), inputs=[meshes.arrays, pix_wp, h, w, rows],
+    arrays = mesh_arrays(meshes.verts, meshes.faces)
+    wp.launch(_values_at, dim=(m, scene.k), inputs=[arrays, pix_wp, h, w, rows],
               device=device)  # fmt: skip
     for a, b in zip((frags.zbuf, frags.bary_coords, frags.dists), want, strict=True):
         same = a.numpy()[at] == b.numpy()

@@ -471,6 +471,16 @@ class ClipBuffers:
         self.clipped.faces = self.faces
         self.clipped.to_unclipped = self.faces_clipped_to_unclipped_idx
         self.clipped.neighbor = self.clipped_faces_neighbor_idx
+        self._inputs = None  # (key, MeshArrays) of the last call's input arrays
+
+    def inputs_for(self, verts: wp.array, faces: wp.array, first: wp.array, count: wp.array
+                   ) -> MeshArrays:  # fmt: skip
+        """The input arrays as one kernel argument, rebuilt only when one changed."""
+        arrays = (verts, faces, first, count)
+        key = tuple((a.ptr, a.shape, a.strides) for a in arrays)
+        if self._inputs is None or self._inputs[0] != key:
+            self._inputs = (key, mesh_arrays(*arrays))
+        return self._inputs[1]
 
     @property
     def packed(self):
@@ -560,7 +570,7 @@ def clip_faces(
     cull = int(rule) if cull_to_frustum else 0
     clip = 0.0 if z_clip_value is None else z_clip_value
 
-    meshes = mesh_arrays(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh)
+    meshes = buffers.inputs_for(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh)
     cases = buffers.cases
     if f > 0:
         do_clip = int(z_clip_value is not None)

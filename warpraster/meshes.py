@@ -9,7 +9,6 @@ once at set-up and then calls with ``validate=False``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import warp as wp
@@ -80,12 +79,6 @@ class PackedMeshes:
     @property
     def device(self):
         return self.verts.device
-
-    @cached_property
-    def arrays(self) -> MeshArrays:
-        """The four arrays as one :class:`MeshArrays` kernel argument (made once)."""
-        return mesh_arrays(self.verts, self.faces, self.mesh_to_face_first_idx,
-                           self.num_faces_per_mesh)  # fmt: skip
 
 
 def _is_torch(x) -> bool:

@@ -317,7 +317,8 @@ class SortedBackward:
         if self.num_faces == 0 or n * h * w * k == 0:
             return
         dev = self.device
-        args.num_faces = self.num_faces
+        if args.num_faces != self.num_faces:
+            args.num_faces = self.num_faces
         outputs = [self.slot_grad, self.slot_sum.keys, self.slot_sum.order]
         launch_slot_pass(args, outputs, stored=True, device=dev, specialize=specialize)
         self.face_grad.zero_()

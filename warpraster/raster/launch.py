@@ -113,8 +113,8 @@ def _launch_passes(
                              split_only=split and register)  # fmt: skip
     if nf > 0:
         cull = int(settings.cull_backfaces)
-        key = (array_key(meshes.verts), array_key(meshes.faces), n, cull, ps_key)
-        launch("setup", setup_faces, nf, [meshes.arrays, n, cull, ps], key=key)
+        arrays, arrays_key = ws.meshes_for(meshes)
+        launch("setup", setup_faces, nf, [arrays, n, cull, ps], key=(arrays_key, n, cull, ps_key))
     if small > 0:
         ws.depth_keys.fill_(EMPTY_KEY_VALUE)
         if nf > 0:

@@ -14,6 +14,7 @@ import warp as wp
 
 from ..backward import FaceGradBuffers
 from ..fragments import Fragments, allocate_fragments
+from ..meshes import MeshArrays, mesh_arrays
 from ..settings import RasterSettings, Tuning
 from . import binning
 from .coverage import PassArgs
@@ -252,6 +253,7 @@ class RasterWorkspace(SettingsViews):
         self.launches = LaunchCache(self.device)
         self.call_graph = CallGraph(self.device)
         self._pass = None
+        self._meshes = None
         self.face_grads = FaceGradBuffers(
             self.num_faces, self.device, self.deterministic, self.shape
         )
@@ -285,6 +287,17 @@ class RasterWorkspace(SettingsViews):
             ps.split_only = int(split_only)
             self._pass = (ps, key)
         return self._pass
+
+    def meshes_for(self, meshes) -> tuple[MeshArrays, tuple]:
+        """The face set-up's :class:`~warpraster.meshes.MeshArrays` of these meshes and
+        its key; rebuilt only when one of the four arrays changed (a call usually
+        brings a new :class:`~warpraster.meshes.PackedMeshes` of the same arrays)."""
+        arrays = (meshes.verts, meshes.faces, meshes.mesh_to_face_first_idx,
+                  meshes.num_faces_per_mesh)  # fmt: skip
+        key = tuple(array_key(a) for a in arrays)
+        if self._meshes is None or self._meshes[1] != key:
+            self._meshes = (mesh_arrays(*arrays), key)
+        return self._meshes
 
     def matches(self, num_meshes: int, num_faces: int, settings: RasterSettings, device) -> bool:
         """Whether this workspace serves a call of this size, settings and device."""
