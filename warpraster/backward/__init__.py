@@ -92,8 +92,12 @@ class FaceGradBuffers:
         grad_bary: wp.array, grad_dists: wp.array, flags: tuple,
     ) -> SlotGradArgs:  # fmt: skip
         """The per-slot pass's argument struct, rebuilt only when an array or flag
-        changed (packing it costs tens of microseconds of host time per call)."""
+        changed (packing it costs tens of microseconds of host time per call).
+        Buffers made with ``gather`` serve callers whose arrays are new every call
+        (the torch adapter): no cache there, which would keep them alive."""
         arrays = (face_verts, pix_to_face, grad_zbuf, grad_bary, grad_dists)
+        if self.face_verts is not None:
+            return slot_grad_args(*arrays, flags)
         key = (*((a.ptr, a.shape, a.strides, a.dtype) for a in arrays), flags)
         if self._slot_args is None or self._slot_args[0] != key:
             self._slot_args = (key, slot_grad_args(*arrays, flags))
