@@ -26,7 +26,14 @@ from __future__ import annotations
 import warp as wp
 
 from ..backward.tape import active_tape
-from .lighting import NORMALIZE_EPS, LightKind, light_terms, normalize_eps
+from .lighting import (
+    NORMALIZE_EPS,
+    LightKind,
+    light_terms,
+    normalize_eps,
+    phong_alpha,
+    phong_power,
+)
 from .modes import BlendMode, ShadingMode, TexelSource
 from .params import row
 
@@ -67,36 +74,6 @@ def camera_centre(cam_R: wp.array(dtype=wp.mat33), cam_T: wp.array(dtype=wp.vec3
     r = cam_R[row(n, cam_R.shape[0])]
     t = cam_T[row(n, cam_T.shape[0])]
     return -(r * t)
-
-
-@wp.func
-def lit_colour(
-    n: int,
-    point: wp.vec3,
-    normal: wp.vec3,
-    texel: wp.vec3,
-    eye: wp.vec3,
-    light_kind: int,
-    light_param: wp.array(dtype=wp.vec3),
-    light_ambient: wp.array(dtype=wp.vec3),
-    light_diffuse: wp.array(dtype=wp.vec3),
-    light_specular: wp.array(dtype=wp.vec3),
-    mat_ambient: wp.array(dtype=wp.vec3),
-    mat_diffuse: wp.array(dtype=wp.vec3),
-    mat_specular: wp.array(dtype=wp.vec3),
-    mat_shininess: wp.array(dtype=wp.float32),
-):
-    """``(m_a * l_a + m_d * diffuse) * texel + m_s * specular`` for row ``n`` (PyTorch3D)."""
-    shininess = mat_shininess[row(n, mat_shininess.shape[0])]
-    d, s = light_terms(
-        light_kind, light_param, light_diffuse, light_specular, n, point, normal, eye, shininess
-    )
-    ambient = wp.cw_mul(
-        mat_ambient[row(n, mat_ambient.shape[0])], light_ambient[row(n, light_ambient.shape[0])]
-    )
-    diff = wp.cw_mul(mat_diffuse[row(n, mat_diffuse.shape[0])], d)
-    spec = wp.cw_mul(mat_specular[row(n, mat_specular.shape[0])], s)
-    return wp.cw_mul(ambient + diff, texel) + spec
 
 
 @wp.func
@@ -217,6 +194,26 @@ def _wants(g: ShadeGrads, bit: int) -> bool:
     return (g.want & bit) != 0
 
 
+@wp.func
+def lit_colour(
+    a: ShadeInputs, n: int, point: wp.vec3, normal: wp.vec3, texel: wp.vec3, eye: wp.vec3
+):
+    """``(m_a * l_a + m_d * diffuse) * texel + m_s * specular`` with the light and
+    material rows of image (or mesh) ``n`` (PyTorch3D)."""
+    shininess = a.mat_shininess[row(n, a.mat_shininess.shape[0])]
+    d, s = light_terms(
+        a.light_kind, a.light_param, a.light_diffuse, a.light_specular, n, point, normal, eye,
+        shininess,
+    )  # fmt: skip
+    ambient = wp.cw_mul(
+        a.mat_ambient[row(n, a.mat_ambient.shape[0])],
+        a.light_ambient[row(n, a.light_ambient.shape[0])],
+    )
+    diff = wp.cw_mul(a.mat_diffuse[row(n, a.mat_diffuse.shape[0])], d)
+    spec = wp.cw_mul(a.mat_specular[row(n, a.mat_specular.shape[0])], s)
+    return wp.cw_mul(ambient + diff, texel) + spec
+
+
 # ----------------------------------------------------------------------------- slots
 @wp.func
 def _surface(a: ShadeInputs, n: int, y: int, x: int, k: int, f: int, b: wp.vec3):
@@ -248,22 +245,7 @@ def slot_colour(
     if a.lit == 0:
         return a.colors[n, y, x, k]
     point, normal, texel = _surface(a, n, y, x, k, f, b)
-    return lit_colour(
-        n,
-        point,
-        normal,
-        texel,
-        eye,
-        a.light_kind,
-        a.light_param,
-        a.light_ambient,
-        a.light_diffuse,
-        a.light_specular,
-        a.mat_ambient,
-        a.mat_diffuse,
-        a.mat_specular,
-        a.mat_shininess,
-    )
+    return lit_colour(a, n, point, normal, texel, eye)
 
 
 @wp.func
@@ -342,14 +324,8 @@ def _light_adjoint(
         view_raw = eye - point
         view = normalize_eps(view_raw)
         reflect = -dd + 2.0 * (cos_angle * nn)
-        alpha = float(0.0)
-        if cos_angle > 0.0:
-            alpha = wp.max(wp.dot(view, reflect), 0.0)
-        power = float(0.0)
-        if alpha > 0.0:
-            power = wp.pow(alpha, shininess)
-        elif shininess == 0.0:
-            power = 1.0
+        alpha = phong_alpha(cos_angle, view, reflect)
+        power = phong_power(alpha, shininess)
         g_power = wp.dot(g_s, sc)
         if alpha > 0.0:
             g_alpha = g_power * (shininess * wp.pow(alpha, shininess - 1.0))
@@ -446,6 +422,56 @@ def _write_rgba(image: wp.array4d(dtype=wp.float32), n: int, y: int, x: int, c: 
     image[n, y, x, 3] = a
 
 
+@wp.func
+def _softmax_sums(
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    bary_coords: wp.array4d(dtype=wp.vec3),
+    zbuf: wp.array4d(dtype=wp.float32),
+    dists: wp.array4d(dtype=wp.float32),
+    a: ShadeInputs,
+    n: int,
+    y: int,
+    x: int,
+    eye: wp.vec3,
+    zn: float,
+    zf: float,
+):
+    """The softmax blend's sums over a pixel's slots: (largest inverse depth
+    before the eps clamp, the first slot holding it, slots in use, coverage
+    ``prod(1 - p_k)``, ``sum w_k``, ``sum w_k c_k``)."""
+    kk = pix_to_face.shape[3]
+    zraw = float(-1.0e38)
+    kmax = int(0)
+    used = kk
+    for k in range(kk):
+        fk = pix_to_face[n, y, x, k]
+        zk = float(0.0)
+        if fk < 0 and a.compact != 0:
+            # the empty slots' zinv is 0: torch's max picks the first of them
+            used = k
+            if zk > zraw:
+                zraw = zk
+                kmax = k
+            break
+        zk = zinv(fk, zbuf[n, y, x, k], zn, zf)
+        if zk > zraw:
+            zraw = zk
+            kmax = k
+    zmax = wp.max(zraw, BLEND_EPS)
+    keep = float(1.0)
+    wsum = float(0.0)
+    csum = wp.vec3(0.0)
+    for k in range(used):
+        f = pix_to_face[n, y, x, k]
+        if f >= 0:
+            p = prob(dists[n, y, x, k], a.sigma)
+            keep *= 1.0 - p
+            wk = p * wp.exp((zinv(f, zbuf[n, y, x, k], zn, zf) - zmax) / a.gamma)
+            wsum += wk
+            csum += wk * slot_colour(a, n, y, x, k, f, bary_coords[n, y, x, k], eye)
+    return zraw, kmax, used, keep, wsum, csum
+
+
 # ----------------------------------------------------------------------------- kernels
 @wp.kernel(enable_backward=False)
 def _shade_blend_kernel(
@@ -472,32 +498,12 @@ def _shade_blend_kernel(
         else:
             _write_rgba(image_out, n, y, x, bg, 0.0)
         return
-    kk = pix_to_face.shape[3]
     zn = a.znear[row(n, a.znear.shape[0])]
     zf = a.zfar[row(n, a.zfar.shape[0])]
-    # pass 1: the largest inverse depth (and the slots in use)
-    zmax = float(-1.0e38)
-    used = kk
-    for k in range(kk):
-        fk = pix_to_face[n, y, x, k]
-        if fk < 0 and a.compact != 0:
-            used = k
-            zmax = wp.max(zmax, 0.0)  # the empty slots' zinv
-            break
-        zmax = wp.max(zmax, zinv(fk, zbuf[n, y, x, k], zn, zf))
-    zmax = wp.max(zmax, BLEND_EPS)
-    # pass 2: weights, colour sum, coverage
-    keep = float(1.0)
-    wsum = float(0.0)
-    csum = wp.vec3(0.0)
-    for k in range(used):
-        f = pix_to_face[n, y, x, k]
-        if f >= 0:
-            p = prob(dists[n, y, x, k], a.sigma)
-            keep *= 1.0 - p
-            wk = p * wp.exp((zinv(f, zbuf[n, y, x, k], zn, zf) - zmax) / a.gamma)
-            wsum += wk
-            csum += wk * slot_colour(a, n, y, x, k, f, bary_coords[n, y, x, k], eye)
+    zraw, _kmax, _used, keep, wsum, csum = _softmax_sums(
+        pix_to_face, bary_coords, zbuf, dists, a, n, y, x, eye, zn, zf
+    )
+    zmax = wp.max(zraw, BLEND_EPS)
     delta = wp.max(wp.exp((BLEND_EPS - zmax) / a.gamma), BLEND_EPS)
     denom = wsum + delta
     _write_rgba(image_out, n, y, x, (csum + delta * bg) / denom, 1.0 - keep)
@@ -542,39 +548,13 @@ def _shade_blend_adjoint(
         if a.lit != 0 and _wants(g, WANT_CAMERA):
             _add_camera_grad(a, g, n, g_eye)
         return
-    kk = pix_to_face.shape[3]
     zn = a.znear[row(n, a.znear.shape[0])]
     zf = a.zfar[row(n, a.zfar.shape[0])]
     # recompute the forward
-    zraw = float(-1.0e38)
-    kmax = int(0)
-    used = kk
-    for k in range(kk):
-        fk = pix_to_face[n, y, x, k]
-        zk = float(0.0)
-        if fk < 0 and a.compact != 0:
-            # the empty slots' zinv is 0: torch's max picks the first of them
-            used = k
-            if zk > zraw:
-                zraw = zk
-                kmax = k
-            break
-        zk = zinv(fk, zbuf[n, y, x, k], zn, zf)
-        if zk > zraw:
-            zraw = zk
-            kmax = k
+    zraw, kmax, used, keep, wsum, csum = _softmax_sums(
+        pix_to_face, bary_coords, zbuf, dists, a, n, y, x, eye, zn, zf
+    )
     zmax = wp.max(zraw, BLEND_EPS)
-    keep = float(1.0)
-    wsum = float(0.0)
-    csum = wp.vec3(0.0)
-    for k in range(used):
-        f = pix_to_face[n, y, x, k]
-        if f >= 0:
-            p = prob(dists[n, y, x, k], a.sigma)
-            keep *= 1.0 - p
-            wk = p * wp.exp((zinv(f, zbuf[n, y, x, k], zn, zf) - zmax) / a.gamma)
-            wsum += wk
-            csum += wk * slot_colour(a, n, y, x, k, f, bary_coords[n, y, x, k], eye)
     dexp = wp.exp((BLEND_EPS - zmax) / a.gamma)
     delta = wp.max(dexp, BLEND_EPS)
     denom = wsum + delta

@@ -78,15 +78,25 @@ def specular(
     cos_angle = wp.dot(n, d)
     view = normalize_eps(camera_position - point)
     reflect = -d + 2.0 * (cos_angle * n)
-    alpha = float(0.0)
+    return color * phong_power(phong_alpha(cos_angle, view, reflect), shininess)
+
+
+@wp.func
+def phong_alpha(cos_angle: float, view: wp.vec3, reflect: wp.vec3) -> float:
+    """``relu(v^ . r)``, 0 where the light is behind the surface (``n^ . l^ <= 0``)."""
     if cos_angle > 0.0:
-        alpha = wp.max(wp.dot(view, reflect), 0.0)
-    power = float(0.0)
+        return wp.max(wp.dot(view, reflect), 0.0)
+    return 0.0
+
+
+@wp.func
+def phong_power(alpha: float, shininess: float) -> float:
+    """``alpha ** shininess`` as torch gives it (``0 ** 0 == 1``)."""
     if alpha > 0.0:
-        power = wp.pow(alpha, shininess)
-    elif shininess == 0.0:
-        power = 1.0  # torch.pow(0, 0) == 1
-    return color * power
+        return wp.pow(alpha, shininess)
+    if shininess == 0.0:
+        return 1.0
+    return 0.0
 
 
 @wp.func
@@ -201,7 +211,6 @@ class DirectionalLights(LightsBase):
         )
 
 
-
 class PointLights(LightsBase):
     """Point lights, as PyTorch3D's ``PointLights`` (world-space ``location``).
 
@@ -235,7 +244,6 @@ class PointLights(LightsBase):
             device,
             requires_grad,
         )
-
 
 
 class AmbientLights(LightsBase):

@@ -123,21 +123,10 @@ def _shade_vertices_kernel(
     verts: wp.array(dtype=wp.vec3),
     normals: wp.array(dtype=wp.vec3),
     vert_colors: wp.array(dtype=wp.vec3),
-    texel_source: int,
     vert_to_mesh: wp.array(dtype=wp.int32),
     per_vertex_mesh: int,
-    # Camera, light, material in:
-    cam_R: wp.array(dtype=wp.mat33),
-    cam_T: wp.array(dtype=wp.vec3),
-    light_kind: int,
-    light_param: wp.array(dtype=wp.vec3),
-    light_ambient: wp.array(dtype=wp.vec3),
-    light_diffuse: wp.array(dtype=wp.vec3),
-    light_specular: wp.array(dtype=wp.vec3),
-    mat_ambient: wp.array(dtype=wp.vec3),
-    mat_diffuse: wp.array(dtype=wp.vec3),
-    mat_specular: wp.array(dtype=wp.vec3),
-    mat_shininess: wp.array(dtype=wp.float32),
+    # Camera, light, material in (texel_source: white or vertex colours):
+    a: ShadeInputs,
     # Data out:
     shaded_out: wp.array(dtype=wp.vec3),
 ):
@@ -146,24 +135,10 @@ def _shade_vertices_kernel(
     if per_vertex_mesh != 0:
         m = vert_to_mesh[v]
     texel = wp.vec3(1.0)
-    if texel_source == TexelSource.VERTEX:
+    if a.texel_source == TexelSource.VERTEX:
         texel = vert_colors[v]
-    shaded_out[v] = lit_colour(
-        m,
-        verts[v],
-        normals[v],
-        texel,
-        camera_centre(cam_R, cam_T, m),
-        light_kind,
-        light_param,
-        light_ambient,
-        light_diffuse,
-        light_specular,
-        mat_ambient,
-        mat_diffuse,
-        mat_specular,
-        mat_shininess,
-    )
+    eye = camera_centre(a.cam_R, a.cam_T, m)
+    shaded_out[v] = lit_colour(a, m, verts[v], normals[v], texel, eye)
 
 
 _NO_MESH_INDEX: dict = {}  # device -> a (1,) int32 placeholder (allocated once)
@@ -398,10 +373,15 @@ def lit_inputs(
     a.face_pos, a.face_nrm, a.face_col = tables.pos, tables.nrm, tables.col
     a.texels = texels
     a.cam_R, a.cam_T = cameras_RT
+    set_lighting(a, lights, materials)
+    return a
+
+
+def set_lighting(a: ShadeInputs, lights: LightsBase, materials: Materials) -> None:
+    """Puts the light and material arrays into ``a``."""
     (a.light_kind, a.light_param, a.light_ambient, a.light_diffuse,
      a.light_specular) = lights.kernel_args()  # fmt: skip
     a.mat_ambient, a.mat_diffuse, a.mat_specular, a.mat_shininess = materials.kernel_args()
-    return a
 
 
 def shade_slots(
@@ -467,21 +447,14 @@ def shade_vertices(
         )
     if verts.shape[0] == 0:
         return out
+    a = new_inputs(verts.device)
+    a.texel_source = int(texels_from)
+    a.cam_R, a.cam_T = R, T
+    set_lighting(a, lights, materials)
     wp.launch(
         _shade_vertices_kernel,
         dim=verts.shape[0],
-        inputs=[
-            verts,
-            normals,
-            vert_colors,
-            int(texels_from),
-            v2m,
-            int(per_vertex),
-            R,
-            T,
-            *lights.kernel_args(),
-            *materials.kernel_args(),
-        ],
+        inputs=[verts, normals, vert_colors, v2m, int(per_vertex), a],
         outputs=[out],
         device=verts.device,
     )
