@@ -53,9 +53,7 @@ from .gathers import (
     BIG_AREA,
     BIG_CAPACITY,
     BIG_STRIPS,
-    big_face_strips_kernel,
-    big_face_sum_kernel,
-    face_gather_kernel,
+    FACE_KERNELS,
     normal_face_adjoint_kernel,
     normal_vertex_gather_kernel,
     particle_gather_kernel,
@@ -263,7 +261,7 @@ class SensorBackward:
                 mask |= 1 << bit
             grads.append(g)
         wp.launch(
-            CHANNELS_ADJOINT[soft],
+            CHANNELS_ADJOINT[soft, bool(smooth)],
             dim=(n, h, w),
             inputs=[
                 frags.pix_to_face, frags.bary_coords, frags.zbuf,
@@ -308,6 +306,9 @@ class SensorBackward:
                     self.rec_ndc, self.rec_world, self.rec_vn, self.rec_soft]  # fmt: skip
             face_out = [self.face_ndc, self.face_world, self.face_vn]
             cap = self.big_list.shape[0]
+            face_gather_kernel, big_face_strips_kernel, big_face_sum_kernel = FACE_KERNELS[
+                soft, bool(smooth)
+            ]
             self.big_count.zero_()
             wp.launch(face_gather_kernel, dim=num_faces, inputs=[*box, self.big_area, cap, *recs],
                       outputs=[*face_out, self.big_count, self.big_list], device=dev,

@@ -140,133 +140,151 @@ def _walk(
     return acc_ndc, acc_world, acc_vn
 
 
-@wp.kernel
-def face_gather_kernel(
-    # Model:
-    faces: wp.array2d(dtype=wp.int32),
-    face_image: wp.array(dtype=wp.int32),
-    height: int,
-    width: int,
-    margin_ndc: float,
-    soft: int,
-    smooth: int,
-    big_area: int,
-    big_capacity: int,
-    # Data in:
-    ndc: wp.array(dtype=wp.vec3),
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    soft_pix_to_face: wp.array4d(dtype=wp.int32),
-    rec_face: wp.array3d(dtype=wp.int32),
-    rec_ndc: wp.array3d(dtype=wp.mat33),
-    rec_world: wp.array3d(dtype=wp.mat33),
-    rec_vn: wp.array3d(dtype=wp.mat33),
-    rec_soft: wp.array4d(dtype=wp.mat33),
-    # Data out, (F,) rows = corners; the big-face list (count zeroed before):
-    face_ndc_out: wp.array(dtype=wp.mat33),
-    face_world_out: wp.array(dtype=wp.mat33),
-    face_vn_out: wp.array(dtype=wp.mat33),
-    big_count_out: wp.array(dtype=wp.int32),
-    big_list_out: wp.array(dtype=wp.int32),
-):
-    """Packed face f: the records of the pixels that show it, summed in row-major
-    order over its pixel box. A box of more than ``big_area`` pixels is listed for
-    :func:`big_face_strips_kernel` (an integer counter hands out list slots; the
-    sums do not depend on the slot) unless the list is full."""
-    f = wp.tid()
-    acc_ndc = wp.mat33(0.0)
-    acc_world = wp.mat33(0.0)
-    acc_vn = wp.mat33(0.0)
-    ok, x0, x1, y0, y1 = _face_box(f, faces, face_image, height, width, margin_ndc, ndc)
-    if ok:
-        big = False
-        if (x1 - x0 + 1) * (y1 - y0 + 1) > big_area:
-            slot = wp.atomic_add(big_count_out, 0, 1)
-            if slot < big_capacity:
-                big_list_out[slot] = f
-                big = True
-        if not big:
-            acc_ndc, acc_world, acc_vn = _walk(
-                f, face_image[f], x0, x1, y0, y1, 1, soft, smooth, pix_to_face,
-                soft_pix_to_face, rec_face, rec_ndc, rec_world, rec_vn, rec_soft,
-            )  # fmt: skip
-    face_ndc_out[f] = acc_ndc
-    face_world_out[f] = acc_world
-    if smooth != 0:
-        face_vn_out[f] = acc_vn
+def _make_face_kernels(soft_on: bool, smooth_on: bool):
+    """(face_gather, big_face_strips, big_face_sum) with the blurred slots
+    (``soft_on``) and the normal records (``smooth_on``) compiled in or out: the
+    walk's accumulators stay in registers only where they are used (the
+    ``soft`` and ``smooth`` arguments are then ignored)."""
+
+    @wp.kernel(module="unique")
+    def face_gather_kernel(
+        # Model:
+        faces: wp.array2d(dtype=wp.int32),
+        face_image: wp.array(dtype=wp.int32),
+        height: int,
+        width: int,
+        margin_ndc: float,
+        soft: int,
+        smooth: int,
+        big_area: int,
+        big_capacity: int,
+        # Data in:
+        ndc: wp.array(dtype=wp.vec3),
+        pix_to_face: wp.array4d(dtype=wp.int32),
+        soft_pix_to_face: wp.array4d(dtype=wp.int32),
+        rec_face: wp.array3d(dtype=wp.int32),
+        rec_ndc: wp.array3d(dtype=wp.mat33),
+        rec_world: wp.array3d(dtype=wp.mat33),
+        rec_vn: wp.array3d(dtype=wp.mat33),
+        rec_soft: wp.array4d(dtype=wp.mat33),
+        # Data out, (F,) rows = corners; the big-face list (count zeroed before):
+        face_ndc_out: wp.array(dtype=wp.mat33),
+        face_world_out: wp.array(dtype=wp.mat33),
+        face_vn_out: wp.array(dtype=wp.mat33),
+        big_count_out: wp.array(dtype=wp.int32),
+        big_list_out: wp.array(dtype=wp.int32),
+    ):
+        """Packed face f: the records of the pixels that show it, summed in row-major
+        order over its pixel box. A box of more than ``big_area`` pixels is listed for
+        :func:`big_face_strips_kernel` (an integer counter hands out list slots; the
+        sums do not depend on the slot) unless the list is full."""
+        f = wp.tid()
+        acc_ndc = wp.mat33(0.0)
+        acc_world = wp.mat33(0.0)
+        acc_vn = wp.mat33(0.0)
+        ok, x0, x1, y0, y1 = _face_box(f, faces, face_image, height, width, margin_ndc, ndc)
+        if ok:
+            big = False
+            if (x1 - x0 + 1) * (y1 - y0 + 1) > big_area:
+                slot = wp.atomic_add(big_count_out, 0, 1)
+                if slot < big_capacity:
+                    big_list_out[slot] = f
+                    big = True
+            if not big:
+                acc_ndc, acc_world, acc_vn = _walk(
+                    f, face_image[f], x0, x1, y0, y1, 1, wp.static(int(soft_on)),
+                    wp.static(int(smooth_on)), pix_to_face, soft_pix_to_face, rec_face, rec_ndc,
+                    rec_world, rec_vn, rec_soft,
+                )  # fmt: skip
+        face_ndc_out[f] = acc_ndc
+        face_world_out[f] = acc_world
+        if wp.static(smooth_on):
+            face_vn_out[f] = acc_vn
+
+    @wp.kernel(module="unique")
+    def big_face_strips_kernel(
+        # Model:
+        faces: wp.array2d(dtype=wp.int32),
+        face_image: wp.array(dtype=wp.int32),
+        height: int,
+        width: int,
+        margin_ndc: float,
+        soft: int,
+        smooth: int,
+        big_capacity: int,
+        # Data in:
+        big_count: wp.array(dtype=wp.int32),
+        big_list: wp.array(dtype=wp.int32),
+        ndc: wp.array(dtype=wp.vec3),
+        pix_to_face: wp.array4d(dtype=wp.int32),
+        soft_pix_to_face: wp.array4d(dtype=wp.int32),
+        rec_face: wp.array3d(dtype=wp.int32),
+        rec_ndc: wp.array3d(dtype=wp.mat33),
+        rec_world: wp.array3d(dtype=wp.mat33),
+        rec_vn: wp.array3d(dtype=wp.mat33),
+        rec_soft: wp.array4d(dtype=wp.mat33),
+        # Data out, (capacity, strips):
+        strip_ndc_out: wp.array2d(dtype=wp.mat33),
+        strip_world_out: wp.array2d(dtype=wp.mat33),
+        strip_vn_out: wp.array2d(dtype=wp.mat33),
+    ):
+        """Big face in list slot ``slot``: strip t sums rows y0 + t, y0 + t + strips, ..."""
+        slot, t = wp.tid()
+        if slot >= wp.min(big_count[0], big_capacity):
+            return
+        f = big_list[slot]
+        ok, x0, x1, y0, y1 = _face_box(f, faces, face_image, height, width, margin_ndc, ndc)
+        acc_ndc, acc_world, acc_vn = _walk(
+            f, face_image[f], x0, x1, y0 + t, y1, strip_ndc_out.shape[1], wp.static(int(soft_on)),
+            wp.static(int(smooth_on)), pix_to_face, soft_pix_to_face, rec_face, rec_ndc, rec_world,
+            rec_vn, rec_soft,
+        )  # fmt: skip
+        strip_ndc_out[slot, t] = acc_ndc
+        strip_world_out[slot, t] = acc_world
+        if wp.static(smooth_on):
+            strip_vn_out[slot, t] = acc_vn
+
+    @wp.kernel(module="unique")
+    def big_face_sum_kernel(
+        big_capacity: int,
+        smooth: int,
+        big_count: wp.array(dtype=wp.int32),
+        big_list: wp.array(dtype=wp.int32),
+        strip_ndc: wp.array2d(dtype=wp.mat33),
+        strip_world: wp.array2d(dtype=wp.mat33),
+        strip_vn: wp.array2d(dtype=wp.mat33),
+        # Data out, (F,):
+        face_ndc_out: wp.array(dtype=wp.mat33),
+        face_world_out: wp.array(dtype=wp.mat33),
+        face_vn_out: wp.array(dtype=wp.mat33),
+    ):
+        """Big face in list slot ``slot``: its strips' sums, in strip order."""
+        slot = wp.tid()
+        if slot >= wp.min(big_count[0], big_capacity):
+            return
+        f = big_list[slot]
+        acc_ndc = wp.mat33(0.0)
+        acc_world = wp.mat33(0.0)
+        acc_vn = wp.mat33(0.0)
+        for t in range(strip_ndc.shape[1]):
+            acc_ndc = acc_ndc + strip_ndc[slot, t]
+            acc_world = acc_world + strip_world[slot, t]
+            if wp.static(smooth_on):
+                acc_vn = acc_vn + strip_vn[slot, t]
+        face_ndc_out[f] = acc_ndc
+        face_world_out[f] = acc_world
+        if wp.static(smooth_on):
+            face_vn_out[f] = acc_vn
+
+    return face_gather_kernel, big_face_strips_kernel, big_face_sum_kernel
 
 
-@wp.kernel
-def big_face_strips_kernel(
-    # Model:
-    faces: wp.array2d(dtype=wp.int32),
-    face_image: wp.array(dtype=wp.int32),
-    height: int,
-    width: int,
-    margin_ndc: float,
-    soft: int,
-    smooth: int,
-    big_capacity: int,
-    # Data in:
-    big_count: wp.array(dtype=wp.int32),
-    big_list: wp.array(dtype=wp.int32),
-    ndc: wp.array(dtype=wp.vec3),
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    soft_pix_to_face: wp.array4d(dtype=wp.int32),
-    rec_face: wp.array3d(dtype=wp.int32),
-    rec_ndc: wp.array3d(dtype=wp.mat33),
-    rec_world: wp.array3d(dtype=wp.mat33),
-    rec_vn: wp.array3d(dtype=wp.mat33),
-    rec_soft: wp.array4d(dtype=wp.mat33),
-    # Data out, (capacity, strips):
-    strip_ndc_out: wp.array2d(dtype=wp.mat33),
-    strip_world_out: wp.array2d(dtype=wp.mat33),
-    strip_vn_out: wp.array2d(dtype=wp.mat33),
-):
-    """Big face in list slot ``slot``: strip t sums rows y0 + t, y0 + t + strips, ..."""
-    slot, t = wp.tid()
-    if slot >= wp.min(big_count[0], big_capacity):
-        return
-    f = big_list[slot]
-    ok, x0, x1, y0, y1 = _face_box(f, faces, face_image, height, width, margin_ndc, ndc)
-    acc_ndc, acc_world, acc_vn = _walk(
-        f, face_image[f], x0, x1, y0 + t, y1, strip_ndc_out.shape[1], soft, smooth,
-        pix_to_face, soft_pix_to_face, rec_face, rec_ndc, rec_world, rec_vn, rec_soft,
-    )  # fmt: skip
-    strip_ndc_out[slot, t] = acc_ndc
-    strip_world_out[slot, t] = acc_world
-    strip_vn_out[slot, t] = acc_vn
-
-
-@wp.kernel
-def big_face_sum_kernel(
-    big_capacity: int,
-    smooth: int,
-    big_count: wp.array(dtype=wp.int32),
-    big_list: wp.array(dtype=wp.int32),
-    strip_ndc: wp.array2d(dtype=wp.mat33),
-    strip_world: wp.array2d(dtype=wp.mat33),
-    strip_vn: wp.array2d(dtype=wp.mat33),
-    # Data out, (F,):
-    face_ndc_out: wp.array(dtype=wp.mat33),
-    face_world_out: wp.array(dtype=wp.mat33),
-    face_vn_out: wp.array(dtype=wp.mat33),
-):
-    """Big face in list slot ``slot``: its strips' sums, in strip order."""
-    slot = wp.tid()
-    if slot >= wp.min(big_count[0], big_capacity):
-        return
-    f = big_list[slot]
-    acc_ndc = wp.mat33(0.0)
-    acc_world = wp.mat33(0.0)
-    acc_vn = wp.mat33(0.0)
-    for t in range(strip_ndc.shape[1]):
-        acc_ndc = acc_ndc + strip_ndc[slot, t]
-        acc_world = acc_world + strip_world[slot, t]
-        acc_vn = acc_vn + strip_vn[slot, t]
-    face_ndc_out[f] = acc_ndc
-    face_world_out[f] = acc_world
-    if smooth != 0:
-        face_vn_out[f] = acc_vn
+#: (face_gather, big_face_strips, big_face_sum) by (soft silhouette, smooth normals).
+FACE_KERNELS = {
+    (soft, smooth): _make_face_kernels(soft, smooth)
+    for soft in (False, True)
+    for smooth in (False, True)
+}
 
 
 # ----------------------------------------------------------------------------- 3. per projection
@@ -432,9 +450,7 @@ __all__ = [
     "BIG_AREA",
     "BIG_CAPACITY",
     "BIG_STRIPS",
-    "big_face_strips_kernel",
-    "big_face_sum_kernel",
-    "face_gather_kernel",
+    "FACE_KERNELS",
     "normal_face_adjoint_kernel",
     "normal_vertex_gather_kernel",
     "particle_gather_kernel",

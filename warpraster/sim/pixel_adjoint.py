@@ -27,8 +27,10 @@ def normalize_adj(v: wp.vec3, g: wp.vec3) -> wp.vec3:
     return wp.vec3(0.0)
 
 
-def _make_channels_adjoint(soft: bool):
-    """The adjoint of ``render.CHANNEL_KERNELS[soft]`` (the same inputs), per pixel."""
+def _make_channels_adjoint(soft: bool, smooth_normals: bool):
+    """The adjoint of ``render.CHANNEL_KERNELS[soft]`` (the same inputs), per pixel;
+    ``smooth_normals`` compiled in (the ``smooth`` argument is then ignored), so
+    each variant keeps only its own registers."""
 
     @wp.kernel(module="unique")
     def channels_adjoint(
@@ -172,7 +174,7 @@ def _make_channels_adjoint(soft: bool):
         m1 = wp.vec3(0.0)
         m2 = wp.vec3(0.0)
         s_raw = wp.vec3(0.0)
-        if smooth != 0:
+        if wp.static(smooth_normals):
             m0 = wp.normalize(vertex_normals[i0])
             m1 = wp.normalize(vertex_normals[i1])
             m2 = wp.normalize(vertex_normals[i2])
@@ -220,7 +222,7 @@ def _make_channels_adjoint(soft: bool):
         g_p1 = b[1] * g_hit
         g_p2 = b[2] * g_hit
         g_vn = wp.mat33(0.0)
-        if smooth != 0:
+        if wp.static(smooth_normals):
             g_s = normalize_adj(s_raw, g_nrm)
             g_b = g_b + wp.vec3(wp.dot(g_s, m0), wp.dot(g_s, m1), wp.dot(g_s, m2))
             g_vn = wp.matrix_from_rows(
@@ -237,7 +239,7 @@ def _make_channels_adjoint(soft: bool):
             g_p2 = g_p2 + g_e2
         g_fwd = a * gfd
         rec_world_out[n, y, x] = wp.matrix_from_rows(g_p0, g_p1, g_p2)
-        if smooth != 0:
+        if wp.static(smooth_normals):
             rec_vn_out[n, y, x] = g_vn
         if sharp:
             rec_ndc_out[n, y, x] = slot_grads(
@@ -279,8 +281,12 @@ def _make_channels_adjoint(soft: bool):
     return channels_adjoint
 
 
-#: The per-pixel adjoints by soft silhouette on/off.
-CHANNELS_ADJOINT = {False: _make_channels_adjoint(False), True: _make_channels_adjoint(True)}
+#: The per-pixel adjoints by (soft silhouette, smooth normals).
+CHANNELS_ADJOINT = {
+    (soft, smooth): _make_channels_adjoint(soft, smooth)
+    for soft in (False, True)
+    for smooth in (False, True)
+}
 
 
 __all__ = ["CHANNELS_ADJOINT", "normalize_adj"]
