@@ -382,7 +382,7 @@ def test_animation_reads_interpolated_samples_into_the_same_device_buffers():
     r = wu.StageRenderer(scene, image_size=(8, 8), device=DEVICE)
     anim = wu.StageAnimation(scene)
     assert anim.dynamic_meshes == ["/M"]
-    arrays = [r.buffers.verts, r.buffers.corner_normals, r.buffers.faces]
+    arrays = [r.buffers.verts, r.buffers.corners, r.buffers.faces]
     ptrs = [a.ptr for a in arrays]
     host = scene.meshes.verts
     anim.frame(r, 2.0)

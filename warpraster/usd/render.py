@@ -3,9 +3,9 @@
 :class:`StageRenderer` uploads a :class:`~warpraster.usd.scene.Scene` once
 (:class:`StageBuffers`), then each :meth:`StageRenderer.render` rasterizes the
 packed meshes through the camera (one image, K = 1, perspective-correct
-barycentrics, near-plane clipping at the camera's near distance), shades the
-samples (:mod:`warpraster.usd.shade`) and resolves ``spp`` samples per pixel
-(a grid of samples per pixel, box filter). New positions, normals
+barycentrics, near-plane clipping at the camera's near distance), then one
+kernel (:mod:`warpraster.usd.shade`) shades the ``spp`` samples of each pixel
+(a grid of samples per pixel) and box-filters them. New positions, normals
 and cameras of a later frame are written into the same device arrays
 (``wp.array.assign``): nothing is reallocated per frame.
 """
@@ -19,8 +19,16 @@ import numpy as np
 import warp as wp
 
 from .cameras import conformed_apertures, default_camera, raster_camera
-from .scene import AspectConform, CameraParams, LightSet, Projection, Scene, SceneMeshes
-from .shade import launch_resolve, launch_shade
+from .scene import (
+    AspectConform,
+    CameraParams,
+    LightSet,
+    Material,
+    Projection,
+    Scene,
+    SceneMeshes,
+)
+from .shade import Corner, Lighting, MaterialRow, Surface, launch_shade
 
 __all__ = ["RenderOutput", "StageBuffers", "StageRenderer", "linear_to_srgb", "parse_spp"]
 
@@ -73,7 +81,21 @@ def _vec_array(a: np.ndarray, dtype, device) -> wp.array:
 
 
 class StageBuffers:
-    """Every device array of a scene: geometry per corner, materials, textures, lights."""
+    """Every device array of a scene: triangles, corners, materials, textures, lights.
+
+    Attributes:
+        verts: (max(V, 1),) ``vec3`` world positions, rewritten in place by
+            :meth:`update_meshes` (as are ``faces`` and ``corners``).
+        faces: (max(F, 1), 3) int32 vertex indices.
+        corners: (3 max(F, 1),) :class:`~warpraster.usd.shade.Corner`: normal,
+            colour and UV of each triangle corner.
+        face_material, face_mesh: (max(F, 1),) int32 material row (-1: none) and mesh.
+        surface: those arrays as the kernels' :class:`~warpraster.usd.shade.Surface`.
+        materials: (max(M, 1),) :class:`~warpraster.usd.shade.MaterialRow`.
+        texels: ``vec4`` linear RGBA of every texture, one after the other (row 0
+            is a black texel).
+        lighting: the lights and the view, :class:`~warpraster.usd.shade.Lighting`.
+    """
 
     def __init__(self, scene: Scene, device):
         m = scene.meshes
@@ -83,58 +105,45 @@ class StageBuffers:
         self.verts = _vec_array(m.verts.reshape(-1, 3), wp.vec3, d)
         faces = m.faces if m.num_faces else np.zeros((1, 3), np.int32)
         self.faces = wp.array(np.ascontiguousarray(faces, np.int32), dtype=wp.int32, device=d)
-        self.corner_normals = _vec_array(m.normals.reshape(-1, 3), wp.vec3, d)
-        self.corner_colors = _vec_array(m.colors.reshape(-1, 4), wp.vec4, d)
-        self.corner_uvs = _vec_array(m.uvs.reshape(-1, 2), wp.vec2, d)
+        self.corners = wp.array(_corner_rows(m), dtype=Corner, device=d)
         fm = m.face_material if m.num_faces else np.full(nf, -1, np.int32)
         self.face_material = wp.array(fm.astype(np.int32), dtype=wp.int32, device=d)
-        mats = scene.materials
-        nm = max(len(mats), 1)
-        diffuse = np.zeros((nm, 3), np.float32)
-        spec = np.zeros((nm, 3), np.float32)
-        shin = np.ones(nm, np.float32)
-        opac = np.ones(nm, np.float32)
-        tex_info = np.zeros((nm, 4), np.int32)
-        scale = np.ones((nm, 4), np.float32)
-        bias = np.zeros((nm, 4), np.float32)
-        chunks, offset = [np.zeros((1, 4), np.float32)], 1
-        for i, mat in enumerate(mats):
-            diffuse[i], spec[i] = mat.diffuse, mat.specular
-            shin[i] = mat.shininess / 4.0  # Blinn-Phong exponent -> Phong (r . v) exponent
-            opac[i] = mat.opacity
-            if mat.texture is not None:
-                t = mat.texture.texels
-                h, w = t.shape[:2]
-                tex_info[i] = (offset, w, h, int(mat.texture.wrap_s) * 4 + int(mat.texture.wrap_t))
-                scale[i], bias[i] = mat.texture.scale, mat.texture.bias
-                chunks.append(t.reshape(-1, 4))
-                offset += h * w
-        self.mat_diffuse = _vec_array(diffuse, wp.vec3, d)
-        self.mat_specular = _vec_array(spec, wp.vec3, d)
-        self.mat_shininess = wp.array(shin, dtype=float, device=d)
-        self.mat_opacity = wp.array(opac, dtype=float, device=d)
-        self.mat_texture = wp.array(tex_info, dtype=wp.vec4i, device=d)
-        self.mat_tex_scale = _vec_array(scale, wp.vec4, d)
-        self.mat_tex_bias = _vec_array(bias, wp.vec4, d)
-        self.texels = _vec_array(np.concatenate(chunks), wp.vec4, d)
+        mesh = m.face_mesh if m.num_faces else np.zeros(nf, np.int32)
+        self.face_mesh = wp.array(mesh.astype(np.int32), dtype=wp.int32, device=d)
+        self.surface = Surface()
+        for name in Surface.vars:
+            setattr(self.surface, name, getattr(self, name))
+        self.materials, self.texels = _material_rows(scene.materials, d)
         self.lights = scene.lights
-        self.dir_lights = self._light_rows(scene.lights.directional)
-        self.point_lights = self._light_rows(scene.lights.point)
-        self.ambient = _vec_array(scene.lights.ambient.reshape(1, 3), wp.vec3, d)
-        self.view = wp.zeros(3, dtype=wp.vec3, device=d)  # camera position, forward, (far, 0, 0)
+        self.lighting = Lighting()
+        self.lighting.directional = self._light_rows(scene.lights.directional)
+        self.lighting.point = self._light_rows(scene.lights.point)
+        self.lighting.ambient = _vec_array(scene.lights.ambient.reshape(1, 3), wp.vec3, d)
+        self.lighting.view = wp.zeros(3, dtype=wp.vec3, device=d)
+
+    @property
+    def view(self) -> wp.array:
+        """(3,) ``vec3``: camera position, forward, (far, 0, 0)."""
+        return self.lighting.view
 
     def _light_rows(self, rows: np.ndarray) -> wp.array:
         rows = np.asarray(rows, np.float32).reshape(-1, 2, 3)
         return wp.array(rows, dtype=wp.vec3, device=self.device)
+
+    def _assign_light_rows(self, name: str, rows: np.ndarray) -> None:
+        """Writes light rows in place (a new array when the number of lights changed)."""
+        current = getattr(self.lighting, name)
+        if rows.shape == tuple(current.shape) + (3,):
+            current.assign(rows)
+        else:
+            setattr(self.lighting, name, self._light_rows(rows))
 
     def update_meshes(self, meshes: SceneMeshes) -> None:
         """Writes a later frame's positions, faces (winding), normals, colours and UVs in place."""
         self.verts.assign(np.ascontiguousarray(meshes.verts.reshape(-1, 3), np.float32))
         if meshes.num_faces:
             self.faces.assign(np.ascontiguousarray(meshes.faces, np.int32))
-        self.corner_normals.assign(np.ascontiguousarray(meshes.normals.reshape(-1, 3), np.float32))
-        self.corner_colors.assign(np.ascontiguousarray(meshes.colors.reshape(-1, 4), np.float32))
-        self.corner_uvs.assign(np.ascontiguousarray(meshes.uvs.reshape(-1, 2), np.float32))
+        self.corners.assign(_corner_rows(meshes))
 
     def update_lights(self, lights: LightSet, camera: CameraParams) -> None:
         """Writes the lights (the headlight follows the camera) and the view into place."""
@@ -144,16 +153,45 @@ class StageBuffers:
         d = np.asarray(lights.directional, np.float32).reshape(-1, 2, 3).copy()
         if lights.headlight and len(d):
             d[0, 0] = forward
-        if d.shape == tuple(self.dir_lights.shape) + (3,):
-            self.dir_lights.assign(d)
-        else:
-            self.dir_lights = self._light_rows(d)
-        p = np.asarray(lights.point, np.float32).reshape(-1, 2, 3)
-        if p.shape == tuple(self.point_lights.shape) + (3,):
-            self.point_lights.assign(p)
-        else:
-            self.point_lights = self._light_rows(p)
-        self.ambient.assign(np.asarray(lights.ambient, np.float32).reshape(1, 3))
+        self._assign_light_rows("directional", d)
+        self._assign_light_rows("point", np.asarray(lights.point, np.float32).reshape(-1, 2, 3))
+        self.lighting.ambient.assign(np.asarray(lights.ambient, np.float32).reshape(1, 3))
+
+
+def _corner_rows(meshes: SceneMeshes) -> np.ndarray:
+    """The meshes' per-corner normals, colours and UVs as one :class:`Corner` record
+    each (a NumPy structured array, 3 max(F, 1) rows)."""
+    rows = np.zeros(max(3 * meshes.num_faces, 3), Corner.numpy_dtype())
+    n = 3 * meshes.num_faces
+    rows["normal"][:n] = meshes.normals.reshape(-1, 3)
+    rows["color"][:n] = meshes.colors.reshape(-1, 4)
+    rows["uv"][:n] = meshes.uvs.reshape(-1, 2)
+    return rows
+
+
+def _material_rows(materials: list[Material], device) -> tuple[wp.array, wp.array]:
+    """The scene's materials as :class:`MaterialRow` s (one default row when there is
+    none) and the texel atlas they index (texel 0 is black; textures follow it)."""
+    rows = []
+    chunks, offset = [np.zeros((1, 4), np.float32)], 1
+    for mat in materials or [None]:
+        row = MaterialRow()
+        row.shininess, row.opacity = 1.0, 1.0
+        row.tex_scale = wp.vec4(1.0)
+        if mat is not None:
+            row.diffuse, row.specular = wp.vec3(*mat.diffuse), wp.vec3(*mat.specular)
+            row.shininess = mat.shininess / 4.0  # Blinn-Phong exponent -> Phong (r . v) exponent
+            row.opacity = mat.opacity
+            tex = mat.texture
+            if tex is not None:
+                h, w = tex.texels.shape[:2]
+                row.texture = wp.vec4i(offset, w, h, int(tex.wrap_s) * 4 + int(tex.wrap_t))
+                row.tex_scale, row.tex_bias = wp.vec4(*tex.scale), wp.vec4(*tex.bias)
+                chunks.append(tex.texels.reshape(-1, 4))
+                offset += h * w
+        rows.append(row)
+    texels = _vec_array(np.concatenate(chunks), wp.vec4, device)
+    return wp.array(rows, dtype=MaterialRow, device=device), texels
 
 
 class StageRenderer:
@@ -206,9 +244,6 @@ class StageRenderer:
         self.camera = self.resolve_camera(scene, camera, aspect=w / h)
         self.buffers = StageBuffers(scene, d)
         nf = scene.meshes.num_faces
-        fm = scene.meshes.face_mesh if nf else np.zeros(1, np.int32)
-        self.face_mesh = wp.array(fm.astype(np.int32), dtype=wp.int32, device=d)
-        self.rgba = wp.zeros(self.sample_size, dtype=wp.vec4, device=d)
         self.color = wp.zeros((h, w), dtype=wp.vec4, device=d)
         self.depth = wp.zeros((h, w), dtype=float, device=d)
         self.face_id = wp.zeros((h, w), dtype=wp.int32, device=d)
@@ -323,17 +358,15 @@ class StageRenderer:
         frags = self.fragments()
         cam = self.camera
         ortho = cam.projection == Projection.ORTHOGRAPHIC
-        launch_shade(frags, self.buffers, orthographic=ortho, out=self.rgba)
-        launch_resolve(
-            self.rgba,
+        launch_shade(
             frags,
-            self.face_mesh,
-            self.buffers.view,
-            self.grid,
-            self.color,
-            self.depth,
-            self.face_id,
-            self.mesh_id,
+            self.buffers,
+            grid=self.grid,
+            orthographic=ortho,
+            color=self.color,
+            depth=self.depth,
+            face_id=self.face_id,
+            mesh_id=self.mesh_id,
         )
 
     def output(self) -> RenderOutput:
