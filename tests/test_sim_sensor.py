@@ -198,10 +198,11 @@ def test_wind_gradient_matches_central_differences(device):
     np.testing.assert_allclose(grad, fd, rtol=0.02, atol=0.02 * np.abs(fd).max())
 
 
-def _pose_setup(sigma, device):
+def _pose_setup(sigma, device, deterministic=True):
     g, bodies, cams, _ = _box_scene(ground=False)
     sensor = wsim.CameraSensor(g, world_count=2, camera_count=2, image_size=(24, 32),
                                silhouette_sigma=sigma, smooth_normals=False, device=device,
+                               deterministic=deterministic,
                                light_direction=(-0.577, 0.577, -0.577), requires_grad=True,
                                material_grad=True)  # fmt: skip
     body_q = wp.array(bodies, dtype=wp.transform, device=device, requires_grad=True)
@@ -210,11 +211,13 @@ def _pose_setup(sigma, device):
     return sensor, body_q, cam_q, fovs
 
 
-def test_pose_fov_and_colour_gradients_match_central_differences(device):
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "generated"])
+def test_pose_fov_and_colour_gradients_match_central_differences(device, deterministic):
     """Depth + coverage + colour loss of posed boxes (two worlds, two cameras, soft
     silhouette): gradients w.r.t. body translations, a camera translation, a field
-    of view and a shape colour against central differences."""
-    sensor, body_q, cam_q, fovs = _pose_setup(1e-4, device)
+    of view and a shape colour against central differences, for both backwards
+    (the sensor's deterministic one and Warp's generated adjoints)."""
+    sensor, body_q, cam_q, fovs = _pose_setup(1e-4, device, deterministic)
     loss = wp.zeros(1, dtype=float, device=device, requires_grad=True)
     frame = sensor.frames[0]
     tgt_c = wp.full(frame.color.shape, wp.vec3(0.3, 0.2, 0.1), dtype=wp.vec3, device=device)
