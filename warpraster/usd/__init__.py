@@ -23,20 +23,10 @@ from __future__ import annotations
 import importlib
 
 from .errors import SceneError
-from .scene import (
-    AspectConform,
-    CameraParams,
-    LightSet,
-    Material,
-    Projection,
-    RenderSettings,
-    Scene,
-    SceneMeshes,
-    TextureImage,
-    WrapMode,
-    headlight,
-    scene_from_arrays,
-)
+
+# the pxr-free containers: every public name of .scene (listed once, in its __all__)
+from .scene import *  # noqa: F403
+from .scene import __all__ as _containers
 
 _LAZY = {
     "load_stage": "load",
@@ -56,22 +46,7 @@ _LAZY = {
     "triangulate": "triangulate",
 }
 
-__all__ = [
-    "AspectConform",
-    "CameraParams",
-    "LightSet",
-    "Material",
-    "Projection",
-    "RenderSettings",
-    "Scene",
-    "SceneError",
-    "SceneMeshes",
-    "TextureImage",
-    "WrapMode",
-    "headlight",
-    "scene_from_arrays",
-    *sorted(_LAZY),
-]
+__all__ = [*_containers, "SceneError", *sorted(_LAZY)]
 
 
 def __getattr__(name: str):
