@@ -646,22 +646,12 @@ class MeshSet:
         cache = UsdGeom.XformCache(time)
         first = out is None
         if first:
-            nf, nv = self.num_faces, int(self.vert_count.sum())
-            verts = np.zeros((nv, 3), np.float32)
-            faces = np.zeros((nf, 3), np.int32)
-            normals = np.zeros((nf, 3, 3), np.float32)
-            colors = np.empty((nf, 3, 4), np.float32)
-            colors[..., :3] = DEFAULT_DISPLAY_COLOR
-            colors[..., 3] = 1.0
-            uvs = np.zeros((nf, 3, 2), np.float32)
-            face_material = np.full(nf, -1, np.int32)
-            face_mesh = np.repeat(np.arange(len(self.items), dtype=np.int32), self.face_count)
-            subsets = {}
+            out = self._unfilled()
             todo = list(range(len(self.items)))
         else:
-            verts, faces, normals = out.verts, out.faces, out.normals
-            colors, uvs, face_mesh = out.colors, out.uvs, out.face_mesh
             todo = np.nonzero(self.dynamic)[0].tolist()
+        verts, faces, normals = out.verts, out.faces, out.normals
+        colors, uvs, face_mesh = out.colors, out.uvs, out.face_mesh
         swap = [0, 2, 1]
         for i in todo:
             it = self.items[i]
@@ -682,9 +672,9 @@ class MeshSet:
                         colors[f0:f1] = it.colors[:, order]
                     if it.uvs is not None:
                         uvs[f0:f1] = it.uvs[:, order]
-                    face_material[f0:f1] = it.face_material
+                    out.face_material[f0:f1] = it.face_material
                     for name, rows in it.subsets.items():
-                        subsets[name] = rows + f0
+                        out.subsets[name] = rows + f0
                 else:  # the winding changed since the last frame: permute in place
                     colors[f0:f1] = colors[f0:f1][:, swap]
                     uvs[f0:f1] = uvs[f0:f1][:, swap]
@@ -693,22 +683,28 @@ class MeshSet:
             if authored is not None:
                 normals[f0:f1] = authored[:, swap] if flip else authored
         self._computed_normals(todo, verts, faces, face_mesh, normals)
-        if not first:
-            return out
+        return out
+
+    def _unfilled(self) -> SceneMeshes:
+        """The packed arrays of every mesh before the first read: zero positions,
+        faces and normals, the default display colour, no UVs, no material."""
+        nf, nv = self.num_faces, int(self.vert_count.sum())
+        colors = np.empty((nf, 3, 4), np.float32)
+        colors[..., :3] = DEFAULT_DISPLAY_COLOR
+        colors[..., 3] = 1.0
         return SceneMeshes(
             names=[it.path for it in self.items],
-            verts=verts,
-            faces=faces,
+            verts=np.zeros((nv, 3), np.float32),
+            faces=np.zeros((nf, 3), np.int32),
             vert_first=self.vert_first,
             vert_count=self.vert_count,
             face_first=self.face_first,
             face_count=self.face_count,
-            face_mesh=face_mesh,
-            normals=normals,
+            face_mesh=np.repeat(np.arange(len(self.items), dtype=np.int32), self.face_count),
+            normals=np.zeros((nf, 3, 3), np.float32),
             colors=colors,
-            uvs=uvs,
-            face_material=face_material,
-            subsets=subsets,
+            uvs=np.zeros((nf, 3, 2), np.float32),
+            face_material=np.full(nf, -1, np.int32),
         )
 
     def _computed_normals(self, todo, verts, faces, face_mesh, normals) -> None:
