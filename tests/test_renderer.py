@@ -284,7 +284,9 @@ def test_renderer_with_a_mipmapped_texture_equals_mesh_renderer(device):
 def test_eager_calls_replay_one_graph_and_read_the_current_vertices(device):
     """Outside a tape a repeated render replays its captured graph (forced on here;
     the default is CUDA only): the result follows the vertex array's contents and
-    equals a renderer that launches every kernel, bit for bit (same kernels)."""
+    equals a renderer that launches every kernel (same kernels: depth and face ids
+    bit for bit; the image up to the float atomics of the vertex normals, whose
+    order varies on CUDA: 1.2e-7 seen on an H200)."""
     d, spec, r, verts, tex, lts = _renderer_for_case("r03_softphong_directional_k8", device)
     _, _, plain, _, _, _ = _renderer_for_case("r03_softphong_directional_k8", device)
     r.call_graphs = True
@@ -296,8 +298,9 @@ def test_eager_calls_replay_one_graph_and_read_the_current_vertices(device):
         verts.assign(moved)
         got = r.render(verts)
         want = plain.render(wp.array(moved, dtype=wp.vec3, device=device))
-        for name in ("image", "depth", "face_ids"):
+        for name in ("depth", "face_ids"):
             np.testing.assert_array_equal(getattr(got, name).numpy(), getattr(want, name).numpy())
+        np.testing.assert_allclose(got.image.numpy(), want.image.numpy(), rtol=0, atol=1e-5)
     assert r._call_graphs[0]._graph is not None  # it did replay a graph
 
 
