@@ -177,3 +177,31 @@ def test_torch_bad_input_raises():
         ren(inputs[0][:, :2], *inputs[1:], textures=tex)
     with pytest.raises(TypeError, match="textures"):
         ren(*inputs, textures="wood")
+
+
+def test_torch_lights_and_materials_take_pytorch3d_arguments_and_defaults():
+    # PyTorch3D's documented defaults (pytorch3d.renderer.lighting and .materials), in its order
+    grey = {"ambient_color": 0.5, "diffuse_color": 0.3, "specular_color": 0.2}
+    white = {"ambient_color": 1.0, "diffuse_color": 1.0, "specular_color": 1.0}
+    p3d = {
+        T.PointLights: {**grey, "location": (0.0, 1.0, 0.0)},
+        T.DirectionalLights: {**grey, "direction": (0.0, 1.0, 0.0)},
+        T.Materials: {**white, "shininess": 64.0},
+    }
+    for cls, defaults in p3d.items():
+        got = cls().tensors()
+        assert list(got) == list(defaults)  # the op's tensor order is the argument order
+        for name, value in defaults.items():
+            shape = (1,) if name == "shininess" else (1, 3)
+            want = torch.broadcast_to(torch.tensor(value, dtype=torch.float32), shape)
+            assert torch.equal(got[name], want), (cls.__name__, name)
+        # positional arguments in PyTorch3D's order, then the device
+        values = [torch.rand(2, 3) for _ in defaults]
+        if cls is T.Materials:
+            values[-1] = torch.rand(2)
+        by_position = cls(*values, "cpu").tensors()
+        by_name = cls(**dict(zip(defaults, values, strict=True)), device="cpu").tensors()
+        for name in defaults:
+            assert torch.equal(by_position[name], by_name[name])
+    with pytest.raises(TypeError):
+        T.PointLights(direction=(0.0, 0.0, 1.0))  # a directional light's argument

@@ -24,6 +24,7 @@ is; the cast is differentiable), integer tensors to int32.
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass
 
@@ -85,11 +86,6 @@ class _Holder:
         for n in self._names:
             setattr(self, n, getattr(self, n).to(device))
         return self
-
-    def _set_rows(self, device, width: int | None, **values) -> None:
-        """Each value as a float32 tensor of rows of ``width`` on ``device``."""
-        for name, v in values.items():
-            setattr(self, name, _f32(v, device, width))
 
     def _set_pose(self, R, T, device) -> None:
         """PyTorch3D's R (N, 3, 3), default identity, and T (N, 3), default zero."""
@@ -186,40 +182,47 @@ class PerspectiveCameras(_Holder):
         return {"in_ndc": self.in_ndc, "image_size": self.image_size}
 
 
-class PointLights(_Holder):
-    """PyTorch3D's ``PointLights`` on tensors."""
+class _Mirror(_Holder):
+    """A holder that takes the arguments of the Warp class it mirrors (``_warp`` in
+    :mod:`warpraster.shading`): the same names in the same order (positional too,
+    as PyTorch3D's) with the same defaults, then ``device`` (a torch device).
+    Colours, locations and directions become float32 (B, 3) rows; the names in
+    ``_scalars`` (B,) values."""
 
-    _names = ("ambient_color", "diffuse_color", "specular_color", "location")
+    _scalars: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        warp_args = inspect.signature(getattr(_shading, cls._warp)).parameters.values()
+        own = [p for p in warp_args if p.name not in ("device", "requires_grad")]
+        cls._names = tuple(p.name for p in own)
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        cls.__signature__ = inspect.Signature(
+            [p.replace(kind=kind) for p in own] + [inspect.Parameter("device", kind, default=None)]
+        )
+
+    def __init__(self, *args, **kwargs):
+        bound = self.__signature__.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        device = values.pop("device")
+        for name, v in values.items():
+            t = _f32(v, device).reshape(-1) if name in self._scalars else _f32(v, device, 3)
+            setattr(self, name, t)
+
+
+class PointLights(_Mirror):
+    """PyTorch3D's ``PointLights`` on tensors (arguments of
+    :class:`warpraster.shading.PointLights`)."""
+
     _warp = "PointLights"
 
-    def __init__(
-        self,
-        ambient_color=((0.5, 0.5, 0.5),),
-        diffuse_color=((0.3, 0.3, 0.3),),
-        specular_color=((0.2, 0.2, 0.2),),
-        location=((0.0, 1.0, 0.0),),
-        device=None,
-    ):
-        self._set_rows(device, 3, ambient_color=ambient_color, diffuse_color=diffuse_color,
-                       specular_color=specular_color, location=location)  # fmt: skip
 
+class DirectionalLights(_Mirror):
+    """PyTorch3D's ``DirectionalLights`` on tensors (arguments of
+    :class:`warpraster.shading.DirectionalLights`)."""
 
-class DirectionalLights(_Holder):
-    """PyTorch3D's ``DirectionalLights`` on tensors."""
-
-    _names = ("ambient_color", "diffuse_color", "specular_color", "direction")
     _warp = "DirectionalLights"
-
-    def __init__(
-        self,
-        ambient_color=((0.5, 0.5, 0.5),),
-        diffuse_color=((0.3, 0.3, 0.3),),
-        specular_color=((0.2, 0.2, 0.2),),
-        direction=((0.0, 1.0, 0.0),),
-        device=None,
-    ):
-        self._set_rows(device, 3, ambient_color=ambient_color, diffuse_color=diffuse_color,
-                       specular_color=specular_color, direction=direction)  # fmt: skip
 
 
 class AmbientLights(_Holder):
@@ -234,23 +237,12 @@ class AmbientLights(_Holder):
         )
 
 
-class Materials(_Holder):
-    """PyTorch3D's ``Materials`` on tensors."""
+class Materials(_Mirror):
+    """PyTorch3D's ``Materials`` on tensors (arguments of
+    :class:`warpraster.shading.Materials`)."""
 
-    _names = ("ambient_color", "diffuse_color", "specular_color", "shininess")
     _warp = "Materials"
-
-    def __init__(
-        self,
-        ambient_color=((1.0, 1.0, 1.0),),
-        diffuse_color=((1.0, 1.0, 1.0),),
-        specular_color=((1.0, 1.0, 1.0),),
-        shininess=64,
-        device=None,
-    ):
-        self._set_rows(device, 3, ambient_color=ambient_color, diffuse_color=diffuse_color,
-                       specular_color=specular_color)  # fmt: skip
-        self.shininess = _f32(shininess, device).reshape(-1)
+    _scalars = ("shininess",)
 
 
 @dataclass
@@ -319,24 +311,17 @@ class _Shader:
         self.blend_params = blend_params if blend_params is not None else BlendParams()
 
 
-class HardPhongShader(_Shader):
-    _warp = "HardPhongShader"
+def _shader_class(name: str) -> type[_Shader]:
+    """PyTorch3D's shader ``name`` on tensors: a :class:`_Shader` running Warp's ``name``."""
+    doc = f"PyTorch3D's ``{name}`` on tensors (renders with :class:`warpraster.shading.{name}`)."
+    return type(name, (_Shader,), {"_warp": name, "__doc__": doc, "__module__": __name__})
 
 
-class SoftPhongShader(_Shader):
-    _warp = "SoftPhongShader"
-
-
-class HardGouraudShader(_Shader):
-    _warp = "HardGouraudShader"
-
-
-class SoftGouraudShader(_Shader):
-    _warp = "SoftGouraudShader"
-
-
-class HardFlatShader(_Shader):
-    _warp = "HardFlatShader"
+HardPhongShader = _shader_class("HardPhongShader")
+SoftPhongShader = _shader_class("SoftPhongShader")
+HardGouraudShader = _shader_class("HardGouraudShader")
+SoftGouraudShader = _shader_class("SoftGouraudShader")
+HardFlatShader = _shader_class("HardFlatShader")
 
 
 class SoftSilhouetteShader(_Shader):
@@ -485,19 +470,17 @@ def _render_fake(verts, faces, first, count, tensors, config):
 
 @torch.library.custom_op("warpraster::render_meshes_backward", mutates_args=())
 def _render_backward_op(
-    grad_image: torch.Tensor,
-    grad_zbuf: torch.Tensor,
-    grad_bary: torch.Tensor,
-    grad_dists: torch.Tensor,
-    verts: torch.Tensor,
-    faces: torch.Tensor,
-    mesh_to_face_first_idx: torch.Tensor,
-    num_faces_per_mesh: torch.Tensor,
-    tensors: list[torch.Tensor],
-    config: str,
+    upstream: list[torch.Tensor], saved: list[torch.Tensor], config: str
 ) -> list[torch.Tensor]:
-    """[d verts, d tensors[0], ...]: the render replayed on a wp.Tape, then backward."""
+    """[d verts, d tensors[0], ...]: the render replayed on a wp.Tape, then backward.
+
+    ``upstream`` = [d image, d zbuf, d bary, d dists] (zeros where none came);
+    ``saved`` = the forward's inputs [verts, faces, mesh_to_face_first_idx,
+    num_faces_per_mesh, *tensors], as :func:`_setup_context` saved them.
+    """
     cfg = json.loads(config)
+    grad_image, grad_zbuf, grad_bary, grad_dists = upstream
+    verts, faces, first, count, *tensors = saved
 
     grad_verts = torch.zeros_like(verts)
     grads = [torch.zeros_like(t) if t.is_floating_point() else None for t in tensors]
@@ -505,17 +488,10 @@ def _render_backward_op(
         tape = wp.Tape()
         with tape:
             image, frags = _run(
-                verts,
-                faces,
-                mesh_to_face_first_idx,
-                num_faces_per_mesh,
-                tensors,
-                cfg,
-                grads=grads,
-                grad_verts=grad_verts,
+                verts, faces, first, count, tensors, cfg, grads=grads, grad_verts=grad_verts
             )
         n, h, w, k = frags.pix_to_face.shape
-        upstream = {
+        output_grads = {
             frags.zbuf: wp.from_torch(grad_zbuf.contiguous(), dtype=wp.float32),
             frags.bary_coords: wp.from_torch(
                 grad_bary.reshape(n, h, w, k, 3).contiguous(), dtype=wp.vec3
@@ -523,8 +499,8 @@ def _render_backward_op(
             frags.dists: wp.from_torch(grad_dists.contiguous(), dtype=wp.float32),
         }
         if image is not None:
-            upstream[image] = wp.from_torch(grad_image.contiguous(), dtype=wp.float32)
-        tape.backward(grads=upstream)
+            output_grads[image] = wp.from_torch(grad_image.contiguous(), dtype=wp.float32)
+        tape.backward(grads=output_grads)
     return [grad_verts] + [
         g if g is not None else torch.zeros_like(t, dtype=torch.float32)
         for g, t in zip(grads, tensors, strict=True)
@@ -532,39 +508,32 @@ def _render_backward_op(
 
 
 @_render_backward_op.register_fake
-def _render_backward_fake(
-    grad_image, grad_zbuf, grad_bary, grad_dists, verts, faces, first, count, tensors, config
-):
+def _render_backward_fake(upstream, saved, config):
+    verts, tensors = saved[0], saved[4:]
     return [torch.empty_like(verts)] + [torch.empty_like(t, dtype=torch.float32) for t in tensors]
 
 
 def _setup_context(ctx, inputs, output):
     verts, faces, first, count, tensors, config = inputs
     ctx.config = config
-    ctx.n_tensors = len(tensors)
     ctx.save_for_backward(verts, faces, first, count, *tensors)
 
 
 def _backward_impl(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists):
-    verts, faces, first, count, *tensors = ctx.saved_tensors
-    cfg = json.loads(ctx.config)
-    shape = _shape(first, cfg)
+    saved = list(ctx.saved_tensors)
+    verts, first, tensors = saved[0], saved[2], saved[4:]
+    shape = _shape(first, json.loads(ctx.config))
 
     def z(g, s):
         return verts.new_zeros(s) if g is None else g.contiguous()
 
-    grads = _render_backward_op(
+    upstream = [
         z(g_image, (*shape[:3], 4)),
         z(g_zbuf, shape),
         z(g_bary, (*shape, 3)),
         z(g_dists, shape),
-        verts,
-        faces,
-        first,
-        count,
-        list(tensors),
-        ctx.config,
-    )
+    ]
+    grads = _render_backward_op(upstream, saved, ctx.config)
     tensor_grads = [
         g if t.is_floating_point() else None for g, t in zip(grads[1:], tensors, strict=True)
     ]
