@@ -261,60 +261,31 @@ def _light_adjoint(
 ):
     """Adjoint of :func:`lit_colour` for the colour gradient ``gc``.
 
-    Recomputes the lighting once (the same float32 operations as
-    :func:`lit_colour`), adds the light/material row gradients (when wanted) and
-    returns the gradients of (point, normal, texel, eye) and the colour."""
+    Adds the light/material row gradients (when wanted) and returns the
+    gradients of (point, normal, texel, eye)."""
     rs = row(n, a.mat_shininess.shape[0])
     ra = row(n, a.mat_ambient.shape[0])
     rd = row(n, a.mat_diffuse.shape[0])
     rsp = row(n, a.mat_specular.shape[0])
     rla = row(n, a.light_ambient.shape[0])
-    rp = row(n, a.light_param.shape[0])
-    rld = row(n, a.light_diffuse.shape[0])
-    rls = row(n, a.light_specular.shape[0])
     shininess = a.mat_shininess[rs]
     ma = a.mat_ambient[ra]
     md = a.mat_diffuse[rd]
     ms = a.mat_specular[rsp]
     la = a.light_ambient[rla]
-    # the forward: light_terms' diffuse and specular, then lit_colour
-    lit = a.light_kind != LightKind.AMBIENT
-    dc = wp.vec3(0.0)
-    sc = wp.vec3(0.0)
-    direction = wp.vec3(0.0)
-    nn = wp.vec3(0.0)
-    dd = wp.vec3(0.0)
-    view_raw = wp.vec3(0.0)
-    view = wp.vec3(0.0)
-    reflect = wp.vec3(0.0)
-    cos_angle = float(0.0)
-    angle = float(0.0)
-    alpha = float(0.0)
-    power = float(0.0)
-    d = wp.vec3(0.0)
-    s = wp.vec3(0.0)
-    if lit:
-        p = a.light_param[rp]
-        direction = p
-        if a.light_kind == LightKind.POINT:
-            direction = p - point
-        dc = a.light_diffuse[rld]
-        sc = a.light_specular[rls]
-        nn = normalize_eps(normal)
-        dd = normalize_eps(direction)
-        cos_angle = wp.dot(nn, dd)
-        angle = wp.max(cos_angle, 0.0)
-        d = dc * angle
-        view_raw = eye - point
-        view = normalize_eps(view_raw)
-        reflect = -dd + 2.0 * (cos_angle * nn)
-        alpha = phong_alpha(cos_angle, view, reflect)
-        power = phong_power(alpha, shininess)
-        s = sc * power
+    d, s = light_terms(
+        a.light_kind,
+        a.light_param,
+        a.light_diffuse,
+        a.light_specular,
+        n,
+        point,
+        normal,
+        eye,
+        shininess,
+    )
     ambient = wp.cw_mul(ma, la)
     diff = wp.cw_mul(md, d)
-    colour = wp.cw_mul(ambient + diff, texel) + wp.cw_mul(ms, s)
-    # the adjoint
     g_texel = wp.cw_mul(gc, ambient + diff)
     g_lit = wp.cw_mul(gc, texel)  # d/d(ambient) = d/d(diff)
     g_d = wp.cw_mul(g_lit, md)
@@ -328,15 +299,33 @@ def _light_adjoint(
     g_point = wp.vec3(0.0)
     g_normal = wp.vec3(0.0)
     g_eye = wp.vec3(0.0)
-    if lit:
+    if a.light_kind != LightKind.AMBIENT:
+        rp = row(n, a.light_param.shape[0])
+        rld = row(n, a.light_diffuse.shape[0])
+        rls = row(n, a.light_specular.shape[0])
+        p = a.light_param[rp]
+        direction = p
+        if a.light_kind == LightKind.POINT:
+            direction = p - point
+        dc = a.light_diffuse[rld]
+        sc = a.light_specular[rls]
+        nn = normalize_eps(normal)
+        dd = normalize_eps(direction)
+        cos_angle = wp.dot(nn, dd)
         g_nn = wp.vec3(0.0)
         g_dd = wp.vec3(0.0)
         # diffuse = dc * relu(cos)
+        angle = wp.max(cos_angle, 0.0)
         g_angle = wp.dot(g_d, dc)
         if cos_angle > 0.0:
             g_nn += g_angle * dd
             g_dd += g_angle * nn
         # specular = sc * relu(view . reflect)^shininess, 0 where cos <= 0
+        view_raw = eye - point
+        view = normalize_eps(view_raw)
+        reflect = -dd + 2.0 * (cos_angle * nn)
+        alpha = phong_alpha(cos_angle, view, reflect)
+        power = phong_power(alpha, shininess)
         g_power = wp.dot(g_s, sc)
         if alpha > 0.0:
             g_alpha = g_power * (shininess * wp.pow(alpha, shininess - 1.0))
@@ -361,7 +350,7 @@ def _light_adjoint(
             wp.atomic_add(g.light_param, rp, g_dir)
             wp.atomic_add(g.light_diffuse, rld, g_d * angle)
             wp.atomic_add(g.light_specular, rls, g_s * power)
-    return g_point, g_normal, g_texel, g_eye, colour
+    return g_point, g_normal, g_texel, g_eye
 
 
 @wp.func
@@ -376,18 +365,15 @@ def _slot_adjoint(
     b: wp.vec3,
     eye: wp.vec3,
     gc: wp.vec3,
-):
+) -> wp.vec3:
     """Adjoint of :func:`slot_colour` for the colour gradient ``gc``; returns the
-    eye-position gradient (the caller adds it to the camera once per pixel) and
-    the slot's colour (recomputed on the way)."""
+    eye-position gradient (the caller adds it to the camera once per pixel)."""
     if a.lit == 0:
         if _wants(g, WANT_COLORS):
             g.colors[n, y, x, k] = g.colors[n, y, x, k] + gc
-        return wp.vec3(0.0), a.colors[n, y, x, k]
+        return wp.vec3(0.0)
     point, normal, texel = _surface(a, n, y, x, k, f, b)
-    g_point, g_normal, g_texel, g_eye, colour = _light_adjoint(
-        a, g, n, point, normal, texel, eye, gc
-    )
+    g_point, g_normal, g_texel, g_eye = _light_adjoint(a, g, n, point, normal, texel, eye, gc)
     pos = a.face_pos[f]
     nrm = a.face_nrm[f]
     gb = wp.vec3(0.0)
@@ -425,7 +411,7 @@ def _slot_adjoint(
             g.colors[n, y, x, k] = g.colors[n, y, x, k] + g_texel
     if _wants(g, WANT_BARY):
         g.bary[n, y, x, k] = g.bary[n, y, x, k] + gb
-    return g_eye, colour
+    return g_eye
 
 
 @wp.func
@@ -556,7 +542,7 @@ def _shade_blend_adjoint(
     if a.blend == BlendMode.HARD:
         f0 = pix_to_face[n, y, x, 0]
         if f0 >= 0:
-            g_eye, _c0 = _slot_adjoint(a, g, n, y, x, 0, f0, bary_coords[n, y, x, 0], eye, grgb)
+            g_eye = _slot_adjoint(a, g, n, y, x, 0, f0, bary_coords[n, y, x, 0], eye, grgb)
         elif _wants(g, WANT_BACKGROUND):
             wp.atomic_add(g.background, brow, grgb)
         if a.lit != 0 and _wants(g, WANT_CAMERA):
@@ -592,14 +578,12 @@ def _shade_blend_adjoint(
             p = prob(dists[n, y, x, k], a.sigma)
             e = wp.exp((zinv(f, zbuf[n, y, x, k], zn, zf) - zmax) / a.gamma)
             wk = p * e
-            # the colour's gradient (w_k gn) needs no colour: the slot's adjoint
-            # recomputes it on the way, for w_k's gradient below
-            g_eye_k, ck = _slot_adjoint(
-                a, g, n, y, x, k, f, b, eye, wp.vec3(gn[0] * wk, gn[1] * wk, gn[2] * wk)
-            )
-            g_eye += g_eye_k
+            ck = slot_colour(a, n, y, x, k, f, b, eye)
             # w_k feeds sum_k w_k c_k and den
             gw = ((gn[0] * ck[0] + gn[1] * ck[1]) + gn[2] * ck[2]) + gden
+            g_eye += _slot_adjoint(
+                a, g, n, y, x, k, f, b, eye, wp.vec3(gn[0] * wk, gn[1] * wk, gn[2] * wk)
+            )
             gdiff = ((gw * p) * e) / a.gamma  # d/d(zinv_k - zmax)
             gmax_e = gmax_e + -gdiff
             if _wants(g, WANT_DISTS):

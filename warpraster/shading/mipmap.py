@@ -43,7 +43,6 @@ import enum
 import numpy as np
 import warp as wp
 
-from ..backward.tape import active_tape
 from ..geometry import pixel_centre
 from ..meshes import as_faces_array, as_vec3_array
 from .interpolate import (
@@ -130,7 +129,7 @@ def level_texel(
     return levels[offsets[level] + ((m * h + y) * w + x) * cc + c]
 
 
-@wp.kernel(enable_backward=False)  # adjoint: _pyramid_adjoint
+@wp.kernel
 def _build_level(
     # Texture in:
     maps: wp.array4d(dtype=wp.float32),
@@ -166,48 +165,6 @@ def _build_level(
             + level_texel(maps, levels, offsets, src, m, 2 * y + 1, 2 * x + 1, c)
         )
     levels_out[offsets[level] + ((m * h + y) * w + x) * cc + c] = value
-
-
-@wp.kernel(enable_backward=False)
-def _pyramid_adjoint(
-    # Gradients in: of the levels 1..L (flat), as the sampling adjoint left them
-    levels_grad: wp.array(dtype=wp.float32),
-    offsets: wp.array(dtype=wp.int32),
-    max_level: int,
-    # Gradient out (accumulated): of the base texels
-    maps_grad_out: wp.array4d(dtype=wp.float32),
-):
-    """Adjoint of the whole pyramid in one pass, one thread per base texel: each
-    level texel is the mean of its 2 x 2 (or, past a 1-texel side, 2 x 1)
-    children, so a base texel receives ``w_L * grad`` of its ancestor at every
-    level L, ``w_L`` the product of the 1/4 (or 1/2) steps. A gather: no atomics
-    and one launch, where the chain of generated level adjoints took L launches
-    of scattered atomic adds."""
-    m, y, x, c = wp.tid()
-    cc = maps_grad_out.shape[3]
-    hh = maps_grad_out.shape[1]
-    ww = maps_grad_out.shape[2]
-    yy = y
-    xx = x
-    scale = float(1.0)
-    g = float(0.0)
-    for lev in range(1, max_level + 1):
-        if hh == 1:
-            scale = scale * 0.5
-            xx = xx // 2
-            ww = wp.max(ww // 2, 1)
-        elif ww == 1:
-            scale = scale * 0.5
-            yy = yy // 2
-            hh = wp.max(hh // 2, 1)
-        else:
-            scale = scale * 0.25
-            xx = xx // 2
-            yy = yy // 2
-            ww = wp.max(ww // 2, 1)
-            hh = wp.max(hh // 2, 1)
-        g += scale * levels_grad[offsets[lev] + ((m * hh + yy) * ww + xx) * cc + c]
-    maps_grad_out[m, y, x, c] = maps_grad_out[m, y, x, c] + g
 
 
 class MipPyramid:
@@ -260,9 +217,8 @@ class MipPyramid:
         return len(self.sizes) - 1
 
     def build(self) -> MipPyramid:
-        """Recomputes levels 1..L from the base texels (L launches); on a tape, one
-        gather kernel is recorded as the adjoint of all levels."""
-        n, h, w, c = self.maps.shape
+        """Recomputes levels 1..L from the base texels (L launches)."""
+        n, _, _, c = self.maps.shape
         for lev in range(1, len(self.sizes)):
             lh, lw = self.sizes[lev]
             wp.launch(
@@ -271,27 +227,7 @@ class MipPyramid:
                 inputs=[self.maps, self.levels, self.offsets, lev],
                 outputs=[self.levels],
                 device=self.device,
-                record_tape=False,
             )
-        tape = active_tape()
-        if (
-            tape is None
-            or self.max_level == 0
-            or self.maps.grad is None
-            or self.levels.grad is None
-        ):
-            return self
-
-        def backward():
-            wp.launch(
-                _pyramid_adjoint,
-                dim=(n, h, w, c),
-                inputs=[self.levels.grad, self.offsets, self.max_level],
-                outputs=[self.maps.grad],
-                device=self.device,
-            )
-
-        tape.record_func(backward, arrays=[self.levels, self.maps])
         return self
 
 
