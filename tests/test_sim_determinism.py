@@ -235,10 +235,12 @@ def test_deterministic_backward_matches_the_generated_adjoints(device, sigma, sm
         assert scale > 0.0, name
         # Both sum the same per-pixel terms (float32) in different orders (and the
         # generated path recomputes some products in another order): measured
-        # differences <= 3e-7 of each array's largest entry. 1e-5 leaves room for
-        # larger sums yet is far below one pixel's share (a pixel lost or counted
-        # twice moves a gradient by ~1e-3 of its size in these 32-pixel images).
-        np.testing.assert_allclose(a, b, rtol=0.0, atol=1e-5 * scale, err_msg=name)
+        # differences <= 3e-7 of each array's largest entry on the cpu, 1.1e-5 on
+        # an H200 (where the generated path's float atomics add ~1,000 terms per
+        # body or camera in a varying order). 1e-4 leaves room for that yet is far
+        # below one pixel's share (a pixel lost or counted twice moves a gradient
+        # by ~1e-3 of its size in these 32-pixel images).
+        np.testing.assert_allclose(a, b, rtol=0.0, atol=1e-4 * scale, err_msg=name)
 
 
 @pytest.mark.skipif("cpu" not in DEVICES, reason="builds its arrays on the cpu device")
