@@ -3,7 +3,8 @@
 Truths: world points from the transform ops' matrices multiplied by hand in
 float64 (not through XformCache), triangulations and primvar expansions written
 out by hand, areas of polygons (shoelace), light directions from the rotation
-written out by hand.
+written out by hand; the shaded pictures from a float64 NumPy re-computation of
+every sample (materials, wrapped textures, lights) from the renderer's own fragments.
 """
 
 import math
@@ -650,3 +651,159 @@ def test_spp_grid_is_as_square_as_possible(spp, grid):
     from warpraster.usd.render import parse_spp
 
     assert parse_spp(spp) == grid
+
+
+# ----------------------------------------------------------------------------- shading
+def _wrap_ref(i, n, mode):
+    """UsdUVTexture wrap of texel index ``i`` into [0, n); None outside for black."""
+    if mode == wu.WrapMode.CLAMP:
+        return min(max(i, 0), n - 1)
+    if mode == wu.WrapMode.MIRROR:
+        p = i % (2 * n)
+        return 2 * n - 1 - p if p >= n else p
+    if mode == wu.WrapMode.BLACK:
+        return i if 0 <= i < n else None
+    return i % n
+
+
+def _texture_ref(tex, uv):
+    """Bilinear texel at ``uv`` (v = 0 the bottom row, texel centres at half-integers)."""
+    h, w = tex.texels.shape[:2]
+    x, y = uv[0] * w - 0.5, (1.0 - uv[1]) * h - 0.5
+    x0, y0 = math.floor(x), math.floor(y)
+    fx, fy = x - x0, y - y0
+    out = np.zeros(4)
+    for dy, wy in ((0, 1 - fy), (1, fy)):
+        for dx, wx in ((0, 1 - fx), (1, fx)):
+            ix, iy = _wrap_ref(x0 + dx, w, tex.wrap_s), _wrap_ref(y0 + dy, h, tex.wrap_t)
+            texel = [0, 0, 0, 1] if ix is None or iy is None else tex.texels[iy, ix]
+            out += wy * wx * np.asarray(texel, np.float64)
+    return out
+
+
+def _unit(v):
+    return v / max(np.linalg.norm(v), 1e-6)  # PyTorch3D's F.normalize epsilon
+
+
+def _phong_ref(p, n, d, light, cam, kd, ks, shininess):
+    """PyTorch3D's Lambert and Phong terms of one light (``d`` toward the light)."""
+    n, d = _unit(n), _unit(d)
+    cos = n @ d
+    reflect = -d + 2.0 * cos * n
+    a = max(_unit(cam - p) @ reflect, 0.0) if cos > 0 else 0.0
+    power = a**shininess if a > 0 else (1.0 if shininess == 0 else 0.0)
+    return light * max(cos, 0.0) * kd + light * power * ks
+
+
+def _sample_ref(scene, f, bary, eye, forward, ortho):
+    """Premultiplied RGBA of one covered sample, in float64."""
+    m = scene.meshes
+    b = np.maximum(np.asarray(bary, np.float64), 0.0)
+    b = b / b.sum() if b.sum() > 0 else b
+    p = b @ m.verts[m.faces[f]].astype(np.float64)
+    n = b @ m.normals[f].astype(np.float64)
+    col = b @ m.colors[f].astype(np.float64)
+    uv = b @ m.uvs[f].astype(np.float64)
+    if n @ (-forward if ortho else eye - p) < 0:
+        n = -n  # two-sided: toward the viewer
+    cam = p - forward * 1e6 if ortho else eye
+    kd, ks, shininess, alpha = col[:3], np.zeros(3), 10.0, col[3]
+    if m.face_material[f] >= 0:
+        mat = scene.materials[m.face_material[f]]
+        kd, ks = np.asarray(mat.diffuse, np.float64), np.asarray(mat.specular, np.float64)
+        shininess, alpha = mat.shininess / 4.0, mat.opacity  # Blinn-Phong -> Phong exponent
+        if mat.texture is not None:
+            t = _texture_ref(mat.texture, uv)
+            kd = kd * (t[:3] * mat.texture.scale[:3] + mat.texture.bias[:3])
+    lights = scene.lights
+    rgb = np.asarray(lights.ambient, np.float64) * kd
+    for direction, light in lights.directional.astype(np.float64):
+        rgb = rgb + _phong_ref(p, n, -direction, light, cam, kd, ks, shininess)
+    for position, light in lights.point.astype(np.float64):
+        rgb = rgb + _phong_ref(p, n, position - p, light, cam, kd, ks, shininess)
+    alpha = min(max(alpha, 0.0), 1.0)
+    return np.append(rgb * alpha, alpha)
+
+
+def _render_ref(r):
+    """The renderer's pictures from its own fragments: shading, box filter and ids in float64."""
+    frags = r.fragments()
+    p2f = frags.pix_to_face.numpy()[0, ..., 0]
+    zbuf = frags.zbuf.numpy()[0, ..., 0]
+    bary = frags.bary_coords.numpy()[0, :, :, 0]
+    eye, forward, far = r.buffers.view.numpy().astype(np.float64)
+    ortho = r.camera.projection == wu.Projection.ORTHOGRAPHIC
+    sy, sx = r.grid
+    h, w = r.image_size
+    hit = (p2f >= 0) & (zbuf <= far[0])
+    rgba = np.zeros((*p2f.shape, 4))
+    for ys, xs in zip(*np.nonzero(hit), strict=True):
+        f = p2f[ys, xs]
+        rgba[ys, xs] = _sample_ref(r.scene, f, bary[ys, xs], eye, forward, ortho)
+    mean = rgba.reshape(h, sy, w, sx, 4).mean(axis=(1, 3))
+    a = mean[..., 3:]
+    color = np.where(a > 0, np.concatenate([mean[..., :3] / np.where(a > 0, a, 1), a], -1), 0)
+    centre = (slice(sy // 2, None, sy), slice(sx // 2, None, sx))
+    face = np.where(hit[centre], p2f[centre], -1)
+    mesh = np.where(face >= 0, r.scene.meshes.face_mesh[np.maximum(face, 0)], -1)
+    depth = np.where(face >= 0, zbuf[centre], np.inf)
+    return color, depth, face, mesh
+
+
+def _shading_scene():
+    """A bumpy grid with per-corner colours and UVs beyond [0, 1], textured materials
+    in every wrap mode, a plain material, faces without one, and three lights."""
+    rng = np.random.default_rng(7)
+    n = 4
+    xs, ys = np.meshgrid(np.linspace(-2, 2, n), np.linspace(-2, 2, n))
+    verts = np.stack([xs.ravel(), ys.ravel(), 0.4 * rng.standard_normal(n * n)], 1)
+    faces = []
+    for i in range(n - 1):
+        for j in range(n - 1):
+            a = i * n + j
+            faces += [[a, a + 1, a + n + 1], [a, a + n + 1, a + n]]
+    scene = wu.scene_from_arrays(verts, np.array(faces), smooth=True)
+    m = scene.meshes
+    m.uvs[:] = rng.uniform(-1.5, 2.5, m.uvs.shape)
+    m.colors[..., :3] = rng.uniform(0, 1, (m.num_faces, 3, 3))
+    m.colors[..., 3] = rng.uniform(0.3, 1, (m.num_faces, 3))
+    W = wu.WrapMode
+    for k, (ws, wt) in enumerate([(W.REPEAT, W.CLAMP), (W.MIRROR, W.BLACK), (W.BLACK, W.MIRROR)]):
+        texels = rng.uniform(0, 1, (3 + k, 4 - k, 4)).astype(np.float32)
+        tex = wu.TextureImage(f"t{k}", texels, ws, wt, (1.0, 0.5, 2.0, 1.0), (0.0, 0.1, -0.2, 0.0))
+        scene.materials.append(
+            wu.Material(f"m{k}", rng.uniform(0, 1, 3), rng.uniform(0, 1, 3), 20.0 + 15 * k,
+                        0.6 + 0.1 * k, tex)
+        )  # fmt: skip
+    scene.materials.append(wu.Material("plain", shininess=7.0))
+    m.face_material[:] = np.arange(m.num_faces) % (len(scene.materials) + 1) - 1
+    directional = [[[0.2, -0.3, -1.0], [0.7, 0.6, 0.5]], [[-1.0, 0.0, -0.2], [0.1, 0.3, 0.2]]]
+    scene.lights = wu.LightSet(
+        directional=np.array(directional, np.float32),
+        point=np.array([[[0.5, 0.5, 3.0], [2.0, 1.5, 1.0]]], np.float32),
+        ambient=np.array([0.05, 0.1, 0.07], np.float32),
+        names=["d0", "d1", "p0"],
+    )
+    return scene
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("projection", list(wu.Projection), ids=lambda p: p.name.lower())
+def test_shading_matches_a_float64_reference_of_the_samples(projection, device):
+    scene = _shading_scene()
+    # the far distance cuts through the bumps (z within +-1 of 0): samples beyond it are empty
+    cam = wu.CameraParams(name="c", cam_to_world=np.eye(4), projection=projection, far=12.1)
+    cam.cam_to_world[3, :3] = (0.3, -0.2, 12.0)
+    if projection == wu.Projection.ORTHOGRAPHIC:
+        cam.horizontal_aperture = cam.vertical_aperture = 50.0  # 5 scene units across
+    r = wu.StageRenderer(scene, camera=cam, image_size=(10, 12), spp=4, device=device)
+    out = r.render()
+    color, depth, face, mesh = _render_ref(r)
+    assert 0.3 < out.coverage < 1.0  # empty and covered pixels both checked
+    np.testing.assert_array_equal(out.face_id, face)
+    np.testing.assert_array_equal(out.mesh_id, mesh)
+    np.testing.assert_array_equal(out.depth, depth.astype(np.float32))
+    # float32 kernel vs float64: values of order 1 through pow(x, shininess <= 17) and
+    # a division by alpha >= 0.3 / 4: a few float32 ulps, amplified up to ~20x (2.2e-6
+    # measured on cpu); 2e-5 leaves room for CUDA's powf / rsqrt rounding
+    np.testing.assert_allclose(out.color, color, rtol=0, atol=2e-5)
