@@ -43,6 +43,8 @@ import operator
 import warp as wp
 
 from .backward.tape import active_tape
+from .fragments import fragment_values
+from .geometry import pixel_centre
 from .meshes import MeshArrays, PackedMeshes, mesh_arrays
 
 # fuse_fp off: PyTorch3D computes the crossings as separately rounded float32
@@ -61,6 +63,7 @@ __all__ = [
     "FrustumCullRule",
     "clip_faces",
     "unclip_fragments",
+    "unclip_in_place",
 ]
 
 
@@ -390,6 +393,69 @@ _clip_geometry_deterministic = wp.kernel(
 )
 
 
+@wp.kernel(enable_backward=False)
+def _unclip_in_place(
+    # In:
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    clipped: ClippedFaces,
+    cases: FaceCases,
+    conversion: wp.array(dtype=wp.mat33),
+    # Out (bary in place):
+    out_pix_to_face: wp.array4d(dtype=wp.int32),
+    bary: wp.array4d(dtype=wp.vec3),
+):
+    """:func:`_unclip` with the barycentrics converted in place, and only for the
+    slots of split faces (a kept face's conversion is the identity): one 4-byte
+    read and write per slot instead of a copy of every slot's 16 bytes."""
+    n, y, x, k = wp.tid()
+    p = pix_to_face[n, y, x, k]
+    u = int(-1)
+    if p >= 0:
+        u = clipped.to_unclipped[p]
+        if cases.face_case[u] != _KEEP:
+            bary[n, y, x, k] = conversion[p] * bary[n, y, x, k]
+    out_pix_to_face[n, y, x, k] = u
+
+
+def _unclip_in_place_adjoint_fn(
+    # In:
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    clipped: ClippedFaces,
+    cases: FaceCases,
+    conversion: wp.array(dtype=wp.mat33),
+    face_verts: wp.array(dtype=wp.mat33),
+    perspective: int,
+    clip_bary: int,
+    # Out: the barycentric gradient in place, the conversion's accumulated
+    bary_grad: wp.array4d(dtype=wp.vec3),
+    conversion_grad_out: wp.array(dtype=wp.mat33),
+):
+    """Adjoint of :func:`_unclip_in_place` on the gradient the clipped and the
+    unclipped fragments share: for split faces only, ``g <- M^T g`` and
+    ``dM += g b^T``, ``b`` the clipped face's barycentrics recomputed as the
+    output pass computed them (rows of ``face_verts`` are its vertices)."""
+    n, y, x, k = wp.tid()
+    p = pix_to_face[n, y, x, k]
+    if p >= 0:
+        if cases.face_case[clipped.to_unclipped[p]] != _KEEP:
+            g = bary_grad[n, y, x, k]
+            m = face_verts[p]
+            centre = pixel_centre(y, x, pix_to_face.shape[1], pix_to_face.shape[2])
+            _z, b, _d = fragment_values(centre, m[0], m[1], m[2], perspective, clip_bary)
+            wp.atomic_add(conversion_grad_out, p, wp.outer(g, b))
+            bary_grad[n, y, x, k] = wp.transpose(conversion[p]) * g
+
+
+_unclip_in_place_adjoint = wp.kernel(_unclip_in_place_adjoint_fn, enable_backward=False)
+_unclip_in_place_adjoint_deterministic = wp.kernel(
+    _unclip_in_place_adjoint_fn,
+    name="_unclip_in_place_adjoint_deterministic",
+    enable_backward=False,
+    module="unique",
+    module_options=_RUN_TO_RUN,
+)
+
+
 # ----------------------------------------------------------------------------- buffers
 class ClipBuffers:
     """Device buffers of one clipping configuration, allocated once and reused.
@@ -655,3 +721,50 @@ def unclip_fragments(
         wp.launch(kernel, dim=shape, inputs=inputs, outputs=[bary_grad, conv_grad], device=d)
 
     tape.record_func(backward, arrays=[out_bary_coords, bary_coords, conversion])
+
+
+def unclip_in_place(
+    pix_to_face: wp.array,
+    bary_coords: wp.array,
+    buffers: ClipBuffers,
+    out_pix_to_face: wp.array,
+    face_verts: wp.array,
+    *,
+    perspective_correct: bool,
+    clip_barycentric_coords: bool,
+    deterministic: bool = False,
+) -> None:
+    """:func:`unclip_fragments` for the rasterizer's clipped path, without a copy.
+
+    ``bary_coords`` (the clipped list's fragments) is converted in place for the
+    slots of split faces, so the clipped and the unclipped fragments share it
+    (and its gradient); ``out_pix_to_face`` gets the input-face indices. The
+    adjoint converts the shared gradient back in place before the rasterizer's
+    backward reads it, recomputing a split slot's clipped barycentrics from
+    ``face_verts`` (the clipped list's set-up rows) with the render's
+    ``perspective_correct`` and ``clip_barycentric_coords``. No checks: internal.
+    """
+    d = buffers.device
+    shape = tuple(pix_to_face.shape)
+    conversion = buffers.barycentric_conversion
+    wp.launch(
+        _unclip_in_place,
+        dim=shape,
+        inputs=[pix_to_face, buffers.clipped, buffers.cases, conversion],
+        outputs=[out_pix_to_face, bary_coords],
+        device=d,
+        record_tape=False,
+    )
+    tape = active_tape()
+    if tape is None or bary_coords.grad is None:
+        return
+    kernel = _unclip_in_place_adjoint_deterministic if deterministic else _unclip_in_place_adjoint
+    conv_grad = conversion.grad if conversion.grad is not None else wp.empty_like(conversion)
+    flags = [int(bool(perspective_correct)), int(bool(clip_barycentric_coords))]
+
+    def backward():
+        inputs = [pix_to_face, buffers.clipped, buffers.cases, conversion, face_verts, *flags]
+        wp.launch(kernel, dim=shape, inputs=inputs, outputs=[bary_coords.grad, conv_grad],
+                  device=d)  # fmt: skip
+
+    tape.record_func(backward, arrays=[bary_coords, conversion])

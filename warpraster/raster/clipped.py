@@ -6,7 +6,7 @@ from typing import Any
 
 import warp as wp
 
-from ..clip import ClipBuffers, FrustumCullRule, clip_faces, unclip_fragments
+from ..clip import ClipBuffers, FrustumCullRule, clip_faces, unclip_in_place
 from ..fragments import Fragments
 from ..meshes import PackedMeshes
 from ..settings import RasterSettings, Tuning
@@ -21,8 +21,9 @@ class ClipWorkspace(SettingsViews):
 
     Holds the :class:`~warpraster.clip.ClipBuffers`, a :class:`RasterWorkspace`
     for the 2F-face clipped list, and the final :class:`Fragments` (whose
-    ``pix_to_face`` / ``bary_coords`` refer to the input faces; ``zbuf`` and
-    ``dists`` are the raster workspace's arrays).
+    ``pix_to_face`` / ``bary_coords`` refer to the input faces; ``zbuf``,
+    ``dists`` and ``bary_coords`` are the raster workspace's arrays, the
+    barycentrics of split faces converted in place).
 
     Args:
         num_verts, num_faces, num_meshes: V, F, N of the unclipped input.
@@ -61,11 +62,12 @@ class ClipWorkspace(SettingsViews):
             requires_grad=requires_grad, tuning=tuning,
         )  # fmt: skip
         frags = self.raster.fragments
+        # zbuf, dists and bary_coords are the raster workspace's own arrays: the
+        # barycentrics of split faces are converted in place (unclip_in_place)
         self.fragments = Fragments(
             pix_to_face=wp.full(frags.shape, -1, dtype=wp.int32, device=device),
             zbuf=frags.zbuf,
-            bary_coords=wp.zeros(frags.shape, dtype=wp.vec3, device=device,
-                                 requires_grad=requires_grad),  # fmt: skip
+            bary_coords=frags.bary_coords,
             dists=frags.dists,
             overflow_count=frags.overflow_count,
         )
@@ -97,6 +99,11 @@ def rasterize_clipped(
 ) -> Fragments:
     """Clip, rasterize the clipped list, map the fragments back.
 
+    The barycentrics are shared with the clipped list's fragments and converted
+    in place for split faces (as is their gradient, during the backward: after
+    ``tape.backward`` a split slot's ``bary_coords.grad`` holds the gradient of
+    the clipped face's barycentrics).
+
     ``meshes`` is validated input (its ``clipped_faces_neighbor_idx`` is replaced by
     the clipper's, as in PyTorch3D). The returned fragments index the input faces;
     ``zbuf`` and ``dists`` are those of the clipped sub-triangles.
@@ -115,6 +122,8 @@ def rasterize_clipped(
     )
     inner = rasterize_packed(clipped.packed, workspace.raster, settings)
     out = workspace.fragments
-    unclip_fragments(inner.pix_to_face, inner.bary_coords, clipped, out.pix_to_face,
-                     out.bary_coords, deterministic=settings.deterministic)  # fmt: skip
+    unclip_in_place(inner.pix_to_face, inner.bary_coords, clipped, out.pix_to_face,
+                    workspace.raster.face_verts, perspective_correct=settings.perspective_correct,
+                    clip_barycentric_coords=settings.clip_barycentric_coords,
+                    deterministic=settings.deterministic)  # fmt: skip
     return out
