@@ -108,46 +108,67 @@ class MeshRenderer:
 
 
 # ----------------------------------------------------------------------------- Renderer
+@wp.struct
+class NearestSlot:
+    """The fragments' (N, H, W, K) arrays the channels read (slot 0 of each)."""
+
+    pix_to_face: wp.array4d(dtype=wp.int32)
+    zbuf: wp.array4d(dtype=wp.float32)
+    bary_coords: wp.array4d(dtype=wp.vec3)
+
+
+@wp.struct
+class ChannelMesh:
+    """The mesh arrays the channels read (``has_objects``: ``face_to_object`` given)."""
+
+    faces: wp.array2d(dtype=wp.int32)
+    verts_normals: wp.array(dtype=wp.vec3)
+    face_to_object: wp.array(dtype=wp.int32)
+    has_objects: int
+
+
+@wp.struct
+class Channels:
+    """The extra channels, (N, H, W) each (see :class:`RenderOutputs`)."""
+
+    depth: wp.array3d(dtype=wp.float32)
+    normals: wp.array3d(dtype=wp.vec3)
+    face_ids: wp.array3d(dtype=wp.int32)
+    mesh_ids: wp.array3d(dtype=wp.int32)
+
+
 @wp.kernel(enable_backward=False)
 def _channels_kernel(
     # Fragments in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    zbuf: wp.array4d(dtype=wp.float32),
-    bary_coords: wp.array4d(dtype=wp.vec3),
+    slot: NearestSlot,
     # Mesh in:
-    faces: wp.array2d(dtype=wp.int32),
-    verts_normals: wp.array(dtype=wp.vec3),
-    face_to_object: wp.array(dtype=wp.int32),
-    has_objects: int,
+    mesh: ChannelMesh,
     # Data out:
-    depth_out: wp.array3d(dtype=wp.float32),
-    normals_out: wp.array3d(dtype=wp.vec3),
-    face_ids_out: wp.array3d(dtype=wp.int32),
-    mesh_ids_out: wp.array3d(dtype=wp.int32),
+    channels_out: Channels,
 ):
     n, y, x = wp.tid()
-    f = pix_to_face[n, y, x, 0]
+    f = slot.pix_to_face[n, y, x, 0]
     depth = float(-1.0)
     nrm = wp.vec3(0.0)
-    mesh = int(-1)
+    object_id = int(-1)
     if f >= 0:
-        depth = zbuf[n, y, x, 0]
-        b = bary_coords[n, y, x, 0]
+        depth = slot.zbuf[n, y, x, 0]
+        b = slot.bary_coords[n, y, x, 0]
         s = (
-            b[0] * verts_normals[faces[f, 0]]
-            + b[1] * verts_normals[faces[f, 1]]
-            + b[2] * verts_normals[faces[f, 2]]
+            b[0] * mesh.verts_normals[mesh.faces[f, 0]]
+            + b[1] * mesh.verts_normals[mesh.faces[f, 1]]
+            + b[2] * mesh.verts_normals[mesh.faces[f, 2]]
         )
         ln = wp.length(s)
         if ln > 0.0:
             nrm = s / ln
-        mesh = n
-        if has_objects != 0:
-            mesh = face_to_object[f]
-    depth_out[n, y, x] = depth
-    normals_out[n, y, x] = nrm
-    face_ids_out[n, y, x] = f
-    mesh_ids_out[n, y, x] = mesh
+        object_id = n
+        if mesh.has_objects != 0:
+            object_id = mesh.face_to_object[f]
+    channels_out.depth[n, y, x] = depth
+    channels_out.normals[n, y, x] = nrm
+    channels_out.face_ids[n, y, x] = f
+    channels_out.mesh_ids[n, y, x] = object_id
 
 
 class RenderOutputs:
@@ -178,6 +199,23 @@ class RenderOutputs:
         self.face_ids = wp.zeros((n, h, w), dtype=wp.int32, device=device)
         self.mesh_ids = wp.zeros((n, h, w), dtype=wp.int32, device=device)
         self.fragments: Fragments | None = None
+        self.channels = Channels()
+        for name in ("depth", "normals", "face_ids", "mesh_ids"):
+            setattr(self.channels, name, getattr(self, name))
+        self.nearest_slot = NearestSlot()
+
+    def slot_of(self, fragments: Fragments) -> NearestSlot:
+        """:attr:`nearest_slot` holding ``fragments``' arrays (refilled only when they change)."""
+        a = self.nearest_slot
+        if (
+            a.pix_to_face is not fragments.pix_to_face
+            or a.zbuf is not fragments.zbuf
+            or a.bary_coords is not fragments.bary_coords
+        ):
+            a.pix_to_face = fragments.pix_to_face
+            a.zbuf = fragments.zbuf
+            a.bary_coords = fragments.bary_coords
+        return a
 
 
 class Renderer:
@@ -310,7 +348,13 @@ class Renderer:
                 device=self.device,
                 requires_grad=self.requires_grad,
             )
-        return RenderOutputs(self.shape, self.num_verts, nf, self.device, self.requires_grad, ws)
+        out = RenderOutputs(self.shape, self.num_verts, nf, self.device, self.requires_grad, ws)
+        out.channel_mesh = ChannelMesh()
+        out.channel_mesh.faces = self.faces
+        out.channel_mesh.verts_normals = out.shading.verts_normals
+        out.channel_mesh.face_to_object = self.face_to_object
+        out.channel_mesh.has_objects = int(self._has_objects)
+        return out
 
     def render(self, verts, *, step: int = 0) -> RenderOutputs:
         """Renders ``verts`` (V,) ``vec3`` (or (V, 3) float32) world-space vertices.
@@ -371,16 +415,8 @@ class Renderer:
         wp.launch(
             _channels_kernel,
             dim=self.shape[:3],
-            inputs=[
-                frags.pix_to_face,
-                frags.zbuf,
-                frags.bary_coords,
-                self.faces,
-                nrm,
-                self.face_to_object,
-                self._has_objects,
-            ],
-            outputs=[out.depth, out.normals, out.face_ids, out.mesh_ids],
+            inputs=[out.slot_of(frags), out.channel_mesh],
+            outputs=[out.channels],
             device=self.device,
             record_tape=False,
         )
