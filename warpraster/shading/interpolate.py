@@ -160,6 +160,47 @@ def as_float_array(x, name: str, shape: tuple, device=None, requires_grad: bool 
     )
 
 
+def check_slot_array(x: wp.array, name: str, dtype, device, shape=None) -> wp.array:
+    """``x`` when it is a ``dtype`` (N, H, W, K) ``wp.array`` (of ``shape`` when given) on
+    ``device``: TypeError for another dtype or rank, ValueError for another shape or device."""
+    if x.dtype != dtype or x.ndim != 4:
+        raise TypeError(
+            f"{name} must be a wp.array of {wp.types.type_repr(dtype)} with shape "
+            f"(N, H, W, K), got dtype {wp.types.type_repr(x.dtype)} shape {x.shape}"
+        )
+    if shape is not None and tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(x.shape)}")
+    if wp.get_device(x.device) != wp.get_device(device):
+        raise ValueError(f"{name} is on device {x.device}, expected {device}")
+    return x
+
+
+def as_slot_array(x, name: str, dtype, device, shape=None) -> wp.array:
+    """An (N, H, W, K) ``dtype`` (int32 or a float32 vector) Warp array of ``shape``
+    (when given) on ``device``: a Warp array is checked (:func:`check_slot_array`)
+    and used as it is; NumPy (vectors as a last axis) is checked and copied."""
+    if is_torch(x):
+        raise TypeError(f"{name} is a torch tensor: use warpraster.torch for torch inputs")
+    if isinstance(x, wp.array):
+        return check_slot_array(x, name, dtype, device, shape)
+    a = np.asarray(x)
+    tail = (dtype._length_,) if wp.types.type_is_vector(dtype) else ()
+    what = "numbers" if tail else "integers"
+    if a.dtype.kind not in ("fiu" if tail else "iu"):
+        raise TypeError(f"{name} must hold {what}, got dtype {a.dtype}")
+    want = ("N", "H", "W", "K") if shape is None else tuple(shape)
+    if (
+        a.ndim != 4 + len(tail)
+        or a.shape[4:] != tail
+        or (shape is not None and a.shape[:4] != want)
+    ):
+        raise ValueError(
+            f"{name} must have shape ({', '.join(map(str, want + tail))}), got {a.shape}"
+        )
+    host = np.ascontiguousarray(a, dtype=np.float32 if tail else np.int32)
+    return wp.array(host, dtype=dtype, device=device)
+
+
 def as_fragment_arrays(pix_to_face, bary_coords, device=None):
     """``pix_to_face`` int32 (N, H, W, K) and ``bary_coords`` vec3 (N, H, W, K) as Warp arrays.
 
@@ -167,52 +208,20 @@ def as_fragment_arrays(pix_to_face, bary_coords, device=None):
     NumPy ``bary_coords`` must be (N, H, W, K, 3). Warp arrays are used as they
     are (``bary_coords`` must be ``vec3``: Warp arrays have at most 4 dims).
     """
-    for x, nm in ((pix_to_face, "pix_to_face"), (bary_coords, "bary_coords")):
-        if is_torch(x):
-            raise TypeError(f"{nm} is a torch tensor: use warpraster.torch for torch inputs")
     if device is None:
         for x in (pix_to_face, bary_coords):
             if isinstance(x, wp.array):
                 device = x.device
                 break
-    if isinstance(pix_to_face, wp.array):
-        if pix_to_face.dtype != wp.int32 or pix_to_face.ndim != 4:
-            raise TypeError(
-                f"pix_to_face must be an int32 wp.array of shape (N, H, W, K), got dtype "
-                f"{wp.types.type_repr(pix_to_face.dtype)} shape {pix_to_face.shape}"
-            )
-        if wp.get_device(pix_to_face.device) != wp.get_device(device):
-            raise ValueError(f"pix_to_face is on device {pix_to_face.device}, expected {device}")
-        p2f = pix_to_face
-    else:
+    if not isinstance(pix_to_face, wp.array) and not is_torch(pix_to_face):
         a = np.asarray(pix_to_face)
-        if a.dtype.kind not in "iu":
-            raise TypeError(f"pix_to_face must hold integers, got dtype {a.dtype}")
-        if a.ndim != 4:
-            raise ValueError(f"pix_to_face must have shape (N, H, W, K), got {a.shape}")
-        if a.size and (a.min() < -1 or a.max() > np.iinfo(np.int32).max):
+        if a.dtype.kind in "iu" and a.size and (a.min() < -1 or a.max() > np.iinfo(np.int32).max):
             raise ValueError("pix_to_face must hold -1 or face indices that fit in int32")
-        p2f = wp.array(a.astype(np.int32), dtype=wp.int32, device=device)
-    shape = tuple(p2f.shape)
-    if isinstance(bary_coords, wp.array):
-        if bary_coords.dtype != wp.vec3 or bary_coords.ndim != 4:
-            raise TypeError(
-                "bary_coords must be a wp.array of vec3 with shape (N, H, W, K), got dtype "
-                f"{wp.types.type_repr(bary_coords.dtype)} shape {bary_coords.shape}"
-            )
-        if wp.get_device(bary_coords.device) != wp.get_device(device):
-            raise ValueError(f"bary_coords is on device {bary_coords.device}, expected {device}")
-        bary = bary_coords
-    else:
-        b = np.asarray(bary_coords)
-        if b.dtype.kind not in "fiu":
-            raise TypeError(f"bary_coords must hold numbers, got dtype {b.dtype}")
-        if b.shape != shape + (3,):
-            raise ValueError(f"bary_coords must have shape {shape + (3,)}, got {b.shape}")
-        bary = wp.array(np.ascontiguousarray(b, dtype=np.float32), dtype=wp.vec3, device=device)
-    if tuple(bary.shape) != shape:
+    p2f = as_slot_array(pix_to_face, "pix_to_face", wp.int32, device)
+    bary = as_slot_array(bary_coords, "bary_coords", wp.vec3, device)
+    if tuple(bary.shape) != tuple(p2f.shape):
         raise ValueError(
-            f"bary_coords has shape {tuple(bary.shape)}, pix_to_face has shape {shape}"
+            f"bary_coords has shape {tuple(bary.shape)}, pix_to_face has shape {tuple(p2f.shape)}"
         )
     return p2f, bary
 

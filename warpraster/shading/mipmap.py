@@ -48,10 +48,10 @@ from ..meshes import as_faces_array, as_vec3_array
 from .interpolate import (
     alloc_vector_out,
     as_float_array,
+    as_slot_array,
     bary_derivatives,
     check_face_range,
     float_view,
-    is_torch,
 )
 from .textures import fragment_arrays, parse_enum
 
@@ -471,49 +471,6 @@ def _texture(
     )
 
 
-def _as_slot_vec2(x, name: str, shape, device) -> wp.array:
-    if is_torch(x):
-        raise TypeError(f"{name} is a torch tensor: use warpraster.torch for torch inputs")
-    if isinstance(x, wp.array):
-        if x.dtype != wp.vec2 or x.ndim != 4:
-            raise TypeError(
-                f"{name} must be a wp.array of vec2 with shape (N, H, W, K), got dtype "
-                f"{wp.types.type_repr(x.dtype)} shape {x.shape}"
-            )
-        if shape is not None and tuple(x.shape) != tuple(shape):
-            raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(x.shape)}")
-        if wp.get_device(x.device) != wp.get_device(device):
-            raise ValueError(f"{name} is on device {x.device}, expected {device}")
-        return x
-    a = np.asarray(x)
-    if a.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must hold numbers, got dtype {a.dtype}")
-    if a.ndim != 5 or a.shape[-1] != 2 or (shape is not None and a.shape[:4] != tuple(shape)):
-        want = "(N, H, W, K, 2)" if shape is None else str(tuple(shape) + (2,))
-        raise ValueError(f"{name} must have shape {want}, got {a.shape}")
-    return wp.array(np.ascontiguousarray(a, dtype=np.float32), dtype=wp.vec2, device=device)
-
-
-def _as_slot_faces(x, shape, device) -> wp.array:
-    if is_torch(x):
-        raise TypeError("pix_to_face is a torch tensor: use warpraster.torch for torch inputs")
-    if isinstance(x, wp.array):
-        if x.dtype != wp.int32 or tuple(x.shape) != tuple(shape):
-            raise ValueError(
-                f"pix_to_face must be an int32 wp.array of shape {tuple(shape)}, got dtype "
-                f"{wp.types.type_repr(x.dtype)} shape {tuple(x.shape)}"
-            )
-        if wp.get_device(x.device) != wp.get_device(device):
-            raise ValueError(f"pix_to_face is on device {x.device}, expected {device}")
-        return x
-    a = np.asarray(x)
-    if a.dtype.kind not in "iu" or a.shape != tuple(shape):
-        raise ValueError(
-            f"pix_to_face must be integers of shape {tuple(shape)}, got {a.dtype} {a.shape}"
-        )
-    return wp.array(a.astype(np.int32), dtype=wp.int32, device=device)
-
-
 def _modes(filter_mode, boundary_mode, has_derivatives: bool):
     if isinstance(filter_mode, str) and filter_mode.strip().lower() == "auto":
         filter_mode = FilterMode.LINEAR_MIPMAP_LINEAR if has_derivatives else FilterMode.LINEAR
@@ -583,17 +540,17 @@ def texture(
         )
         levels, offsets, max_level = None, None, 0
     device = maps.device
-    uvs = _as_slot_vec2(uv, "uv", None, device)
+    uvs = as_slot_array(uv, "uv", wp.vec2, device)
     shape = tuple(uvs.shape)
     if mips and (uv_dx is None or uv_dy is None):
         raise ValueError(f"filter_mode {fm.name.lower()} needs uv_dx and uv_dy")
     if (uv_dx is None) != (uv_dy is None):
         raise ValueError("uv_dx and uv_dy must be given together")
-    dxs = None if uv_dx is None else _as_slot_vec2(uv_dx, "uv_dx", shape, device)
-    dys = None if uv_dy is None else _as_slot_vec2(uv_dy, "uv_dy", shape, device)
+    dxs = None if uv_dx is None else as_slot_array(uv_dx, "uv_dx", wp.vec2, device, shape)
+    dys = None if uv_dy is None else as_slot_array(uv_dy, "uv_dy", wp.vec2, device, shape)
     p2f = None
     if pix_to_face is not None:
-        p2f = _as_slot_faces(pix_to_face, shape, device)
+        p2f = as_slot_array(pix_to_face, "pix_to_face", wp.int32, device, shape)
     if maps.shape[0] not in (1, shape[0]):
         raise ValueError(
             f"tex has {maps.shape[0]} maps for {shape[0]} images (need 1 or {shape[0]})"

@@ -34,6 +34,34 @@ def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
 
 
+def _warp_on(value, name: str, device) -> bool:
+    """Whether ``value`` is a Warp array (on ``device``, when given); TypeError for torch."""
+    if _is_torch(value):
+        raise TypeError(f"{name} is a torch tensor: use warpraster.torch for torch inputs")
+    if not isinstance(value, wp.array):
+        return False
+    if device is not None and wp.get_device(value.device) != wp.get_device(device):
+        raise ValueError(f"{name} is on device {value.device}, expected {wp.get_device(device)}")
+    return True
+
+
+def _host_rows(value, name: str) -> np.ndarray:
+    """``value`` as a float64 NumPy array (TypeError when it is not numeric)."""
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be numeric, got {value!r}") from None
+
+
+def _device_rows(a: np.ndarray, name: str, dtype, device, requires_grad: bool) -> wp.array:
+    """Finite host rows ``a`` copied to ``device`` as ``dtype``."""
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name} must be finite, got {a.tolist()}")
+    return wp.array(
+        a.astype(np.float32), dtype=dtype, device=device, requires_grad=bool(requires_grad)
+    )
+
+
 def vec3_param(value, name: str, device=None, requires_grad: bool = False) -> wp.array:
     """A ``(B,)`` ``wp.vec3`` array from NumPy/Python ``(3,)``/``(B, 3)`` or a Warp array.
 
@@ -42,13 +70,7 @@ def vec3_param(value, name: str, device=None, requires_grad: bool = False) -> wp
             Warp arrays of another dtype.
         ValueError: wrong shape, empty batch, non-finite host values.
     """
-    if _is_torch(value):
-        raise TypeError(f"{name} is a torch tensor: use warpraster.torch for torch inputs")
-    if isinstance(value, wp.array):
-        if device is not None and wp.get_device(value.device) != wp.get_device(device):
-            raise ValueError(
-                f"{name} is on device {value.device}, expected {wp.get_device(device)}"
-            )
+    if _warp_on(value, name, device):
         if value.dtype == wp.float32 and value.ndim == 1 and value.shape[0] == 3:
             value = value.reshape((1, 3))
         try:
@@ -61,48 +83,28 @@ def vec3_param(value, name: str, device=None, requires_grad: bool = False) -> wp
         if arr.shape[0] < 1:
             raise ValueError(f"{name} must hold at least one row")
         return arr
-    try:
-        a = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be numeric, got {value!r}") from None
+    a = _host_rows(value, name)
     if a.ndim == 1:
         a = a[None]
     if a.ndim != 2 or a.shape[1] != 3 or a.shape[0] < 1:
         raise ValueError(f"{name} must have shape (3,) or (B, 3), got {np.shape(value)}")
-    if not np.isfinite(a).all():
-        raise ValueError(f"{name} must be finite, got {a.tolist()}")
-    return wp.array(
-        a.astype(np.float32), dtype=wp.vec3, device=device, requires_grad=bool(requires_grad)
-    )
+    return _device_rows(a, name, wp.vec3, device, requires_grad)
 
 
 def scalar_param(value, name: str, device=None, requires_grad: bool = False) -> wp.array:
     """A ``(B,)`` float32 array from a Python scalar, NumPy ``(B,)`` or a Warp array."""
-    if _is_torch(value):
-        raise TypeError(f"{name} is a torch tensor: use warpraster.torch for torch inputs")
-    if isinstance(value, wp.array):
-        if device is not None and wp.get_device(value.device) != wp.get_device(device):
-            raise ValueError(
-                f"{name} is on device {value.device}, expected {wp.get_device(device)}"
-            )
+    if _warp_on(value, name, device):
         if value.dtype != wp.float32 or value.ndim != 1 or value.shape[0] < 1:
             raise TypeError(
                 f"{name} must be a float32 wp.array of shape (B,), got dtype "
                 f"{wp.types.type_repr(value.dtype)} shape {value.shape}"
             )
         return value
-    try:
-        a = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be numeric, got {value!r}") from None
+    a = _host_rows(value, name)
     a = a.reshape(1) if a.ndim == 0 else a
     if a.ndim != 1 or a.shape[0] < 1:
         raise ValueError(f"{name} must be a scalar or have shape (B,), got {np.shape(value)}")
-    if not np.isfinite(a).all():
-        raise ValueError(f"{name} must be finite, got {a.tolist()}")
-    return wp.array(
-        a.astype(np.float32), dtype=wp.float32, device=device, requires_grad=bool(requires_grad)
-    )
+    return _device_rows(a, name, wp.float32, device, requires_grad)
 
 
 def check_batch(owner: str, arrays: dict[str, wp.array]) -> int:
