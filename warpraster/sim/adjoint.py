@@ -60,6 +60,7 @@ from .gathers import (
     proj_gather_kernel,
     vertex_gather_kernel,
 )
+from .kernel_args import Csr, make
 from .pixel_adjoint import CHANNELS_ADJOINT
 from .reductions import (
     BLOCK,
@@ -137,9 +138,7 @@ class SensorBackward:
         start, entries = csr(sensor.proj_vertex.numpy(), num_verts)
         self.vertex_proj_start = wp.array(start, dtype=wp.int32, device=dev)
         self.vertex_projs = wp.array(entries, dtype=wp.int32, device=dev)
-        start, entries = csr(sensor.sensor_faces.numpy().reshape(-1), num_verts)
-        self.vertex_corner_start = wp.array(start, dtype=wp.int32, device=dev)
-        self.vertex_corners = wp.array(entries, dtype=wp.int32, device=dev)
+        self.vertex_corners = self._csr(sensor.sensor_faces.numpy().reshape(-1), num_verts)
         src = sensor.vertex_source.numpy()
         idx = sensor.vertex_index.numpy()
         from .geometry import VertexSource  # noqa: PLC0415
@@ -192,6 +191,12 @@ class SensorBackward:
         self._dummy_vec3 = _dummy(1, wp.vec3, dev)
         self._dummy_vec4 = _dummy(1, wp.vec4, dev)
         self._dummy_cam = _dummy((1, 1), wp.transform, dev)
+
+    def _csr(self, keys, count) -> Csr:
+        start, entries = csr(keys, count)
+        dev = self.device
+        return make(Csr, start=wp.array(start, dtype=wp.int32, device=dev),
+                    entries=wp.array(entries, dtype=wp.int32, device=dev))  # fmt: skip
 
     def _source_lists(self, src, idx, kind):
         sel = np.nonzero(src == int(kind))[0]
@@ -353,8 +358,7 @@ class SensorBackward:
                       inputs=[s.sensor_faces, frame.points, self.vn_grad],
                       outputs=[self.normal_face_grad], device=dev, record_tape=False)  # fmt: skip
             wp.launch(normal_vertex_gather_kernel, dim=points_grad.shape[0],
-                      inputs=[self.vertex_corner_start, self.vertex_corners,
-                              self.normal_face_grad],
+                      inputs=[self.vertex_corners, self.normal_face_grad],
                       outputs=[points_grad], device=dev, record_tape=False)  # fmt: skip
         if self.particles is not None and particle_q.grad is not None:
             start, verts, ids = self.particles

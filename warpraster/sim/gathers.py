@@ -12,6 +12,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..geometry import pix_to_ndc
+from .kernel_args import Csr
 from .render import _MIN_DEPTH, SOFT_SLOTS
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
@@ -409,8 +410,7 @@ def normal_face_adjoint_kernel(
 @wp.kernel
 def normal_vertex_gather_kernel(
     # Model:
-    corner_start: wp.array(dtype=wp.int32),
-    corners: wp.array(dtype=wp.int32),
+    vertex_corners: Csr,
     # Data in:
     face_grad: wp.array(dtype=wp.mat33),
     # Data out (added to), (V,):
@@ -419,8 +419,8 @@ def normal_vertex_gather_kernel(
     """Sensor vertex v: adds its corners' normal gradients, in CSR order."""
     v = wp.tid()
     g = points_grad_out[v]
-    for e in range(corner_start[v], corner_start[v + 1]):
-        corner = corners[e]
+    for e in range(vertex_corners.start[v], vertex_corners.start[v + 1]):
+        corner = vertex_corners.entries[e]
         f = corner // 3
         g = g + _row(face_grad[f], corner - 3 * f)
     points_grad_out[v] = g

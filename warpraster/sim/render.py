@@ -24,6 +24,16 @@ import warp as wp
 
 from ..geometry import pixel_centre
 from .geometry import VertexSource
+from .kernel_args import (
+    Channels,
+    Csr,
+    FrameArrays,
+    Look,
+    PixelFragments,
+    Surface,
+    VertexSources,
+    View,
+)
 
 # No FMA contraction: CPU and CUDA then round the projection alike.
 wp.set_module_options({"fuse_fp": False})
@@ -39,9 +49,7 @@ _MIN_DEPTH = wp.constant(1.0e-6)
 @wp.kernel
 def world_points_kernel(
     # Model:
-    source: wp.array(dtype=wp.int32),
-    index: wp.array(dtype=wp.int32),
-    local: wp.array(dtype=wp.vec3),
+    sources: VertexSources,
     # Data in:
     particle_q: wp.array(dtype=wp.vec3),
     body_q: wp.array(dtype=wp.transform),
@@ -50,22 +58,26 @@ def world_points_kernel(
 ):
     """World position of each sensor vertex from its source."""
     i = wp.tid()
-    s = source[i]
-    p = local[i]
+    s = sources.source[i]
+    p = sources.local[i]
     if s == _PARTICLE:
-        p = particle_q[index[i]]
+        p = particle_q[sources.index[i]]
     elif s == _BODY:
-        p = wp.transform_point(body_q[index[i]], local[i])
+        p = wp.transform_point(body_q[sources.index[i]], sources.local[i])
     points_out[i] = p
+
+
+@wp.func
+def image_camera(view: View, n: int):
+    """(world, camera) of packed image n = world * C + camera."""
+    w = n // view.camera_count
+    return w, n - w * view.camera_count
 
 
 @wp.kernel
 def project_kernel(
     # Model:
-    proj_vertex: wp.array(dtype=wp.int32),
-    proj_image: wp.array(dtype=wp.int32),
-    camera_count: int,
-    aspect_min: float,
+    view: View,
     # Data in:
     points: wp.array(dtype=wp.vec3),
     camera_transforms: wp.array2d(dtype=wp.transform),
@@ -78,14 +90,25 @@ def project_kernel(
     ``camera_transforms`` is (C, W), camera to world (Newton's layout).
     """
     j = wp.tid()
-    n = proj_image[j]
-    w = n // camera_count
-    c = n - w * camera_count
+    w, c = image_camera(view, view.proj_image[j])
     to_camera = wp.transform_inverse(camera_transforms[c, w])
-    pc = wp.transform_point(to_camera, points[proj_vertex[j]])
+    pc = wp.transform_point(to_camera, points[view.proj_vertex[j]])
     z = -pc[2]
-    s = wp.tan(0.5 * camera_fovs[c]) * aspect_min * wp.max(z, _MIN_DEPTH)
+    s = wp.tan(0.5 * camera_fovs[c]) * view.aspect_min * wp.max(z, _MIN_DEPTH)
     ndc_out[j] = wp.vec3(-pc[0] / s, pc[1] / s, z)
+
+
+@wp.func
+def face_corners(faces: wp.array2d(dtype=wp.int32), f: int) -> wp.vec3i:
+    """The three vertex indices of face f."""
+    return wp.vec3i(faces[f, 0], faces[f, 1], faces[f, 2])
+
+
+@wp.func
+def area_normal(points: wp.array(dtype=wp.vec3), i: wp.vec3i) -> wp.vec3:
+    """``cross(p1 - p0, p2 - p0)`` of the face with corners i: its normal, twice its area long."""
+    p0 = points[i[0]]
+    return wp.cross(points[i[1]] - p0, points[i[2]] - p0)
 
 
 @wp.kernel
@@ -98,22 +121,17 @@ def vertex_normals_kernel(
     normals_out: wp.array(dtype=wp.vec3),
 ):
     """Area-weighted sum of the face normals around each sensor vertex."""
-    f = wp.tid()
-    i0 = faces[f, 0]
-    i1 = faces[f, 1]
-    i2 = faces[f, 2]
-    p0 = points[i0]
-    nrm = wp.cross(points[i1] - p0, points[i2] - p0)
-    wp.atomic_add(normals_out, i0, nrm)
-    wp.atomic_add(normals_out, i1, nrm)
-    wp.atomic_add(normals_out, i2, nrm)
+    i = face_corners(faces, wp.tid())
+    nrm = area_normal(points, i)
+    wp.atomic_add(normals_out, i[0], nrm)
+    wp.atomic_add(normals_out, i[1], nrm)
+    wp.atomic_add(normals_out, i[2], nrm)
 
 
 @wp.kernel
 def vertex_normals_gather_kernel(
     # Model:
-    corner_start: wp.array(dtype=wp.int32),
-    corners: wp.array(dtype=wp.int32),
+    vertex_corners: Csr,
     faces: wp.array2d(dtype=wp.int32),
     # Data in:
     points: wp.array(dtype=wp.vec3),
@@ -126,10 +144,8 @@ def vertex_normals_gather_kernel(
     backward holds its adjoint."""
     v = wp.tid()
     acc = wp.vec3(0.0)
-    for e in range(corner_start[v], corner_start[v + 1]):
-        f = corners[e] // 3
-        p0 = points[faces[f, 0]]
-        acc = acc + wp.cross(points[faces[f, 1]] - p0, points[faces[f, 2]] - p0)
+    for e in range(vertex_corners.start[v], vertex_corners.start[v + 1]):
+        acc = acc + area_normal(points, face_corners(faces, vertex_corners.entries[e] // 3))
     normals_out[v] = acc
 
 
@@ -208,7 +224,7 @@ def outline_kernel(
     v2 = wp.vec3(m[2, 0], m[2, 1], m[2, 2])
     b = outline_barycentrics(pixel_centre(y, x, ndc_height, ndc_width), v0, v1, v2)
     bary_out[n, y, x] = b
-    depth_out[n, y, x] = 1.0 / (b[0] / v0[2] + b[1] / v1[2] + b[2] / v2[2])
+    depth_out[n, y, x] = outline_depth(b, v0, v1, v2)
 
 
 @wp.func
@@ -227,52 +243,66 @@ def _nearer(
     return best_k
 
 
+@wp.func
+def nearest_slot(
+    p2f: wp.array4d(dtype=wp.int32), dists: wp.array4d(dtype=float), n: int, y: int, x: int
+) -> int:
+    """The blurred slot nearest in distance (a discrete choice: no gradient through
+    it), the slots written out one by one."""
+    k = _nearer(p2f, dists, n, y, x, 1, 0)
+    k = _nearer(p2f, dists, n, y, x, 2, k)
+    k = _nearer(p2f, dists, n, y, x, 3, k)
+    k = _nearer(p2f, dists, n, y, x, 4, k)
+    k = _nearer(p2f, dists, n, y, x, 5, k)
+    k = _nearer(p2f, dists, n, y, x, 6, k)
+    return _nearer(p2f, dists, n, y, x, 7, k)
+
+
+@wp.func
+def outline_depth(b: wp.vec3, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3) -> float:
+    """View depth of the point with perspective-correct barycentrics b."""
+    return 1.0 / (b[0] / v0[2] + b[1] / v1[2] + b[2] / v2[2])
+
+
+@wp.func
+def outline_point(
+    view: View, faces: wp.array2d(dtype=wp.int32), ndc: wp.array(dtype=wp.vec3), f: int, y: int,
+    x: int,
+):  # fmt: skip
+    """(v0, v1, v2, barycentrics, depth): face f's NDC vertices and the point of its
+    outline nearest to pixel (y, x) (:func:`outline_barycentrics`)."""
+    v0 = ndc[faces[f, 0]]
+    v1 = ndc[faces[f, 1]]
+    v2 = ndc[faces[f, 2]]
+    b = outline_barycentrics(pixel_centre(y, x, view.height, view.width), v0, v1, v2)
+    return v0, v1, v2, b, outline_depth(b, v0, v1, v2)
+
+
+@wp.func
+def ambient_light(look: Look, nrm: wp.vec3) -> wp.vec3:
+    """Newton's hemispheric ambient light on a surface of normal ``nrm``: sky and
+    ground colours blended by the normal's up component, times the intensity."""
+    hemi = 0.5 * (wp.dot(nrm, look.up) + 1.0)
+    return (look.sky * hemi + look.ground * (1.0 - hemi)) * look.ambient_intensity
+
+
 def _make_channels_kernel(soft: bool):
     """The channel kernel; ``soft``: with the soft-silhouette branch (a separate
     variant so that the sharp one keeps its adjoint small)."""
 
     @wp.kernel(module="unique")
     def channels_kernel(
-        # Fragments of the sharp pass (K = 1), (N, H, W, 1):
-        pix_to_face: wp.array4d(dtype=wp.int32),
-        bary: wp.array4d(dtype=wp.vec3),
-        zbuf: wp.array4d(dtype=float),
-        # Fragments of the blurred pass (K = SOFT_SLOTS; the sharp ones when sigma = 0):
-        soft_pix_to_face: wp.array4d(dtype=wp.int32),
-        soft_dists: wp.array4d(dtype=float),
-        # Model:
-        faces: wp.array2d(dtype=wp.int32),
-        face_vertices: wp.array2d(dtype=wp.int32),
-        face_shape: wp.array(dtype=wp.int32),
-        shape_index: wp.array(dtype=wp.uint32),
-        camera_count: int,
-        ndc_height: int,
-        ndc_width: int,
-        sigma: float,
-        ambient: int,
-        up: wp.vec3,
-        sky: wp.vec3,
-        ground: wp.vec3,
-        ambient_intensity: float,
-        clear_color: wp.vec3,
-        clear_depth: float,
-        smooth: int,
+        # Fragments in:
+        frags: PixelFragments,
+        # Model (the look holds the material arrays, data in):
+        view: View,
+        surface: Surface,
+        look: Look,
         # Data in:
-        shape_colors: wp.array(dtype=wp.vec3),
-        light_direction: wp.array(dtype=wp.vec3),
-        light_intensity: wp.array(dtype=float),
-        points: wp.array(dtype=wp.vec3),
-        ndc: wp.array(dtype=wp.vec3),
-        vertex_normals: wp.array(dtype=wp.vec3),
+        frame: FrameArrays,
         camera_transforms: wp.array2d(dtype=wp.transform),
         # Data out, (world, camera, H, W):
-        color_out: wp.array4d(dtype=wp.vec3),
-        albedo_out: wp.array4d(dtype=wp.vec3),
-        normal_out: wp.array4d(dtype=wp.vec3),
-        depth_out: wp.array4d(dtype=float),
-        forward_depth_out: wp.array4d(dtype=float),
-        alpha_out: wp.array4d(dtype=float),
-        shape_index_out: wp.array4d(dtype=wp.uint32),
+        channels_out: Channels,
     ):
         """Every output channel of one pixel from its nearest face (K = 1).
 
@@ -298,20 +328,20 @@ def _make_channels_kernel(soft: bool):
         Warp's generated adjoint.
         """
         n, y, x = wp.tid()
-        w = n // camera_count
-        c = n - w * camera_count
-        f = pix_to_face[n, y, x, 0]
+        w, c = image_camera(view, n)
+        f = frags.pix_to_face[n, y, x, 0]
         b = wp.vec3(0.0)
         fwd = float(0.0)
         sharp = f >= 0
         if sharp:  # empty pixels (most of a sensor image) skip these 16 bytes
-            b = bary[n, y, x, 0]
-            fwd = zbuf[n, y, x, 0]
+            b = frags.bary[n, y, x, 0]
+            fwd = frags.zbuf[n, y, x, 0]
         a = float(1.0)
+        sigma = look.sigma
         if wp.static(soft):  # compiled only into the soft-silhouette variant
             if not sharp and sigma > 0.0:
-                sp = soft_pix_to_face
-                sd = soft_dists
+                sp = frags.soft_pix_to_face
+                sd = frags.soft_dists
                 a = 1.0 - (
                     (1.0 - _slot_alpha(sp, sd, n, y, x, 0, sigma))
                     * (1.0 - _slot_alpha(sp, sd, n, y, x, 1, sigma))
@@ -323,64 +353,54 @@ def _make_channels_kernel(soft: bool):
                     * (1.0 - _slot_alpha(sp, sd, n, y, x, 7, sigma))
                 )
                 # the slot nearest in distance (a discrete choice: no gradient through it)
-                k = _nearer(sp, sd, n, y, x, 1, 0)
-                k = _nearer(sp, sd, n, y, x, 2, k)
-                k = _nearer(sp, sd, n, y, x, 3, k)
-                k = _nearer(sp, sd, n, y, x, 4, k)
-                k = _nearer(sp, sd, n, y, x, 5, k)
-                k = _nearer(sp, sd, n, y, x, 6, k)
-                k = _nearer(sp, sd, n, y, x, 7, k)
-                f = soft_pix_to_face[n, y, x, k]
+                k = nearest_slot(sp, sd, n, y, x)
+                f = sp[n, y, x, k]
                 if f >= 0:
-                    v0 = ndc[faces[f, 0]]
-                    v1 = ndc[faces[f, 1]]
-                    v2 = ndc[faces[f, 2]]
-                    b = outline_barycentrics(pixel_centre(y, x, ndc_height, ndc_width), v0, v1, v2)
-                    fwd = 1.0 / (b[0] / v0[2] + b[1] / v1[2] + b[2] / v2[2])
+                    v0, v1, v2, b, fwd = outline_point(view, surface.faces, frame.ndc, f, y, x)
+        out = channels_out
         if f < 0:
-            color_out[w, c, y, x] = clear_color
-            albedo_out[w, c, y, x] = wp.vec3(0.0)
-            normal_out[w, c, y, x] = wp.vec3(0.0)
-            depth_out[w, c, y, x] = clear_depth
-            forward_depth_out[w, c, y, x] = clear_depth
-            alpha_out[w, c, y, x] = 0.0
-            shape_index_out[w, c, y, x] = _NO_SHAPE
+            out.color[w, c, y, x] = look.clear_color
+            out.albedo[w, c, y, x] = wp.vec3(0.0)
+            out.normal[w, c, y, x] = wp.vec3(0.0)
+            out.depth[w, c, y, x] = look.clear_depth
+            out.forward_depth[w, c, y, x] = look.clear_depth
+            out.alpha[w, c, y, x] = 0.0
+            out.shape_index[w, c, y, x] = _NO_SHAPE
             return
-        i0 = face_vertices[f, 0]
-        i1 = face_vertices[f, 1]
-        i2 = face_vertices[f, 2]
-        p0 = points[i0]
-        p1 = points[i1]
-        p2 = points[i2]
+        i = face_corners(surface.face_vertices, f)
+        p0 = frame.points[i[0]]
+        p1 = frame.points[i[1]]
+        p2 = frame.points[i[2]]
         hit = b[0] * p0 + b[1] * p1 + b[2] * p2
         origin = wp.transform_get_translation(camera_transforms[c, w])
         depth = wp.length(hit - origin)
         nrm = wp.normalize(wp.cross(p1 - p0, p2 - p0))
-        if smooth != 0:
+        if look.smooth != 0:
+            vn = frame.vertex_normals
             nrm = wp.normalize(
-                b[0] * wp.normalize(vertex_normals[i0])
-                + b[1] * wp.normalize(vertex_normals[i1])
-                + b[2] * wp.normalize(vertex_normals[i2])
+                b[0] * wp.normalize(vn[i[0]])
+                + b[1] * wp.normalize(vn[i[1]])
+                + b[2] * wp.normalize(vn[i[2]])
             )
-        s = face_shape[f]
-        albedo = shape_colors[s]
+        s = surface.face_shape[f]
+        albedo = look.shape_colors[s]
         shaded = wp.vec3(0.0)
-        if ambient != 0:
-            hemi = 0.5 * (wp.dot(nrm, up) + 1.0)
-            shaded = wp.cw_mul(albedo, (sky * hemi + ground * (1.0 - hemi)) * ambient_intensity)
-        to_light = -wp.normalize(light_direction[0])
+        if look.ambient != 0:
+            shaded = wp.cw_mul(albedo, ambient_light(look, nrm))
+        to_light = -wp.normalize(look.light_direction[0])
         ndotl = wp.max(wp.dot(nrm, to_light), 0.0)
-        shaded = shaded + albedo * (ndotl * light_intensity[0])
-        color_out[w, c, y, x] = a * shaded + (1.0 - a) * clear_color
-        albedo_out[w, c, y, x] = a * albedo
-        normal_out[w, c, y, x] = a * nrm
-        depth_out[w, c, y, x] = a * depth + (1.0 - a) * clear_depth
-        forward_depth_out[w, c, y, x] = a * fwd + (1.0 - a) * clear_depth
-        alpha_out[w, c, y, x] = a
+        shaded = shaded + albedo * (ndotl * look.light_intensity[0])
+        clear_depth = look.clear_depth
+        out.color[w, c, y, x] = a * shaded + (1.0 - a) * look.clear_color
+        out.albedo[w, c, y, x] = a * albedo
+        out.normal[w, c, y, x] = a * nrm
+        out.depth[w, c, y, x] = a * depth + (1.0 - a) * clear_depth
+        out.forward_depth[w, c, y, x] = a * fwd + (1.0 - a) * clear_depth
+        out.alpha[w, c, y, x] = a
         if sharp:
-            shape_index_out[w, c, y, x] = shape_index[s]
+            out.shape_index[w, c, y, x] = surface.shape_index[s]
         else:
-            shape_index_out[w, c, y, x] = _NO_SHAPE
+            out.shape_index[w, c, y, x] = _NO_SHAPE
 
     return channels_kernel
 

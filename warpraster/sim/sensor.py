@@ -46,6 +46,16 @@ import warp as wp
 from .. import RasterWorkspace, rasterize_meshes
 from .adjoint import SensorBackward
 from .geometry import SensorGeometry, VertexSource
+from .kernel_args import (
+    Channels,
+    FrameArrays,
+    Look,
+    PixelFragments,
+    Surface,
+    VertexSources,
+    View,
+    make,
+)
 from .render import (
     CHANNEL_KERNELS,
     SOFT_SLOTS,
@@ -103,6 +113,10 @@ class SensorFrame:
     soft_workspace: RasterWorkspace | None = None
     #: ``ndc``'s memory without a gradient (the deterministic backward's raster input).
     ndc_nograd: wp.array | None = None
+    #: The kernels' structs of the arrays above (built once with the slot).
+    arrays: FrameArrays | None = None
+    fragments: PixelFragments | None = None
+    channels: Channels | None = None
 
     CHANNELS = ("color", "albedo", "normal", "depth", "forward_depth", "alpha", "shape_index")
 
@@ -277,6 +291,23 @@ class CameraSensor:
         # stand-ins for a source the geometry does not use
         self._no_particles = wp.zeros(1, dtype=wp.vec3, device=dev)
         self._no_bodies = wp.zeros(1, dtype=wp.transform, device=dev)
+        # the kernels' static arguments, packed once
+        h, w = self.image_size
+        self.sources = make(VertexSources, source=self.vertex_source, index=self.vertex_index,
+                            local=self.vertex_local)  # fmt: skip
+        self.view = make(View, proj_vertex=self.proj_vertex, proj_image=self.proj_image,
+                         camera_count=self.camera_count, height=h, width=w,
+                         aspect_min=min(1.0, w / h))  # fmt: skip
+        self.surface = make(Surface, faces=self.faces, face_vertices=self.face_vertices,
+                            face_shape=self.face_shape, shape_index=self.shape_index)  # fmt: skip
+        sky, ground, ambient_intensity = self.ambient_terms
+        self.look = make(
+            Look, sigma=self.silhouette_sigma, ambient=int(self.ambient), up=self.up, sky=sky,
+            ground=ground, ambient_intensity=ambient_intensity, clear_color=self.clear_color,
+            clear_depth=self.clear_depth, smooth=int(self.smooth_normals),
+            shape_colors=self.shape_colors, light_direction=self.light_direction,
+            light_intensity=self.light_intensity,
+        )  # fmt: skip
         self.frames = [self._allocate_frame() for _ in range(self.frame_count)]
         self.backward = SensorBackward(self) if self.deterministic else None
         # per frame slot: renders so far, and (tape weakref, tape index, backward) of
@@ -315,7 +346,7 @@ class CameraSensor:
         if det:
             ndc_nograd = wp.array(ptr=ndc.ptr, dtype=wp.vec3, shape=ndc.shape, device=dev)
             ndc_nograd._ref = ndc  # keeps the owner alive
-        return SensorFrame(
+        frame = SensorFrame(
             color=img(wp.vec3, "color"),
             albedo=img(wp.vec3, "albedo"),
             normal=img(wp.vec3, "normal"),
@@ -337,6 +368,16 @@ class CameraSensor:
             soft_workspace=workspace(SOFT_SLOTS) if self.silhouette_sigma > 0.0 else None,
             ndc_nograd=ndc_nograd,
         )
+        frame.arrays = make(FrameArrays, points=frame.points, ndc=frame.ndc,
+                            vertex_normals=frame.vertex_normals)  # fmt: skip
+        sharp = frame.workspace.fragments
+        soft = sharp if frame.soft_workspace is None else frame.soft_workspace.fragments
+        frame.fragments = make(
+            PixelFragments, pix_to_face=sharp.pix_to_face, bary=sharp.bary_coords,
+            zbuf=sharp.zbuf, soft_pix_to_face=soft.pix_to_face, soft_dists=soft.dists,
+        )  # fmt: skip
+        frame.channels = make(Channels, **{name: getattr(frame, name) for name in frame.CHANNELS})
+        return frame
 
     def _check_input(self, arr, name, dtype, min_len, ndim=1):
         if not isinstance(arr, wp.array):
@@ -412,7 +453,7 @@ class CameraSensor:
         wp.launch(
             world_points_kernel,
             dim=out.points.shape[0],
-            inputs=[self.vertex_source, self.vertex_index, self.vertex_local, particle_q, body_q],
+            inputs=[self.sources, particle_q, body_q],
             outputs=[out.points],
             device=dev,
             record_tape=rec,
@@ -421,8 +462,7 @@ class CameraSensor:
             if det:
                 bw = self.backward
                 wp.launch(vertex_normals_gather_kernel, dim=out.vertex_normals.shape[0],
-                          inputs=[bw.vertex_corner_start, bw.vertex_corners, self.sensor_faces,
-                                  out.points],
+                          inputs=[bw.vertex_corners, self.sensor_faces, out.points],
                           outputs=[out.vertex_normals], device=dev, record_tape=False)  # fmt: skip
             else:
                 out.vertex_normals.zero_()
@@ -433,8 +473,7 @@ class CameraSensor:
         wp.launch(
             project_kernel,
             dim=out.ndc.shape[0],
-            inputs=[self.proj_vertex, self.proj_image, self.camera_count, min(1.0, w / h),
-                    out.points, camera_transforms, camera_fovs],
+            inputs=[self.view, out.points, camera_transforms, camera_fovs],
             outputs=[out.ndc],
             device=dev,
             record_tape=rec,
@@ -447,23 +486,12 @@ class CameraSensor:
             # depths just outside a face can be wild or negative, which drops
             # the face or reorders the slots
             soft = self._rasterize(out, out.soft_workspace, self.blur_radius, SOFT_SLOTS)
-        sky, ground, ambient_intensity = self.ambient_terms
         wp.launch(
             CHANNEL_KERNELS[self.silhouette_sigma > 0.0],
             dim=(self.num_images, h, w),
-            inputs=[
-                frags.pix_to_face, frags.bary_coords, frags.zbuf,
-                soft.pix_to_face, soft.dists,
-                self.faces, self.face_vertices, self.face_shape, self.shape_index,
-                self.camera_count, h, w,
-                self.silhouette_sigma, int(self.ambient), self.up,
-                sky, ground, ambient_intensity,
-                self.clear_color, self.clear_depth, int(self.smooth_normals),
-                self.shape_colors, self.light_direction, self.light_intensity, out.points,
-                out.ndc, out.vertex_normals, camera_transforms,
-            ],
-            outputs=[out.color, out.albedo, out.normal, out.depth, out.forward_depth, out.alpha,
-                     out.shape_index],
+            inputs=[out.fragments, self.view, self.surface, self.look, out.arrays,
+                    camera_transforms],
+            outputs=[out.channels],
             device=dev,
             record_tape=rec,
         )  # fmt: skip

@@ -1,0 +1,255 @@
+"""The sensor's kernel arguments, grouped by what travels together.
+
+Arrays that every sensor kernel passes as one unit are Warp structs, built once
+(at set-up, per frame slot, or on the backward's first need) and cached on the
+sensor, its frames and its backward, so a step packs nothing on the host. The
+struct fields are the arrays the kernels took one by one before; the
+arithmetic is unchanged. Gradients: Warp's tape mirrors a struct's array fields
+with their ``.grad`` arrays, so the generated-adjoint path
+(``deterministic=False``) differentiates through them as through plain arrays.
+
+Static (set-up): :class:`VertexSources`, :class:`View`, :class:`Surface`,
+:class:`Look`, :class:`Csr`, :class:`SourceGroups`, :class:`FaceWalk`.
+Per frame slot: :class:`FrameArrays`, :class:`PixelFragments`, :class:`Channels`.
+Backward scratch: :class:`PixelRecords`, :class:`Outline`, :class:`FaceSums`,
+:class:`StripSums`, :class:`BigFaces`, :class:`ProjGrads`, :class:`CameraGrads`.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+
+# ----------------------------------------------------------------------------- static
+@wp.struct
+class VertexSources:
+    """Where each sensor vertex (V,) comes from: ``source`` (a ``VertexSource``),
+    ``index`` (its particle or body), ``local`` (body-frame or world point)."""
+
+    source: wp.array(dtype=wp.int32)
+    index: wp.array(dtype=wp.int32)
+    local: wp.array(dtype=wp.vec3)
+
+
+@wp.struct
+class View:
+    """The packed images: projected vertex j (P,) is sensor vertex
+    ``proj_vertex[j]`` seen in image ``proj_image[j]`` (image n = world * C +
+    camera); ``camera_count`` C; image ``height`` x ``width`` pixels;
+    ``aspect_min`` = min(1, width / height) (the NDC scale of the shorter side)."""
+
+    proj_vertex: wp.array(dtype=wp.int32)
+    proj_image: wp.array(dtype=wp.int32)
+    camera_count: int
+    height: int
+    width: int
+    aspect_min: float
+
+
+@wp.struct
+class Surface:
+    """The packed faces (F,): ``faces`` index projected vertices,
+    ``face_vertices`` the same corners as sensor vertices; ``face_shape`` the
+    shape of each face, ``shape_index`` (S,) each shape's output index."""
+
+    faces: wp.array2d(dtype=wp.int32)
+    face_vertices: wp.array2d(dtype=wp.int32)
+    face_shape: wp.array(dtype=wp.int32)
+    shape_index: wp.array(dtype=wp.uint32)
+
+
+@wp.struct
+class Look:
+    """Shading and coverage options (see ``render.CHANNEL_KERNELS``) and the
+    material arrays (which may require gradients): shape colours (S,), light
+    direction and intensity (1,)."""
+
+    sigma: float
+    ambient: int
+    up: wp.vec3
+    sky: wp.vec3
+    ground: wp.vec3
+    ambient_intensity: float
+    clear_color: wp.vec3
+    clear_depth: float
+    smooth: int
+    shape_colors: wp.array(dtype=wp.vec3)
+    light_direction: wp.array(dtype=wp.vec3)
+    light_intensity: wp.array(dtype=float)
+
+
+@wp.struct
+class Csr:
+    """A static list per key: entries ``entries[start[k]:start[k + 1]]`` of key k,
+    in ascending order (``adjoint.csr``)."""
+
+    start: wp.array(dtype=wp.int32)
+    entries: wp.array(dtype=wp.int32)
+
+
+@wp.struct
+class SourceGroups:
+    """The sensor vertices of each used particle or body u: ``verts[start[u]:
+    start[u + 1]]`` (ascending); ``ids[u]`` its particle or body index."""
+
+    start: wp.array(dtype=wp.int32)
+    verts: wp.array(dtype=wp.int32)
+    ids: wp.array(dtype=wp.int32)
+
+
+@wp.struct
+class FaceWalk:
+    """What the face walk needs to find a packed face's pixels: the faces, the
+    image of each (-1: none), the image size and the margin (NDC) a pixel centre
+    may lie outside a face and still show it."""
+
+    faces: wp.array2d(dtype=wp.int32)
+    face_image: wp.array(dtype=wp.int32)
+    height: int
+    width: int
+    margin_ndc: float
+
+
+# ----------------------------------------------------------------------------- per frame slot
+@wp.struct
+class FrameArrays:
+    """A frame slot's geometry: world points (V,), projected vertices (P,), vertex
+    normals (V,, or (1,) without smooth normals)."""
+
+    points: wp.array(dtype=wp.vec3)
+    ndc: wp.array(dtype=wp.vec3)
+    vertex_normals: wp.array(dtype=wp.vec3)
+
+
+@wp.struct
+class PixelFragments:
+    """A frame slot's fragments, (N, H, W, K): the sharp pass (K = 1) and the
+    blurred pass's coverage (K = ``SOFT_SLOTS``; the sharp pass's without a soft
+    silhouette)."""
+
+    pix_to_face: wp.array4d(dtype=wp.int32)
+    bary: wp.array4d(dtype=wp.vec3)
+    zbuf: wp.array4d(dtype=float)
+    soft_pix_to_face: wp.array4d(dtype=wp.int32)
+    soft_dists: wp.array4d(dtype=float)
+
+
+@wp.struct
+class Channels:
+    """A frame slot's image channels, (world, camera, H, W), or their gradients."""
+
+    color: wp.array4d(dtype=wp.vec3)
+    albedo: wp.array4d(dtype=wp.vec3)
+    normal: wp.array4d(dtype=wp.vec3)
+    depth: wp.array4d(dtype=float)
+    forward_depth: wp.array4d(dtype=float)
+    alpha: wp.array4d(dtype=float)
+    shape_index: wp.array4d(dtype=wp.uint32)
+
+
+# ----------------------------------------------------------------------------- backward scratch
+@wp.struct
+class PixelRecords:
+    """Per pixel (N, H, W): the face it shows (-1: none) and the gradients of that
+    face's NDC vertices, world vertices and raw vertex normals (rows = corners);
+    each blurred slot's NDC vertex gradients (N, H, W, SOFT_SLOTS); the camera
+    origin's gradient; the albedo and light (direction, intensity) gradients."""
+
+    face: wp.array3d(dtype=wp.int32)
+    ndc: wp.array3d(dtype=wp.mat33)
+    world: wp.array3d(dtype=wp.mat33)
+    vn: wp.array3d(dtype=wp.mat33)
+    soft: wp.array4d(dtype=wp.mat33)
+    origin: wp.array3d(dtype=wp.vec3)
+    albedo: wp.array3d(dtype=wp.vec3)
+    light: wp.array3d(dtype=wp.vec4)
+
+
+@wp.struct
+class Outline:
+    """Per soft pixel (N, H, W): whether its outline point is used, its face's NDC
+    vertices (rows), and the gradients of its barycentrics and depth."""
+
+    on: wp.array3d(dtype=wp.int32)
+    verts: wp.array3d(dtype=wp.mat33)
+    g_bary: wp.array3d(dtype=wp.vec3)
+    g_depth: wp.array3d(dtype=float)
+
+
+@wp.struct
+class FaceSums:
+    """Per packed face (F,), rows = corners: the summed gradients of its NDC
+    vertices, world vertices and raw vertex normals."""
+
+    ndc: wp.array(dtype=wp.mat33)
+    world: wp.array(dtype=wp.mat33)
+    vn: wp.array(dtype=wp.mat33)
+
+
+@wp.struct
+class StripSums:
+    """:class:`FaceSums` of the big faces per row strip, (capacity, strips)."""
+
+    ndc: wp.array2d(dtype=wp.mat33)
+    world: wp.array2d(dtype=wp.mat33)
+    vn: wp.array2d(dtype=wp.mat33)
+
+
+@wp.struct
+class BigFaces:
+    """The faces whose pixel box holds more than ``area`` pixels: ``count`` (1,)
+    listed so far, ``faces`` (capacity,) the list."""
+
+    count: wp.array(dtype=wp.int32)
+    faces: wp.array(dtype=wp.int32)
+    area: int
+    capacity: int
+
+
+@wp.struct
+class ProjGrads:
+    """Per projected (or sensor) vertex: the gradients of its world point and of its
+    raw vertex normal."""
+
+    point: wp.array(dtype=wp.vec3)
+    vn: wp.array(dtype=wp.vec3)
+
+
+@wp.struct
+class CameraGrads:
+    """Camera gradients per projected vertex (P,) or per image (N,): translation,
+    rotation (quaternion as 4 free numbers) and field of view."""
+
+    t: wp.array(dtype=wp.vec3)
+    q: wp.array(dtype=wp.vec4)
+    fov: wp.array(dtype=float)
+
+
+def make(cls, **fields):
+    """A ``cls`` struct instance with ``fields`` set (built once, then cached)."""
+    s = cls()
+    for name, value in fields.items():
+        setattr(s, name, value)
+    return s
+
+
+__all__ = [
+    "BigFaces",
+    "CameraGrads",
+    "Channels",
+    "Csr",
+    "FaceSums",
+    "FaceWalk",
+    "FrameArrays",
+    "Look",
+    "Outline",
+    "PixelFragments",
+    "PixelRecords",
+    "ProjGrads",
+    "SourceGroups",
+    "StripSums",
+    "Surface",
+    "VertexSources",
+    "View",
+    "make",
+]
