@@ -35,7 +35,7 @@ from .lighting import (
     phong_power,
 )
 from .modes import BlendMode, ShadingMode, TexelSource
-from .params import row
+from .params import new_struct, row
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -171,22 +171,10 @@ class ShadeGrads:
     background: wp.array(dtype=wp.vec3)
 
 
-_DUMMIES: dict = {}  # (dtype, ndim, device) -> a one-element array (allocated once)
-
-
 def new_inputs(device) -> ShadeInputs:
     """A :class:`ShadeInputs` whose arrays are one-element placeholders on ``device``
     (Warp's tape walks every array field of a struct it differentiates)."""
-    a = ShadeInputs()
-    dev = wp.get_device(device)
-    for name, var in ShadeInputs.vars.items():
-        t = var.type
-        if wp.types.is_array(t):
-            key = (t.dtype, t.ndim, dev.alias)
-            if key not in _DUMMIES:
-                _DUMMIES[key] = wp.zeros((1,) * t.ndim, dtype=t.dtype, device=dev)
-            setattr(a, name, _DUMMIES[key])
-    return a
+    return new_struct(ShadeInputs, device)
 
 
 @wp.func

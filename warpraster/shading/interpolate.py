@@ -254,6 +254,14 @@ def check_face_range(faces: wp.array, n_rows: int, name: str, rows: str):
 
 # ----------------------------------------------------------------------------- kernel
 @wp.func
+def slot_channel(j: int, channels: int):
+    """(slot k, channel c) of the thread index ``j = k * channels + c`` of the per-slot,
+    per-channel kernels."""
+    k = j // channels
+    return k, j - k * channels
+
+
+@wp.func
 def bary_derivatives(p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, perspective: int):
     """(d bary / d X_ndc, d bary / d Y_ndc) of the face (v0, v1, v2) at NDC point ``p``.
 
@@ -308,8 +316,7 @@ def _interpolate(
     ddy_out: wp.array4d(dtype=wp.float32),
 ):
     n, yi, xi, j = wp.tid()
-    k = j // dim
-    c = j - k * dim
+    k, c = slot_channel(j, dim)
     f = pix_to_face[n, yi, xi, k]
     if f < 0:
         values_out[n, yi, xi, j] = 0.0

@@ -19,7 +19,7 @@ import warp as wp
 
 from ..meshes import as_vec3_array
 
-__all__ = ["check_batch", "row", "scalar_param", "vec3_param"]
+__all__ = ["check_batch", "new_struct", "row", "scalar_param", "vec3_param"]
 
 
 @wp.func
@@ -28,6 +28,28 @@ def row(n: int, count: int) -> int:
     if count == 1:
         return 0
     return n
+
+
+_PLACEHOLDERS: dict = {}  # (dtype, ndim, device) -> a one-element array (allocated once)
+
+
+def new_struct(cls, device, **fields):
+    """An instance of the ``@wp.struct`` ``cls`` with ``fields`` set and every other
+    array field a one-element placeholder on ``device`` (Warp's tape walks every
+    array field of a struct it differentiates; kernels test them with their flags)."""
+    a = cls()
+    dev = wp.get_device(device)
+    for name, var in cls.vars.items():
+        t = var.type
+        value = fields.get(name)
+        if value is None and wp.types.is_array(t):
+            key = (t.dtype, t.ndim, dev.alias)
+            if key not in _PLACEHOLDERS:
+                _PLACEHOLDERS[key] = wp.zeros((1,) * t.ndim, dtype=t.dtype, device=dev)
+            value = _PLACEHOLDERS[key]
+        if value is not None:
+            setattr(a, name, value)
+    return a
 
 
 def _is_torch(x) -> bool:

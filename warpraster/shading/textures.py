@@ -38,7 +38,9 @@ from .interpolate import (
     check_face_range,
     float_view,
     interpolate_vertex_attributes,
+    slot_channel,
 )
+from .params import new_struct, row
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -207,27 +209,29 @@ def flipped_texel(maps: wp.array4d(dtype=wp.float32), m: int, yf: int, x: int, c
     return maps[m, h - 1 - yf, x, c]
 
 
+@wp.struct
+class GridSampler:
+    """A :class:`TexturesUV`'s maps (N or 1, Ht, Wt, C) and its ``grid_sample``
+    options as ints (built with it)."""
+
+    maps: wp.array4d(dtype=wp.float32)
+    padding: int
+    align_corners: int
+    sampling: int
+
+
 @wp.func
-def grid_sample_channel(
-    maps: wp.array4d(dtype=wp.float32),
-    m: int,
-    c: int,
-    u: float,
-    v: float,
-    padding: int,
-    align_corners: int,
-    sampling: int,
-) -> float:
+def grid_sample_channel(s: GridSampler, m: int, c: int, u: float, v: float) -> float:
     """Channel ``c`` of PyTorch3D's ``TexturesUV`` sample of map ``m`` at (u, v)."""
-    h = maps.shape[1]
-    w = maps.shape[2]
-    ix = grid_source_index(u * 2.0 - 1.0, w, padding, align_corners)
-    iy = grid_source_index(v * 2.0 - 1.0, h, padding, align_corners)
+    h = s.maps.shape[1]
+    w = s.maps.shape[2]
+    ix = grid_source_index(u * 2.0 - 1.0, w, s.padding, s.align_corners)
+    iy = grid_source_index(v * 2.0 - 1.0, h, s.padding, s.align_corners)
     # Far outside (or NaN) with zero padding: no tap is inside; keeps int() in range.
     if not (ix > -2.0 and ix < float(w) + 1.0 and iy > -2.0 and iy < float(h) + 1.0):
         return 0.0
-    if sampling == SamplingMode.NEAREST:
-        return flipped_texel(maps, m, int(wp.rint(iy)), int(wp.rint(ix)), c)
+    if s.sampling == SamplingMode.NEAREST:
+        return flipped_texel(s.maps, m, int(wp.rint(iy)), int(wp.rint(ix)), c)
     x0f = wp.floor(ix)
     y0f = wp.floor(iy)
     x0 = int(x0f)
@@ -237,10 +241,10 @@ def grid_sample_channel(
     wn = iy - y0f
     ws = (y0f + 1.0) - iy
     return (
-        flipped_texel(maps, m, y0, x0, c) * (ws * ww)
-        + flipped_texel(maps, m, y0, x0 + 1, c) * (ws * we)
-        + flipped_texel(maps, m, y0 + 1, x0, c) * (wn * ww)
-        + flipped_texel(maps, m, y0 + 1, x0 + 1, c) * (wn * we)
+        flipped_texel(s.maps, m, y0, x0, c) * (ws * ww)
+        + flipped_texel(s.maps, m, y0, x0 + 1, c) * (ws * we)
+        + flipped_texel(s.maps, m, y0 + 1, x0, c) * (wn * ww)
+        + flipped_texel(s.maps, m, y0 + 1, x0 + 1, c) * (wn * we)
     )
 
 
@@ -250,19 +254,14 @@ def _sample_uv(
     pix_to_face: wp.array4d(dtype=wp.int32),
     bary_coords: wp.array4d(dtype=wp.vec3),
     # Texture in:
-    maps: wp.array4d(dtype=wp.float32),
+    sampler: GridSampler,
     faces_uvs: wp.array2d(dtype=wp.int32),
     verts_uvs: wp.array2d(dtype=wp.float32),
-    padding: int,
-    align_corners: int,
-    sampling: int,
     # Data out: (N, H, W, K * C) float view of a vector(C) array
     texels_out: wp.array4d(dtype=wp.float32),
 ):
     n, yi, xi, j = wp.tid()
-    cc = maps.shape[3]
-    k = j // cc
-    c = j - k * cc
+    k, c = slot_channel(j, sampler.maps.shape[3])
     f = pix_to_face[n, yi, xi, k]
     if f < 0:
         texels_out[n, yi, xi, j] = 0.0
@@ -273,12 +272,7 @@ def _sample_uv(
     t2 = faces_uvs[f, 2]
     u = b[0] * verts_uvs[t0, 0] + b[1] * verts_uvs[t1, 0] + b[2] * verts_uvs[t2, 0]
     v = b[0] * verts_uvs[t0, 1] + b[1] * verts_uvs[t1, 1] + b[2] * verts_uvs[t2, 1]
-    m = n
-    if maps.shape[0] == 1:
-        m = 0
-    texels_out[n, yi, xi, j] = grid_sample_channel(
-        maps, m, c, u, v, padding, align_corners, sampling
-    )
+    texels_out[n, yi, xi, j] = grid_sample_channel(sampler, row(n, sampler.maps.shape[0]), c, u, v)
 
 
 class TexturesUV:
@@ -334,6 +328,14 @@ class TexturesUV:
         if validate:  # a host read; callers that checked the indices already pass False
             check_face_range(self.faces_uvs, self.verts_uvs.shape[0], "faces_uvs", "UVs")
         self.device = device
+        self.sampler = new_struct(
+            GridSampler,
+            device,
+            maps=self.maps,
+            padding=int(self.padding_mode),
+            align_corners=int(self.align_corners),
+            sampling=int(self.sampling_mode),
+        )
 
     @property
     def channels(self) -> int:
@@ -376,16 +378,7 @@ class TexturesUV:
         wp.launch(
             _sample_uv,
             dim=(nn, h, w, k * c),
-            inputs=[
-                p2f,
-                bary,
-                self.maps,
-                self.faces_uvs,
-                self.verts_uvs,
-                int(self.padding_mode),
-                int(self.align_corners),
-                int(self.sampling_mode),
-            ],
+            inputs=[p2f, bary, self.sampler, self.faces_uvs, self.verts_uvs],
             outputs=[float_view(texels)],
             device=self.device,
         )
