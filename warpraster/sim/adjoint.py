@@ -60,7 +60,7 @@ from .gathers import (
     proj_gather_kernel,
     vertex_gather_kernel,
 )
-from .kernel_args import Csr, make
+from .kernel_args import Channels, Csr, Outline, PixelRecords, make
 from .pixel_adjoint import CHANNELS_ADJOINT
 from .reductions import (
     BLOCK,
@@ -185,12 +185,20 @@ class SensorBackward:
         sf = sensor.sensor_faces.shape[0] if (rg and smooth) else 1
         self.normal_face_grad = wp.zeros(max(sf, 1), dtype=wp.mat33, device=dev)
         self._camera = None  # camera scratch (allocated on first need)
-        self._dummy4 = {t: _dummy((1, 1, 1, 1), t, dev) for t in (wp.vec3, wp.float32)}
+        self._dummy4 = {t: _dummy((1, 1, 1, 1), t, dev) for t in (wp.vec3, wp.float32, wp.uint32)}
         self._dummy3 = _dummy((1, 1, 1), wp.vec3, dev)
         self._dummy_fov = _dummy(1, wp.float32, dev)
         self._dummy_vec3 = _dummy(1, wp.vec3, dev)
         self._dummy_vec4 = _dummy(1, wp.vec4, dev)
         self._dummy_cam = _dummy((1, 1), wp.transform, dev)
+        self.records = make(
+            PixelRecords, face=self.rec_face, ndc=self.rec_ndc, world=self.rec_world,
+            vn=self.rec_vn, soft=self.rec_soft, origin=self._dummy3, albedo=self.pix_albedo,
+            light=self.pix_light,
+        )  # fmt: skip
+        self.outline = make(Outline, on=self.outline_on, verts=self.outline_verts,
+                            g_bary=self.outline_g_bary, g_depth=self.outline_g_depth)  # fmt: skip
+        self._grads = {}  # per frame slot: (its channel gradients as a Channels, mask)
 
     def _csr(self, keys, count) -> Csr:
         start, entries = csr(keys, count)
@@ -230,6 +238,7 @@ class SensorBackward:
                 image_q=wp.zeros(n, dtype=wp.vec4, device=dev),
                 image_fov=wp.zeros(n, dtype=float, device=dev),
             )
+            self.records.origin = self._camera["pix_origin"]
         return self._camera
 
     def prepare(self, camera_transforms, camera_fovs) -> None:
@@ -240,6 +249,27 @@ class SensorBackward:
             if self._dummy_cam.shape != tuple(camera_transforms.shape):
                 self._dummy_cam = wp.zeros(camera_transforms.shape, dtype=wp.transform,
                                            device=self.device)  # fmt: skip
+
+    def _channel_grads(self, frame) -> tuple[Channels, int]:
+        """The frame's channel gradients as a :class:`Channels` (absent ones: a dummy)
+        and the mask of those present; packed once per slot and set of gradients."""
+        arrays = tuple(getattr(frame, name).grad for name in frame.CHANNELS[:6])
+        key = tuple(id(a) for a in arrays)
+        cached = self._grads.get(id(frame))
+        if cached is None or cached[0] != key:
+            mask = 0
+            fields = {"shape_index": self._dummy4[wp.uint32]}
+            for bit, (name, g) in enumerate(zip(frame.CHANNELS, arrays, strict=False)):
+                if g is None:
+                    g = self._dummy4[
+                        wp.vec3 if name in ("color", "albedo", "normal") else wp.float32
+                    ]
+                else:
+                    mask |= 1 << bit
+                fields[name] = g
+            cached = (key, make(Channels, **fields), mask)
+            self._grads[id(frame)] = cached
+        return cached[1], cached[2]
 
     def run(self, frame, frags, soft_frags, *, camera_transforms, camera_fovs, particle_q,
             body_q) -> None:  # fmt: skip
@@ -256,35 +286,12 @@ class SensorBackward:
         cam_on = camera_transforms.grad is not None or camera_fovs.grad is not None
         cam = self._camera_scratch() if cam_on else None
         mat_on = s.shape_colors.grad is not None
-        grads, mask = [], 0
-        names = ("color", "albedo", "normal", "depth", "forward_depth", "alpha")
-        for bit, name in enumerate(names):
-            g = getattr(frame, name).grad
-            if g is None:
-                g = self._dummy4[wp.vec3 if name in ("color", "albedo", "normal") else wp.float32]
-            else:
-                mask |= 1 << bit
-            grads.append(g)
+        grads, mask = self._channel_grads(frame)
         wp.launch(
             CHANNELS_ADJOINT[soft, bool(smooth)],
             dim=(n, h, w),
-            inputs=[
-                frags.pix_to_face, frags.bary_coords, frags.zbuf,
-                soft_frags.pix_to_face, soft_frags.dists,
-                s.faces, s.face_vertices, s.face_shape,
-                s.camera_count, h, w,
-                s.silhouette_sigma, int(s.ambient), s.up,
-                *s.ambient_terms,
-                s.clear_color, s.clear_depth, smooth,
-                s.shape_colors, s.light_direction, s.light_intensity, frame.points,
-                frame.ndc, frame.vertex_normals, camera_transforms,
-                mask, *grads, int(cam_on), int(mat_on),
-            ],
-            outputs=[
-                self.rec_face, self.rec_ndc, self.rec_world, self.rec_vn, self.rec_soft,
-                self.outline_on, self.outline_verts, self.outline_g_bary, self.outline_g_depth,
-                cam["pix_origin"] if cam_on else self._dummy3, self.pix_albedo, self.pix_light,
-            ],
+            inputs=[frame.scene, camera_transforms, grads, mask, int(cam_on), int(mat_on)],
+            outputs=[self.records, self.outline],
             device=dev,
             record_tape=False,
         )  # fmt: skip

@@ -10,7 +10,8 @@ with their ``.grad`` arrays, so the generated-adjoint path
 
 Static (set-up): :class:`VertexSources`, :class:`View`, :class:`Surface`,
 :class:`Look`, :class:`Csr`, :class:`SourceGroups`, :class:`FaceWalk`.
-Per frame slot: :class:`FrameArrays`, :class:`PixelFragments`, :class:`Channels`.
+Per frame slot: :class:`FrameArrays`, :class:`PixelFragments`, :class:`Channels`
+and :class:`FrameScene` (all a pixel reads).
 Backward scratch: :class:`PixelRecords`, :class:`Outline`, :class:`FaceSums`,
 :class:`StripSums`, :class:`BigFaces`, :class:`ProjGrads`, :class:`CameraGrads`.
 """
@@ -147,6 +148,18 @@ class Channels:
     shape_index: wp.array4d(dtype=wp.uint32)
 
 
+@wp.struct
+class FrameScene:
+    """Everything a pixel of a frame slot reads: its fragments, the packed images,
+    faces, look and materials, and the slot's geometry."""
+
+    frags: PixelFragments
+    view: View
+    surface: Surface
+    look: Look
+    frame: FrameArrays
+
+
 # ----------------------------------------------------------------------------- backward scratch
 @wp.struct
 class PixelRecords:
@@ -241,6 +254,7 @@ __all__ = [
     "FaceSums",
     "FaceWalk",
     "FrameArrays",
+    "FrameScene",
     "Look",
     "Outline",
     "PixelFragments",

@@ -10,7 +10,18 @@ import warp as wp
 
 from ..backward import slot_grads
 from ..geometry import pixel_centre
-from .render import SOFT_SLOTS, _nearer, _slot_alpha, outline_barycentrics
+from .kernel_args import Channels, FrameScene, Outline, PixelRecords
+from .render import (
+    SOFT_SLOTS,
+    _slot_alpha,
+    ambient_light,
+    face_corners,
+    image_camera,
+    nearest_slot,
+    outline_point,
+    scene_parts,
+    sharp_fragment,
+)
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
 
@@ -27,6 +38,31 @@ def normalize_adj(v: wp.vec3, g: wp.vec3) -> wp.vec3:
     return wp.vec3(0.0)
 
 
+@wp.func
+def upstream_grads(grads: Channels, mask: int, w: int, c: int, y: int, x: int):
+    """(colour, albedo, normal, depth, forward depth, alpha) gradients of pixel (y, x)
+    of image (w, c); zero for a channel whose bit in ``mask`` is clear."""
+    gc = wp.vec3(0.0)
+    galb = wp.vec3(0.0)
+    gn = wp.vec3(0.0)
+    gd = float(0.0)
+    gfd = float(0.0)
+    ga = float(0.0)
+    if (mask & 1) != 0:
+        gc = grads.color[w, c, y, x]
+    if (mask & 2) != 0:
+        galb = grads.albedo[w, c, y, x]
+    if (mask & 4) != 0:
+        gn = grads.normal[w, c, y, x]
+    if (mask & 8) != 0:
+        gd = grads.depth[w, c, y, x]
+    if (mask & 16) != 0:
+        gfd = grads.forward_depth[w, c, y, x]
+    if (mask & 32) != 0:
+        ga = grads.alpha[w, c, y, x]
+    return gc, galb, gn, gd, gfd, ga
+
+
 def _make_channels_adjoint(soft: bool, smooth_normals: bool):
     """The adjoint of ``render.CHANNEL_KERNELS[soft]`` (the same inputs), per pixel;
     ``smooth_normals`` compiled in (the ``smooth`` argument is then ignored), so
@@ -34,59 +70,17 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool):
 
     @wp.kernel(module="unique")
     def channels_adjoint(
-        # Fragments of the sharp pass (K = 1) and of the blurred pass:
-        pix_to_face: wp.array4d(dtype=wp.int32),
-        bary: wp.array4d(dtype=wp.vec3),
-        zbuf: wp.array4d(dtype=float),
-        soft_pix_to_face: wp.array4d(dtype=wp.int32),
-        soft_dists: wp.array4d(dtype=float),
-        # Model:
-        faces: wp.array2d(dtype=wp.int32),
-        face_vertices: wp.array2d(dtype=wp.int32),
-        face_shape: wp.array(dtype=wp.int32),
-        camera_count: int,
-        ndc_height: int,
-        ndc_width: int,
-        sigma: float,
-        ambient: int,
-        up: wp.vec3,
-        sky: wp.vec3,
-        ground: wp.vec3,
-        ambient_intensity: float,
-        clear_color: wp.vec3,
-        clear_depth: float,
-        smooth: int,
-        # Data in (the frame's forward values):
-        shape_colors: wp.array(dtype=wp.vec3),
-        light_direction: wp.array(dtype=wp.vec3),
-        light_intensity: wp.array(dtype=float),
-        points: wp.array(dtype=wp.vec3),
-        ndc: wp.array(dtype=wp.vec3),
-        vertex_normals: wp.array(dtype=wp.vec3),
+        # Data in: the frame's forward values (as the channel kernel reads them)
+        scene: FrameScene,
         camera_transforms: wp.array2d(dtype=wp.transform),
         # Upstream gradients, (world, camera, H, W); bit i of grad_mask: channel i has one
+        grads: Channels,
         grad_mask: int,
-        g_color: wp.array4d(dtype=wp.vec3),
-        g_albedo: wp.array4d(dtype=wp.vec3),
-        g_normal: wp.array4d(dtype=wp.vec3),
-        g_depth: wp.array4d(dtype=float),
-        g_forward_depth: wp.array4d(dtype=float),
-        g_alpha: wp.array4d(dtype=float),
         camera_grad: int,
         material_grad: int,
         # Data out, (N, H, W) (image n = world * C + camera) unless noted:
-        rec_face_out: wp.array3d(dtype=wp.int32),
-        rec_ndc_out: wp.array3d(dtype=wp.mat33),
-        rec_world_out: wp.array3d(dtype=wp.mat33),
-        rec_vn_out: wp.array3d(dtype=wp.mat33),
-        rec_soft_out: wp.array4d(dtype=wp.mat33),
-        outline_on_out: wp.array3d(dtype=wp.int32),
-        outline_verts_out: wp.array3d(dtype=wp.mat33),
-        outline_g_bary_out: wp.array3d(dtype=wp.vec3),
-        outline_g_depth_out: wp.array3d(dtype=float),
-        pix_origin_out: wp.array3d(dtype=wp.vec3),
-        pix_albedo_out: wp.array3d(dtype=wp.vec3),
-        pix_light_out: wp.array3d(dtype=wp.vec4),
+        records_out: PixelRecords,
+        outline_out: Outline,
     ):
         """Per pixel: the gradients of the shown face's NDC vertices (``rec_ndc``),
         world vertices (``rec_world``) and raw vertex normals (``rec_vn``), rows =
@@ -97,71 +91,38 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool):
         camera-origin gradient of the depth; with ``material_grad``: the albedo
         and light (direction, intensity) gradients."""
         n, y, x = wp.tid()
-        w = n // camera_count
-        c = n - w * camera_count
-        f = pix_to_face[n, y, x, 0]
-        b = wp.vec3(0.0)
-        fwd = float(0.0)
+        frags, view, surface, look, frame = scene_parts(scene)
+        w, c = image_camera(view, n)
+        f, b, fwd = sharp_fragment(frags, n, y, x)
         sharp = f >= 0
-        if sharp:
-            b = bary[n, y, x, 0]
-            fwd = zbuf[n, y, x, 0]
         a = float(1.0)
-        pc = pixel_centre(y, x, ndc_height, ndc_width)
+        pc = pixel_centre(y, x, view.height, view.width)
         om = _vec8()
+        sigma = look.sigma
+        sp = frags.soft_pix_to_face
+        sd = frags.soft_dists
         if wp.static(soft):
-            outline_on_out[n, y, x] = 0
+            outline_out.on[n, y, x] = 0
             if not sharp and sigma > 0.0:
                 prod = float(1.0)
                 for k in range(SOFT_SLOTS):
-                    om[k] = 1.0 - _slot_alpha(soft_pix_to_face, soft_dists, n, y, x, k, sigma)
+                    om[k] = 1.0 - _slot_alpha(sp, sd, n, y, x, k, sigma)
                     prod = prod * om[k]
                 a = 1.0 - prod
-                k = _nearer(soft_pix_to_face, soft_dists, n, y, x, 1, 0)
-                k = _nearer(soft_pix_to_face, soft_dists, n, y, x, 2, k)
-                k = _nearer(soft_pix_to_face, soft_dists, n, y, x, 3, k)
-                k = _nearer(soft_pix_to_face, soft_dists, n, y, x, 4, k)
-                k = _nearer(soft_pix_to_face, soft_dists, n, y, x, 5, k)
-                k = _nearer(soft_pix_to_face, soft_dists, n, y, x, 6, k)
-                k = _nearer(soft_pix_to_face, soft_dists, n, y, x, 7, k)
-                f = soft_pix_to_face[n, y, x, k]
+                f = sp[n, y, x, nearest_slot(sp, sd, n, y, x)]
                 if f >= 0:
-                    v0 = ndc[faces[f, 0]]
-                    v1 = ndc[faces[f, 1]]
-                    v2 = ndc[faces[f, 2]]
-                    b = outline_barycentrics(pc, v0, v1, v2)
-                    fwd = 1.0 / (b[0] / v0[2] + b[1] / v1[2] + b[2] / v2[2])
-                    outline_on_out[n, y, x] = 1
-                    outline_verts_out[n, y, x] = wp.matrix_from_rows(v0, v1, v2)
-        rec_face_out[n, y, x] = f
+                    v0, v1, v2, b, fwd = outline_point(view, surface.faces, frame.ndc, f, y, x)
+                    outline_out.on[n, y, x] = 1
+                    outline_out.verts[n, y, x] = wp.matrix_from_rows(v0, v1, v2)
+        records_out.face[n, y, x] = f
         if f < 0:
             return
-        # ---- upstream gradients
-        gc = wp.vec3(0.0)
-        galb = wp.vec3(0.0)
-        gn = wp.vec3(0.0)
-        gd = float(0.0)
-        gfd = float(0.0)
-        ga = float(0.0)
-        if (grad_mask & 1) != 0:
-            gc = g_color[w, c, y, x]
-        if (grad_mask & 2) != 0:
-            galb = g_albedo[w, c, y, x]
-        if (grad_mask & 4) != 0:
-            gn = g_normal[w, c, y, x]
-        if (grad_mask & 8) != 0:
-            gd = g_depth[w, c, y, x]
-        if (grad_mask & 16) != 0:
-            gfd = g_forward_depth[w, c, y, x]
-        if (grad_mask & 32) != 0:
-            ga = g_alpha[w, c, y, x]
+        gc, galb, gn, gd, gfd, ga = upstream_grads(grads, grad_mask, w, c, y, x)
         # ---- forward (as the channel kernel)
-        i0 = face_vertices[f, 0]
-        i1 = face_vertices[f, 1]
-        i2 = face_vertices[f, 2]
-        p0 = points[i0]
-        p1 = points[i1]
-        p2 = points[i2]
+        i = face_corners(surface.face_vertices, f)
+        p0 = frame.points[i[0]]
+        p1 = frame.points[i[1]]
+        p2 = frame.points[i[2]]
         hit = b[0] * p0 + b[1] * p1 + b[2] * p2
         origin = wp.transform_get_translation(camera_transforms[c, w])
         ray = hit - origin
@@ -174,27 +135,27 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool):
         m1 = wp.vec3(0.0)
         m2 = wp.vec3(0.0)
         s_raw = wp.vec3(0.0)
+        vn = frame.vertex_normals
         if wp.static(smooth_normals):
-            m0 = wp.normalize(vertex_normals[i0])
-            m1 = wp.normalize(vertex_normals[i1])
-            m2 = wp.normalize(vertex_normals[i2])
+            m0 = wp.normalize(vn[i[0]])
+            m1 = wp.normalize(vn[i[1]])
+            m2 = wp.normalize(vn[i[2]])
             s_raw = b[0] * m0 + b[1] * m1 + b[2] * m2
             nrm = wp.normalize(s_raw)
-        shape = face_shape[f]
-        albedo = shape_colors[shape]
+        albedo = look.shape_colors[surface.face_shape[f]]
         amb = wp.vec3(0.0)
-        if ambient != 0:
-            hemi = 0.5 * (wp.dot(nrm, up) + 1.0)
-            amb = (sky * hemi + ground * (1.0 - hemi)) * ambient_intensity
-        l_raw = light_direction[0]
+        if look.ambient != 0:
+            amb = ambient_light(look, nrm)
+        l_raw = look.light_direction[0]
         to_light = -wp.normalize(l_raw)
         ndl = wp.dot(nrm, to_light)
         ndotl = wp.max(ndl, 0.0)
-        intensity = light_intensity[0]
+        intensity = look.light_intensity[0]
         shaded = wp.cw_mul(albedo, amb) + albedo * (ndotl * intensity)
         # ---- adjoint
+        clear_depth = look.clear_depth
         g_a = (
-            wp.dot(gc, shaded - clear_color)
+            wp.dot(gc, shaded - look.clear_color)
             + wp.dot(galb, albedo)
             + wp.dot(gn, nrm)
             + gd * (depth - clear_depth)
@@ -205,9 +166,11 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool):
         g_alb = a * galb + wp.cw_mul(g_sh, amb) + g_sh * (ndotl * intensity)
         g_nrm = a * gn
         g_sh_alb = wp.dot(g_sh, albedo)
-        if ambient != 0:
-            g_hemi = wp.dot(wp.cw_mul(g_sh, albedo), (sky - ground) * ambient_intensity)
-            g_nrm = g_nrm + (0.5 * g_hemi) * up
+        if look.ambient != 0:
+            g_hemi = wp.dot(
+                wp.cw_mul(g_sh, albedo), (look.sky - look.ground) * look.ambient_intensity
+            )
+            g_nrm = g_nrm + (0.5 * g_hemi) * look.up
         g_tl = wp.vec3(0.0)
         if ndl > 0.0:
             g_ndotl = intensity * g_sh_alb
@@ -226,9 +189,9 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool):
             g_s = normalize_adj(s_raw, g_nrm)
             g_b = g_b + wp.vec3(wp.dot(g_s, m0), wp.dot(g_s, m1), wp.dot(g_s, m2))
             g_vn = wp.matrix_from_rows(
-                normalize_adj(vertex_normals[i0], b[0] * g_s),
-                normalize_adj(vertex_normals[i1], b[1] * g_s),
-                normalize_adj(vertex_normals[i2], b[2] * g_s),
+                normalize_adj(vn[i[0]], b[0] * g_s),
+                normalize_adj(vn[i[1]], b[1] * g_s),
+                normalize_adj(vn[i[2]], b[2] * g_s),
             )
         else:
             g_c = normalize_adj(c_raw, g_nrm)
@@ -238,11 +201,13 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool):
             g_p1 = g_p1 + g_e1
             g_p2 = g_p2 + g_e2
         g_fwd = a * gfd
-        rec_world_out[n, y, x] = wp.matrix_from_rows(g_p0, g_p1, g_p2)
+        records_out.world[n, y, x] = wp.matrix_from_rows(g_p0, g_p1, g_p2)
         if wp.static(smooth_normals):
-            rec_vn_out[n, y, x] = g_vn
+            records_out.vn[n, y, x] = g_vn
+        ndc = frame.ndc
+        faces = surface.faces
         if sharp:
-            rec_ndc_out[n, y, x] = slot_grads(
+            records_out.ndc[n, y, x] = slot_grads(
                 pc, ndc[faces[f, 0]], ndc[faces[f, 1]], ndc[faces[f, 2]], 1, 0, 0,
                 g_fwd, g_b, 0.0,
             )  # fmt: skip
@@ -250,19 +215,19 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool):
             if not sharp:
                 # the outline point's part is added by the generated adjoint of
                 # render.outline_kernel; here its inputs' gradients
-                rec_ndc_out[n, y, x] = wp.mat33(0.0)
-                outline_g_bary_out[n, y, x] = g_b
-                outline_g_depth_out[n, y, x] = g_fwd
+                records_out.ndc[n, y, x] = wp.mat33(0.0)
+                outline_out.g_bary[n, y, x] = g_b
+                outline_out.g_depth[n, y, x] = g_fwd
                 # coverage: a = 1 - prod_k (1 - a_k), a_k = min(2 / (1 + exp(d_k / sigma)), 1)
                 for k in range(SOFT_SLOTS):
-                    fk = soft_pix_to_face[n, y, x, k]
+                    fk = sp[n, y, x, k]
                     g_slot = wp.mat33(0.0)
                     if fk >= 0:
                         others = float(1.0)
                         for j in range(SOFT_SLOTS):
                             if j != k:
                                 others = others * om[j]
-                        e = wp.exp(soft_dists[n, y, x, k] / sigma)
+                        e = wp.exp(sd[n, y, x, k] / sigma)
                         t = 2.0 / (1.0 + e)
                         if t < 1.0:
                             g_d = (g_a * others) * (-2.0 * e / (sigma * (1.0 + e) * (1.0 + e)))
@@ -270,13 +235,13 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool):
                                 pc, ndc[faces[fk, 0]], ndc[faces[fk, 1]], ndc[faces[fk, 2]],
                                 0, 0, 0, 0.0, wp.vec3(0.0), g_d,
                             )  # fmt: skip
-                    rec_soft_out[n, y, x, k] = g_slot
+                    records_out.soft[n, y, x, k] = g_slot
         if camera_grad != 0:
-            pix_origin_out[n, y, x] = -g_hit
+            records_out.origin[n, y, x] = -g_hit
         if material_grad != 0:
             g_l = -normalize_adj(l_raw, g_tl)
-            pix_albedo_out[n, y, x] = g_alb
-            pix_light_out[n, y, x] = wp.vec4(g_l[0], g_l[1], g_l[2], ndotl * g_sh_alb)
+            records_out.albedo[n, y, x] = g_alb
+            records_out.light[n, y, x] = wp.vec4(g_l[0], g_l[1], g_l[2], ndotl * g_sh_alb)
 
     return channels_adjoint
 

@@ -27,10 +27,9 @@ from .geometry import VertexSource
 from .kernel_args import (
     Channels,
     Csr,
-    FrameArrays,
+    FrameScene,
     Look,
     PixelFragments,
-    Surface,
     VertexSources,
     View,
 )
@@ -286,20 +285,33 @@ def ambient_light(look: Look, nrm: wp.vec3) -> wp.vec3:
     return (look.sky * hemi + look.ground * (1.0 - hemi)) * look.ambient_intensity
 
 
+@wp.func
+def scene_parts(scene: FrameScene):
+    """(fragments, view, surface, look, frame) of a frame scene."""
+    return scene.frags, scene.view, scene.surface, scene.look, scene.frame
+
+
+@wp.func
+def sharp_fragment(frags: PixelFragments, n: int, y: int, x: int):
+    """(face, barycentrics, depth) of the sharp pass at a pixel; (-1, 0, 0) where it
+    is empty (most of a sensor image: those skip reading the 16 bytes)."""
+    f = frags.pix_to_face[n, y, x, 0]
+    b = wp.vec3(0.0)
+    fwd = float(0.0)
+    if f >= 0:
+        b = frags.bary[n, y, x, 0]
+        fwd = frags.zbuf[n, y, x, 0]
+    return f, b, fwd
+
+
 def _make_channels_kernel(soft: bool):
     """The channel kernel; ``soft``: with the soft-silhouette branch (a separate
     variant so that the sharp one keeps its adjoint small)."""
 
     @wp.kernel(module="unique")
     def channels_kernel(
-        # Fragments in:
-        frags: PixelFragments,
-        # Model (the look holds the material arrays, data in):
-        view: View,
-        surface: Surface,
-        look: Look,
-        # Data in:
-        frame: FrameArrays,
+        # Data in: fragments, model, materials and geometry of the frame slot
+        scene: FrameScene,
         camera_transforms: wp.array2d(dtype=wp.transform),
         # Data out, (world, camera, H, W):
         channels_out: Channels,
@@ -328,14 +340,10 @@ def _make_channels_kernel(soft: bool):
         Warp's generated adjoint.
         """
         n, y, x = wp.tid()
+        frags, view, surface, look, frame = scene_parts(scene)
         w, c = image_camera(view, n)
-        f = frags.pix_to_face[n, y, x, 0]
-        b = wp.vec3(0.0)
-        fwd = float(0.0)
+        f, b, fwd = sharp_fragment(frags, n, y, x)
         sharp = f >= 0
-        if sharp:  # empty pixels (most of a sensor image) skip these 16 bytes
-            b = frags.bary[n, y, x, 0]
-            fwd = frags.zbuf[n, y, x, 0]
         a = float(1.0)
         sigma = look.sigma
         if wp.static(soft):  # compiled only into the soft-silhouette variant

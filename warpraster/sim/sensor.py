@@ -49,6 +49,7 @@ from .geometry import SensorGeometry, VertexSource
 from .kernel_args import (
     Channels,
     FrameArrays,
+    FrameScene,
     Look,
     PixelFragments,
     Surface,
@@ -113,9 +114,9 @@ class SensorFrame:
     soft_workspace: RasterWorkspace | None = None
     #: ``ndc``'s memory without a gradient (the deterministic backward's raster input).
     ndc_nograd: wp.array | None = None
-    #: The kernels' structs of the arrays above (built once with the slot).
-    arrays: FrameArrays | None = None
-    fragments: PixelFragments | None = None
+    #: The kernels' structs of the arrays above (built once with the slot): all a
+    #: pixel reads (with the sensor's model and materials), the channels written.
+    scene: FrameScene | None = None
     channels: Channels | None = None
 
     CHANNELS = ("color", "albedo", "normal", "depth", "forward_depth", "alpha", "shape_index")
@@ -368,14 +369,16 @@ class CameraSensor:
             soft_workspace=workspace(SOFT_SLOTS) if self.silhouette_sigma > 0.0 else None,
             ndc_nograd=ndc_nograd,
         )
-        frame.arrays = make(FrameArrays, points=frame.points, ndc=frame.ndc,
-                            vertex_normals=frame.vertex_normals)  # fmt: skip
         sharp = frame.workspace.fragments
         soft = sharp if frame.soft_workspace is None else frame.soft_workspace.fragments
-        frame.fragments = make(
+        frags = make(
             PixelFragments, pix_to_face=sharp.pix_to_face, bary=sharp.bary_coords,
             zbuf=sharp.zbuf, soft_pix_to_face=soft.pix_to_face, soft_dists=soft.dists,
         )  # fmt: skip
+        arrays = make(FrameArrays, points=frame.points, ndc=frame.ndc,
+                      vertex_normals=frame.vertex_normals)  # fmt: skip
+        frame.scene = make(FrameScene, frags=frags, view=self.view, surface=self.surface,
+                           look=self.look, frame=arrays)  # fmt: skip
         frame.channels = make(Channels, **{name: getattr(frame, name) for name in frame.CHANNELS})
         return frame
 
@@ -489,8 +492,7 @@ class CameraSensor:
         wp.launch(
             CHANNEL_KERNELS[self.silhouette_sigma > 0.0],
             dim=(self.num_images, h, w),
-            inputs=[out.fragments, self.view, self.surface, self.look, out.arrays,
-                    camera_transforms],
+            inputs=[out.scene, camera_transforms],
             outputs=[out.channels],
             device=dev,
             record_tape=rec,
