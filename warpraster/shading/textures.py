@@ -97,8 +97,43 @@ def fragment_arrays(fragments, name: str = "fragments"):
     )
 
 
+class SlotTextures:
+    """What the texture objects share: ``channels`` (C) and PyTorch3D's
+    ``sample_textures`` call, which each object answers with its ``_sample``."""
+
+    def sample_textures(
+        self,
+        fragments,
+        faces=None,
+        *,
+        verts_ndc=None,
+        perspective_correct: bool = True,
+        out: wp.array | None = None,
+        validate: bool = True,
+    ) -> wp.array:
+        """Per-slot texture values (zeros in empty slots).
+
+        Args:
+            fragments: :class:`~warpraster.Fragments` (or a (pix_to_face, bary_coords)
+                pair) whose face indices are rows of the texture's faces.
+            faces: (F, 3) packed faces the fragments index (required by
+                :class:`TexturesVertex`; unused by :class:`TexturesUV`).
+            verts_ndc, perspective_correct: unused (one signature for all textures).
+            out: optional preallocated (N, H, W, K) ``vector(C)`` result: the call then
+                allocates nothing (and, with ``validate=False``, reads nothing back:
+                graph-capturable).
+            validate: the object's host checks (see its ``_sample``).
+
+        Returns:
+            ``wp.array`` (N, H, W, K) of ``vector(C, float32)``; on a ``wp.Tape``
+            gradients flow to the texture's arrays and the barycentrics.
+        """
+        p2f, bary = fragment_arrays(fragments)
+        return self._sample(p2f, bary, faces, out, validate)
+
+
 # ----------------------------------------------------------------------------- vertex colours
-class TexturesVertex:
+class TexturesVertex(SlotTextures):
     """Per-vertex features of a packed batch (PyTorch3D's ``TexturesVertex``).
 
     Args:
@@ -122,31 +157,11 @@ class TexturesVertex:
     def channels(self) -> int:
         return self.verts_features.shape[1]
 
-    def sample_textures(
-        self,
-        fragments,
-        faces=None,
-        *,
-        verts_ndc=None,
-        perspective_correct: bool = True,
-        out: wp.array | None = None,
-        validate: bool = True,
-    ) -> wp.array:
-        """Per-slot features ``sum_i bary[i] * verts_features[faces[f, i]]``.
-
-        Args:
-            fragments: :class:`~warpraster.Fragments` (or a (pix_to_face, bary_coords) pair).
-            faces: (F, 3) packed faces the fragments index (required).
-            verts_ndc, perspective_correct: unused (same signature as the UV textures).
-            out: optional preallocated (N, H, W, K) ``vector(C)`` result.
-            validate: check the face indices on the host.
-
-        Returns:
-            ``wp.array`` (N, H, W, K) of ``vector(C, float32)``; zeros in empty slots.
-        """
+    def _sample(self, p2f, bary, faces, out, validate: bool) -> wp.array:
+        """Per-slot features ``sum_i bary[i] * verts_features[faces[f, i]]`` (``faces``
+        required; ``validate`` checks its indices on the host)."""
         if faces is None:
             raise ValueError("faces must be given to sample a TexturesVertex")
-        p2f, bary = fragment_arrays(fragments)
         return interpolate_vertex_attributes(
             p2f, bary, self.verts_features, faces, out=out, validate=validate
         )
@@ -275,7 +290,7 @@ def _sample_uv(
     texels_out[n, yi, xi, j] = grid_sample_channel(sampler, row(n, sampler.maps.shape[0]), c, u, v)
 
 
-class TexturesUV:
+class TexturesUV(SlotTextures):
     """UV-mapped textures of a packed batch, sampled as PyTorch3D's ``TexturesUV``.
 
     Args:
@@ -341,31 +356,10 @@ class TexturesUV:
     def channels(self) -> int:
         return self.maps.shape[3]
 
-    def sample_textures(
-        self,
-        fragments,
-        faces=None,
-        *,
-        verts_ndc=None,
-        perspective_correct: bool = True,
-        out: wp.array | None = None,
-        validate: bool = True,
-    ) -> wp.array:
-        """Per-slot texels, as PyTorch3D's ``TexturesUV.sample_textures`` (zeros in empty slots).
-
-        Args:
-            fragments: :class:`~warpraster.Fragments` (or a (pix_to_face, bary_coords) pair)
-                whose face indices are rows of ``faces_uvs``; image n samples map n.
-            faces, verts_ndc, perspective_correct: unused (one signature for all textures).
-            out: optional preallocated (N, H, W, K) ``vector(C)`` result: the call then
-                allocates nothing and reads nothing back (graph-capturable).
-            validate: check the number of maps against the number of images.
-
-        Returns:
-            ``wp.array`` (N, H, W, K) of ``vector(C, float32)``. On a ``wp.Tape``
-            gradients flow to ``maps``, ``verts_uvs`` and the barycentrics.
-        """
-        p2f, bary = fragment_arrays(fragments)
+    def _sample(self, p2f, bary, faces, out, validate: bool) -> wp.array:
+        """Per-slot texels, as PyTorch3D's ``TexturesUV.sample_textures``: image n
+        samples map n (``faces`` unused, nothing read back: graph-capturable with
+        ``out``)."""
         n = p2f.shape[0]
         if self.maps.shape[0] not in (1, n):
             raise ValueError(f"maps has {self.maps.shape[0]} maps for {n} images (need 1 or {n})")
