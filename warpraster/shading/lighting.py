@@ -16,6 +16,7 @@ NumPy input becomes trainable with ``requires_grad=True``.
 
 from __future__ import annotations
 
+import inspect
 from enum import IntEnum
 
 import warp as wp
@@ -175,7 +176,50 @@ class LightsBase:
         return {name: getattr(self, name) for name in self._names}
 
 
-class DirectionalLights(LightsBase):
+#: PyTorch3D's default light direction / location.
+_POSITION_DEFAULT = ((0.0, 1.0, 0.0),)
+
+
+class _PhongLights(LightsBase):
+    """Lights with diffuse and specular terms: the three colours (PyTorch3D's
+    defaults) and the parameter named by ``_position`` (default (0, 1, 0)), which
+    the subclass's signature lists after the colours (``inspect.signature`` and
+    :mod:`warpraster.torch` read it)."""
+
+    _position: str
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        base = list(inspect.signature(_PhongLights.__init__).parameters.values())
+        colours, rest = base[1:4], base[4:-1]  # without self and **position
+        position = inspect.Parameter(
+            cls._position, inspect.Parameter.KEYWORD_ONLY, default=_POSITION_DEFAULT
+        )
+        cls.__signature__ = inspect.Signature([*colours, position, *rest])
+
+    def __init__(
+        self,
+        *,
+        ambient_color=((0.5, 0.5, 0.5),),
+        diffuse_color=((0.3, 0.3, 0.3),),
+        specular_color=((0.2, 0.2, 0.2),),
+        device=None,
+        requires_grad: bool = False,
+        **position,
+    ):
+        unknown = sorted(set(position) - {self._position})
+        if unknown:
+            raise TypeError(f"{type(self).__name__} got unexpected keyword arguments {unknown}")
+        values = dict(
+            ambient_color=ambient_color,
+            diffuse_color=diffuse_color,
+            specular_color=specular_color,
+        )
+        values[self._position] = position.get(self._position, _POSITION_DEFAULT)
+        self._setup(values, device, requires_grad)
+
+
+class DirectionalLights(_PhongLights):
     """Directional lights, as PyTorch3D's ``DirectionalLights``.
 
     Args (keyword-only, each ``(3,)``, ``(1, 3)`` or ``(N, 3)``; see module docs):
@@ -188,30 +232,10 @@ class DirectionalLights(LightsBase):
     """
 
     kind = LightKind.DIRECTIONAL
-
-    def __init__(
-        self,
-        *,
-        ambient_color=((0.5, 0.5, 0.5),),
-        diffuse_color=((0.3, 0.3, 0.3),),
-        specular_color=((0.2, 0.2, 0.2),),
-        direction=((0.0, 1.0, 0.0),),
-        device=None,
-        requires_grad: bool = False,
-    ):
-        self._setup(
-            dict(
-                ambient_color=ambient_color,
-                diffuse_color=diffuse_color,
-                specular_color=specular_color,
-                direction=direction,
-            ),
-            device,
-            requires_grad,
-        )
+    _position = "direction"
 
 
-class PointLights(LightsBase):
+class PointLights(_PhongLights):
     """Point lights, as PyTorch3D's ``PointLights`` (world-space ``location``).
 
     Args (keyword-only, each ``(3,)``, ``(1, 3)`` or ``(N, 3)``):
@@ -223,27 +247,7 @@ class PointLights(LightsBase):
     """
 
     kind = LightKind.POINT
-
-    def __init__(
-        self,
-        *,
-        ambient_color=((0.5, 0.5, 0.5),),
-        diffuse_color=((0.3, 0.3, 0.3),),
-        specular_color=((0.2, 0.2, 0.2),),
-        location=((0.0, 1.0, 0.0),),
-        device=None,
-        requires_grad: bool = False,
-    ):
-        self._setup(
-            dict(
-                ambient_color=ambient_color,
-                diffuse_color=diffuse_color,
-                specular_color=specular_color,
-                location=location,
-            ),
-            device,
-            requires_grad,
-        )
+    _position = "location"
 
 
 class AmbientLights(LightsBase):
