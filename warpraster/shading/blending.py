@@ -46,8 +46,16 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from ..backward.tape import active_tape
-from .fused import BLEND_EPS, ShadeInputs, launch_shade_blend, new_inputs, prob
+from .fused import (
+    BLEND_EPS,
+    ShadeInputs,
+    _grad_or,
+    _write_rgba,
+    launch_image_kernel,
+    launch_shade_blend,
+    new_inputs,
+    prob,
+)
 from .fused import with_grad as _with_grad
 from .params import scalar_param, vec3_param
 
@@ -211,11 +219,7 @@ def _sigmoid_blend_kernel(
     for k in range(pix_to_face.shape[3]):
         if pix_to_face[n, y, x, k] >= 0:
             keep *= 1.0 - prob(dists[n, y, x, k], sigma)
-    c = colors[n, y, x, 0]
-    image_out[n, y, x, 0] = c[0]
-    image_out[n, y, x, 1] = c[1]
-    image_out[n, y, x, 2] = c[2]
-    image_out[n, y, x, 3] = 1.0 - keep
+    _write_rgba(image_out, n, y, x, colors[n, y, x, 0], 1.0 - keep)
 
 
 @wp.kernel(enable_backward=False)
@@ -268,23 +272,15 @@ def launch_sigmoid_blend(fragments, colors, sigma: float, image_out) -> None:
     p2f, dists = fragments.pix_to_face, fragments.dists
     n, h, w, _ = p2f.shape
     device = p2f.device
-    wp.launch(
-        _sigmoid_blend_kernel,
-        dim=(n, h, w),
-        inputs=[p2f, dists, colors, sigma],
-        outputs=[image_out],
-        device=device,
-        record_tape=False,
+    tape = launch_image_kernel(
+        _sigmoid_blend_kernel, (n, h, w), [p2f, dists, colors, sigma], image_out, device
     )
-    tape = active_tape()
-    if tape is None or image_out.grad is None:
+    if tape is None:
         return
-    want_d = dists.requires_grad and dists.grad is not None
-    want_c = colors.requires_grad and colors.grad is not None
+    dgrad, want_d = _grad_or(dists, dists)
+    cgrad, want_c = _grad_or(colors, colors)
     if not (want_d or want_c):
         return
-    dgrad = dists.grad if want_d else dists
-    cgrad = colors.grad if want_c else colors
 
     def backward():
         wp.launch(

@@ -611,6 +611,17 @@ def with_grad(*arrays) -> list:
     return [a for a in arrays if a is not None and a.requires_grad and a.grad is not None]
 
 
+def launch_image_kernel(kernel, dim, inputs: list, image_out: wp.array, device):
+    """Launches ``kernel`` writing the RGBA ``image_out`` outside the tape (its
+    adjoint is recorded by hand): the active tape when ``image_out`` carries a
+    gradient (the adjoint is then to be recorded on it), else None."""
+    wp.launch(kernel, dim=dim, inputs=inputs, outputs=[image_out], device=device, record_tape=False)
+    tape = active_tape()
+    if tape is None or image_out.grad is None:
+        return None
+    return tape
+
+
 def launch_shade_blend(fragments, inputs: ShadeInputs, image_out: wp.array) -> None:
     """Launches the pixel kernel (outside the tape) and records its adjoint.
 
@@ -626,16 +637,8 @@ def launch_shade_blend(fragments, inputs: ShadeInputs, image_out: wp.array) -> N
     n, h, w, _ = p2f.shape
     device = p2f.device
     frag = [p2f, fragments.bary_coords, fragments.zbuf, fragments.dists]
-    wp.launch(
-        _shade_blend_kernel,
-        dim=(n, h, w),
-        inputs=[*frag, inputs],
-        outputs=[image_out],
-        device=device,
-        record_tape=False,
-    )
-    tape = active_tape()
-    if tape is None or image_out.grad is None:
+    tape = launch_image_kernel(_shade_blend_kernel, (n, h, w), [*frag, inputs], image_out, device)
+    if tape is None:
         return
     g = ShadeGrads()
     want = 0
