@@ -15,12 +15,11 @@ from .render import (
     SOFT_SLOTS,
     _slot_alpha,
     ambient_light,
-    face_corners,
-    image_camera,
+    face_points,
     nearest_slot,
     outline_point,
+    pixel_fragment,
     scene_parts,
-    sharp_fragment,
 )
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
@@ -39,28 +38,34 @@ def normalize_adj(v: wp.vec3, g: wp.vec3) -> wp.vec3:
 
 
 @wp.func
+def _masked(g: wp.array4d(dtype=wp.vec3), on: bool, w: int, c: int, y: int, x: int) -> wp.vec3:
+    """g[w, c, y, x], or zero where the channel has no gradient (``on`` False)."""
+    if on:
+        return g[w, c, y, x]
+    return wp.vec3(0.0)
+
+
+@wp.func
+def _masked(g: wp.array4d(dtype=float), on: bool, w: int, c: int, y: int, x: int) -> float:
+    """g[w, c, y, x], or zero where the channel has no gradient (``on`` False)."""
+    if on:
+        return g[w, c, y, x]
+    return 0.0
+
+
+@wp.func
 def upstream_grads(grads: Channels, mask: int, w: int, c: int, y: int, x: int):
     """(colour, albedo, normal, depth, forward depth, alpha) gradients of pixel (y, x)
-    of image (w, c); zero for a channel whose bit in ``mask`` is clear."""
-    gc = wp.vec3(0.0)
-    galb = wp.vec3(0.0)
-    gn = wp.vec3(0.0)
-    gd = float(0.0)
-    gfd = float(0.0)
-    ga = float(0.0)
-    if (mask & 1) != 0:
-        gc = grads.color[w, c, y, x]
-    if (mask & 2) != 0:
-        galb = grads.albedo[w, c, y, x]
-    if (mask & 4) != 0:
-        gn = grads.normal[w, c, y, x]
-    if (mask & 8) != 0:
-        gd = grads.depth[w, c, y, x]
-    if (mask & 16) != 0:
-        gfd = grads.forward_depth[w, c, y, x]
-    if (mask & 32) != 0:
-        ga = grads.alpha[w, c, y, x]
-    return gc, galb, gn, gd, gfd, ga
+    of image (w, c); zero for a channel whose bit in ``mask`` (bit i: channel i of
+    ``SensorFrame.CHANNELS``) is clear."""
+    return (
+        _masked(grads.color, (mask & 1) != 0, w, c, y, x),
+        _masked(grads.albedo, (mask & 2) != 0, w, c, y, x),
+        _masked(grads.normal, (mask & 4) != 0, w, c, y, x),
+        _masked(grads.depth, (mask & 8) != 0, w, c, y, x),
+        _masked(grads.forward_depth, (mask & 16) != 0, w, c, y, x),
+        _masked(grads.alpha, (mask & 32) != 0, w, c, y, x),
+    )
 
 
 def _make_channels_adjoint(soft: bool, smooth_normals: bool):
@@ -92,24 +97,22 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool):
         and light (direction, intensity) gradients."""
         n, y, x = wp.tid()
         frags, view, surface, look, frame = scene_parts(scene)
-        w, c = image_camera(view, n)
-        f, b, fwd = sharp_fragment(frags, n, y, x)
+        w, c, f, b, fwd = pixel_fragment(view, frags, n, y, x)
         sharp = f >= 0
         a = float(1.0)
         pc = pixel_centre(y, x, view.height, view.width)
         om = _vec8()
         sigma = look.sigma
         sp = frags.soft_pix_to_face
-        sd = frags.soft_dists
         if wp.static(soft):
             outline_out.on[n, y, x] = 0
             if not sharp and sigma > 0.0:
                 prod = float(1.0)
                 for k in range(SOFT_SLOTS):
-                    om[k] = 1.0 - _slot_alpha(sp, sd, n, y, x, k, sigma)
+                    om[k] = 1.0 - _slot_alpha(frags, n, y, x, k, sigma)
                     prod = prod * om[k]
                 a = 1.0 - prod
-                f = sp[n, y, x, nearest_slot(sp, sd, n, y, x)]
+                f = sp[n, y, x, nearest_slot(frags, n, y, x)]
                 if f >= 0:
                     v0, v1, v2, b, fwd = outline_point(view, surface.faces, frame.ndc, f, y, x)
                     outline_out.on[n, y, x] = 1
@@ -119,10 +122,7 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool):
             return
         gc, galb, gn, gd, gfd, ga = upstream_grads(grads, grad_mask, w, c, y, x)
         # ---- forward (as the channel kernel)
-        i = face_corners(surface.face_vertices, f)
-        p0 = frame.points[i[0]]
-        p1 = frame.points[i[1]]
-        p2 = frame.points[i[2]]
+        i, p0, p1, p2 = face_points(surface, frame.points, f)
         hit = b[0] * p0 + b[1] * p1 + b[2] * p2
         origin = wp.transform_get_translation(camera_transforms[c, w])
         ray = hit - origin
@@ -227,7 +227,7 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool):
                         for j in range(SOFT_SLOTS):
                             if j != k:
                                 others = others * om[j]
-                        e = wp.exp(sd[n, y, x, k] / sigma)
+                        e = wp.exp(frags.soft_dists[n, y, x, k] / sigma)
                         t = 2.0 / (1.0 + e)
                         if t < 1.0:
                             g_d = (g_a * others) * (-2.0 * e / (sigma * (1.0 + e) * (1.0 + e)))

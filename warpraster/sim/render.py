@@ -30,6 +30,7 @@ from .kernel_args import (
     FrameScene,
     Look,
     PixelFragments,
+    Surface,
     VertexSources,
     View,
 )
@@ -153,20 +154,12 @@ SOFT_SLOTS = 8
 
 
 @wp.func
-def _slot_alpha(
-    p2f: wp.array4d(dtype=wp.int32),
-    dists: wp.array4d(dtype=float),
-    n: int,
-    y: int,
-    x: int,
-    k: int,
-    sigma: float,
-) -> float:
+def _slot_alpha(frags: PixelFragments, n: int, y: int, x: int, k: int, sigma: float) -> float:
     """Coverage of blurred slot k: 2 sigmoid(-d / sigma) (1 on the face's outline,
     2e-4 at the blur radius), clamped to [0, 1]; 0 for an empty slot."""
-    if p2f[n, y, x, k] < 0:
+    if frags.soft_pix_to_face[n, y, x, k] < 0:
         return 0.0
-    return wp.min(2.0 / (1.0 + wp.exp(dists[n, y, x, k] / sigma)), 1.0)
+    return wp.min(2.0 / (1.0 + wp.exp(frags.soft_dists[n, y, x, k] / sigma)), 1.0)
 
 
 @wp.func
@@ -227,34 +220,25 @@ def outline_kernel(
 
 
 @wp.func
-def _nearer(
-    p2f: wp.array4d(dtype=wp.int32),
-    dists: wp.array4d(dtype=float),
-    n: int,
-    y: int,
-    x: int,
-    k: int,
-    best_k: int,
-):
-    """The slot nearer in distance of k and best_k (a discrete choice)."""
-    if p2f[n, y, x, k] >= 0 and dists[n, y, x, k] < dists[n, y, x, best_k]:
+def _nearer(frags: PixelFragments, n: int, y: int, x: int, k: int, best_k: int) -> int:
+    """The blurred slot nearer in distance of k and best_k (a discrete choice)."""
+    d = frags.soft_dists
+    if frags.soft_pix_to_face[n, y, x, k] >= 0 and d[n, y, x, k] < d[n, y, x, best_k]:
         return k
     return best_k
 
 
 @wp.func
-def nearest_slot(
-    p2f: wp.array4d(dtype=wp.int32), dists: wp.array4d(dtype=float), n: int, y: int, x: int
-) -> int:
+def nearest_slot(frags: PixelFragments, n: int, y: int, x: int) -> int:
     """The blurred slot nearest in distance (a discrete choice: no gradient through
     it), the slots written out one by one."""
-    k = _nearer(p2f, dists, n, y, x, 1, 0)
-    k = _nearer(p2f, dists, n, y, x, 2, k)
-    k = _nearer(p2f, dists, n, y, x, 3, k)
-    k = _nearer(p2f, dists, n, y, x, 4, k)
-    k = _nearer(p2f, dists, n, y, x, 5, k)
-    k = _nearer(p2f, dists, n, y, x, 6, k)
-    return _nearer(p2f, dists, n, y, x, 7, k)
+    k = _nearer(frags, n, y, x, 1, 0)
+    k = _nearer(frags, n, y, x, 2, k)
+    k = _nearer(frags, n, y, x, 3, k)
+    k = _nearer(frags, n, y, x, 4, k)
+    k = _nearer(frags, n, y, x, 5, k)
+    k = _nearer(frags, n, y, x, 6, k)
+    return _nearer(frags, n, y, x, 7, k)
 
 
 @wp.func
@@ -292,16 +276,25 @@ def scene_parts(scene: FrameScene):
 
 
 @wp.func
-def sharp_fragment(frags: PixelFragments, n: int, y: int, x: int):
-    """(face, barycentrics, depth) of the sharp pass at a pixel; (-1, 0, 0) where it
-    is empty (most of a sensor image: those skip reading the 16 bytes)."""
+def pixel_fragment(view: View, frags: PixelFragments, n: int, y: int, x: int):
+    """(world, camera) of image n, and (face, barycentrics, depth) of the sharp pass at
+    pixel (y, x); (-1, 0, 0) where it is empty (most of a sensor image: those skip
+    reading the 16 bytes)."""
+    w, c = image_camera(view, n)
     f = frags.pix_to_face[n, y, x, 0]
     b = wp.vec3(0.0)
     fwd = float(0.0)
     if f >= 0:
         b = frags.bary[n, y, x, 0]
         fwd = frags.zbuf[n, y, x, 0]
-    return f, b, fwd
+    return w, c, f, b, fwd
+
+
+@wp.func
+def face_points(surface: Surface, points: wp.array(dtype=wp.vec3), f: int):
+    """(sensor vertex indices, p0, p1, p2): packed face f's corners and world points."""
+    i = face_corners(surface.face_vertices, f)
+    return i, points[i[0]], points[i[1]], points[i[2]]
 
 
 def _make_channels_kernel(soft: bool):
@@ -341,28 +334,24 @@ def _make_channels_kernel(soft: bool):
         """
         n, y, x = wp.tid()
         frags, view, surface, look, frame = scene_parts(scene)
-        w, c = image_camera(view, n)
-        f, b, fwd = sharp_fragment(frags, n, y, x)
+        w, c, f, b, fwd = pixel_fragment(view, frags, n, y, x)
         sharp = f >= 0
         a = float(1.0)
         sigma = look.sigma
         if wp.static(soft):  # compiled only into the soft-silhouette variant
             if not sharp and sigma > 0.0:
-                sp = frags.soft_pix_to_face
-                sd = frags.soft_dists
                 a = 1.0 - (
-                    (1.0 - _slot_alpha(sp, sd, n, y, x, 0, sigma))
-                    * (1.0 - _slot_alpha(sp, sd, n, y, x, 1, sigma))
-                    * (1.0 - _slot_alpha(sp, sd, n, y, x, 2, sigma))
-                    * (1.0 - _slot_alpha(sp, sd, n, y, x, 3, sigma))
-                    * (1.0 - _slot_alpha(sp, sd, n, y, x, 4, sigma))
-                    * (1.0 - _slot_alpha(sp, sd, n, y, x, 5, sigma))
-                    * (1.0 - _slot_alpha(sp, sd, n, y, x, 6, sigma))
-                    * (1.0 - _slot_alpha(sp, sd, n, y, x, 7, sigma))
+                    (1.0 - _slot_alpha(frags, n, y, x, 0, sigma))
+                    * (1.0 - _slot_alpha(frags, n, y, x, 1, sigma))
+                    * (1.0 - _slot_alpha(frags, n, y, x, 2, sigma))
+                    * (1.0 - _slot_alpha(frags, n, y, x, 3, sigma))
+                    * (1.0 - _slot_alpha(frags, n, y, x, 4, sigma))
+                    * (1.0 - _slot_alpha(frags, n, y, x, 5, sigma))
+                    * (1.0 - _slot_alpha(frags, n, y, x, 6, sigma))
+                    * (1.0 - _slot_alpha(frags, n, y, x, 7, sigma))
                 )
                 # the slot nearest in distance (a discrete choice: no gradient through it)
-                k = nearest_slot(sp, sd, n, y, x)
-                f = sp[n, y, x, k]
+                f = frags.soft_pix_to_face[n, y, x, nearest_slot(frags, n, y, x)]
                 if f >= 0:
                     v0, v1, v2, b, fwd = outline_point(view, surface.faces, frame.ndc, f, y, x)
         out = channels_out
@@ -375,10 +364,7 @@ def _make_channels_kernel(soft: bool):
             out.alpha[w, c, y, x] = 0.0
             out.shape_index[w, c, y, x] = _NO_SHAPE
             return
-        i = face_corners(surface.face_vertices, f)
-        p0 = frame.points[i[0]]
-        p1 = frame.points[i[1]]
-        p2 = frame.points[i[2]]
+        i, p0, p1, p2 = face_points(surface, frame.points, f)
         hit = b[0] * p0 + b[1] * p1 + b[2] * p2
         origin = wp.transform_get_translation(camera_transforms[c, w])
         depth = wp.length(hit - origin)
