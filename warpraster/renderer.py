@@ -23,6 +23,7 @@ from .raster.workspace import CallGraph
 from .rasterize import rasterize_meshes
 from .rasterizer import MeshRasterizer
 from .shading.normals import vertex_normals
+from .shading.params import new_struct
 from .shading.shaders import ShaderBase, ShadingBuffers, ShadingMode, SoftSilhouetteShader
 
 __all__ = ["MeshRenderer", "RenderOutputs", "Renderer"]
@@ -199,12 +200,19 @@ class RenderOutputs:
         self.face_ids = wp.zeros((n, h, w), dtype=wp.int32, device=device)
         self.mesh_ids = wp.zeros((n, h, w), dtype=wp.int32, device=device)
         self.fragments: Fragments | None = None
-        self.channels = Channels()
-        for name in ("depth", "normals", "face_ids", "mesh_ids"):
-            setattr(self.channels, name, getattr(self, name))
+        #: the channels kernel's arguments, built once (``channel_mesh`` by the Renderer)
+        self.channels = new_struct(
+            Channels,
+            device,
+            depth=self.depth,
+            normals=self.normals,
+            face_ids=self.face_ids,
+            mesh_ids=self.mesh_ids,
+        )
         self.nearest_slot = NearestSlot()
+        self.channel_mesh: ChannelMesh | None = None
 
-    def slot_of(self, fragments: Fragments) -> NearestSlot:
+    def nearest_slot_of(self, fragments: Fragments) -> NearestSlot:
         """:attr:`nearest_slot` holding ``fragments``' arrays (refilled only when they change)."""
         a = self.nearest_slot
         if (
@@ -349,11 +357,14 @@ class Renderer:
                 requires_grad=self.requires_grad,
             )
         out = RenderOutputs(self.shape, self.num_verts, nf, self.device, self.requires_grad, ws)
-        out.channel_mesh = ChannelMesh()
-        out.channel_mesh.faces = self.faces
-        out.channel_mesh.verts_normals = out.shading.verts_normals
-        out.channel_mesh.face_to_object = self.face_to_object
-        out.channel_mesh.has_objects = int(self._has_objects)
+        out.channel_mesh = new_struct(
+            ChannelMesh,
+            self.device,
+            faces=self.faces,
+            verts_normals=out.shading.verts_normals,
+            face_to_object=self.face_to_object,
+            has_objects=self._has_objects,
+        )
         return out
 
     def render(self, verts, *, step: int = 0) -> RenderOutputs:
@@ -415,7 +426,7 @@ class Renderer:
         wp.launch(
             _channels_kernel,
             dim=self.shape[:3],
-            inputs=[out.slot_of(frags), out.channel_mesh],
+            inputs=[out.nearest_slot_of(frags), out.channel_mesh],
             outputs=[out.channels],
             device=self.device,
             record_tape=False,
