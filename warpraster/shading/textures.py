@@ -98,8 +98,9 @@ def fragment_arrays(fragments, name: str = "fragments"):
 
 
 class SlotTextures:
-    """What the texture objects share: ``channels`` (C) and PyTorch3D's
-    ``sample_textures`` call, which each object answers with its ``_sample``."""
+    """What :class:`TexturesVertex` and :class:`TexturesUV` share: PyTorch3D's
+    ``sample_textures`` call, which each answers with its ``_sample``
+    (:class:`~warpraster.shading.mipmap.TexturesUVMipmap` takes more options)."""
 
     def sample_textures(
         self,
