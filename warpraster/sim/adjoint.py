@@ -60,7 +60,21 @@ from .gathers import (
     proj_gather_kernel,
     vertex_gather_kernel,
 )
-from .kernel_args import Channels, Csr, Outline, PixelRecords, make
+from .kernel_args import (
+    BigFaces,
+    CameraGrads,
+    Channels,
+    Csr,
+    FaceSums,
+    FaceWalk,
+    FlatRecords,
+    Outline,
+    PixelRecords,
+    ProjGrads,
+    SourceGroups,
+    StripSums,
+    make,
+)
 from .pixel_adjoint import CHANNELS_ADJOINT
 from .reductions import (
     BLOCK,
@@ -129,15 +143,13 @@ class SensorBackward:
         proj_image = sensor.proj_image.numpy()
         if np.any(np.diff(proj_image) < 0):
             raise ValueError("projected vertices must be grouped by image")  # packing invariant
-        self.face_image = wp.array(face_image, dtype=wp.int32, device=dev)
-        start, entries = csr(faces.reshape(-1), num_proj)
-        self.proj_corner_start = wp.array(start, dtype=wp.int32, device=dev)
-        self.proj_corners = wp.array(entries, dtype=wp.int32, device=dev)
-        start, _ = csr(proj_image, n)
-        self.image_proj_start = wp.array(start, dtype=wp.int32, device=dev)
-        start, entries = csr(sensor.proj_vertex.numpy(), num_verts)
-        self.vertex_proj_start = wp.array(start, dtype=wp.int32, device=dev)
-        self.vertex_projs = wp.array(entries, dtype=wp.int32, device=dev)
+        # a face's pixels lie within its bounding box grown by the blur radius
+        margin = float(np.sqrt(sensor.blur_radius)) if soft else 0.0
+        self.walk = make(FaceWalk, face_image=wp.array(face_image, dtype=wp.int32, device=dev),
+                         margin_ndc=margin)  # fmt: skip
+        self.proj_corners = self._csr(faces.reshape(-1), num_proj)
+        self.image_projs = self._csr(proj_image, n)
+        self.vertex_projs = self._csr(sensor.proj_vertex.numpy(), num_verts)
         self.vertex_corners = self._csr(sensor.sensor_faces.numpy().reshape(-1), num_verts)
         src = sensor.vertex_source.numpy()
         idx = sensor.vertex_index.numpy()
@@ -145,7 +157,6 @@ class SensorBackward:
 
         self.particles = self._source_lists(src, idx, VertexSource.PARTICLE)
         self.bodies = self._source_lists(src, idx, VertexSource.BODY)
-        self.local = sensor.vertex_local
 
         rg = sensor.requires_grad
         img = (n, h, w) if rg else (1, 1, 1)
@@ -166,20 +177,16 @@ class SensorBackward:
         self.pix_albedo = wp.zeros(mimg, dtype=wp.vec3, device=dev)
         self.pix_light = wp.zeros(mimg, dtype=wp.vec4, device=dev)
         fa = max(num_faces, 1) if rg else 1
-        self.face_ndc = wp.zeros(fa, dtype=wp.mat33, device=dev)
-        self.face_world = wp.zeros(fa, dtype=wp.mat33, device=dev)
-        self.face_vn = wp.zeros(fa, dtype=wp.mat33, device=dev)
-        self.big_area = int(big_area)
+        self.face_sums = self._mat33_sums(FaceSums, fa)
         cap = max(min(int(big_capacity), fa), 1) if rg else 1
-        self.big_count = wp.zeros(1, dtype=wp.int32, device=dev)
-        self.big_list = wp.zeros(cap, dtype=wp.int32, device=dev)
-        strips = (cap, max(int(big_strips), 1)) if rg else (1, 1)
-        self.strip_ndc = wp.zeros(strips, dtype=wp.mat33, device=dev)
-        self.strip_world = wp.zeros(strips, dtype=wp.mat33, device=dev)
-        self.strip_vn = wp.zeros(strips, dtype=wp.mat33, device=dev)
+        self.big = make(BigFaces, count=wp.zeros(1, dtype=wp.int32, device=dev),
+                        faces=wp.zeros(cap, dtype=wp.int32, device=dev), area=int(big_area),
+                        capacity=cap)  # fmt: skip
+        self.strip_sums = self._mat33_sums(StripSums, (cap, max(int(big_strips), 1)) if rg
+                                           else (1, 1))  # fmt: skip
         pa = max(num_proj, 1) if rg else 1
-        self.proj_point_grad = wp.zeros(pa, dtype=wp.vec3, device=dev)
-        self.proj_vn_grad = wp.zeros(pa, dtype=wp.vec3, device=dev)
+        self.proj_grads = make(ProjGrads, point=wp.zeros(pa, dtype=wp.vec3, device=dev),
+                               vn=wp.zeros(pa, dtype=wp.vec3, device=dev))  # fmt: skip
         va = max(num_verts, 1) if rg else 1
         self.vn_grad = wp.zeros(va, dtype=wp.vec3, device=dev)
         sf = sensor.sensor_faces.shape[0] if (rg and smooth) else 1
@@ -188,8 +195,8 @@ class SensorBackward:
         self._dummy4 = {t: _dummy((1, 1, 1, 1), t, dev) for t in (wp.vec3, wp.float32, wp.uint32)}
         self._dummy3 = _dummy((1, 1, 1), wp.vec3, dev)
         self._dummy_fov = _dummy(1, wp.float32, dev)
-        self._dummy_vec3 = _dummy(1, wp.vec3, dev)
-        self._dummy_vec4 = _dummy(1, wp.vec4, dev)
+        self._no_camera = make(CameraGrads, t=_dummy(1, wp.vec3, dev), q=_dummy(1, wp.vec4, dev),
+                               fov=self._dummy_fov)  # fmt: skip
         self._dummy_cam = _dummy((1, 1), wp.transform, dev)
         self.records = make(
             PixelRecords, face=self.rec_face, ndc=self.rec_ndc, world=self.rec_world,
@@ -198,7 +205,18 @@ class SensorBackward:
         )  # fmt: skip
         self.outline = make(Outline, on=self.outline_on, verts=self.outline_verts,
                             g_bary=self.outline_g_bary, g_depth=self.outline_g_depth)  # fmt: skip
+        self.flat = make(
+            FlatRecords, face=self.rec_face.flatten(), origin=self._dummy3.flatten(),
+            albedo=self.pix_albedo.flatten(), light=self.pix_light.flatten(),
+        )  # fmt: skip
         self._grads = {}  # per frame slot: (its channel gradients as a Channels, mask)
+
+    def _mat33_sums(self, cls, shape):
+        """A :class:`FaceSums` or :class:`StripSums` of zeroed ``shape`` arrays."""
+        dev = self.device
+        return make(cls, ndc=wp.zeros(shape, dtype=wp.mat33, device=dev),
+                    world=wp.zeros(shape, dtype=wp.mat33, device=dev),
+                    vn=wp.zeros(shape, dtype=wp.mat33, device=dev))  # fmt: skip
 
     def _csr(self, keys, count) -> Csr:
         start, entries = csr(keys, count)
@@ -216,11 +234,11 @@ class SensorBackward:
         keys[sel] = pos
         start, entries = csr(keys, ids.size)
         dev = self.device
-        return (
-            wp.array(start, dtype=wp.int32, device=dev),
-            wp.array(entries, dtype=wp.int32, device=dev),
-            wp.array(ids.astype(np.int32), dtype=wp.int32, device=dev),
-        )
+        return make(
+            SourceGroups, start=wp.array(start, dtype=wp.int32, device=dev),
+            verts=wp.array(entries, dtype=wp.int32, device=dev),
+            ids=wp.array(ids.astype(np.int32), dtype=wp.int32, device=dev),
+        )  # fmt: skip
 
     def _camera_scratch(self):
         if self._camera is None:
@@ -229,17 +247,17 @@ class SensorBackward:
             h, w = s.image_size
             p = max(s.proj_vertex.shape[0], 1)
             n = s.num_images
-            self._camera = dict(
-                pix_origin=wp.zeros((n, h, w), dtype=wp.vec3, device=dev),
-                cam_t=wp.zeros(p, dtype=wp.vec3, device=dev),
-                cam_q=wp.zeros(p, dtype=wp.vec4, device=dev),
-                fov=wp.zeros(p, dtype=float, device=dev),
-                image_t=wp.zeros(n, dtype=wp.vec3, device=dev),
-                image_q=wp.zeros(n, dtype=wp.vec4, device=dev),
-                image_fov=wp.zeros(n, dtype=float, device=dev),
-            )
-            self.records.origin = self._camera["pix_origin"]
+            self._camera = dict(proj=self._camera_grads(p), image=self._camera_grads(n))
+            origin = wp.zeros((n, h, w), dtype=wp.vec3, device=dev)
+            self.records.origin = origin
+            self.flat.origin = origin.flatten()
         return self._camera
+
+    def _camera_grads(self, count: int) -> CameraGrads:
+        dev = self.device
+        return make(CameraGrads, t=wp.zeros(count, dtype=wp.vec3, device=dev),
+                    q=wp.zeros(count, dtype=wp.vec4, device=dev),
+                    fov=wp.zeros(count, dtype=float, device=dev))  # fmt: skip
 
     def prepare(self, camera_transforms, camera_fovs) -> None:
         """Allocates what a backward with these inputs will need (call at record time)."""
@@ -310,43 +328,26 @@ class SensorBackward:
                 record_tape=False,
             )
         num_faces = s.faces.shape[0]
-        # a face's pixels lie within its bounding box grown by the blur radius
-        margin = float(np.sqrt(s.blur_radius)) if soft else 0.0
+        scene = frame.scene
         if num_faces:
-            box = [s.faces, self.face_image, h, w, margin, int(soft), smooth]
-            recs = [frame.ndc, frags.pix_to_face, soft_frags.pix_to_face, self.rec_face,
-                    self.rec_ndc, self.rec_world, self.rec_vn, self.rec_soft]  # fmt: skip
-            face_out = [self.face_ndc, self.face_world, self.face_vn]
-            cap = self.big_list.shape[0]
             face_gather_kernel, big_face_strips_kernel, big_face_sum_kernel = FACE_KERNELS[
                 soft, bool(smooth)
             ]
-            self.big_count.zero_()
-            wp.launch(face_gather_kernel, dim=num_faces, inputs=[*box, self.big_area, cap, *recs],
-                      outputs=[*face_out, self.big_count, self.big_list], device=dev,
-                      record_tape=False)  # fmt: skip
-            strips = [self.strip_ndc, self.strip_world, self.strip_vn]
-            wp.launch(big_face_strips_kernel, dim=self.strip_ndc.shape,
-                      inputs=[*box, cap, self.big_count, self.big_list, *recs], outputs=strips,
-                      device=dev, record_tape=False)  # fmt: skip
-            wp.launch(big_face_sum_kernel, dim=cap,
-                      inputs=[cap, smooth, self.big_count, self.big_list, *strips],
-                      outputs=face_out, device=dev, record_tape=False)  # fmt: skip
+            self.big.count.zero_()
+            walk = [self.walk, scene, self.records]
+            wp.launch(face_gather_kernel, dim=num_faces, inputs=walk, outputs=[self.face_sums,
+                      self.big], device=dev, record_tape=False)  # fmt: skip
+            strips = self.strip_sums
+            wp.launch(big_face_strips_kernel, dim=strips.ndc.shape, inputs=[*walk, self.big],
+                      outputs=[strips], device=dev, record_tape=False)  # fmt: skip
+            wp.launch(big_face_sum_kernel, dim=self.big.capacity, inputs=[self.big, strips],
+                      outputs=[self.face_sums], device=dev, record_tape=False)  # fmt: skip
         wp.launch(
             proj_gather_kernel,
             dim=s.proj_vertex.shape[0],
-            inputs=[
-                self.proj_corner_start, self.proj_corners, s.proj_vertex, s.proj_image,
-                s.camera_count, min(1.0, w / h), smooth, int(cam_on),
-                self.face_ndc, self.face_world, self.face_vn, frame.points,
-                camera_transforms, camera_fovs,
-            ],
-            outputs=[
-                self.proj_point_grad, self.proj_vn_grad,
-                cam["cam_t"] if cam_on else self._dummy_vec3,
-                cam["cam_q"] if cam_on else self._dummy_vec4,
-                cam["fov"] if cam_on else self._dummy_fov,
-            ],
+            inputs=[self.proj_corners, s.view, smooth, int(cam_on), self.face_sums,
+                    frame.points, camera_transforms, camera_fovs],
+            outputs=[self.proj_grads, cam["proj"] if cam_on else self._no_camera],
             device=dev,
             record_tape=False,
         )  # fmt: skip
@@ -354,8 +355,7 @@ class SensorBackward:
         wp.launch(
             vertex_gather_kernel,
             dim=points_grad.shape[0],
-            inputs=[self.vertex_proj_start, self.vertex_projs, smooth, self.proj_point_grad,
-                    self.proj_vn_grad],
+            inputs=[self.vertex_projs, smooth, self.proj_grads],
             outputs=[points_grad, self.vn_grad],
             device=dev,
             record_tape=False,
@@ -368,23 +368,20 @@ class SensorBackward:
                       inputs=[self.vertex_corners, self.normal_face_grad],
                       outputs=[points_grad], device=dev, record_tape=False)  # fmt: skip
         if self.particles is not None and particle_q.grad is not None:
-            start, verts, ids = self.particles
-            wp.launch(particle_gather_kernel, dim=ids.shape[0],
-                      inputs=[start, verts, ids, points_grad], outputs=[particle_q.grad],
+            wp.launch(particle_gather_kernel, dim=self.particles.ids.shape[0],
+                      inputs=[self.particles, points_grad], outputs=[particle_q.grad],
                       device=dev, record_tape=False)  # fmt: skip
         if self.bodies is not None and body_q.grad is not None:
-            start, verts, ids = self.bodies
-            wp.launch_tiled(body_reduce_kernel, dim=[ids.shape[0]],
-                            inputs=[start, verts, ids, self.local, body_q, points_grad],
+            wp.launch_tiled(body_reduce_kernel, dim=[self.bodies.ids.shape[0]],
+                            inputs=[self.bodies, s.sources, body_q, points_grad],
                             outputs=[body_q.grad], block_dim=BLOCK, device=dev,
                             record_tape=False)  # fmt: skip
         if cam_on:
             wp.launch_tiled(
                 image_camera_reduce_kernel,
                 dim=[n],
-                inputs=[self.image_proj_start, h * w, cam["cam_t"], cam["cam_q"], cam["fov"],
-                        self.rec_face.flatten(), cam["pix_origin"].flatten()],
-                outputs=[cam["image_t"], cam["image_q"], cam["image_fov"]],
+                inputs=[self.image_projs, h * w, cam["proj"], self.flat],
+                outputs=[cam["image"]],
                 block_dim=BLOCK,
                 device=dev,
                 record_tape=False,
@@ -396,8 +393,7 @@ class SensorBackward:
             wp.launch(
                 camera_add_kernel,
                 dim=s.camera_count,
-                inputs=[s.world_count, s.camera_count, int(fov_grad is not None),
-                        cam["image_t"], cam["image_q"], cam["image_fov"]],
+                inputs=[s.world_count, s.camera_count, int(fov_grad is not None), cam["image"]],
                 outputs=[cam_grad, self._dummy_fov if fov_grad is None else fov_grad],
                 device=dev,
                 record_tape=False,
@@ -406,8 +402,7 @@ class SensorBackward:
             wp.launch_tiled(
                 material_reduce_kernel,
                 dim=[s.shape_colors.shape[0] + 1],
-                inputs=[s.face_shape, n * h * w, self.rec_face.flatten(),
-                        self.pix_albedo.flatten(), self.pix_light.flatten()],
+                inputs=[s.surface, n * h * w, self.flat],
                 outputs=[s.shape_colors.grad, s.light_direction.grad, s.light_intensity.grad],
                 block_dim=BLOCK,
                 device=dev,

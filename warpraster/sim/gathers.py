@@ -11,9 +11,22 @@ from __future__ import annotations
 
 import warp as wp
 
+from ..backward.slot_pass import row
 from ..geometry import pix_to_ndc
-from .kernel_args import Csr
-from .render import _MIN_DEPTH, SOFT_SLOTS
+from .kernel_args import (
+    BigFaces,
+    CameraGrads,
+    Csr,
+    FaceSums,
+    FaceWalk,
+    FrameScene,
+    PixelRecords,
+    ProjGrads,
+    SourceGroups,
+    StripSums,
+    View,
+)
+from .render import _MIN_DEPTH, SOFT_SLOTS, face_corners, image_camera
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
 
@@ -39,11 +52,6 @@ def rotate_adj_q(q: wp.quat, x: wp.vec3, g: wp.vec3) -> wp.vec4:
 
 
 @wp.func
-def _row(m: wp.mat33, i: int) -> wp.vec3:
-    return wp.vec3(m[i, 0], m[i, 1], m[i, 2])
-
-
-@wp.func
 def _pixel_range(lo: float, hi: float, off: float, scale: float, size: int, margin: float):
     """Pixels (first, last) whose centre may lie in NDC [lo, hi] along an axis whose
     NDC decreases with the pixel index (``pixel = size - 1 - (ndc - off) / scale``),
@@ -66,21 +74,18 @@ BIG_CAPACITY = 512
 
 
 @wp.func
-def _face_box(
-    f: int,
-    faces: wp.array2d(dtype=wp.int32),
-    face_image: wp.array(dtype=wp.int32),
-    height: int,
-    width: int,
-    margin_ndc: float,
-    ndc: wp.array(dtype=wp.vec3),
-):
+def _face_box(walk: FaceWalk, scene: FrameScene, f: int):
     """(ok, x0, x1, y0, y1): the pixels whose centre may lie within ``margin_ndc`` of
     packed face f (its NDC box grown by the margin and by 0.01 pixel against
     rounding in the inverse pixel map), clamped to the image; ok is False for a
     face the rasterizer cannot draw (a vertex at z <= 0, non-finite, no image).
     A pixel shows a face only if its centre lies in the face (sharp pass) or
     within the blur radius of it (``margin_ndc`` = its square root, blurred pass)."""
+    faces = scene.surface.faces
+    ndc = scene.frame.ndc
+    margin_ndc = walk.margin_ndc
+    height = scene.view.height
+    width = scene.view.width
     v0 = ndc[faces[f, 0]]
     v1 = ndc[faces[f, 1]]
     v2 = ndc[faces[f, 2]]
@@ -89,7 +94,7 @@ def _face_box(
     ymin = wp.min(wp.min(v0[1], v1[1]), v2[1]) - margin_ndc
     ymax = wp.max(wp.max(v0[1], v1[1]), v2[1]) + margin_ndc
     zmin = wp.min(wp.min(v0[2], v1[2]), v2[2])
-    ok = face_image[f] >= 0 and zmin > 0.0 and wp.isfinite(xmin + xmax + ymin + ymax)
+    ok = walk.face_image[f] >= 0 and zmin > 0.0 and wp.isfinite(xmin + xmax + ymin + ymax)
     # pixel centre along x: pix_to_ndc(width - 1 - xi, width, height)
     offx = pix_to_ndc(0, width, height)
     sx = pix_to_ndc(1, width, height) - offx
@@ -102,43 +107,48 @@ def _face_box(
 
 @wp.func
 def _walk(
-    f: int,
-    n: int,
-    x0: int,
-    x1: int,
-    y_first: int,
-    y_last: int,
-    y_step: int,
-    soft: int,
-    smooth: int,
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    soft_pix_to_face: wp.array4d(dtype=wp.int32),
-    rec_face: wp.array3d(dtype=wp.int32),
-    rec_ndc: wp.array3d(dtype=wp.mat33),
-    rec_world: wp.array3d(dtype=wp.mat33),
-    rec_vn: wp.array3d(dtype=wp.mat33),
-    rec_soft: wp.array4d(dtype=wp.mat33),
-):
+    f: int, n: int, x0: int, x1: int, y_first: int, y_last: int, y_step: int, soft: int,
+    smooth: int, scene: FrameScene, records: PixelRecords,
+):  # fmt: skip
     """Sums the records of face f over rows y_first, y_first + y_step, ... <= y_last,
     columns x0..x1, in that (row-major) order."""
+    pix_to_face = scene.frags.pix_to_face
+    soft_pix_to_face = scene.frags.soft_pix_to_face
     acc_ndc = wp.mat33(0.0)
     acc_world = wp.mat33(0.0)
     acc_vn = wp.mat33(0.0)
     yy = y_first
     while yy <= y_last:
         for xx in range(x0, x1 + 1):
-            if rec_face[n, yy, xx] == f:
-                acc_ndc = acc_ndc + rec_ndc[n, yy, xx]
-                acc_world = acc_world + rec_world[n, yy, xx]
+            if records.face[n, yy, xx] == f:
+                acc_ndc = acc_ndc + records.ndc[n, yy, xx]
+                acc_world = acc_world + records.world[n, yy, xx]
                 if smooth != 0:
-                    acc_vn = acc_vn + rec_vn[n, yy, xx]
+                    acc_vn = acc_vn + records.vn[n, yy, xx]
             if soft != 0:
                 if pix_to_face[n, yy, xx, 0] < 0:
                     for k in range(SOFT_SLOTS):
                         if soft_pix_to_face[n, yy, xx, k] == f:
-                            acc_ndc = acc_ndc + rec_soft[n, yy, xx, k]
+                            acc_ndc = acc_ndc + records.soft[n, yy, xx, k]
         yy += y_step
     return acc_ndc, acc_world, acc_vn
+
+
+@wp.func
+def _store(sums_out: FaceSums, f: int, ndc: wp.mat33, world: wp.mat33, vn: wp.mat33, smooth: int):
+    """Face f's sums (its normal records only with smooth normals)."""
+    sums_out.ndc[f] = ndc
+    sums_out.world[f] = world
+    if smooth != 0:
+        sums_out.vn[f] = vn
+
+
+@wp.func
+def _listed(big: BigFaces, slot: int) -> int:
+    """The big face in list slot ``slot``, -1 past the listed ones."""
+    if slot >= wp.min(big.count[0], big.capacity):
+        return -1
+    return big.faces[slot]
 
 
 def _make_face_kernels(soft_on: bool, smooth_on: bool):
@@ -150,132 +160,85 @@ def _make_face_kernels(soft_on: bool, smooth_on: bool):
     @wp.kernel(module="unique")
     def face_gather_kernel(
         # Model:
-        faces: wp.array2d(dtype=wp.int32),
-        face_image: wp.array(dtype=wp.int32),
-        height: int,
-        width: int,
-        margin_ndc: float,
-        soft: int,
-        smooth: int,
-        big_area: int,
-        big_capacity: int,
+        walk: FaceWalk,
         # Data in:
-        ndc: wp.array(dtype=wp.vec3),
-        pix_to_face: wp.array4d(dtype=wp.int32),
-        soft_pix_to_face: wp.array4d(dtype=wp.int32),
-        rec_face: wp.array3d(dtype=wp.int32),
-        rec_ndc: wp.array3d(dtype=wp.mat33),
-        rec_world: wp.array3d(dtype=wp.mat33),
-        rec_vn: wp.array3d(dtype=wp.mat33),
-        rec_soft: wp.array4d(dtype=wp.mat33),
+        scene: FrameScene,
+        records: PixelRecords,
         # Data out, (F,) rows = corners; the big-face list (count zeroed before):
-        face_ndc_out: wp.array(dtype=wp.mat33),
-        face_world_out: wp.array(dtype=wp.mat33),
-        face_vn_out: wp.array(dtype=wp.mat33),
-        big_count_out: wp.array(dtype=wp.int32),
-        big_list_out: wp.array(dtype=wp.int32),
+        sums_out: FaceSums,
+        big_out: BigFaces,
     ):
         """Packed face f: the records of the pixels that show it, summed in row-major
-        order over its pixel box. A box of more than ``big_area`` pixels is listed for
-        :func:`big_face_strips_kernel` (an integer counter hands out list slots; the
-        sums do not depend on the slot) unless the list is full."""
+        order over its pixel box. A box of more than ``big_out.area`` pixels is listed
+        for :func:`big_face_strips_kernel` (an integer counter hands out list slots;
+        the sums do not depend on the slot) unless the list is full."""
         f = wp.tid()
         acc_ndc = wp.mat33(0.0)
         acc_world = wp.mat33(0.0)
         acc_vn = wp.mat33(0.0)
-        ok, x0, x1, y0, y1 = _face_box(f, faces, face_image, height, width, margin_ndc, ndc)
+        ok, x0, x1, y0, y1 = _face_box(walk, scene, f)
         if ok:
             big = False
-            if (x1 - x0 + 1) * (y1 - y0 + 1) > big_area:
-                slot = wp.atomic_add(big_count_out, 0, 1)
-                if slot < big_capacity:
-                    big_list_out[slot] = f
+            if (x1 - x0 + 1) * (y1 - y0 + 1) > big_out.area:
+                slot = wp.atomic_add(big_out.count, 0, 1)
+                if slot < big_out.capacity:
+                    big_out.faces[slot] = f
                     big = True
             if not big:
                 acc_ndc, acc_world, acc_vn = _walk(
-                    f, face_image[f], x0, x1, y0, y1, 1, wp.static(int(soft_on)),
-                    wp.static(int(smooth_on)), pix_to_face, soft_pix_to_face, rec_face, rec_ndc,
-                    rec_world, rec_vn, rec_soft,
+                    f, walk.face_image[f], x0, x1, y0, y1, 1, wp.static(int(soft_on)),
+                    wp.static(int(smooth_on)), scene, records,
                 )  # fmt: skip
-        face_ndc_out[f] = acc_ndc
-        face_world_out[f] = acc_world
-        if wp.static(smooth_on):
-            face_vn_out[f] = acc_vn
+        _store(sums_out, f, acc_ndc, acc_world, acc_vn, wp.static(int(smooth_on)))
 
     @wp.kernel(module="unique")
     def big_face_strips_kernel(
         # Model:
-        faces: wp.array2d(dtype=wp.int32),
-        face_image: wp.array(dtype=wp.int32),
-        height: int,
-        width: int,
-        margin_ndc: float,
-        soft: int,
-        smooth: int,
-        big_capacity: int,
+        walk: FaceWalk,
         # Data in:
-        big_count: wp.array(dtype=wp.int32),
-        big_list: wp.array(dtype=wp.int32),
-        ndc: wp.array(dtype=wp.vec3),
-        pix_to_face: wp.array4d(dtype=wp.int32),
-        soft_pix_to_face: wp.array4d(dtype=wp.int32),
-        rec_face: wp.array3d(dtype=wp.int32),
-        rec_ndc: wp.array3d(dtype=wp.mat33),
-        rec_world: wp.array3d(dtype=wp.mat33),
-        rec_vn: wp.array3d(dtype=wp.mat33),
-        rec_soft: wp.array4d(dtype=wp.mat33),
+        scene: FrameScene,
+        records: PixelRecords,
+        big: BigFaces,
         # Data out, (capacity, strips):
-        strip_ndc_out: wp.array2d(dtype=wp.mat33),
-        strip_world_out: wp.array2d(dtype=wp.mat33),
-        strip_vn_out: wp.array2d(dtype=wp.mat33),
+        strips_out: StripSums,
     ):
         """Big face in list slot ``slot``: strip t sums rows y0 + t, y0 + t + strips, ..."""
         slot, t = wp.tid()
-        if slot >= wp.min(big_count[0], big_capacity):
+        f = _listed(big, slot)
+        if f < 0:
             return
-        f = big_list[slot]
-        ok, x0, x1, y0, y1 = _face_box(f, faces, face_image, height, width, margin_ndc, ndc)
+        ok, x0, x1, y0, y1 = _face_box(walk, scene, f)
         acc_ndc, acc_world, acc_vn = _walk(
-            f, face_image[f], x0, x1, y0 + t, y1, strip_ndc_out.shape[1], wp.static(int(soft_on)),
-            wp.static(int(smooth_on)), pix_to_face, soft_pix_to_face, rec_face, rec_ndc, rec_world,
-            rec_vn, rec_soft,
+            f, walk.face_image[f], x0, x1, y0 + t, y1, strips_out.ndc.shape[1],
+            wp.static(int(soft_on)), wp.static(int(smooth_on)), scene, records,
         )  # fmt: skip
-        strip_ndc_out[slot, t] = acc_ndc
-        strip_world_out[slot, t] = acc_world
+        strips_out.ndc[slot, t] = acc_ndc
+        strips_out.world[slot, t] = acc_world
         if wp.static(smooth_on):
-            strip_vn_out[slot, t] = acc_vn
+            strips_out.vn[slot, t] = acc_vn
 
     @wp.kernel(module="unique")
     def big_face_sum_kernel(
-        big_capacity: int,
-        smooth: int,
-        big_count: wp.array(dtype=wp.int32),
-        big_list: wp.array(dtype=wp.int32),
-        strip_ndc: wp.array2d(dtype=wp.mat33),
-        strip_world: wp.array2d(dtype=wp.mat33),
-        strip_vn: wp.array2d(dtype=wp.mat33),
+        # Data in:
+        big: BigFaces,
+        strips: StripSums,
         # Data out, (F,):
-        face_ndc_out: wp.array(dtype=wp.mat33),
-        face_world_out: wp.array(dtype=wp.mat33),
-        face_vn_out: wp.array(dtype=wp.mat33),
+        sums_out: FaceSums,
     ):
         """Big face in list slot ``slot``: its strips' sums, in strip order."""
         slot = wp.tid()
-        if slot >= wp.min(big_count[0], big_capacity):
+        f = _listed(big, slot)
+        if f < 0:
             return
-        f = big_list[slot]
         acc_ndc = wp.mat33(0.0)
         acc_world = wp.mat33(0.0)
         acc_vn = wp.mat33(0.0)
-        for t in range(strip_ndc.shape[1]):
-            acc_ndc = acc_ndc + strip_ndc[slot, t]
-            acc_world = acc_world + strip_world[slot, t]
+        for t in range(strips.ndc.shape[1]):
+            acc_ndc = acc_ndc + strips.ndc[slot, t]
+            acc_world = acc_world + strips.world[slot, t]
             if wp.static(smooth_on):
-                acc_vn = acc_vn + strip_vn[slot, t]
-        face_ndc_out[f] = acc_ndc
-        face_world_out[f] = acc_world
-        if wp.static(smooth_on):
-            face_vn_out[f] = acc_vn
+                acc_vn = acc_vn + strips.vn[slot, t]
+        _store(sums_out, f, acc_ndc, acc_world, acc_vn, wp.static(int(smooth_on)))
 
     return face_gather_kernel, big_face_strips_kernel, big_face_sum_kernel
 
@@ -292,27 +255,18 @@ FACE_KERNELS = {
 @wp.kernel
 def proj_gather_kernel(
     # Model:
-    corner_start: wp.array(dtype=wp.int32),
-    corners: wp.array(dtype=wp.int32),
-    proj_vertex: wp.array(dtype=wp.int32),
-    proj_image: wp.array(dtype=wp.int32),
-    camera_count: int,
-    aspect_min: float,
+    proj_corners: Csr,
+    view: View,
     smooth: int,
     camera_grad: int,
     # Data in:
-    face_ndc: wp.array(dtype=wp.mat33),
-    face_world: wp.array(dtype=wp.mat33),
-    face_vn: wp.array(dtype=wp.mat33),
+    sums: FaceSums,
     points: wp.array(dtype=wp.vec3),
     camera_transforms: wp.array2d(dtype=wp.transform),
     camera_fovs: wp.array(dtype=float),
     # Data out, (P,):
-    point_grad_out: wp.array(dtype=wp.vec3),
-    vn_grad_out: wp.array(dtype=wp.vec3),
-    cam_t_out: wp.array(dtype=wp.vec3),
-    cam_q_out: wp.array(dtype=wp.vec4),
-    fov_out: wp.array(dtype=float),
+    proj_out: ProjGrads,
+    camera_out: CameraGrads,
 ):
     """Projected vertex j: its face corners' gradients summed in CSR order, then the
     adjoint of ``render.project_kernel`` (``ndc = (-x_c, y_c) / s, z``,
@@ -321,19 +275,18 @@ def proj_gather_kernel(
     g_ndc = wp.vec3(0.0)
     g_w = wp.vec3(0.0)
     g_vn = wp.vec3(0.0)
-    for e in range(corner_start[j], corner_start[j + 1]):
-        corner = corners[e]
+    for e in range(proj_corners.start[j], proj_corners.start[j + 1]):
+        corner = proj_corners.entries[e]
         f = corner // 3
         r = corner - 3 * f
-        g_ndc = g_ndc + _row(face_ndc[f], r)
-        g_w = g_w + _row(face_world[f], r)
+        g_ndc = g_ndc + row(sums.ndc[f], r)
+        g_w = g_w + row(sums.world[f], r)
         if smooth != 0:
-            g_vn = g_vn + _row(face_vn[f], r)
-    n = proj_image[j]
-    w = n // camera_count
-    c = n - w * camera_count
+            g_vn = g_vn + row(sums.vn[f], r)
+    w, c = image_camera(view, view.proj_image[j])
+    aspect_min = view.aspect_min
     tf = camera_transforms[c, w]
-    p = points[proj_vertex[j]]
+    p = points[view.proj_vertex[j]]
     pc = wp.transform_point(wp.transform_inverse(tf), p)
     z = -pc[2]
     half = 0.5 * camera_fovs[c]
@@ -346,26 +299,24 @@ def proj_gather_kernel(
     g_pc = wp.vec3(-g_ndc[0] / s, g_ndc[1] / s, -g_z)
     qi = wp.quat_inverse(wp.transform_get_rotation(tf))
     g_p = rotate_adj_x(qi, g_pc)
-    point_grad_out[j] = g_p + g_w
-    vn_grad_out[j] = g_vn
+    proj_out.point[j] = g_p + g_w
+    proj_out.vn[j] = g_vn
     if camera_grad != 0:
         # pc = rot(q^-1, p) - rot(q^-1, t), q^-1 = (-q_v, w)
         g_qi = rotate_adj_q(qi, p - wp.transform_get_translation(tf), g_pc)
-        cam_t_out[j] = -g_p
-        cam_q_out[j] = wp.vec4(-g_qi[0], -g_qi[1], -g_qi[2], g_qi[3])
-        fov_out[j] = g_s * aspect_min * wp.max(z, _MIN_DEPTH) * (1.0 + th * th) * 0.5
+        camera_out.t[j] = -g_p
+        camera_out.q[j] = wp.vec4(-g_qi[0], -g_qi[1], -g_qi[2], g_qi[3])
+        camera_out.fov[j] = g_s * aspect_min * wp.max(z, _MIN_DEPTH) * (1.0 + th * th) * 0.5
 
 
 # ----------------------------------------------------------------------------- 4. per vertex
 @wp.kernel
 def vertex_gather_kernel(
     # Model:
-    proj_start: wp.array(dtype=wp.int32),
-    projs: wp.array(dtype=wp.int32),
+    vertex_projs: Csr,
     smooth: int,
-    # Data in:
-    point_grad: wp.array(dtype=wp.vec3),
-    vn_grad: wp.array(dtype=wp.vec3),
+    # Data in, (P,):
+    proj: ProjGrads,
     # Data out, (V,):
     points_grad_out: wp.array(dtype=wp.vec3),
     vn_grad_out: wp.array(dtype=wp.vec3),
@@ -374,11 +325,11 @@ def vertex_gather_kernel(
     v = wp.tid()
     g = wp.vec3(0.0)
     gn = wp.vec3(0.0)
-    for e in range(proj_start[v], proj_start[v + 1]):
-        j = projs[e]
-        g = g + point_grad[j]
+    for e in range(vertex_projs.start[v], vertex_projs.start[v + 1]):
+        j = vertex_projs.entries[e]
+        g = g + proj.point[j]
         if smooth != 0:
-            gn = gn + vn_grad[j]
+            gn = gn + proj.vn[j]
     points_grad_out[v] = g
     vn_grad_out[v] = gn
 
@@ -395,13 +346,11 @@ def normal_face_adjoint_kernel(
 ):
     """Adjoint of one face's term ``cross(p1 - p0, p2 - p0)`` of its three vertex normals."""
     f = wp.tid()
-    i0 = faces[f, 0]
-    i1 = faces[f, 1]
-    i2 = faces[f, 2]
-    p0 = points[i0]
-    e1 = points[i1] - p0
-    e2 = points[i2] - p0
-    g = vn_grad[i0] + vn_grad[i1] + vn_grad[i2]
+    i = face_corners(faces, f)
+    p0 = points[i[0]]
+    e1 = points[i[1]] - p0
+    e2 = points[i[2]] - p0
+    g = vn_grad[i[0]] + vn_grad[i[1]] + vn_grad[i[2]]
     g1 = wp.cross(e2, g)
     g2 = wp.cross(g, e1)
     face_grad_out[f] = wp.matrix_from_rows(-g1 - g2, g1, g2)
@@ -422,16 +371,14 @@ def normal_vertex_gather_kernel(
     for e in range(vertex_corners.start[v], vertex_corners.start[v + 1]):
         corner = vertex_corners.entries[e]
         f = corner // 3
-        g = g + _row(face_grad[f], corner - 3 * f)
+        g = g + row(face_grad[f], corner - 3 * f)
     points_grad_out[v] = g
 
 
 @wp.kernel
 def particle_gather_kernel(
     # Model:
-    start: wp.array(dtype=wp.int32),
-    verts: wp.array(dtype=wp.int32),
-    particle: wp.array(dtype=wp.int32),
+    particles: SourceGroups,
     # Data in:
     points_grad: wp.array(dtype=wp.vec3),
     # Data out (added to):
@@ -440,9 +387,9 @@ def particle_gather_kernel(
     """Used particle u: adds its sensor vertices' gradients (CSR order)."""
     u = wp.tid()
     g = wp.vec3(0.0)
-    for e in range(start[u], start[u + 1]):
-        g = g + points_grad[verts[e]]
-    p = particle[u]
+    for e in range(particles.start[u], particles.start[u + 1]):
+        g = g + points_grad[particles.verts[e]]
+    p = particles.ids[u]
     particle_grad_out[p] = particle_grad_out[p] + g
 
 

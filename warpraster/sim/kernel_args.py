@@ -12,8 +12,8 @@ Static (set-up): :class:`VertexSources`, :class:`View`, :class:`Surface`,
 :class:`Look`, :class:`Csr`, :class:`SourceGroups`, :class:`FaceWalk`.
 Per frame slot: :class:`FrameArrays`, :class:`PixelFragments`, :class:`Channels`
 and :class:`FrameScene` (all a pixel reads).
-Backward scratch: :class:`PixelRecords`, :class:`Outline`, :class:`FaceSums`,
-:class:`StripSums`, :class:`BigFaces`, :class:`ProjGrads`, :class:`CameraGrads`.
+Backward scratch: :class:`PixelRecords` (and :class:`FlatRecords`), :class:`Outline`,
+:class:`FaceSums`, :class:`StripSums`, :class:`BigFaces`, :class:`ProjGrads`, :class:`CameraGrads`.
 """
 
 from __future__ import annotations
@@ -179,6 +179,16 @@ class PixelRecords:
 
 
 @wp.struct
+class FlatRecords:
+    """:class:`PixelRecords` read by the block reductions, as flat (N H W,) views."""
+
+    face: wp.array(dtype=wp.int32)
+    origin: wp.array(dtype=wp.vec3)
+    albedo: wp.array(dtype=wp.vec3)
+    light: wp.array(dtype=wp.vec4)
+
+
+@wp.struct
 class Outline:
     """Per soft pixel (N, H, W): whether its outline point is used, its face's NDC
     vertices (rows), and the gradients of its barycentrics and depth."""
@@ -253,6 +263,7 @@ __all__ = [
     "Csr",
     "FaceSums",
     "FaceWalk",
+    "FlatRecords",
     "FrameArrays",
     "FrameScene",
     "Look",

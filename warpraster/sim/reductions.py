@@ -11,6 +11,7 @@ from __future__ import annotations
 import warp as wp
 
 from .gathers import rotate_adj_q
+from .kernel_args import CameraGrads, Csr, FlatRecords, SourceGroups, Surface, VertexSources
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
 
@@ -18,13 +19,29 @@ wp.set_module_options({"fuse_fp": False, "enable_backward": False})
 BLOCK = 256
 
 
+@wp.func
+def block_sum(v: float) -> float:
+    """The sum of ``v`` over the block's threads (a tile reduction: a fixed order)."""
+    return wp.tile_extract(wp.tile_sum(wp.tile(v)), 0)
+
+
+@wp.func
+def block_sum3(v: wp.vec3) -> wp.vec3:
+    """The sum of ``v`` over the block's threads, per component."""
+    return wp.vec3(block_sum(v[0]), block_sum(v[1]), block_sum(v[2]))
+
+
+@wp.func
+def block_sum4(v: wp.vec4) -> wp.vec4:
+    """The sum of ``v`` over the block's threads, per component."""
+    return wp.vec4(block_sum(v[0]), block_sum(v[1]), block_sum(v[2]), block_sum(v[3]))
+
+
 @wp.kernel
 def body_reduce_kernel(
     # Model:
-    start: wp.array(dtype=wp.int32),
-    verts: wp.array(dtype=wp.int32),
-    body: wp.array(dtype=wp.int32),
-    local: wp.array(dtype=wp.vec3),
+    bodies: SourceGroups,
+    sources: VertexSources,
     # Data in:
     body_q: wp.array(dtype=wp.transform),
     points_grad: wp.array(dtype=wp.vec3),
@@ -34,85 +51,68 @@ def body_reduce_kernel(
     """One block per used body: the transform gradient of ``transform_point(q, local)``
     summed over its vertices (strided per thread, then tile sums: a fixed order)."""
     u, lane = wp.tid()
-    b = body[u]
+    b = bodies.ids[u]
     q = wp.transform_get_rotation(body_q[b])
     gt = wp.vec3(0.0)
     gq = wp.vec4(0.0)
-    e = start[u] + lane
-    while e < start[u + 1]:
-        v = verts[e]
+    e = bodies.start[u] + lane
+    while e < bodies.start[u + 1]:
+        v = bodies.verts[e]
         g = points_grad[v]
         gt = gt + g
-        gq = gq + rotate_adj_q(q, local[v], g)
+        gq = gq + rotate_adj_q(q, sources.local[v], g)
         e += wp.block_dim()
-    t0 = wp.tile_extract(wp.tile_sum(wp.tile(gt[0])), 0)
-    t1 = wp.tile_extract(wp.tile_sum(wp.tile(gt[1])), 0)
-    t2 = wp.tile_extract(wp.tile_sum(wp.tile(gt[2])), 0)
-    q0 = wp.tile_extract(wp.tile_sum(wp.tile(gq[0])), 0)
-    q1 = wp.tile_extract(wp.tile_sum(wp.tile(gq[1])), 0)
-    q2 = wp.tile_extract(wp.tile_sum(wp.tile(gq[2])), 0)
-    q3 = wp.tile_extract(wp.tile_sum(wp.tile(gq[3])), 0)
+    t = block_sum3(gt)
+    r = block_sum4(gq)
     if lane == 0:
-        body_grad_out[b] = body_grad_out[b] + wp.transform(
-            wp.vec3(t0, t1, t2), wp.quat(q0, q1, q2, q3)
-        )
+        body_grad_out[b] = body_grad_out[b] + wp.transform(t, wp.quat(r[0], r[1], r[2], r[3]))
 
 
 @wp.kernel
 def image_camera_reduce_kernel(
     # Model:
-    proj_start: wp.array(dtype=wp.int32),
+    image_projs: Csr,
     pixels: int,
     # Data in:
-    cam_t: wp.array(dtype=wp.vec3),
-    cam_q: wp.array(dtype=wp.vec4),
-    fov: wp.array(dtype=float),
-    rec_face: wp.array(dtype=wp.int32),
-    pix_origin: wp.array(dtype=wp.vec3),
+    proj: CameraGrads,
+    records: FlatRecords,
     # Data out, (N,):
-    image_t_out: wp.array(dtype=wp.vec3),
-    image_q_out: wp.array(dtype=wp.vec4),
-    image_fov_out: wp.array(dtype=float),
+    image_out: CameraGrads,
 ):
     """One block per image n: the camera gradients of its projections (the
-    contiguous range ``proj_start[n:n+2]``) and of its covered pixels' depth."""
+    contiguous range ``image_projs.start[n:n+2]``) and of its covered pixels' depth."""
     n, lane = wp.tid()
     gt = wp.vec3(0.0)
     gq = wp.vec4(0.0)
     gf = float(0.0)
-    j = proj_start[n] + lane
-    while j < proj_start[n + 1]:
-        gt = gt + cam_t[j]
-        gq = gq + cam_q[j]
-        gf = gf + fov[j]
+    j = image_projs.start[n] + lane
+    while j < image_projs.start[n + 1]:
+        gt = gt + proj.t[j]
+        gq = gq + proj.q[j]
+        gf = gf + proj.fov[j]
         j += wp.block_dim()
     i = n * pixels + lane
     while i < (n + 1) * pixels:
-        if rec_face[i] >= 0:
-            gt = gt + pix_origin[i]
+        if records.face[i] >= 0:
+            gt = gt + records.origin[i]
         i += wp.block_dim()
-    t0 = wp.tile_extract(wp.tile_sum(wp.tile(gt[0])), 0)
-    t1 = wp.tile_extract(wp.tile_sum(wp.tile(gt[1])), 0)
-    t2 = wp.tile_extract(wp.tile_sum(wp.tile(gt[2])), 0)
-    q0 = wp.tile_extract(wp.tile_sum(wp.tile(gq[0])), 0)
-    q1 = wp.tile_extract(wp.tile_sum(wp.tile(gq[1])), 0)
-    q2 = wp.tile_extract(wp.tile_sum(wp.tile(gq[2])), 0)
-    q3 = wp.tile_extract(wp.tile_sum(wp.tile(gq[3])), 0)
-    f0 = wp.tile_extract(wp.tile_sum(wp.tile(gf)), 0)
+    t = block_sum3(gt)
+    q = block_sum4(gq)
+    f0 = block_sum(gf)
     if lane == 0:
-        image_t_out[n] = wp.vec3(t0, t1, t2)
-        image_q_out[n] = wp.vec4(q0, q1, q2, q3)
-        image_fov_out[n] = f0
+        image_out.t[n] = t
+        image_out.q[n] = q
+        image_out.fov[n] = f0
 
 
 @wp.kernel
 def camera_add_kernel(
+    # Model:
     world_count: int,
     camera_count: int,
     fov_grad_on: int,
-    image_t: wp.array(dtype=wp.vec3),
-    image_q: wp.array(dtype=wp.vec4),
-    image_fov: wp.array(dtype=float),
+    # Data in, (N,):
+    image: CameraGrads,
     # Data out (added to):
     camera_grad_out: wp.array2d(dtype=wp.transform),
     fov_grad_out: wp.array(dtype=float),
@@ -123,11 +123,11 @@ def camera_add_kernel(
     gf = float(0.0)
     for w in range(world_count):
         n = w * camera_count + c
-        q = image_q[n]
+        q = image.q[n]
         camera_grad_out[c, w] = camera_grad_out[c, w] + wp.transform(
-            image_t[n], wp.quat(q[0], q[1], q[2], q[3])
+            image.t[n], wp.quat(q[0], q[1], q[2], q[3])
         )
-        gf = gf + image_fov[n]
+        gf = gf + image.fov[n]
     if fov_grad_on != 0:
         fov_grad_out[c] = fov_grad_out[c] + gf
 
@@ -135,12 +135,10 @@ def camera_add_kernel(
 @wp.kernel
 def material_reduce_kernel(
     # Model:
-    face_shape: wp.array(dtype=wp.int32),
+    surface: Surface,
     count: int,
     # Data in:
-    rec_face: wp.array(dtype=wp.int32),
-    pix_albedo: wp.array(dtype=wp.vec3),
-    pix_light: wp.array(dtype=wp.vec4),
+    records: FlatRecords,
     # Data out (added to):
     shape_colors_grad_out: wp.array(dtype=wp.vec3),
     light_direction_grad_out: wp.array(dtype=wp.vec3),
@@ -153,25 +151,23 @@ def material_reduce_kernel(
     acc = wp.vec4(0.0)
     i = lane
     while i < count:
-        f = rec_face[i]
+        f = records.face[i]
         if f >= 0:
             if s < num_shapes:
-                if face_shape[f] == s:
-                    g = pix_albedo[i]
+                if surface.face_shape[f] == s:
+                    g = records.albedo[i]
                     acc = acc + wp.vec4(g[0], g[1], g[2], 0.0)
             else:
-                acc = acc + pix_light[i]
+                acc = acc + records.light[i]
         i += wp.block_dim()
-    a0 = wp.tile_extract(wp.tile_sum(wp.tile(acc[0])), 0)
-    a1 = wp.tile_extract(wp.tile_sum(wp.tile(acc[1])), 0)
-    a2 = wp.tile_extract(wp.tile_sum(wp.tile(acc[2])), 0)
-    a3 = wp.tile_extract(wp.tile_sum(wp.tile(acc[3])), 0)
+    a = block_sum4(acc)
+    rgb = wp.vec3(a[0], a[1], a[2])
     if lane == 0:
         if s < num_shapes:
-            shape_colors_grad_out[s] = shape_colors_grad_out[s] + wp.vec3(a0, a1, a2)
+            shape_colors_grad_out[s] = shape_colors_grad_out[s] + rgb
         else:
-            light_direction_grad_out[0] = light_direction_grad_out[0] + wp.vec3(a0, a1, a2)
-            light_intensity_grad_out[0] = light_intensity_grad_out[0] + a3
+            light_direction_grad_out[0] = light_direction_grad_out[0] + rgb
+            light_intensity_grad_out[0] = light_intensity_grad_out[0] + a[3]
 
 
 __all__ = [
