@@ -256,6 +256,45 @@ def make(cls, **fields):
     return s
 
 
+def sensor_structs(sensor) -> tuple[VertexSources, View, Surface, Look]:
+    """The static structs of a ``CameraSensor`` (its packed arrays, options and
+    material arrays), built once at set-up."""
+    h, w = sensor.image_size
+    sources = make(VertexSources, source=sensor.vertex_source, index=sensor.vertex_index,
+                   local=sensor.vertex_local)  # fmt: skip
+    view = make(View, proj_vertex=sensor.proj_vertex, proj_image=sensor.proj_image,
+                camera_count=sensor.camera_count, height=h, width=w,
+                aspect_min=min(1.0, w / h))  # fmt: skip
+    surface = make(Surface, faces=sensor.faces, face_vertices=sensor.face_vertices,
+                   face_shape=sensor.face_shape, shape_index=sensor.shape_index)  # fmt: skip
+    sky, ground, ambient_intensity = sensor.ambient_terms
+    look = make(
+        Look, sigma=sensor.silhouette_sigma, ambient=int(sensor.ambient), up=sensor.up, sky=sky,
+        ground=ground, ambient_intensity=ambient_intensity, clear_color=sensor.clear_color,
+        clear_depth=sensor.clear_depth, smooth=int(sensor.smooth_normals),
+        shape_colors=sensor.shape_colors, light_direction=sensor.light_direction,
+        light_intensity=sensor.light_intensity,
+    )  # fmt: skip
+    return sources, view, surface, look
+
+
+def frame_structs(sensor, frame) -> tuple[FrameScene, Channels]:
+    """A frame slot's :class:`FrameScene` (with the sensor's static structs) and its
+    :class:`Channels`, built once with the slot."""
+    sharp = frame.workspace.fragments
+    soft = sharp if frame.soft_workspace is None else frame.soft_workspace.fragments
+    frags = make(
+        PixelFragments, pix_to_face=sharp.pix_to_face, bary=sharp.bary_coords, zbuf=sharp.zbuf,
+        soft_pix_to_face=soft.pix_to_face, soft_dists=soft.dists,
+    )  # fmt: skip
+    arrays = make(FrameArrays, points=frame.points, ndc=frame.ndc,
+                  vertex_normals=frame.vertex_normals)  # fmt: skip
+    scene = make(FrameScene, frags=frags, view=sensor.view, surface=sensor.surface,
+                 look=sensor.look, frame=arrays)  # fmt: skip
+    channels = make(Channels, **{name: getattr(frame, name) for name in frame.CHANNELS})
+    return scene, channels
+
+
 __all__ = [
     "BigFaces",
     "CameraGrads",
@@ -276,5 +315,7 @@ __all__ = [
     "Surface",
     "VertexSources",
     "View",
+    "frame_structs",
     "make",
+    "sensor_structs",
 ]

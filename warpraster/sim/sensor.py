@@ -46,17 +46,7 @@ import warp as wp
 from .. import RasterWorkspace, rasterize_meshes
 from .adjoint import SensorBackward
 from .geometry import SensorGeometry, VertexSource
-from .kernel_args import (
-    Channels,
-    FrameArrays,
-    FrameScene,
-    Look,
-    PixelFragments,
-    Surface,
-    VertexSources,
-    View,
-    make,
-)
+from .kernel_args import Channels, FrameScene, frame_structs, sensor_structs
 from .render import (
     CHANNEL_KERNELS,
     SOFT_SLOTS,
@@ -293,22 +283,7 @@ class CameraSensor:
         self._no_particles = wp.zeros(1, dtype=wp.vec3, device=dev)
         self._no_bodies = wp.zeros(1, dtype=wp.transform, device=dev)
         # the kernels' static arguments, packed once
-        h, w = self.image_size
-        self.sources = make(VertexSources, source=self.vertex_source, index=self.vertex_index,
-                            local=self.vertex_local)  # fmt: skip
-        self.view = make(View, proj_vertex=self.proj_vertex, proj_image=self.proj_image,
-                         camera_count=self.camera_count, height=h, width=w,
-                         aspect_min=min(1.0, w / h))  # fmt: skip
-        self.surface = make(Surface, faces=self.faces, face_vertices=self.face_vertices,
-                            face_shape=self.face_shape, shape_index=self.shape_index)  # fmt: skip
-        sky, ground, ambient_intensity = self.ambient_terms
-        self.look = make(
-            Look, sigma=self.silhouette_sigma, ambient=int(self.ambient), up=self.up, sky=sky,
-            ground=ground, ambient_intensity=ambient_intensity, clear_color=self.clear_color,
-            clear_depth=self.clear_depth, smooth=int(self.smooth_normals),
-            shape_colors=self.shape_colors, light_direction=self.light_direction,
-            light_intensity=self.light_intensity,
-        )  # fmt: skip
+        self.sources, self.view, self.surface, self.look = sensor_structs(self)
         self.frames = [self._allocate_frame() for _ in range(self.frame_count)]
         self.backward = SensorBackward(self) if self.deterministic else None
         # per frame slot: renders so far, and (tape weakref, tape index, backward) of
@@ -369,17 +344,7 @@ class CameraSensor:
             soft_workspace=workspace(SOFT_SLOTS) if self.silhouette_sigma > 0.0 else None,
             ndc_nograd=ndc_nograd,
         )
-        sharp = frame.workspace.fragments
-        soft = sharp if frame.soft_workspace is None else frame.soft_workspace.fragments
-        frags = make(
-            PixelFragments, pix_to_face=sharp.pix_to_face, bary=sharp.bary_coords,
-            zbuf=sharp.zbuf, soft_pix_to_face=soft.pix_to_face, soft_dists=soft.dists,
-        )  # fmt: skip
-        arrays = make(FrameArrays, points=frame.points, ndc=frame.ndc,
-                      vertex_normals=frame.vertex_normals)  # fmt: skip
-        frame.scene = make(FrameScene, frags=frags, view=self.view, surface=self.surface,
-                           look=self.look, frame=arrays)  # fmt: skip
-        frame.channels = make(Channels, **{name: getattr(frame, name) for name in frame.CHANNELS})
+        frame.scene, frame.channels = frame_structs(self, frame)
         return frame
 
     def _check_input(self, arr, name, dtype, min_len, ndim=1):
@@ -393,6 +358,16 @@ class CameraSensor:
             raise ValueError(f"{name} is on {arr.device}, the sensor on {self.device}")
         if arr.shape[0] < min_len:
             raise ValueError(f"{name} has {arr.shape[0]} entries, the geometry uses {min_len}")
+
+    def _source_input(self, arr, name, dtype, used, stand_in, kind):
+        """``arr`` checked when the geometry uses ``used`` > 0 of its entries (then
+        required), else the stand-in array."""
+        if used == 0:
+            return stand_in
+        if arr is None:
+            raise ValueError(f"{name} is required: the geometry has {kind} meshes")
+        self._check_input(arr, name, dtype, used)
+        return arr
 
     # ------------------------------------------------------------------ per step
     def update(
@@ -434,18 +409,10 @@ class CameraSensor:
                 f"{(self.camera_count, self.world_count)}, got {camera_transforms.shape}"
             )
         self._check_input(camera_fovs, "camera_fovs", wp.float32, self.camera_count)
-        if self.num_particles > 0:
-            if particle_q is None:
-                raise ValueError("particle_q is required: the geometry has particle meshes")
-            self._check_input(particle_q, "particle_q", wp.vec3, self.num_particles)
-        else:
-            particle_q = self._no_particles
-        if self.num_bodies > 0:
-            if body_q is None:
-                raise ValueError("body_q is required: the geometry has body meshes")
-            self._check_input(body_q, "body_q", wp.transform, self.num_bodies)
-        else:
-            body_q = self._no_bodies
+        particle_q = self._source_input(particle_q, "particle_q", wp.vec3, self.num_particles,
+                                        self._no_particles, "particle")  # fmt: skip
+        body_q = self._source_input(body_q, "body_q", wp.transform, self.num_bodies,
+                                    self._no_bodies, "body")  # fmt: skip
         if self.deterministic and self.requires_grad:
             self._check_slot(frame)
         self._renders[frame] += 1
