@@ -11,7 +11,18 @@ from __future__ import annotations
 import warp as wp
 
 from .gathers import rotate_adj_q
-from .kernel_args import CameraGrads, Csr, FlatRecords, SourceGroups, Surface, VertexSources
+from .kernel_args import (
+    CameraGrads,
+    CameraPoses,
+    Csr,
+    FlatRecords,
+    Floats,
+    SourceGroups,
+    Surface,
+    Transforms,
+    Vec3s,
+    VertexSources,
+)
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
 
@@ -43,10 +54,10 @@ def body_reduce_kernel(
     bodies: SourceGroups,
     sources: VertexSources,
     # Data in:
-    body_q: wp.array(dtype=wp.transform),
-    points_grad: wp.array(dtype=wp.vec3),
+    body_q: Transforms,
+    points_grad: Vec3s,
     # Data out (added to):
-    body_grad_out: wp.array(dtype=wp.transform),
+    body_grad_out: Transforms,
 ):
     """One block per used body: the transform gradient of ``transform_point(q, local)``
     summed over its vertices (strided per thread, then tile sums: a fixed order)."""
@@ -114,8 +125,8 @@ def camera_add_kernel(
     # Data in, (N,):
     image: CameraGrads,
     # Data out (added to):
-    camera_grad_out: wp.array2d(dtype=wp.transform),
-    fov_grad_out: wp.array(dtype=float),
+    camera_grad_out: CameraPoses,
+    fov_grad_out: Floats,
 ):
     """Camera c: adds each world's image sums to its transform gradient (C, W) and
     their sum over worlds, in world order, to its field-of-view gradient."""
@@ -140,9 +151,9 @@ def material_reduce_kernel(
     # Data in:
     records: FlatRecords,
     # Data out (added to):
-    shape_colors_grad_out: wp.array(dtype=wp.vec3),
-    light_direction_grad_out: wp.array(dtype=wp.vec3),
-    light_intensity_grad_out: wp.array(dtype=float),
+    shape_colors_grad_out: Vec3s,
+    light_direction_grad_out: Vec3s,
+    light_intensity_grad_out: Floats,
 ):
     """Block s < S: the albedo gradient of the pixels showing shape s; block S: the
     light gradients of every covered pixel (strided, then tile sums)."""
