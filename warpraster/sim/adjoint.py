@@ -289,12 +289,12 @@ class SensorBackward:
             self._grads[id(frame)] = cached
         return cached[1], cached[2]
 
-    def run(self, frame, frags, soft_frags, *, camera_transforms, camera_fovs, particle_q,
-            body_q) -> None:  # fmt: skip
+    def run(self, frame, *, camera_transforms, camera_fovs, particle_q, body_q) -> None:
         """Adds d(loss)/d(inputs) of frame ``frame`` (from its channels' ``.grad``) to the
         ``.grad`` of ``particle_q``, ``body_q``, ``camera_transforms``, ``camera_fovs``
         and the sensor's material arrays (those that have one); overwrites
-        ``frame.points.grad`` with the sensor vertices' gradient."""
+        ``frame.points.grad`` with the sensor vertices' gradient. The frame's fragments,
+        geometry and look are read through its ``scene``."""
         s = self.sensor
         dev = self.device
         n = s.num_images

@@ -448,14 +448,14 @@ class CameraSensor:
             device=dev,
             record_tape=rec,
         )  # fmt: skip
-        frags = self._rasterize(out, out.workspace, 0.0, 1)
-        soft = frags
+        # into the workspaces' own fragments (out.scene reads them)
+        self._rasterize(out, out.workspace, 0.0, 1)
         if out.soft_workspace is not None:
             # only coverage (pix_to_face, dists) is read from the blurred pass;
             # without perspective correction: extrapolated perspective-correct
             # depths just outside a face can be wild or negative, which drops
             # the face or reorders the slots
-            soft = self._rasterize(out, out.soft_workspace, self.blur_radius, SOFT_SLOTS)
+            self._rasterize(out, out.soft_workspace, self.blur_radius, SOFT_SLOTS)
         wp.launch(
             CHANNEL_KERNELS[self.silhouette_sigma > 0.0],
             dim=(self.num_images, h, w),
@@ -465,8 +465,7 @@ class CameraSensor:
             record_tape=rec,
         )  # fmt: skip
         if det and self.requires_grad:
-            self._record_backward(frame, frags, soft, camera_transforms, camera_fovs,
-                                  particle_q, body_q)  # fmt: skip
+            self._record_backward(frame, camera_transforms, camera_fovs, particle_q, body_q)
         return out
 
     def _check_slot(self, frame: int) -> None:
@@ -485,8 +484,7 @@ class CameraSensor:
                 "recorded frame, or tape.reset() before recording the slot again)"
             )
 
-    def _record_backward(self, frame, frags, soft, camera_transforms, camera_fovs, particle_q,
-                         body_q) -> None:  # fmt: skip
+    def _record_backward(self, frame, camera_transforms, camera_fovs, particle_q, body_q) -> None:
         """Registers the deterministic backward of this update on the active tape."""
         tape = _active_tape()
         if tape is None:
@@ -505,7 +503,7 @@ class CameraSensor:
                     "so its buffers no longer hold the frame being differentiated (use one "
                     "slot per recorded frame)"
                 )
-            bw.run(out, frags, soft, **inputs)
+            bw.run(out, **inputs)
 
         arrays = [getattr(out, name) for name in self.grad_channels]
         arrays += [a for a in (out.points, *inputs.values(), self.shape_colors,
