@@ -174,7 +174,9 @@ class CameraSensor:
 
     The colours (``shape_colors``, vec3 (S,)), light direction and intensity live
     in device arrays (``light_direction``, ``light_intensity``, (1,)): assign new
-    values, or pass ``material_grad=True`` to train them.
+    values into them (``.assign``; the kernels' structs, packed once at set-up, hold
+    these arrays, so rebinding the attributes is not seen), or pass
+    ``material_grad=True`` to train them.
     """
 
     def __init__(
