@@ -119,14 +119,11 @@ class SourceGroups:
 
 @wp.struct
 class FaceWalk:
-    """What the face walk needs to find a packed face's pixels: the faces, the
-    image of each (-1: none), the image size and the margin (NDC) a pixel centre
-    may lie outside a face and still show it."""
+    """What the face walk needs besides the frame's scene (its faces, NDC vertices,
+    image size, fragments): the image of each packed face (-1: none) and the
+    margin (NDC) a pixel centre may lie outside a face and still show it."""
 
-    faces: Faces
     face_image: Ints
-    height: int
-    width: int
     margin_ndc: float
 
 
