@@ -204,6 +204,12 @@ def train(args) -> dict:
         views = [None] * info.world_size
         dist.all_gather_object(views, summary["views"])
         summary["all_views"] = views
+        # Release DDP (its reducer holds the process group) while the group is
+        # alive: destroyed afterwards, as the frame unwinds, it could hang a
+        # rank at exit under load (seen on a 2-core CPU run).
+        del opt
+        ddp = None
+        dist.barrier()
         dist.destroy_process_group()
     if args.save and info.is_main:
         np.savez(args.save, grad=summary["grad"].cpu().numpy(), loss=summary["loss"],
