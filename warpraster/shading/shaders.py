@@ -149,7 +149,8 @@ class ShadingBuffers:
     """Preallocated shading outputs (no allocation per render call).
 
     Attributes:
-        colors: (N, H, W, K) ``vec3`` per-slot colours.
+        colors: (N, H, W, K) ``vec3`` per-slot colours (Gouraud; made on first use:
+            the Phong and flat shaders light the slots inside the blend kernel).
         image: (N, H, W, 4) float32 RGBA.
         shaded_verts: (V,) ``vec3`` lit vertex colours (Gouraud).
         verts_normals, normal_sums: (V,) ``vec3`` vertex normals and their scratch sums.
@@ -164,7 +165,7 @@ class ShadingBuffers:
         self.num_faces = int(num_faces)
         self.device = wp.get_device(device)
         rg = bool(requires_grad)
-        self.colors = wp.zeros(shape, dtype=wp.vec3, device=device, requires_grad=rg)
+        self.requires_grad = rg
         self.image = wp.zeros((n, h, w, 4), dtype=wp.float32, device=device, requires_grad=rg)
 
         def vec3s(count):
@@ -177,24 +178,32 @@ class ShadingBuffers:
         self.face_tables = FaceTables(self.num_faces, device, rg)
         self._ones = None
         self._texels = None
+        self._colors = None
         self._corners = None
+
+    def _slot_vec3s(self) -> wp.array:
+        return wp.zeros(
+            self.shape, dtype=wp.vec3, device=self.device, requires_grad=self.requires_grad
+        )
 
     @property
     def texels(self) -> wp.array:
         """(N, H, W, K) ``vec3`` sampled texels (UV textures), allocated on first use."""
         if self._texels is None:
-            self._texels = wp.zeros(
-                self.shape,
-                dtype=wp.vec3,
-                device=self.device,
-                requires_grad=self.colors.requires_grad,
-            )
+            self._texels = self._slot_vec3s()
         return self._texels
+
+    @property
+    def colors(self) -> wp.array:
+        """(N, H, W, K) ``vec3`` per-slot colours (Gouraud), allocated on first use."""
+        if self._colors is None:
+            self._colors = self._slot_vec3s()
+        return self._colors
 
     def corner_tables(self, num_faces: int) -> CornerTables:
         """Per-face UV / projected-vertex corners of a mip-mapped texture (made once)."""
         if self._corners is None or self._corners.num_faces != num_faces:
-            self._corners = CornerTables(num_faces, self.device, self.colors.requires_grad)
+            self._corners = CornerTables(num_faces, self.device, self.requires_grad)
         return self._corners
 
     @property
