@@ -16,19 +16,14 @@ from ..geometry import pix_to_ndc
 from .kernel_args import (
     BigFaces,
     CameraGrads,
-    CameraPoses,
     Csr,
-    Faces,
     FaceSums,
     FaceWalk,
-    Floats,
     FrameScene,
-    Mat33s,
     PixelRecords,
     ProjGrads,
     SourceGroups,
     StripSums,
-    Vec3s,
     View,
 )
 from .render import _MIN_DEPTH, SOFT_SLOTS, face_corners, image_camera
@@ -266,9 +261,9 @@ def proj_gather_kernel(
     camera_grad: int,
     # Data in:
     sums: FaceSums,
-    points: Vec3s,
-    camera_transforms: CameraPoses,
-    camera_fovs: Floats,
+    points: wp.array(dtype=wp.vec3),
+    camera_transforms: wp.array2d(dtype=wp.transform),
+    camera_fovs: wp.array(dtype=float),
     # Data out, (P,):
     proj_out: ProjGrads,
     camera_out: CameraGrads,
@@ -323,8 +318,8 @@ def vertex_gather_kernel(
     # Data in, (P,):
     proj: ProjGrads,
     # Data out, (V,):
-    points_grad_out: Vec3s,
-    vn_grad_out: Vec3s,
+    points_grad_out: wp.array(dtype=wp.vec3),
+    vn_grad_out: wp.array(dtype=wp.vec3),
 ):
     """Sensor vertex v: the gradients of its projections, in CSR order."""
     v = wp.tid()
@@ -342,12 +337,12 @@ def vertex_gather_kernel(
 @wp.kernel
 def normal_face_adjoint_kernel(
     # Model:
-    faces: Faces,
+    faces: wp.array2d(dtype=wp.int32),
     # Data in:
-    points: Vec3s,
-    vn_grad: Vec3s,
+    points: wp.array(dtype=wp.vec3),
+    vn_grad: wp.array(dtype=wp.vec3),
     # Data out, (F_sensor,) rows = corners:
-    face_grad_out: Mat33s,
+    face_grad_out: wp.array(dtype=wp.mat33),
 ):
     """Adjoint of one face's term ``cross(p1 - p0, p2 - p0)`` of its three vertex normals."""
     f = wp.tid()
@@ -366,9 +361,9 @@ def normal_vertex_gather_kernel(
     # Model:
     vertex_corners: Csr,
     # Data in:
-    face_grad: Mat33s,
+    face_grad: wp.array(dtype=wp.mat33),
     # Data out (added to), (V,):
-    points_grad_out: Vec3s,
+    points_grad_out: wp.array(dtype=wp.vec3),
 ):
     """Sensor vertex v: adds its corners' normal gradients, in CSR order."""
     v = wp.tid()
@@ -385,9 +380,9 @@ def particle_gather_kernel(
     # Model:
     particles: SourceGroups,
     # Data in:
-    points_grad: Vec3s,
+    points_grad: wp.array(dtype=wp.vec3),
     # Data out (added to):
-    particle_grad_out: Vec3s,
+    particle_grad_out: wp.array(dtype=wp.vec3),
 ):
     """Used particle u: adds its sensor vertices' gradients (CSR order)."""
     u = wp.tid()

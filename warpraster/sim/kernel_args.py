@@ -20,25 +20,6 @@ from __future__ import annotations
 
 import warp as wp
 
-# ----------------------------------------------------------------------------- array types
-# The array types of the sensor's kernels and structs, named once per rank and dtype.
-Ints, Uints, Floats, Vec3s, Vec4s, Mat33s, Transforms = (
-    wp.array(dtype=t)
-    for t in (wp.int32, wp.uint32, float, wp.vec3, wp.vec4, wp.mat33, wp.transform)
-)
-#: ``Faces``: (F, 3) vertex indices of triangles; ``CameraPoses``: (C, W) camera to
-#: world (Newton's layout); ``Mat33s2d``: (capacity, strips) sums.
-Faces, CameraPoses, Mat33s2d = (wp.array2d(dtype=t) for t in (wp.int32, wp.transform, wp.mat33))
-#: Per pixel, (N, H, W) (image n = world * C + camera).
-PixelInts, PixelFloats, PixelVec3s, PixelVec4s, PixelMat33s = (
-    wp.array3d(dtype=t) for t in (wp.int32, float, wp.vec3, wp.vec4, wp.mat33)
-)
-#: Per pixel and slot, (N, H, W, K); image channels, (world, camera, H, W).
-SlotInts, SlotFloats, SlotVec3s, SlotMat33s = (
-    wp.array4d(dtype=t) for t in (wp.int32, float, wp.vec3, wp.mat33)
-)
-ImageVec3s, ImageFloats, ImageUints = (wp.array4d(dtype=t) for t in (wp.vec3, float, wp.uint32))
-
 
 # ----------------------------------------------------------------------------- static
 @wp.struct
@@ -46,9 +27,9 @@ class VertexSources:
     """Where each sensor vertex (V,) comes from: ``source`` (a ``VertexSource``),
     ``index`` (its particle or body), ``local`` (body-frame or world point)."""
 
-    source: Ints
-    index: Ints
-    local: Vec3s
+    source: wp.array(dtype=wp.int32)
+    index: wp.array(dtype=wp.int32)
+    local: wp.array(dtype=wp.vec3)
 
 
 @wp.struct
@@ -58,8 +39,8 @@ class View:
     camera); ``camera_count`` C; image ``height`` x ``width`` pixels;
     ``aspect_min`` = min(1, width / height) (the NDC scale of the shorter side)."""
 
-    proj_vertex: Ints
-    proj_image: Ints
+    proj_vertex: wp.array(dtype=wp.int32)
+    proj_image: wp.array(dtype=wp.int32)
     camera_count: int
     height: int
     width: int
@@ -72,10 +53,10 @@ class Surface:
     ``face_vertices`` the same corners as sensor vertices; ``face_shape`` the
     shape of each face, ``shape_index`` (S,) each shape's output index."""
 
-    faces: Faces
-    face_vertices: Faces
-    face_shape: Ints
-    shape_index: Uints
+    faces: wp.array2d(dtype=wp.int32)
+    face_vertices: wp.array2d(dtype=wp.int32)
+    face_shape: wp.array(dtype=wp.int32)
+    shape_index: wp.array(dtype=wp.uint32)
 
 
 @wp.struct
@@ -93,9 +74,9 @@ class Look:
     clear_color: wp.vec3
     clear_depth: float
     smooth: int
-    shape_colors: Vec3s
-    light_direction: Vec3s
-    light_intensity: Floats
+    shape_colors: wp.array(dtype=wp.vec3)
+    light_direction: wp.array(dtype=wp.vec3)
+    light_intensity: wp.array(dtype=float)
 
 
 @wp.struct
@@ -103,8 +84,8 @@ class Csr:
     """A static list per key: entries ``entries[start[k]:start[k + 1]]`` of key k,
     in ascending order (``adjoint.csr``)."""
 
-    start: Ints
-    entries: Ints
+    start: wp.array(dtype=wp.int32)
+    entries: wp.array(dtype=wp.int32)
 
 
 @wp.struct
@@ -112,9 +93,9 @@ class SourceGroups:
     """The sensor vertices of each used particle or body u: ``verts[start[u]:
     start[u + 1]]`` (ascending); ``ids[u]`` its particle or body index."""
 
-    start: Ints
-    verts: Ints
-    ids: Ints
+    start: wp.array(dtype=wp.int32)
+    verts: wp.array(dtype=wp.int32)
+    ids: wp.array(dtype=wp.int32)
 
 
 @wp.struct
@@ -123,7 +104,7 @@ class FaceWalk:
     image size, fragments): the image of each packed face (-1: none) and the
     margin (NDC) a pixel centre may lie outside a face and still show it."""
 
-    face_image: Ints
+    face_image: wp.array(dtype=wp.int32)
     margin_ndc: float
 
 
@@ -133,9 +114,9 @@ class FrameArrays:
     """A frame slot's geometry: world points (V,), projected vertices (P,), vertex
     normals (V,, or (1,) without smooth normals)."""
 
-    points: Vec3s
-    ndc: Vec3s
-    vertex_normals: Vec3s
+    points: wp.array(dtype=wp.vec3)
+    ndc: wp.array(dtype=wp.vec3)
+    vertex_normals: wp.array(dtype=wp.vec3)
 
 
 @wp.struct
@@ -144,24 +125,24 @@ class PixelFragments:
     blurred pass's coverage (K = ``SOFT_SLOTS``; the sharp pass's without a soft
     silhouette)."""
 
-    pix_to_face: SlotInts
-    bary: SlotVec3s
-    zbuf: SlotFloats
-    soft_pix_to_face: SlotInts
-    soft_dists: SlotFloats
+    pix_to_face: wp.array4d(dtype=wp.int32)
+    bary: wp.array4d(dtype=wp.vec3)
+    zbuf: wp.array4d(dtype=float)
+    soft_pix_to_face: wp.array4d(dtype=wp.int32)
+    soft_dists: wp.array4d(dtype=float)
 
 
 @wp.struct
 class Channels:
     """A frame slot's image channels, (world, camera, H, W), or their gradients."""
 
-    color: ImageVec3s
-    albedo: ImageVec3s
-    normal: ImageVec3s
-    depth: ImageFloats
-    forward_depth: ImageFloats
-    alpha: ImageFloats
-    shape_index: ImageUints
+    color: wp.array4d(dtype=wp.vec3)
+    albedo: wp.array4d(dtype=wp.vec3)
+    normal: wp.array4d(dtype=wp.vec3)
+    depth: wp.array4d(dtype=float)
+    forward_depth: wp.array4d(dtype=float)
+    alpha: wp.array4d(dtype=float)
+    shape_index: wp.array4d(dtype=wp.uint32)
 
 
 @wp.struct
@@ -184,24 +165,24 @@ class PixelRecords:
     each blurred slot's NDC vertex gradients (N, H, W, SOFT_SLOTS); the camera
     origin's gradient; the albedo and light (direction, intensity) gradients."""
 
-    face: PixelInts
-    ndc: PixelMat33s
-    world: PixelMat33s
-    vn: PixelMat33s
-    soft: SlotMat33s
-    origin: PixelVec3s
-    albedo: PixelVec3s
-    light: PixelVec4s
+    face: wp.array3d(dtype=wp.int32)
+    ndc: wp.array3d(dtype=wp.mat33)
+    world: wp.array3d(dtype=wp.mat33)
+    vn: wp.array3d(dtype=wp.mat33)
+    soft: wp.array4d(dtype=wp.mat33)
+    origin: wp.array3d(dtype=wp.vec3)
+    albedo: wp.array3d(dtype=wp.vec3)
+    light: wp.array3d(dtype=wp.vec4)
 
 
 @wp.struct
 class FlatRecords:
     """:class:`PixelRecords` read by the block reductions, as flat (N H W,) views."""
 
-    face: Ints
-    origin: Vec3s
-    albedo: Vec3s
-    light: Vec4s
+    face: wp.array(dtype=wp.int32)
+    origin: wp.array(dtype=wp.vec3)
+    albedo: wp.array(dtype=wp.vec3)
+    light: wp.array(dtype=wp.vec4)
 
 
 @wp.struct
@@ -209,10 +190,10 @@ class Outline:
     """Per soft pixel (N, H, W): whether its outline point is used, its face's NDC
     vertices (rows), and the gradients of its barycentrics and depth."""
 
-    on: PixelInts
-    verts: PixelMat33s
-    g_bary: PixelVec3s
-    g_depth: PixelFloats
+    on: wp.array3d(dtype=wp.int32)
+    verts: wp.array3d(dtype=wp.mat33)
+    g_bary: wp.array3d(dtype=wp.vec3)
+    g_depth: wp.array3d(dtype=float)
 
 
 @wp.struct
@@ -220,18 +201,18 @@ class FaceSums:
     """Per packed face (F,), rows = corners: the summed gradients of its NDC
     vertices, world vertices and raw vertex normals."""
 
-    ndc: Mat33s
-    world: Mat33s
-    vn: Mat33s
+    ndc: wp.array(dtype=wp.mat33)
+    world: wp.array(dtype=wp.mat33)
+    vn: wp.array(dtype=wp.mat33)
 
 
 @wp.struct
 class StripSums:
     """:class:`FaceSums` of the big faces per row strip, (capacity, strips)."""
 
-    ndc: Mat33s2d
-    world: Mat33s2d
-    vn: Mat33s2d
+    ndc: wp.array2d(dtype=wp.mat33)
+    world: wp.array2d(dtype=wp.mat33)
+    vn: wp.array2d(dtype=wp.mat33)
 
 
 @wp.struct
@@ -239,8 +220,8 @@ class BigFaces:
     """The faces whose pixel box holds more than ``area`` pixels: ``count`` (1,)
     listed so far, ``faces`` (capacity,) the list."""
 
-    count: Ints
-    faces: Ints
+    count: wp.array(dtype=wp.int32)
+    faces: wp.array(dtype=wp.int32)
     area: int
     capacity: int
 
@@ -250,8 +231,8 @@ class ProjGrads:
     """Per projected (or sensor) vertex: the gradients of its world point and of its
     raw vertex normal."""
 
-    point: Vec3s
-    vn: Vec3s
+    point: wp.array(dtype=wp.vec3)
+    vn: wp.array(dtype=wp.vec3)
 
 
 @wp.struct
@@ -259,9 +240,9 @@ class CameraGrads:
     """Camera gradients per projected vertex (P,) or per image (N,): translation,
     rotation (quaternion as 4 free numbers) and field of view."""
 
-    t: Vec3s
-    q: Vec4s
-    fov: Floats
+    t: wp.array(dtype=wp.vec3)
+    q: wp.array(dtype=wp.vec4)
+    fov: wp.array(dtype=float)
 
 
 def make(cls, **fields):

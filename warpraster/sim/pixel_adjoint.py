@@ -10,15 +10,7 @@ import warp as wp
 
 from ..backward import slot_grads
 from ..geometry import pixel_centre
-from .kernel_args import (
-    CameraPoses,
-    Channels,
-    FrameScene,
-    ImageFloats,
-    ImageVec3s,
-    Outline,
-    PixelRecords,
-)
+from .kernel_args import Channels, FrameScene, Outline, PixelRecords
 from .render import (
     SOFT_SLOTS,
     _slot_alpha,
@@ -46,7 +38,7 @@ def normalize_adj(v: wp.vec3, g: wp.vec3) -> wp.vec3:
 
 
 @wp.func
-def _masked(g: ImageVec3s, on: bool, w: int, c: int, y: int, x: int) -> wp.vec3:
+def _masked(g: wp.array4d(dtype=wp.vec3), on: bool, w: int, c: int, y: int, x: int) -> wp.vec3:
     """g[w, c, y, x], or zero where the channel has no gradient (``on`` False)."""
     if on:
         return g[w, c, y, x]
@@ -54,7 +46,7 @@ def _masked(g: ImageVec3s, on: bool, w: int, c: int, y: int, x: int) -> wp.vec3:
 
 
 @wp.func
-def _masked(g: ImageFloats, on: bool, w: int, c: int, y: int, x: int) -> float:
+def _masked(g: wp.array4d(dtype=float), on: bool, w: int, c: int, y: int, x: int) -> float:
     """g[w, c, y, x], or zero where the channel has no gradient (``on`` False)."""
     if on:
         return g[w, c, y, x]
@@ -85,7 +77,7 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool):
     def channels_adjoint(
         # Data in: the frame's forward values (as the channel kernel reads them)
         scene: FrameScene,
-        camera_transforms: CameraPoses,
+        camera_transforms: wp.array2d(dtype=wp.transform),
         # Upstream gradients, (world, camera, H, W); bit i of grad_mask: channel i has one
         grads: Channels,
         grad_mask: int,

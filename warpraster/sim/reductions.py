@@ -11,18 +11,7 @@ from __future__ import annotations
 import warp as wp
 
 from .gathers import rotate_adj_q
-from .kernel_args import (
-    CameraGrads,
-    CameraPoses,
-    Csr,
-    FlatRecords,
-    Floats,
-    SourceGroups,
-    Surface,
-    Transforms,
-    Vec3s,
-    VertexSources,
-)
+from .kernel_args import CameraGrads, Csr, FlatRecords, SourceGroups, Surface, VertexSources
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
 
@@ -54,10 +43,10 @@ def body_reduce_kernel(
     bodies: SourceGroups,
     sources: VertexSources,
     # Data in:
-    body_q: Transforms,
-    points_grad: Vec3s,
+    body_q: wp.array(dtype=wp.transform),
+    points_grad: wp.array(dtype=wp.vec3),
     # Data out (added to):
-    body_grad_out: Transforms,
+    body_grad_out: wp.array(dtype=wp.transform),
 ):
     """One block per used body: the transform gradient of ``transform_point(q, local)``
     summed over its vertices (strided per thread, then tile sums: a fixed order)."""
@@ -125,8 +114,8 @@ def camera_add_kernel(
     # Data in, (N,):
     image: CameraGrads,
     # Data out (added to):
-    camera_grad_out: CameraPoses,
-    fov_grad_out: Floats,
+    camera_grad_out: wp.array2d(dtype=wp.transform),
+    fov_grad_out: wp.array(dtype=float),
 ):
     """Camera c: adds each world's image sums to its transform gradient (C, W) and
     their sum over worlds, in world order, to its field-of-view gradient."""
@@ -151,9 +140,9 @@ def material_reduce_kernel(
     # Data in:
     records: FlatRecords,
     # Data out (added to):
-    shape_colors_grad_out: Vec3s,
-    light_direction_grad_out: Vec3s,
-    light_intensity_grad_out: Floats,
+    shape_colors_grad_out: wp.array(dtype=wp.vec3),
+    light_direction_grad_out: wp.array(dtype=wp.vec3),
+    light_intensity_grad_out: wp.array(dtype=float),
 ):
     """Block s < S: the albedo gradient of the pixels showing shape s; block S: the
     light gradients of every covered pixel (strided, then tile sums)."""

@@ -25,21 +25,12 @@ import warp as wp
 from ..geometry import pixel_centre
 from .geometry import VertexSource
 from .kernel_args import (
-    CameraPoses,
     Channels,
     Csr,
-    Faces,
-    Floats,
     FrameScene,
     Look,
-    PixelFloats,
     PixelFragments,
-    PixelInts,
-    PixelMat33s,
-    PixelVec3s,
     Surface,
-    Transforms,
-    Vec3s,
     VertexSources,
     View,
 )
@@ -60,10 +51,10 @@ def world_points_kernel(
     # Model:
     sources: VertexSources,
     # Data in:
-    particle_q: Vec3s,
-    body_q: Transforms,
+    particle_q: wp.array(dtype=wp.vec3),
+    body_q: wp.array(dtype=wp.transform),
     # Data out:
-    points_out: Vec3s,
+    points_out: wp.array(dtype=wp.vec3),
 ):
     """World position of each sensor vertex from its source."""
     i = wp.tid()
@@ -88,11 +79,11 @@ def project_kernel(
     # Model:
     view: View,
     # Data in:
-    points: Vec3s,
-    camera_transforms: CameraPoses,
-    camera_fovs: Floats,
+    points: wp.array(dtype=wp.vec3),
+    camera_transforms: wp.array2d(dtype=wp.transform),
+    camera_fovs: wp.array(dtype=float),
     # Data out:
-    ndc_out: Vec3s,
+    ndc_out: wp.array(dtype=wp.vec3),
 ):
     """NDC x, y and view depth z of each (image, vertex) pair; image n = world * C + camera.
 
@@ -108,13 +99,13 @@ def project_kernel(
 
 
 @wp.func
-def face_corners(faces: Faces, f: int) -> wp.vec3i:
+def face_corners(faces: wp.array2d(dtype=wp.int32), f: int) -> wp.vec3i:
     """The three vertex indices of face f."""
     return wp.vec3i(faces[f, 0], faces[f, 1], faces[f, 2])
 
 
 @wp.func
-def area_normal(points: Vec3s, i: wp.vec3i) -> wp.vec3:
+def area_normal(points: wp.array(dtype=wp.vec3), i: wp.vec3i) -> wp.vec3:
     """``cross(p1 - p0, p2 - p0)`` of the face with corners i: its normal, twice its area long."""
     p0 = points[i[0]]
     return wp.cross(points[i[1]] - p0, points[i[2]] - p0)
@@ -123,11 +114,11 @@ def area_normal(points: Vec3s, i: wp.vec3i) -> wp.vec3:
 @wp.kernel
 def vertex_normals_kernel(
     # Model:
-    faces: Faces,
+    faces: wp.array2d(dtype=wp.int32),
     # Data in:
-    points: Vec3s,
+    points: wp.array(dtype=wp.vec3),
     # Data out (zeroed before):
-    normals_out: Vec3s,
+    normals_out: wp.array(dtype=wp.vec3),
 ):
     """Area-weighted sum of the face normals around each sensor vertex."""
     i = face_corners(faces, wp.tid())
@@ -141,11 +132,11 @@ def vertex_normals_kernel(
 def vertex_normals_gather_kernel(
     # Model:
     vertex_corners: Csr,
-    faces: Faces,
+    faces: wp.array2d(dtype=wp.int32),
     # Data in:
-    points: Vec3s,
+    points: wp.array(dtype=wp.vec3),
     # Data out:
-    normals_out: Vec3s,
+    normals_out: wp.array(dtype=wp.vec3),
 ):
     """Area-weighted sum of the face normals around each sensor vertex, summed over
     its face corners in CSR order (``corner = 3 face + c``): deterministic, no
@@ -203,14 +194,14 @@ def outline_barycentrics(p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3) -> w
 @wp.kernel
 def outline_kernel(
     # Model:
-    on: PixelInts,
+    on: wp.array3d(dtype=wp.int32),
     ndc_height: int,
     ndc_width: int,
     # Data in, (N, H, W): rows = the NDC vertices of the pixel's nearest blurred face
-    verts: PixelMat33s,
+    verts: wp.array3d(dtype=wp.mat33),
     # Data out, (N, H, W):
-    bary_out: PixelVec3s,
-    depth_out: PixelFloats,
+    bary_out: wp.array3d(dtype=wp.vec3),
+    depth_out: wp.array3d(dtype=float),
 ):
     """The outline point of a soft pixel (``on`` != 0), as the channel kernel computes
     it, from per-pixel copies of its face's vertices: launched only as Warp's
@@ -258,7 +249,7 @@ def outline_depth(b: wp.vec3, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3) -> float:
 
 @wp.func
 def outline_point(
-    view: View, faces: Faces, ndc: Vec3s, f: int, y: int,
+    view: View, faces: wp.array2d(dtype=wp.int32), ndc: wp.array(dtype=wp.vec3), f: int, y: int,
     x: int,
 ):  # fmt: skip
     """(v0, v1, v2, barycentrics, depth): face f's NDC vertices and the point of its
@@ -300,7 +291,7 @@ def pixel_fragment(view: View, frags: PixelFragments, n: int, y: int, x: int):
 
 
 @wp.func
-def face_points(surface: Surface, points: Vec3s, f: int):
+def face_points(surface: Surface, points: wp.array(dtype=wp.vec3), f: int):
     """(sensor vertex indices, p0, p1, p2): packed face f's corners and world points."""
     i = face_corners(surface.face_vertices, f)
     return i, points[i[0]], points[i[1]], points[i[2]]
@@ -314,7 +305,7 @@ def _make_channels_kernel(soft: bool):
     def channels_kernel(
         # Data in: fragments, model, materials and geometry of the frame slot
         scene: FrameScene,
-        camera_transforms: CameraPoses,
+        camera_transforms: wp.array2d(dtype=wp.transform),
         # Data out, (world, camera, H, W):
         channels_out: Channels,
     ):
