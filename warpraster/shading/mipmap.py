@@ -53,7 +53,6 @@ from .interpolate import (
     check_face_range,
     float_view,
 )
-from .params import new_struct
 from .textures import fragment_arrays, parse_enum
 
 wp.set_module_options({"fuse_fp": False})
@@ -383,53 +382,27 @@ def mip_level(
     return clamp_branch(flevel, 0.0, float(max_level))
 
 
-@wp.struct
-class MipSampler:
-    """A pyramid and how to filter it (what both sampling kernels read): the
-    base ``maps`` (N or 1, Ht, Wt, C), the flat ``levels`` and their ``offsets``
-    (:class:`MipPyramid`), ``max_level``, :class:`FilterMode`,
-    :class:`BoundaryMode` and ``flip_v``."""
-
-    maps: wp.array4d(dtype=wp.float32)
-    levels: wp.array(dtype=wp.float32)
-    offsets: wp.array(dtype=wp.int32)
-    max_level: int
-    filter_mode: int
-    boundary: int
-    flip_v: int
-
-
-def mip_sampler(
-    maps, levels, offsets, max_level: int, filter_mode, boundary_mode, flip_v: bool
-) -> MipSampler:
-    """A :class:`MipSampler` (``levels``/``offsets`` None: the base level only)."""
-    return new_struct(
-        MipSampler, maps.device, maps=maps, levels=levels, offsets=offsets,
-        max_level=int(max_level), filter_mode=int(filter_mode), boundary=int(boundary_mode),
-        flip_v=int(bool(flip_v)),
-    )  # fmt: skip
-
-
 @wp.func
 def mip_sample_channel(
-    t: MipSampler, n: int, c: int, uv: wp.vec2, uv_dx: wp.vec2, uv_dy: wp.vec2
+    maps: wp.array4d(dtype=wp.float32),
+    levels: wp.array(dtype=wp.float32),
+    offsets: wp.array(dtype=wp.int32),
+    max_level: int,
+    m: int,
+    c: int,
+    uv: wp.vec2,
+    uv_dx: wp.vec2,
+    uv_dy: wp.vec2,
+    filter_mode: int,
+    boundary: int,
+    flip_v: int,
 ) -> float:
-    """Channel ``c`` of image ``n``'s map (the one map when shared) sampled as
-    nvdiffrast's ``texture`` at ``uv``."""
-    maps = t.maps
-    levels = t.levels
-    offsets = t.offsets
-    max_level = t.max_level
-    filter_mode = t.filter_mode
-    boundary = t.boundary
-    m = n
-    if maps.shape[0] == 1:
-        m = 0
+    """Channel ``c`` of map ``m`` sampled as nvdiffrast's ``texture`` at ``uv``."""
     u = uv[0]
     v = uv[1]
     dvx = uv_dx[1]
     dvy = uv_dy[1]
-    if t.flip_v != 0:
+    if flip_v != 0:
         v = 1.0 - v
         dvx = -dvx
         dvy = -dvy
@@ -456,12 +429,18 @@ def _texture(
     uv_dx: wp.array4d(dtype=wp.vec2),
     uv_dy: wp.array4d(dtype=wp.vec2),
     # Texture in:
-    t: MipSampler,
+    maps: wp.array4d(dtype=wp.float32),
+    levels: wp.array(dtype=wp.float32),
+    offsets: wp.array(dtype=wp.int32),
+    max_level: int,
+    filter_mode: int,
+    boundary: int,
+    flip_v: int,
     # Data out: (N, H, W, K * C) float view of a vector(C) array
     texels_out: wp.array4d(dtype=wp.float32),
 ):
     n, yi, xi, j = wp.tid()
-    cc = t.maps.shape[3]
+    cc = maps.shape[3]
     k = j // cc
     c = j - k * cc
     if pix_to_face:
@@ -473,7 +452,23 @@ def _texture(
     if uv_dx:
         dx = uv_dx[n, yi, xi, k]
         dy = uv_dy[n, yi, xi, k]
-    texels_out[n, yi, xi, j] = mip_sample_channel(t, n, c, uv[n, yi, xi, k], dx, dy)
+    m = n
+    if maps.shape[0] == 1:
+        m = 0
+    texels_out[n, yi, xi, j] = mip_sample_channel(
+        maps,
+        levels,
+        offsets,
+        max_level,
+        m,
+        c,
+        uv[n, yi, xi, k],
+        dx,
+        dy,
+        filter_mode,
+        boundary,
+        flip_v,
+    )
 
 
 def _modes(filter_mode, boundary_mode, has_derivatives: bool):
@@ -561,7 +556,6 @@ def texture(
             f"tex has {maps.shape[0]} maps for {shape[0]} images (need 1 or {shape[0]})"
         )
     c = maps.shape[3]
-    sampler = mip_sampler(maps, levels, offsets, max_level, fm, bm, flip_v)
     rg = bool(maps.requires_grad or uvs.requires_grad or (dxs is not None and dxs.requires_grad))
     texels = alloc_vector_out(out, "out", shape, c, device, rg)
     n, h, w, k = shape
@@ -573,7 +567,13 @@ def texture(
             uvs,
             dxs,
             dys,
-            sampler,
+            maps,
+            levels,
+            offsets,
+            max_level,
+            int(fm),
+            int(bm),
+            int(bool(flip_v)),
         ],
         outputs=[float_view(texels)],
         device=device,
@@ -670,13 +670,19 @@ def _sample_uv_mipmap(
     derivatives: int,
     perspective: int,
     # Texture in:
-    t: MipSampler,
+    maps: wp.array4d(dtype=wp.float32),
+    levels: wp.array(dtype=wp.float32),
+    offsets: wp.array(dtype=wp.int32),
+    max_level: int,
+    filter_mode: int,
+    boundary: int,
+    flip_v: int,
     # Data out: (N, H, W, K * C) float view of a vector(C) array
     texels_out: wp.array4d(dtype=wp.float32),
 ):
     """One thread per slot and channel (any channel count C)."""
     n, yi, xi, j = wp.tid()
-    cc = t.maps.shape[3]
+    cc = maps.shape[3]
     k = j // cc
     c = j - k * cc
     f = pix_to_face[n, yi, xi, k]
@@ -686,7 +692,12 @@ def _sample_uv_mipmap(
     shape = wp.vec2i(pix_to_face.shape[1], pix_to_face.shape[2])
     uv, duv_dx, duv_dy = slot_uv(yi, xi, f, bary_coords[n, yi, xi, k], shape, derivatives,
                                  perspective, uv_corners, ndc_corners)  # fmt: skip
-    texels_out[n, yi, xi, j] = mip_sample_channel(t, n, c, uv, duv_dx, duv_dy)
+    m = n
+    if maps.shape[0] == 1:
+        m = 0
+    texels_out[n, yi, xi, j] = mip_sample_channel(
+        maps, levels, offsets, max_level, m, c, uv, duv_dx, duv_dy, filter_mode, boundary, flip_v
+    )
 
 
 class TexturesUVMipmap:
@@ -745,17 +756,6 @@ class TexturesUVMipmap:
         )
         self.faces_uvs = as_faces_array(faces_uvs, "faces_uvs", self.device)
         check_face_range(self.faces_uvs, self.verts_uvs.shape[0], "faces_uvs", "UVs")
-        self._sampler = self._sampler_key = None
-
-    @property
-    def sampler(self) -> MipSampler:
-        """The kernels' :class:`MipSampler` (rebuilt when a mode attribute changed)."""
-        key = (self.filter_mode, self.boundary_mode, self.flip_v)
-        if key != self._sampler_key:
-            pyr = self.pyramid
-            self._sampler = mip_sampler(pyr.maps, pyr.levels, pyr.offsets, pyr.max_level, *key)
-            self._sampler_key = key
-        return self._sampler
 
     @property
     def uses_mipmaps(self) -> bool:
@@ -858,7 +858,13 @@ class TexturesUVMipmap:
                 corners.ndc,
                 int(vn is not None),
                 int(bool(perspective_correct)),
-                self.sampler,
+                self.maps,
+                self.pyramid.levels,
+                self.pyramid.offsets,
+                self.pyramid.max_level,
+                int(self.filter_mode),
+                int(self.boundary_mode),
+                int(self.flip_v),
             ],
             outputs=[float_view(texels)],
             device=self.device,
