@@ -19,7 +19,7 @@ import warp as wp
 
 from ..meshes import as_vec3_array
 
-__all__ = ["check_batch", "new_struct", "row", "scalar_param", "vec3_param"]
+__all__ = ["check_batch", "new_struct", "placeholder", "row", "scalar_param", "vec3_param"]
 
 
 @wp.func
@@ -43,13 +43,19 @@ def new_struct(cls, device, **fields):
         t = var.type
         value = fields.get(name)
         if value is None and wp.types.is_array(t):
-            key = (t.dtype, t.ndim, dev.alias)
-            if key not in _PLACEHOLDERS:
-                _PLACEHOLDERS[key] = wp.zeros((1,) * t.ndim, dtype=t.dtype, device=dev)
-            value = _PLACEHOLDERS[key]
+            value = placeholder(t.dtype, t.ndim, dev)
         if value is not None:
             setattr(a, name, value)
     return a
+
+
+def placeholder(dtype, ndim: int, device) -> wp.array:
+    """A one-element ``ndim``-d array of ``dtype`` on ``device``, made once (for
+    kernel arguments a launch does not read: no allocation per call)."""
+    key = (dtype, ndim, wp.get_device(device).alias)
+    if key not in _PLACEHOLDERS:
+        _PLACEHOLDERS[key] = wp.zeros((1,) * ndim, dtype=dtype, device=device)
+    return _PLACEHOLDERS[key]
 
 
 def _is_torch(x) -> bool:

@@ -51,6 +51,7 @@ from .materials import Materials
 from .mipmap import CornerTables, TexturesUVMipmap
 from .modes import BlendMode, ShadingMode, TexelSource
 from .normals import face_normals, vertex_normals
+from .params import placeholder
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -139,9 +140,6 @@ def _shade_vertices_kernel(
         texel = vert_colors[v]
     eye = camera_centre(a.cam_R, a.cam_T, m)
     shaded_out[v] = lit_colour(a, m, verts[v], normals[v], texel, eye)
-
-
-_NO_MESH_INDEX: dict = {}  # device -> a (1,) int32 placeholder (allocated once)
 
 
 # ----------------------------------------------------------------------------- buffers
@@ -277,7 +275,6 @@ def texel_source(
     verts,
     faces,
     device,
-    cache: dict,
     *,
     buffers=None,
     verts_ndc=None,
@@ -288,10 +285,8 @@ def texel_source(
     Vertex colours are read by the shading kernel itself (fused); other textures
     are sampled per slot by their ``sample_textures`` into ``buffers.texels``.
     """
-    dummy_v = cache.setdefault(("dv", str(device)), wp.zeros(1, dtype=wp.vec3, device=device))
-    dummy_t = cache.setdefault(
-        ("dt", str(device)), wp.zeros((1, 1, 1, 1), dtype=wp.vec3, device=device)
-    )
+    dummy_v = placeholder(wp.vec3, 1, device)
+    dummy_t = placeholder(wp.vec3, 4, device)
     if textures is None:
         return TexelSource.WHITE, dummy_v, dummy_t
     if isinstance(textures, wp.array):
@@ -449,11 +444,7 @@ def shade_vertices(
     """Launches the per-vertex (Gouraud) lighting kernel (no checks; on the tape)."""
     R, T = cameras_RT
     per_vertex = vert_to_mesh is not None
-    v2m = vert_to_mesh if per_vertex else R  # any array: not read without per_vertex
-    if not per_vertex:
-        v2m = _NO_MESH_INDEX.setdefault(
-            str(verts.device), wp.zeros(1, dtype=wp.int32, device=verts.device)
-        )
+    v2m = vert_to_mesh if per_vertex else placeholder(wp.int32, 1, verts.device)
     if verts.shape[0] == 0:
         return out
     a = new_inputs(verts.device)
@@ -634,7 +625,6 @@ class ShaderBase:
             v,
             f,
             device,
-            self._cache,
             buffers=buffers,
             verts_ndc=verts_ndc,
             perspective_correct=perspective_correct,
