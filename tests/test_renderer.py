@@ -325,3 +325,47 @@ def test_image_mse_matches_float64_and_its_gradient(shape, device):
     # one float32 expression per value: a few ulps
     g = 2.0 * (a.astype(np.float64) - b) / a.size
     np.testing.assert_allclose(image.grad.numpy(), g, rtol=1e-5, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "name", ["r03_softphong_directional_k8", "r04_hardgouraud_batch2_nonsquare",
+             "r07_texuv_hardphong_bilinear"],
+)  # fmt: skip
+def test_a_step_after_the_first_allocates_nothing_and_reads_nothing_back(name, monkeypatch):
+    """Render + MSE + backward, a second time: no memory allocated, no host read
+    (the contract that lets the step be captured and replayed). The cpu device's
+    allocator is counted; the same code runs on CUDA."""
+    import warp._src.context as ctx
+
+    d, spec, r, verts, tex, lts = _renderer_for_case(name, "cpu")
+    target = wp.array(d["images"] * 0.9, dtype=wp.float32, device="cpu")
+    loss = wp.zeros(1, dtype=wp.float32, device="cpu", requires_grad=True)
+
+    def step():
+        loss.zero_()
+        tape = wp.Tape()
+        with tape:
+            out = r.render(verts)
+            reductions.image_mse(out.image, target, out=loss)
+        tape.backward(loss)
+        tape.zero()
+
+    step()
+    calls = {"alloc": 0, "numpy": 0}
+    real_alloc = ctx.CpuDefaultAllocator.allocate
+    real_numpy = wp.array.numpy
+
+    def counting_alloc(self, size):
+        calls["alloc"] += 1
+        return real_alloc(self, size)
+
+    def counting_numpy(self):
+        calls["numpy"] += 1
+        return real_numpy(self)
+
+    monkeypatch.setattr(ctx.CpuDefaultAllocator, "allocate", counting_alloc)
+    monkeypatch.setattr(wp.array, "numpy", counting_numpy)
+    step()
+    r.render(verts)  # and an eager render outside a tape
+    monkeypatch.undo()
+    assert calls == {"alloc": 0, "numpy": 0}
