@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -48,9 +49,14 @@ class SensorGeometry:
     """Host-side description of everything a :class:`~warpraster.sim.CameraSensor` draws.
 
     Add shapes with :meth:`add_particle_mesh`, :meth:`add_body_mesh` and
-    :meth:`add_static_mesh`; the sensor packs them once. Shape colours are
-    linear RGB albedo in [0, 1] (the sensor keeps them in a device array that may
-    require gradients).
+    :meth:`add_static_mesh`; the sensor packs them once. Each takes the same
+    keyword-only shape options:
+
+    * ``world`` (int, default 0): the world the shape belongs to, -1 for every world;
+    * ``shape_index`` (int or None): the value of the ``shape_index`` channel
+      (default: the order of addition);
+    * ``color`` (3 floats, default white): linear RGB albedo in [0, 1] (the sensor
+      keeps the colours in a device array that may require gradients).
     """
 
     source: list[int] = field(default_factory=list)
@@ -59,7 +65,19 @@ class SensorGeometry:
     shapes: list[_Shape] = field(default_factory=list)
 
     # ------------------------------------------------------------------ building
-    def _add(self, kind, index, local, faces, world, shape_index, color) -> int:
+    def _add(
+        self,
+        kind: VertexSource,
+        index,
+        local,
+        faces,
+        *,
+        world: int = 0,
+        shape_index: int | None = None,
+        color=(1.0, 1.0, 1.0),
+    ) -> int:
+        """Appends one shape (the options of every ``add_*`` method are checked and
+        defaulted here, once)."""
         faces = np.asarray(faces)
         if faces.ndim != 2 or faces.shape[1] != 3:
             raise ValueError(f"faces must have shape (F, 3), got {faces.shape}")
@@ -89,25 +107,14 @@ class SensorGeometry:
         )
         return len(self.shapes) - 1
 
-    def add_particle_mesh(
-        self,
-        particle_indices,
-        faces,
-        *,
-        world: int = 0,
-        shape_index: int | None = None,
-        color=(1.0, 1.0, 1.0),
-    ) -> int:
+    def add_particle_mesh(self, particle_indices, faces, **options: Any) -> int:
         """Adds a triangle mesh whose vertices are simulation particles.
 
         Args:
             particle_indices: (V,) int, the particle of each mesh vertex.
             faces: (F, 3) int, indices into ``particle_indices`` (counter-clockwise
                 seen from the front).
-            world: the world it belongs to, -1 for every world.
-            shape_index: the value of the ``shape_index`` channel (default: the
-                order of addition).
-            color: linear RGB albedo.
+            **options: the shape options (``world``, ``shape_index``, ``color``).
 
         Returns:
             The shape's position in :attr:`shapes` (its row in ``shape_colors``).
@@ -115,19 +122,9 @@ class SensorGeometry:
         idx = np.asarray(particle_indices, dtype=np.int64).reshape(-1)
         if idx.size and idx.min() < 0:
             raise ValueError("particle_indices must be >= 0")
-        return self._add(VertexSource.PARTICLE, idx, np.zeros((idx.size, 3)), faces, world,
-                         shape_index, color)  # fmt: skip
+        return self._add(VertexSource.PARTICLE, idx, np.zeros((idx.size, 3)), faces, **options)
 
-    def add_body_mesh(
-        self,
-        body: int,
-        vertices,
-        faces,
-        *,
-        world: int = 0,
-        shape_index: int | None = None,
-        color=(1.0, 1.0, 1.0),
-    ) -> int:
+    def add_body_mesh(self, body: int, vertices, faces, **options: Any) -> int:
         """Adds a rigid triangle mesh attached to body ``body`` (``body=-1``: static).
 
         Args:
@@ -135,23 +132,20 @@ class SensorGeometry:
                 world) passed to :meth:`CameraSensor.update`; -1 for a static mesh.
             vertices: (V, 3) rest positions in the body frame.
             faces: (F, 3) int, counter-clockwise seen from outside.
+            **options: the shape options (``world``, ``shape_index``, ``color``).
+
+        Returns:
+            The shape's position in :attr:`shapes`.
         """
         if body < 0:
-            return self.add_static_mesh(vertices, faces, world=world, shape_index=shape_index,
-                                        color=color)  # fmt: skip
-        return self._add(VertexSource.BODY, int(body), vertices, faces, world, shape_index, color)
+            return self.add_static_mesh(vertices, faces, **options)
+        return self._add(VertexSource.BODY, int(body), vertices, faces, **options)
 
-    def add_static_mesh(
-        self,
-        vertices,
-        faces,
-        *,
-        world: int = 0,
-        shape_index: int | None = None,
-        color=(1.0, 1.0, 1.0),
-    ) -> int:
-        """Adds a fixed triangle mesh given in world coordinates."""
-        return self._add(VertexSource.STATIC, -1, vertices, faces, world, shape_index, color)
+    def add_static_mesh(self, vertices, faces, **options: Any) -> int:
+        """Adds a fixed triangle mesh given in world coordinates (``vertices`` (V, 3),
+        ``faces`` (F, 3) int; the shape options as keywords); returns its position
+        in :attr:`shapes`."""
+        return self._add(VertexSource.STATIC, -1, vertices, faces, **options)
 
     # ------------------------------------------------------------------ packing
     @property
