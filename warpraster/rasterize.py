@@ -10,6 +10,9 @@ before any kernel runs.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 from .fragments import Fragments
 from .meshes import pack_meshes
 from .raster import ClipWorkspace, RasterWorkspace, rasterize_clipped, rasterize_packed
@@ -19,7 +22,56 @@ __all__ = ["rasterize_meshes"]
 
 _DEFAULTS = RasterSettings()
 
+#: The render options: the fields of :class:`RasterSettings` (declared there, once),
+#: taken as keywords by :func:`rasterize_meshes` and ``warpraster.torch.rasterize_meshes``.
+RENDER_OPTIONS = tuple(f.name for f in dataclasses.fields(RasterSettings))
 
+
+def takes_render_options(names: tuple[str, ...] = RENDER_OPTIONS):
+    """Declares a function's ``**options`` as the render options ``names``: its
+    ``__signature__`` lists them as keywords, typed and defaulted as the fields of
+    :class:`RasterSettings` (for ``help()`` and editors)."""
+    fields = [f for f in dataclasses.fields(RasterSettings) if f.name in names]
+
+    def declare(fn):
+        sig = inspect.signature(fn)
+        params = [p for p in sig.parameters.values() if p.kind != p.VAR_KEYWORD]
+        params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                     annotation=f.type) for f in fields]  # fmt: skip
+        fn.__signature__ = sig.replace(parameters=params)
+        return fn
+
+    return declare
+
+
+def settings_from_options(
+    settings: RasterSettings | None,
+    options: dict,
+    *,
+    allowed: tuple[str, ...] = RENDER_OPTIONS,
+    caller: str = "rasterize_meshes",
+) -> RasterSettings:
+    """The call's settings: ``settings``, or one built from the keyword ``options``
+    (names in ``allowed``; passing both is refused unless the keywords are defaults).
+
+    Raises:
+        TypeError: an option not in ``allowed`` (named, as Python names an unexpected
+            keyword of ``caller``), or ``settings`` not a RasterSettings.
+        ValueError: both ``settings`` and options; a bad option value.
+    """
+    for name in options:
+        if name not in allowed:
+            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
+    if settings is None:
+        return RasterSettings(**options)
+    if not isinstance(settings, RasterSettings):
+        raise TypeError(f"settings must be a RasterSettings, got {type(settings).__name__}")
+    if RasterSettings(**options) != _DEFAULTS:
+        raise ValueError("pass either settings or the render options as keywords, not both")
+    return settings
+
+
+@takes_render_options()
 def rasterize_meshes(
     verts,
     faces,
@@ -27,22 +79,11 @@ def rasterize_meshes(
     num_faces_per_mesh,
     *,
     settings: RasterSettings | None = None,
-    image_size=256,
-    blur_radius: float = 0.0,
-    faces_per_pixel: int = 8,
-    bin_size: int | None = None,
-    max_faces_per_bin: int | None = None,
-    perspective_correct: bool = False,
-    clip_barycentric_coords: bool = False,
-    cull_backfaces: bool = False,
     clipped_faces_neighbor_idx=None,
-    z_clip_value: float | None = None,
-    cull_to_frustum: bool = False,
     workspace: RasterWorkspace | ClipWorkspace | None = None,
     validate: bool = True,
-    deterministic: bool = False,
-    exact_perspective_grad: bool = False,
     tuning: Tuning | None = None,
+    **options,
 ) -> Fragments:
     """Rasterizes a packed batch of triangle meshes, as PyTorch3D's ``rasterize_meshes``.
 
@@ -59,13 +100,8 @@ def rasterize_meshes(
         mesh_to_face_first_idx: (N,) first face of each mesh (N >= 1).
         num_faces_per_mesh: (N,) face count of each mesh (0 allowed).
         settings: a :class:`~warpraster.settings.RasterSettings` holding every
-            option below (then pass none of them), or None to build one from
+            render option (then pass none of them), or None to build one from
             the keywords. Its docstring describes each option.
-        image_size, blur_radius, faces_per_pixel, bin_size, max_faces_per_bin,
-            perspective_correct, clip_barycentric_coords, cull_backfaces,
-            z_clip_value, cull_to_frustum, deterministic, exact_perspective_grad:
-            PyTorch3D's options (and two of ours), see
-            :class:`~warpraster.settings.RasterSettings`.
         clipped_faces_neighbor_idx: (F,) index of the other half of a face split
             by near-plane clipping, -1 for none (the default).
         workspace: reusable buffers (:class:`RasterWorkspace`; with clipping or
@@ -75,6 +111,13 @@ def rasterize_meshes(
             Pass False in a captured loop once the topology has been checked.
         tuning: :class:`~warpraster.settings.Tuning` of the workspace this call
             makes when given none (a given workspace keeps its own ``tuning``).
+        **options: the render options (``image_size``, ``blur_radius``,
+            ``faces_per_pixel``, ``bin_size``, ``max_faces_per_bin``,
+            ``perspective_correct``, ``clip_barycentric_coords``, ``cull_backfaces``,
+            ``z_clip_value``, ``cull_to_frustum``, ``deterministic``,
+            ``exact_perspective_grad``): PyTorch3D's options (and two of ours),
+            the fields of :class:`~warpraster.settings.RasterSettings` with its
+            defaults (``image_size`` 256, ``faces_per_pixel`` 8).
 
     Returns:
         :class:`Fragments` (``pix_to_face``, ``zbuf``, ``bary_coords``, ``dists``),
@@ -86,19 +129,7 @@ def rasterize_meshes(
     Raises:
         TypeError, ValueError: bad input, named by argument, before any kernel runs.
     """
-    options = dict(
-        image_size=image_size, blur_radius=blur_radius, faces_per_pixel=faces_per_pixel,
-        bin_size=bin_size, max_faces_per_bin=max_faces_per_bin,
-        perspective_correct=perspective_correct, clip_barycentric_coords=clip_barycentric_coords,
-        cull_backfaces=cull_backfaces, z_clip_value=z_clip_value, cull_to_frustum=cull_to_frustum,
-        deterministic=deterministic, exact_perspective_grad=exact_perspective_grad,
-    )  # fmt: skip
-    if settings is None:
-        settings = RasterSettings(**options)
-    elif not isinstance(settings, RasterSettings):
-        raise TypeError(f"settings must be a RasterSettings, got {type(settings).__name__}")
-    elif RasterSettings(**options) != _DEFAULTS:
-        raise ValueError("pass either settings or the render options as keywords, not both")
+    settings = settings_from_options(settings, options)
     meshes = pack_meshes(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
                          clipped_faces_neighbor_idx, validate=validate)  # fmt: skip
     n = meshes.num_meshes

@@ -34,6 +34,7 @@ from ..backward import grads_from_pix_to_face
 from ..fragments import Fragments
 from ..meshes import pack_meshes
 from ..raster import rasterize_clipped, rasterize_packed
+from ..rasterize import RENDER_OPTIONS, settings_from_options, takes_render_options
 from ..rasterize import rasterize_meshes as _rasterize_meshes_wp
 from ..settings import RasterSettings
 from . import ops, shading
@@ -46,7 +47,7 @@ from .ops import (
     sample_textures_uv,
     vertex_normals,
 )
-from .shading import (
+from .shading import (  # noqa: F401 (re-exported: shading.__all__, below)
     AmbientLights,
     BlendParams,
     DirectionalLights,
@@ -69,25 +70,7 @@ from .shading import (
 from .streams import _TorchStream
 
 __all__ = [
-    "AmbientLights",
-    "BlendParams",
-    "DirectionalLights",
-    "FoVOrthographicCameras",
-    "FoVPerspectiveCameras",
-    "HardFlatShader",
-    "HardGouraudShader",
-    "HardPhongShader",
-    "Materials",
-    "MeshRasterizer",
-    "MeshRenderer",
-    "PerspectiveCameras",
-    "PointLights",
     "RasterContext",
-    "SoftGouraudShader",
-    "SoftPhongShader",
-    "SoftSilhouetteShader",
-    "TexturesUV",
-    "TexturesVertex",
     "default_context",
     "face_normals",
     "interpolate_face_attributes",
@@ -99,6 +82,11 @@ __all__ = [
     "shading",
     "vertex_normals",
 ]
+# The PyTorch3D-shaped rendering classes, imported above (not the shading module's
+# Fragments and RasterizationSettings: this module's Fragments is the rasterizer's).
+__all__ += shading.__all__
+__all__.remove("Fragments")
+__all__.remove("RasterizationSettings")
 
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
@@ -163,6 +151,8 @@ _SETTINGS = (
     ("exact_perspective_grad", "bool"),
 )
 _SETTING_NAMES = tuple(name for name, _ in _SETTINGS)
+# The keyword options of rasterize_meshes: all but ``deterministic`` (not in the schema).
+_RENDER_OPTIONS = tuple(name for name in RENDER_OPTIONS if name != "deterministic")
 # The packed meshes and the context handle, the arguments before the settings.
 _MESH_ARGS = (
     "Tensor verts, Tensor faces, Tensor mesh_to_face_first_idx, Tensor num_faces_per_mesh, "
@@ -464,25 +454,16 @@ def _to_kernel_float(verts: torch.Tensor) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- public API
+@takes_render_options(_RENDER_OPTIONS)
 def rasterize_meshes(
     verts_packed: torch.Tensor,
     faces_packed: torch.Tensor,
     mesh_to_face_first_idx: torch.Tensor | Sequence[int],
     num_faces_per_mesh: torch.Tensor | Sequence[int],
     *,
-    image_size: int | tuple[int, int] = 256,
-    blur_radius: float = 0.0,
-    faces_per_pixel: int = 8,
-    bin_size: int | None = None,
-    max_faces_per_bin: int | None = None,
-    perspective_correct: bool = False,
-    clip_barycentric_coords: bool = False,
-    cull_backfaces: bool = False,
     clipped_faces_neighbor_idx: torch.Tensor | None = None,
-    z_clip_value: float | None = None,
-    cull_to_frustum: bool = False,
-    exact_perspective_grad: bool = False,
     context: RasterContext | None = None,
+    **options,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rasterizes a packed batch of meshes: PyTorch3D's ``rasterize_meshes`` on tensors.
 
@@ -500,13 +481,15 @@ def rasterize_meshes(
             (global). int32 is shared; int64 is range-checked and copied to int32.
         mesh_to_face_first_idx: (N,) first face of each mesh (a tensor or ints).
         num_faces_per_mesh: (N,) faces of each mesh (0 allowed).
-        image_size: ``int`` or ``(H, W)``.
-        blur_radius, faces_per_pixel, bin_size, max_faces_per_bin,
-        perspective_correct, clip_barycentric_coords, cull_backfaces,
-        clipped_faces_neighbor_idx, z_clip_value, cull_to_frustum: as in PyTorch3D.
-        exact_perspective_grad: see :class:`warpraster.RasterSettings`.
+        clipped_faces_neighbor_idx: as in PyTorch3D.
         context: a :class:`RasterContext` whose workspaces the call reuses
             (default: the process-wide one, see :func:`default_context`).
+        **options: the render options of :func:`warpraster.rasterize_meshes` but
+            ``deterministic``: ``image_size`` (``int`` or ``(H, W)``), ``blur_radius``,
+            ``faces_per_pixel``, ``bin_size``, ``max_faces_per_bin``,
+            ``perspective_correct``, ``clip_barycentric_coords``, ``cull_backfaces``,
+            ``z_clip_value``, ``cull_to_frustum`` as in PyTorch3D, and
+            ``exact_perspective_grad`` (see :class:`warpraster.RasterSettings`).
 
     Returns:
         ``(pix_to_face, zbuf, bary_coords, dists)`` on the input's device:
@@ -548,13 +531,7 @@ def rasterize_meshes(
             f"mesh_to_face_first_idx has {first.shape[0]}"
         )
     _check_functorch(verts_packed)
-    settings = RasterSettings(
-        image_size=image_size, blur_radius=blur_radius, faces_per_pixel=faces_per_pixel,
-        bin_size=bin_size, max_faces_per_bin=max_faces_per_bin,
-        perspective_correct=perspective_correct, clip_barycentric_coords=clip_barycentric_coords,
-        cull_backfaces=cull_backfaces, z_clip_value=z_clip_value, cull_to_frustum=cull_to_frustum,
-        exact_perspective_grad=exact_perspective_grad,
-    )  # fmt: skip
+    settings = settings_from_options(None, options, allowed=_RENDER_OPTIONS)
     settings.check_slots(first.shape[0])
     pix_to_face, zbuf, bary_coords, dists = _rasterize_op(
         _to_kernel_float(verts_packed), faces_packed, first, count, neighbor,
