@@ -58,6 +58,7 @@ from .fused import (
 )
 from .fused import with_grad as _with_grad
 from .params import scalar_param, vec3_param
+from .pixel_args import PixelFragments, pixel_fragments
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -207,8 +208,7 @@ def launch_hard_blend(fragments, colors, background, image_out) -> None:
 @wp.kernel(enable_backward=False)
 def _sigmoid_blend_kernel(
     # Data in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    dists: wp.array4d(dtype=wp.float32),
+    frag: PixelFragments,
     colors: wp.array4d(dtype=wp.vec3),
     sigma: float,
     # Data out:
@@ -216,21 +216,20 @@ def _sigmoid_blend_kernel(
 ):
     n, y, x = wp.tid()
     keep = float(1.0)
-    for k in range(pix_to_face.shape[3]):
-        if pix_to_face[n, y, x, k] >= 0:
-            keep *= 1.0 - prob(dists[n, y, x, k], sigma)
+    for k in range(frag.pix_to_face.shape[3]):
+        if frag.pix_to_face[n, y, x, k] >= 0:
+            keep *= 1.0 - prob(frag.dists[n, y, x, k], sigma)
     _write_rgba(image_out, n, y, x, colors[n, y, x, 0], 1.0 - keep)
 
 
 @wp.kernel(enable_backward=False)
 def _sigmoid_blend_adjoint(
     # Data in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    dists: wp.array4d(dtype=wp.float32),
+    frag: PixelFragments,
     image: wp.array4d(dtype=wp.float32),
     image_grad: wp.array4d(dtype=wp.float32),
     sigma: float,
-    # Gradients out (accumulated):
+    # Gradients out (accumulated; written when want_* != 0):
     dists_grad_out: wp.array4d(dtype=wp.float32),
     colors_grad_out: wp.array4d(dtype=wp.vec3),
     want_dists: int,
@@ -243,9 +242,9 @@ def _sigmoid_blend_adjoint(
     if want_dists != 0:
         keep = 1.0 - image[n, y, x, 3]  # as PyTorch3D's backward: from the saved alpha
         ga = image_grad[n, y, x, 3]
-        for k in range(pix_to_face.shape[3]):
-            if pix_to_face[n, y, x, k] >= 0:
-                p = prob(dists[n, y, x, k], sigma)
+        for k in range(frag.pix_to_face.shape[3]):
+            if frag.pix_to_face[n, y, x, k] >= 0:
+                p = prob(frag.dists[n, y, x, k], sigma)
                 dists_grad_out[n, y, x, k] = (
                     dists_grad_out[n, y, x, k] + ga * (-1.0 / sigma) * p * keep
                 )
@@ -269,11 +268,12 @@ def sigmoid_alpha_blend(colors, fragments, blend_params: BlendParams | None = No
 
 def launch_sigmoid_blend(fragments, colors, sigma: float, image_out) -> None:
     """Forward kernel of :func:`sigmoid_alpha_blend` + its adjoint on the active tape."""
-    p2f, dists = fragments.pix_to_face, fragments.dists
-    n, h, w, _ = p2f.shape
-    device = p2f.device
+    dists = fragments.dists
+    n, h, w, _ = dists.shape
+    device = dists.device
+    frag = pixel_fragments(fragments)
     tape = launch_image_kernel(
-        _sigmoid_blend_kernel, (n, h, w), [p2f, dists, colors, sigma], image_out, device
+        _sigmoid_blend_kernel, (n, h, w), [frag, colors, sigma], image_out, device
     )
     if tape is None:
         return
@@ -286,7 +286,7 @@ def launch_sigmoid_blend(fragments, colors, sigma: float, image_out) -> None:
         wp.launch(
             _sigmoid_blend_adjoint,
             dim=(n, h, w),
-            inputs=[p2f, dists, image_out, image_out.grad, sigma],
+            inputs=[frag, image_out, image_out.grad, sigma],
             outputs=[dgrad, cgrad, int(want_d), int(want_c)],
             device=device,
         )

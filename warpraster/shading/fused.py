@@ -29,6 +29,8 @@ from ..backward.tape import active_tape
 from .lighting import (
     NORMALIZE_EPS,
     LightKind,
+    LightRows,
+    light_direction,
     light_terms,
     normalize_eps,
     phong_alpha,
@@ -36,6 +38,7 @@ from .lighting import (
 )
 from .modes import BlendMode, ShadingMode, TexelSource
 from .params import new_struct, row
+from .pixel_args import CameraRT, FaceCorners, MaterialRows, PixelFragments, pixel_fragments
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -69,10 +72,10 @@ WANT_BACKGROUND = 1024
 
 # ----------------------------------------------------------------------------- funcs
 @wp.func
-def camera_centre(cam_R: wp.array(dtype=wp.mat33), cam_T: wp.array(dtype=wp.vec3), n: int):
+def camera_centre(cam: CameraRT, n: int):
     """World position of camera ``n``: ``C @ R + T = 0`` (row vectors), so ``C = -R T``."""
-    r = cam_R[row(n, cam_R.shape[0])]
-    t = cam_T[row(n, cam_T.shape[0])]
+    r = cam.R[row(n, cam.R.shape[0])]
+    t = cam.T[row(n, cam.T.shape[0])]
     return -(r * t)
 
 
@@ -107,10 +110,8 @@ class ShadeInputs:
     """What the pixel kernel reads besides the fragments.
 
     ``lit`` = 0: the slot colours are ``colors`` (blend only). ``lit`` = 1: each
-    slot is lit: surface from the per-face corner tables (``face_pos``,
-    ``face_nrm``: rows = the face's three corners; flat mode keeps the face
-    normal in row 0; ``face_col`` the vertex colours), the texel from
-    ``texel_source``, camera ``cam_R``/``cam_T``, light and material rows.
+    slot is lit: surface from the per-face corner tables ``faces``, the texel
+    from ``texel_source``, camera ``cam``, ``light`` and material ``mat`` rows.
 
     ``compact`` = 1 promises that each pixel's filled slots come first (the
     rasterizer's sorted queues): the slot loops stop at the first empty slot
@@ -121,21 +122,11 @@ class ShadeInputs:
     colors: wp.array4d(dtype=wp.vec3)
     mode: int
     texel_source: int
-    face_pos: wp.array(dtype=wp.mat33)
-    face_nrm: wp.array(dtype=wp.mat33)
-    face_col: wp.array(dtype=wp.mat33)
+    faces: FaceCorners
     texels: wp.array4d(dtype=wp.vec3)
-    cam_R: wp.array(dtype=wp.mat33)
-    cam_T: wp.array(dtype=wp.vec3)
-    light_kind: int
-    light_param: wp.array(dtype=wp.vec3)
-    light_ambient: wp.array(dtype=wp.vec3)
-    light_diffuse: wp.array(dtype=wp.vec3)
-    light_specular: wp.array(dtype=wp.vec3)
-    mat_ambient: wp.array(dtype=wp.vec3)
-    mat_diffuse: wp.array(dtype=wp.vec3)
-    mat_specular: wp.array(dtype=wp.vec3)
-    mat_shininess: wp.array(dtype=wp.float32)
+    cam: CameraRT
+    light: LightRows
+    mat: MaterialRows
     blend: int
     compact: int
     background: wp.array(dtype=wp.vec3)
@@ -147,34 +138,33 @@ class ShadeInputs:
 
 @wp.struct
 class ShadeGrads:
-    """Where the adjoint adds its gradients (the fields of :class:`ShadeInputs`
-    and the fragments), and ``want``, the WANT_* bits of those it writes."""
+    """Where the adjoint adds its gradients: the fragments' (``bary``, ``zbuf``,
+    ``dists``) and those of the arrays of :class:`ShadeInputs` (the nested
+    structs hold the gradients of the same fields), and ``want``, the WANT_*
+    bits of those it writes."""
 
     want: int
     bary: wp.array4d(dtype=wp.vec3)
     zbuf: wp.array4d(dtype=wp.float32)
     dists: wp.array4d(dtype=wp.float32)
     colors: wp.array4d(dtype=wp.vec3)
-    face_pos: wp.array(dtype=wp.mat33)
-    face_nrm: wp.array(dtype=wp.mat33)
-    face_col: wp.array(dtype=wp.mat33)
-    cam_R: wp.array(dtype=wp.mat33)
-    cam_T: wp.array(dtype=wp.vec3)
-    light_param: wp.array(dtype=wp.vec3)
-    light_ambient: wp.array(dtype=wp.vec3)
-    light_diffuse: wp.array(dtype=wp.vec3)
-    light_specular: wp.array(dtype=wp.vec3)
-    mat_ambient: wp.array(dtype=wp.vec3)
-    mat_diffuse: wp.array(dtype=wp.vec3)
-    mat_specular: wp.array(dtype=wp.vec3)
-    mat_shininess: wp.array(dtype=wp.float32)
+    faces: FaceCorners
+    cam: CameraRT
+    light: LightRows
+    mat: MaterialRows
     background: wp.array(dtype=wp.vec3)
 
 
+#: The structs nested in ShadeInputs and ShadeGrads, by field name.
+_NESTED = {"faces": FaceCorners, "cam": CameraRT, "light": LightRows, "mat": MaterialRows}
+
+
 def new_inputs(device) -> ShadeInputs:
-    """A :class:`ShadeInputs` whose arrays are one-element placeholders on ``device``
-    (Warp's tape walks every array field of a struct it differentiates)."""
-    return new_struct(ShadeInputs, device)
+    """A :class:`ShadeInputs` whose arrays (nested ones too) are one-element
+    placeholders on ``device`` (Warp's tape walks every array field of a struct
+    it differentiates)."""
+    nested = {name: new_struct(cls, device) for name, cls in _NESTED.items()}
+    return new_struct(ShadeInputs, device, **nested)
 
 
 @wp.func
@@ -188,17 +178,14 @@ def lit_colour(
 ):
     """``(m_a * l_a + m_d * diffuse) * texel + m_s * specular`` with the light and
     material rows of image (or mesh) ``n`` (PyTorch3D)."""
-    shininess = a.mat_shininess[row(n, a.mat_shininess.shape[0])]
-    d, s = light_terms(
-        a.light_kind, a.light_param, a.light_diffuse, a.light_specular, n, point, normal, eye,
-        shininess,
-    )  # fmt: skip
+    shininess = a.mat.shininess[row(n, a.mat.shininess.shape[0])]
+    d, s = light_terms(a.light, n, point, normal, eye, shininess)
     ambient = wp.cw_mul(
-        a.mat_ambient[row(n, a.mat_ambient.shape[0])],
-        a.light_ambient[row(n, a.light_ambient.shape[0])],
+        a.mat.ambient[row(n, a.mat.ambient.shape[0])],
+        a.light.ambient[row(n, a.light.ambient.shape[0])],
     )
-    diff = wp.cw_mul(a.mat_diffuse[row(n, a.mat_diffuse.shape[0])], d)
-    spec = wp.cw_mul(a.mat_specular[row(n, a.mat_specular.shape[0])], s)
+    diff = wp.cw_mul(a.mat.diffuse[row(n, a.mat.diffuse.shape[0])], d)
+    spec = wp.cw_mul(a.mat.specular[row(n, a.mat.specular.shape[0])], s)
     return wp.cw_mul(ambient + diff, texel) + spec
 
 
@@ -206,8 +193,8 @@ def lit_colour(
 @wp.func
 def _surface(a: ShadeInputs, n: int, y: int, x: int, k: int, f: int, b: wp.vec3):
     """(point, normal, texel) of a filled slot (as the per-slot shading kernel)."""
-    pos = a.face_pos[f]
-    nrm = a.face_nrm[f]
+    pos = a.faces.pos[f]
+    nrm = a.faces.nrm[f]
     point = wp.vec3(0.0)
     normal = wp.vec3(0.0)
     if a.mode == ShadingMode.FLAT:
@@ -218,7 +205,7 @@ def _surface(a: ShadeInputs, n: int, y: int, x: int, k: int, f: int, b: wp.vec3)
         normal = b[0] * nrm[0] + b[1] * nrm[1] + b[2] * nrm[2]
     texel = wp.vec3(1.0)
     if a.texel_source == TexelSource.VERTEX:
-        col = a.face_col[f]
+        col = a.faces.col[f]
         texel = b[0] * col[0] + b[1] * col[1] + b[2] * col[2]
     elif a.texel_source == TexelSource.PIXEL:
         texel = a.texels[n, y, x, k]
@@ -251,27 +238,17 @@ def _light_adjoint(
 
     Adds the light/material row gradients (when wanted) and returns the
     gradients of (point, normal, texel, eye)."""
-    rs = row(n, a.mat_shininess.shape[0])
-    ra = row(n, a.mat_ambient.shape[0])
-    rd = row(n, a.mat_diffuse.shape[0])
-    rsp = row(n, a.mat_specular.shape[0])
-    rla = row(n, a.light_ambient.shape[0])
-    shininess = a.mat_shininess[rs]
-    ma = a.mat_ambient[ra]
-    md = a.mat_diffuse[rd]
-    ms = a.mat_specular[rsp]
-    la = a.light_ambient[rla]
-    d, s = light_terms(
-        a.light_kind,
-        a.light_param,
-        a.light_diffuse,
-        a.light_specular,
-        n,
-        point,
-        normal,
-        eye,
-        shininess,
-    )
+    rs = row(n, a.mat.shininess.shape[0])
+    ra = row(n, a.mat.ambient.shape[0])
+    rd = row(n, a.mat.diffuse.shape[0])
+    rsp = row(n, a.mat.specular.shape[0])
+    rla = row(n, a.light.ambient.shape[0])
+    shininess = a.mat.shininess[rs]
+    ma = a.mat.ambient[ra]
+    md = a.mat.diffuse[rd]
+    ms = a.mat.specular[rsp]
+    la = a.light.ambient[rla]
+    d, s = light_terms(a.light, n, point, normal, eye, shininess)
     ambient = wp.cw_mul(ma, la)
     diff = wp.cw_mul(md, d)
     g_texel = wp.cw_mul(gc, ambient + diff)
@@ -279,24 +256,20 @@ def _light_adjoint(
     g_d = wp.cw_mul(g_lit, md)
     g_s = wp.cw_mul(gc, ms)
     if _wants(g, WANT_MATERIAL):
-        wp.atomic_add(g.mat_ambient, ra, wp.cw_mul(g_lit, la))
-        wp.atomic_add(g.mat_diffuse, rd, wp.cw_mul(g_lit, d))
-        wp.atomic_add(g.mat_specular, rsp, wp.cw_mul(gc, s))
+        wp.atomic_add(g.mat.ambient, ra, wp.cw_mul(g_lit, la))
+        wp.atomic_add(g.mat.diffuse, rd, wp.cw_mul(g_lit, d))
+        wp.atomic_add(g.mat.specular, rsp, wp.cw_mul(gc, s))
     if _wants(g, WANT_LIGHT):
-        wp.atomic_add(g.light_ambient, rla, wp.cw_mul(g_lit, ma))
+        wp.atomic_add(g.light.ambient, rla, wp.cw_mul(g_lit, ma))
     g_point = wp.vec3(0.0)
     g_normal = wp.vec3(0.0)
     g_eye = wp.vec3(0.0)
-    if a.light_kind != LightKind.AMBIENT:
-        rp = row(n, a.light_param.shape[0])
-        rld = row(n, a.light_diffuse.shape[0])
-        rls = row(n, a.light_specular.shape[0])
-        p = a.light_param[rp]
-        direction = p
-        if a.light_kind == LightKind.POINT:
-            direction = p - point
-        dc = a.light_diffuse[rld]
-        sc = a.light_specular[rls]
+    if a.light.kind != LightKind.AMBIENT:
+        rld = row(n, a.light.diffuse.shape[0])
+        rls = row(n, a.light.specular.shape[0])
+        direction = light_direction(a.light, n, point)
+        dc = a.light.diffuse[rld]
+        sc = a.light.specular[rls]
         nn = normalize_eps(normal)
         dd = normalize_eps(direction)
         cos_angle = wp.dot(nn, dd)
@@ -318,7 +291,7 @@ def _light_adjoint(
         if alpha > 0.0:
             g_alpha = g_power * (shininess * wp.pow(alpha, shininess - 1.0))
             if _wants(g, WANT_MATERIAL):
-                wp.atomic_add(g.mat_shininess, rs, g_power * (power * wp.log(alpha)))
+                wp.atomic_add(g.mat.shininess, rs, g_power * (power * wp.log(alpha)))
             g_view = g_alpha * reflect
             g_reflect = g_alpha * view
             g_dd += -g_reflect
@@ -332,12 +305,12 @@ def _light_adjoint(
             g_point = -g_v
         g_normal = _normalize_eps_adjoint(normal, g_nn)
         g_dir = _normalize_eps_adjoint(direction, g_dd)
-        if a.light_kind == LightKind.POINT:
+        if a.light.kind == LightKind.POINT:
             g_point = g_point - g_dir
         if _wants(g, WANT_LIGHT):
-            wp.atomic_add(g.light_param, rp, g_dir)
-            wp.atomic_add(g.light_diffuse, rld, g_d * angle)
-            wp.atomic_add(g.light_specular, rls, g_s * power)
+            wp.atomic_add(g.light.param, row(n, a.light.param.shape[0]), g_dir)
+            wp.atomic_add(g.light.diffuse, rld, g_d * angle)
+            wp.atomic_add(g.light.specular, rls, g_s * power)
     return g_point, g_normal, g_texel, g_eye
 
 
@@ -362,15 +335,15 @@ def _slot_adjoint(
         return wp.vec3(0.0)
     point, normal, texel = _surface(a, n, y, x, k, f, b)
     g_point, g_normal, g_texel, g_eye = _light_adjoint(a, g, n, point, normal, texel, eye, gc)
-    pos = a.face_pos[f]
-    nrm = a.face_nrm[f]
+    pos = a.faces.pos[f]
+    nrm = a.faces.nrm[f]
     gb = wp.vec3(0.0)
     if a.mode == ShadingMode.FLAT:
         if _wants(g, WANT_FACE_POS):
             gp = g_point / 3.0
-            wp.atomic_add(g.face_pos, f, wp.matrix_from_rows(gp, gp, gp))
+            wp.atomic_add(g.faces.pos, f, wp.matrix_from_rows(gp, gp, gp))
         if _wants(g, WANT_FACE_NRM):
-            wp.atomic_add(g.face_nrm, f, wp.matrix_from_rows(g_normal, wp.vec3(0.0), wp.vec3(0.0)))
+            wp.atomic_add(g.faces.nrm, f, wp.matrix_from_rows(g_normal, wp.vec3(0.0), wp.vec3(0.0)))
     else:
         gb = wp.vec3(
             wp.dot(pos[0], g_point) + wp.dot(nrm[0], g_normal),
@@ -379,20 +352,20 @@ def _slot_adjoint(
         )
         if _wants(g, WANT_FACE_POS):
             wp.atomic_add(
-                g.face_pos, f, wp.matrix_from_rows(b[0] * g_point, b[1] * g_point, b[2] * g_point)
+                g.faces.pos, f, wp.matrix_from_rows(b[0] * g_point, b[1] * g_point, b[2] * g_point)
             )
         if _wants(g, WANT_FACE_NRM):
             wp.atomic_add(
-                g.face_nrm,
+                g.faces.nrm,
                 f,
                 wp.matrix_from_rows(b[0] * g_normal, b[1] * g_normal, b[2] * g_normal),
             )
     if a.texel_source == TexelSource.VERTEX:
-        col = a.face_col[f]
+        col = a.faces.col[f]
         gb += wp.vec3(wp.dot(col[0], g_texel), wp.dot(col[1], g_texel), wp.dot(col[2], g_texel))
         if _wants(g, WANT_FACE_COL):
             wp.atomic_add(
-                g.face_col, f, wp.matrix_from_rows(b[0] * g_texel, b[1] * g_texel, b[2] * g_texel)
+                g.faces.col, f, wp.matrix_from_rows(b[0] * g_texel, b[1] * g_texel, b[2] * g_texel)
             )
     elif a.texel_source == TexelSource.PIXEL:
         if _wants(g, WANT_COLORS):
@@ -411,28 +384,32 @@ def _write_rgba(image: wp.array4d(dtype=wp.float32), n: int, y: int, x: int, c: 
 
 
 @wp.func
+def _pixel_eye(a: ShadeInputs, n: int) -> wp.vec3:
+    """The eye position of image ``n`` when the slots are lit (else unused: 0)."""
+    if a.lit != 0:
+        return camera_centre(a.cam, n)
+    return wp.vec3(0.0)
+
+
+@wp.func
+def _depth_range(a: ShadeInputs, n: int):
+    """(znear, zfar) of image ``n``."""
+    return a.znear[row(n, a.znear.shape[0])], a.zfar[row(n, a.zfar.shape[0])]
+
+
+@wp.func
 def _softmax_sums(
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    bary_coords: wp.array4d(dtype=wp.vec3),
-    zbuf: wp.array4d(dtype=wp.float32),
-    dists: wp.array4d(dtype=wp.float32),
-    a: ShadeInputs,
-    n: int,
-    y: int,
-    x: int,
-    eye: wp.vec3,
-    zn: float,
-    zf: float,
+    frag: PixelFragments, a: ShadeInputs, n: int, y: int, x: int, eye: wp.vec3, zn: float, zf: float
 ):
     """The softmax blend's sums over a pixel's slots: (largest inverse depth
     before the eps clamp, the first slot holding it, slots in use, coverage
     ``prod(1 - p_k)``, ``sum w_k``, ``sum w_k c_k``)."""
-    kk = pix_to_face.shape[3]
+    kk = frag.pix_to_face.shape[3]
     zraw = float(-1.0e38)
     kmax = int(0)
     used = kk
     for k in range(kk):
-        fk = pix_to_face[n, y, x, k]
+        fk = frag.pix_to_face[n, y, x, k]
         zk = float(0.0)
         if fk < 0 and a.compact != 0:
             # the empty slots' zinv is 0: torch's max picks the first of them
@@ -441,7 +418,7 @@ def _softmax_sums(
                 zraw = zk
                 kmax = k
             break
-        zk = zinv(fk, zbuf[n, y, x, k], zn, zf)
+        zk = zinv(fk, frag.zbuf[n, y, x, k], zn, zf)
         if zk > zraw:
             zraw = zk
             kmax = k
@@ -450,69 +427,66 @@ def _softmax_sums(
     wsum = float(0.0)
     csum = wp.vec3(0.0)
     for k in range(used):
-        f = pix_to_face[n, y, x, k]
+        f = frag.pix_to_face[n, y, x, k]
         if f >= 0:
-            p = prob(dists[n, y, x, k], a.sigma)
+            p = prob(frag.dists[n, y, x, k], a.sigma)
             keep *= 1.0 - p
-            wk = p * wp.exp((zinv(f, zbuf[n, y, x, k], zn, zf) - zmax) / a.gamma)
+            wk = p * wp.exp((zinv(f, frag.zbuf[n, y, x, k], zn, zf) - zmax) / a.gamma)
             wsum += wk
-            csum += wk * slot_colour(a, n, y, x, k, f, bary_coords[n, y, x, k], eye)
+            csum += wk * slot_colour(a, n, y, x, k, f, frag.bary_coords[n, y, x, k], eye)
     return zraw, kmax, used, keep, wsum, csum
+
+
+@wp.func
+def _softmax_denominator(zraw: float, wsum: float, gamma: float):
+    """(zmax = max(zraw, eps), exp((eps - zmax) / gamma), delta = max(that, eps),
+    sum w_k + delta): the background weight and the denominator of the blend."""
+    zmax = wp.max(zraw, BLEND_EPS)
+    dexp = wp.exp((BLEND_EPS - zmax) / gamma)
+    delta = wp.max(dexp, BLEND_EPS)
+    return zmax, dexp, delta, wsum + delta
 
 
 # ----------------------------------------------------------------------------- kernels
 @wp.kernel(enable_backward=False)
 def _shade_blend_kernel(
     # Fragments in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    bary_coords: wp.array4d(dtype=wp.vec3),
-    zbuf: wp.array4d(dtype=wp.float32),
-    dists: wp.array4d(dtype=wp.float32),
+    frag: PixelFragments,
     # Shading in:
     a: ShadeInputs,
     # Data out:
     image_out: wp.array4d(dtype=wp.float32),
 ):
     n, y, x = wp.tid()
-    eye = wp.vec3(0.0)
-    if a.lit != 0:
-        eye = camera_centre(a.cam_R, a.cam_T, n)
+    eye = _pixel_eye(a, n)
     bg = a.background[row(n, a.background.shape[0])]
     if a.blend == BlendMode.HARD:
-        f0 = pix_to_face[n, y, x, 0]
+        f0 = frag.pix_to_face[n, y, x, 0]
         if f0 >= 0:
-            c0 = slot_colour(a, n, y, x, 0, f0, bary_coords[n, y, x, 0], eye)
+            c0 = slot_colour(a, n, y, x, 0, f0, frag.bary_coords[n, y, x, 0], eye)
             _write_rgba(image_out, n, y, x, c0, 1.0)
         else:
             _write_rgba(image_out, n, y, x, bg, 0.0)
         return
-    zn = a.znear[row(n, a.znear.shape[0])]
-    zf = a.zfar[row(n, a.zfar.shape[0])]
-    zraw, _kmax, _used, keep, wsum, csum = _softmax_sums(
-        pix_to_face, bary_coords, zbuf, dists, a, n, y, x, eye, zn, zf
-    )
-    zmax = wp.max(zraw, BLEND_EPS)
-    delta = wp.max(wp.exp((BLEND_EPS - zmax) / a.gamma), BLEND_EPS)
-    denom = wsum + delta
+    zn, zf = _depth_range(a, n)
+    zraw, _kmax, _used, keep, wsum, csum = _softmax_sums(frag, a, n, y, x, eye, zn, zf)
+    _zmax, _dexp, delta, denom = _softmax_denominator(zraw, wsum, a.gamma)
     _write_rgba(image_out, n, y, x, (csum + delta * bg) / denom, 1.0 - keep)
 
 
 @wp.func
 def _add_camera_grad(a: ShadeInputs, g: ShadeGrads, n: int, g_eye: wp.vec3):
     """eye = -(R t): dR = -g t^T, dt = -R^T g (rows of camera n)."""
-    rr = row(n, a.cam_R.shape[0])
-    rt = row(n, a.cam_T.shape[0])
-    wp.atomic_add(g.cam_R, rr, -wp.outer(g_eye, a.cam_T[rt]))
-    wp.atomic_add(g.cam_T, rt, -(wp.transpose(a.cam_R[rr]) * g_eye))
+    rr = row(n, a.cam.R.shape[0])
+    rt = row(n, a.cam.T.shape[0])
+    wp.atomic_add(g.cam.R, rr, -wp.outer(g_eye, a.cam.T[rt]))
+    wp.atomic_add(g.cam.T, rt, -(wp.transpose(a.cam.R[rr]) * g_eye))
 
 
 @wp.kernel(enable_backward=False)
 def _shade_blend_adjoint(
     # Fragments in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    bary_coords: wp.array4d(dtype=wp.vec3),
-    zbuf: wp.array4d(dtype=wp.float32),
-    dists: wp.array4d(dtype=wp.float32),
+    frag: PixelFragments,
     # Shading in:
     a: ShadeInputs,
     image_grad: wp.array4d(dtype=wp.float32),
@@ -520,32 +494,24 @@ def _shade_blend_adjoint(
     g: ShadeGrads,
 ):
     n, y, x = wp.tid()
-    eye = wp.vec3(0.0)
-    if a.lit != 0:
-        eye = camera_centre(a.cam_R, a.cam_T, n)
+    eye = _pixel_eye(a, n)
     brow = row(n, a.background.shape[0])
     bg = a.background[brow]
     grgb = wp.vec3(image_grad[n, y, x, 0], image_grad[n, y, x, 1], image_grad[n, y, x, 2])
     g_eye = wp.vec3(0.0)
     if a.blend == BlendMode.HARD:
-        f0 = pix_to_face[n, y, x, 0]
+        f0 = frag.pix_to_face[n, y, x, 0]
         if f0 >= 0:
-            g_eye = _slot_adjoint(a, g, n, y, x, 0, f0, bary_coords[n, y, x, 0], eye, grgb)
+            g_eye = _slot_adjoint(a, g, n, y, x, 0, f0, frag.bary_coords[n, y, x, 0], eye, grgb)
         elif _wants(g, WANT_BACKGROUND):
             wp.atomic_add(g.background, brow, grgb)
         if a.lit != 0 and _wants(g, WANT_CAMERA):
             _add_camera_grad(a, g, n, g_eye)
         return
-    zn = a.znear[row(n, a.znear.shape[0])]
-    zf = a.zfar[row(n, a.zfar.shape[0])]
+    zn, zf = _depth_range(a, n)
     # recompute the forward
-    zraw, kmax, used, keep, wsum, csum = _softmax_sums(
-        pix_to_face, bary_coords, zbuf, dists, a, n, y, x, eye, zn, zf
-    )
-    zmax = wp.max(zraw, BLEND_EPS)
-    dexp = wp.exp((BLEND_EPS - zmax) / a.gamma)
-    delta = wp.max(dexp, BLEND_EPS)
-    denom = wsum + delta
+    zraw, kmax, used, keep, wsum, csum = _softmax_sums(frag, a, n, y, x, eye, zn, zf)
+    zmax, dexp, delta, denom = _softmax_denominator(zraw, wsum, a.gamma)
     rgb = (csum + delta * bg) / denom
     # torch's autograd of PyTorch3D's formula, op by op and in its order of float32
     # operations (see blending.py's docstring): the zbuf gradient of a slot drawn
@@ -560,11 +526,11 @@ def _shade_blend_adjoint(
     gmax_e = float(0.0)  # d/dzmax through the K terms exp((zinv_k - zmax) / gamma)
     gdiff_max = float(0.0)
     for k in range(used):
-        f = pix_to_face[n, y, x, k]
+        f = frag.pix_to_face[n, y, x, k]
         if f >= 0:
-            b = bary_coords[n, y, x, k]
-            p = prob(dists[n, y, x, k], a.sigma)
-            e = wp.exp((zinv(f, zbuf[n, y, x, k], zn, zf) - zmax) / a.gamma)
+            b = frag.bary_coords[n, y, x, k]
+            p = prob(frag.dists[n, y, x, k], a.sigma)
+            e = wp.exp((zinv(f, frag.zbuf[n, y, x, k], zn, zf) - zmax) / a.gamma)
             wk = p * e
             ck = slot_colour(a, n, y, x, k, f, b, eye)
             # w_k feeds sum_k w_k c_k and den
@@ -591,7 +557,7 @@ def _shade_blend_adjoint(
     gmax_d = float(0.0)
     if dexp >= BLEND_EPS:
         gmax_d = -((gdelta * dexp) / a.gamma)
-    if _wants(g, WANT_ZBUF) and pix_to_face[n, y, x, kmax] >= 0:
+    if _wants(g, WANT_ZBUF) and frag.pix_to_face[n, y, x, kmax] >= 0:
         gz_max = gdiff_max
         if zraw >= BLEND_EPS:
             gz_max = gdiff_max + (gmax_e + gmax_d)
@@ -599,16 +565,20 @@ def _shade_blend_adjoint(
 
 
 # ----------------------------------------------------------------------------- launcher
+def _has_grad(arr: wp.array) -> bool:
+    return arr is not None and arr.requires_grad and arr.grad is not None
+
+
 def _grad_or(arr: wp.array, fallback: wp.array) -> tuple[wp.array, bool]:
     """(``arr.grad``, True) when it carries one, else (``fallback``, False)."""
-    if arr is not None and arr.requires_grad and arr.grad is not None:
+    if _has_grad(arr):
         return arr.grad, True
     return fallback, False
 
 
 def with_grad(*arrays) -> list:
     """The arrays that carry a gradient (what ``tape.record_func`` may zero)."""
-    return [a for a in arrays if a is not None and a.requires_grad and a.grad is not None]
+    return [a for a in arrays if _has_grad(a)]
 
 
 def launch_image_kernel(kernel, dim, inputs: list, image_out: wp.array, device):
@@ -620,6 +590,69 @@ def launch_image_kernel(kernel, dim, inputs: list, image_out: wp.array, device):
     if tape is None or image_out.grad is None:
         return None
     return tape
+
+
+#: The nested structs written as a whole (every array, once any has a gradient), by WANT bit.
+_GROUPS = {WANT_CAMERA: "cam", WANT_LIGHT: "light", WANT_MATERIAL: "mat"}
+
+
+def _shade_grads(fragments, inputs: ShadeInputs) -> tuple[ShadeGrads, list]:
+    """The :class:`ShadeGrads` of a launch (``want`` set) and the arrays it writes into."""
+    g = ShadeGrads()
+    want = 0
+    sources = []
+    # the colour gradient goes to the given colours, or to the texel array
+    colours = inputs.colors if inputs.lit == 0 else inputs.texels
+    singles = [  # (struct, field, array, WANT bit)
+        (g, "bary", fragments.bary_coords, WANT_BARY),
+        (g, "zbuf", fragments.zbuf, WANT_ZBUF),
+        (g, "dists", fragments.dists, WANT_DISTS),
+        (g, "colors", colours, WANT_COLORS),
+        (g, "background", inputs.background, WANT_BACKGROUND),
+    ]
+    faces = FaceCorners()
+    for name, bit in (("pos", WANT_FACE_POS), ("nrm", WANT_FACE_NRM), ("col", WANT_FACE_COL)):
+        singles.append((faces, name, getattr(inputs.faces, name), bit))
+    for target, name, arr, bit in singles:
+        grad, has = _grad_or(arr, arr)
+        setattr(target, name, grad)
+        if has:
+            sources.append(arr)
+            want |= bit
+    g.faces = faces
+    for bit, group in _GROUPS.items():
+        cls = _NESTED[group]
+        given = getattr(inputs, group)
+        arrays = {
+            name: getattr(given, name)
+            for name, var in cls.vars.items()
+            if wp.types.is_array(var.type)
+        }
+        grads = cls()
+        written = [arr for arr in arrays.values() if _has_grad(arr)]
+        sources.extend(written)
+        for name, arr in arrays.items():
+            if _has_grad(arr):
+                setattr(grads, name, arr.grad)
+            elif written and inputs.lit != 0:
+                # every array of a group is written: a member without a gradient gets
+                # a scratch one (made while recording, not per backward)
+                setattr(grads, name, wp.zeros_like(arr))
+            else:
+                setattr(grads, name, arr)
+        setattr(g, group, grads)
+        if written and inputs.lit != 0:
+            want |= bit
+    if inputs.lit == 0:
+        want &= ~(WANT_FACE_POS | WANT_FACE_NRM | WANT_FACE_COL)
+    elif inputs.texel_source != TexelSource.PIXEL:
+        want &= ~WANT_COLORS
+    if inputs.lit != 0 and inputs.texel_source != TexelSource.VERTEX:
+        want &= ~WANT_FACE_COL
+    if inputs.blend == BlendMode.HARD:
+        want &= ~(WANT_ZBUF | WANT_DISTS)
+    g.want = want
+    return g, sources
 
 
 def launch_shade_blend(fragments, inputs: ShadeInputs, image_out: wp.array) -> None:
@@ -636,68 +669,19 @@ def launch_shade_blend(fragments, inputs: ShadeInputs, image_out: wp.array) -> N
     p2f = fragments.pix_to_face
     n, h, w, _ = p2f.shape
     device = p2f.device
-    frag = [p2f, fragments.bary_coords, fragments.zbuf, fragments.dists]
-    tape = launch_image_kernel(_shade_blend_kernel, (n, h, w), [*frag, inputs], image_out, device)
+    frag = pixel_fragments(fragments)
+    tape = launch_image_kernel(_shade_blend_kernel, (n, h, w), [frag, inputs], image_out, device)
     if tape is None:
         return
-    g = ShadeGrads()
-    want = 0
-    pairs = [
-        ("bary", fragments.bary_coords, WANT_BARY),
-        ("zbuf", fragments.zbuf, WANT_ZBUF),
-        ("dists", fragments.dists, WANT_DISTS),
-        ("face_pos", inputs.face_pos, WANT_FACE_POS),
-        ("face_nrm", inputs.face_nrm, WANT_FACE_NRM),
-        ("face_col", inputs.face_col, WANT_FACE_COL),
-        ("background", inputs.background, WANT_BACKGROUND),
-    ]
-    # the colour gradient goes to the given colours, or to the texel array
-    colours = inputs.colors if inputs.lit == 0 else inputs.texels
-    pairs.append(("colors", colours, WANT_COLORS))
-    groups = {
-        WANT_CAMERA: ("cam_R", "cam_T"),
-        WANT_LIGHT: ("light_param", "light_ambient", "light_diffuse", "light_specular"),
-        WANT_MATERIAL: ("mat_ambient", "mat_diffuse", "mat_specular", "mat_shininess"),
-    }
-    for bit, names in groups.items():
-        pairs.extend((name, getattr(inputs, name), bit) for name in names)
-    sources = []
-    group_any = dict.fromkeys(groups, False)
-    for name, arr, bit in pairs:
-        grad, has = _grad_or(arr, arr)
-        setattr(g, name, grad)
-        if has:
-            sources.append(arr)
-            if bit in group_any:
-                group_any[bit] = True
-            else:
-                want |= bit
-    for bit, names in groups.items():
-        if group_any[bit] and inputs.lit != 0:
-            # every array of a group is written: a member without a gradient gets
-            # a scratch one (made while recording, not per backward)
-            for name in names:
-                arr = getattr(inputs, name)
-                if not (arr.requires_grad and arr.grad is not None):
-                    setattr(g, name, wp.zeros_like(arr))
-            want |= bit
-    if inputs.lit == 0:
-        want &= ~(WANT_FACE_POS | WANT_FACE_NRM | WANT_FACE_COL)
-    elif inputs.texel_source != TexelSource.PIXEL:
-        want &= ~WANT_COLORS
-    if inputs.lit != 0 and inputs.texel_source != TexelSource.VERTEX:
-        want &= ~WANT_FACE_COL
-    if inputs.blend == BlendMode.HARD:
-        want &= ~(WANT_ZBUF | WANT_DISTS)
-    if want == 0:
+    g, sources = _shade_grads(fragments, inputs)
+    if g.want == 0:
         return
-    g.want = want
 
     def backward():
         wp.launch(
             _shade_blend_adjoint,
             dim=(n, h, w),
-            inputs=[*frag, inputs, image_out.grad],
+            inputs=[frag, inputs, image_out.grad],
             outputs=[g],
             device=device,
         )

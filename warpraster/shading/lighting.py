@@ -21,7 +21,7 @@ from enum import IntEnum
 
 import warp as wp
 
-from .params import check_batch, row, vec3_param
+from .params import check_batch, new_struct, row, vec3_param
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -29,6 +29,7 @@ __all__ = [
     "AmbientLights",
     "DirectionalLights",
     "LightKind",
+    "LightRows",
     "PointLights",
     "diffuse",
     "light_terms",
@@ -100,30 +101,43 @@ def phong_power(alpha: float, shininess: float) -> float:
     return 0.0
 
 
+@wp.struct
+class LightRows:
+    """A light as kernels read it: its :class:`LightKind` and (B,) ``vec3`` rows
+    (B = 1 or N): ``param`` the location (point lights) or direction
+    (directional), and the ``ambient``, ``diffuse`` and ``specular`` colours."""
+
+    kind: int
+    param: wp.array(dtype=wp.vec3)
+    ambient: wp.array(dtype=wp.vec3)
+    diffuse: wp.array(dtype=wp.vec3)
+    specular: wp.array(dtype=wp.vec3)
+
+
+@wp.func
+def light_direction(light: LightRows, n: int, point: wp.vec3) -> wp.vec3:
+    """Direction toward the light of row ``n`` from ``point`` (not normalised)."""
+    p = light.param[row(n, light.param.shape[0])]
+    if light.kind == LightKind.POINT:
+        return p - point
+    return p
+
+
 @wp.func
 def light_terms(
-    light_kind: int,
-    light_param: wp.array(dtype=wp.vec3),
-    light_diffuse: wp.array(dtype=wp.vec3),
-    light_specular: wp.array(dtype=wp.vec3),
+    light: LightRows,
     n: int,
     point: wp.vec3,
     normal: wp.vec3,
     camera_position: wp.vec3,
     shininess: float,
 ):
-    """(diffuse, specular) light of row ``n`` at ``point`` (before the material colours).
-
-    ``light_param`` holds the location (point lights) or direction (directional).
-    """
-    if light_kind == LightKind.AMBIENT:
+    """(diffuse, specular) light of row ``n`` at ``point`` (before the material colours)."""
+    if light.kind == LightKind.AMBIENT:
         return wp.vec3(0.0), wp.vec3(0.0)
-    p = light_param[row(n, light_param.shape[0])]
-    direction = p
-    if light_kind == LightKind.POINT:
-        direction = p - point
-    dc = light_diffuse[row(n, light_diffuse.shape[0])]
-    sc = light_specular[row(n, light_specular.shape[0])]
+    direction = light_direction(light, n, point)
+    dc = light.diffuse[row(n, light.diffuse.shape[0])]
+    sc = light.specular[row(n, light.specular.shape[0])]
     return (
         diffuse(normal, dc, direction),
         specular(point, normal, direction, sc, camera_position, shininess),
@@ -170,6 +184,19 @@ class LightsBase:
             self.diffuse_color,
             self.specular_color,
         ]
+
+    def rows(self) -> LightRows:
+        """The light as kernels read it (a :class:`LightRows`, built per call)."""
+        kind, param, ambient, diffuse, specular = self.kernel_args()
+        return new_struct(
+            LightRows,
+            self.device,
+            kind=kind,
+            param=param,
+            ambient=ambient,
+            diffuse=diffuse,
+            specular=specular,
+        )
 
     def parameters(self) -> dict[str, wp.array]:
         """The parameter arrays by name (those given at construction)."""

@@ -51,7 +51,8 @@ from .materials import Materials
 from .mipmap import CornerTables, TexturesUVMipmap
 from .modes import BlendMode, ShadingMode, TexelSource
 from .normals import face_normals, vertex_normals
-from .params import placeholder
+from .params import new_struct, placeholder
+from .pixel_args import FaceCorners, PixelFragments, camera_rt, material_rows, pixel_fragments
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -102,19 +103,18 @@ def _gather_faces_kernel(
 @wp.kernel
 def _shade_slots_kernel(
     # Fragments in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    bary_coords: wp.array4d(dtype=wp.vec3),
+    frag: PixelFragments,
     # Shading in (lit = 1):
     a: ShadeInputs,
     # Data out:
     colors_out: wp.array4d(dtype=wp.vec3),
 ):
     n, y, x, k = wp.tid()
-    f = pix_to_face[n, y, x, k]
+    f = frag.pix_to_face[n, y, x, k]
     c = wp.vec3(0.0)
     if f >= 0:
-        eye = camera_centre(a.cam_R, a.cam_T, n)
-        c = slot_colour(a, n, y, x, k, f, bary_coords[n, y, x, k], eye)
+        eye = camera_centre(a.cam, n)
+        c = slot_colour(a, n, y, x, k, f, frag.bary_coords[n, y, x, k], eye)
     colors_out[n, y, x, k] = c
 
 
@@ -138,7 +138,7 @@ def _shade_vertices_kernel(
     texel = wp.vec3(1.0)
     if a.texel_source == TexelSource.VERTEX:
         texel = vert_colors[v]
-    eye = camera_centre(a.cam_R, a.cam_T, m)
+    eye = camera_centre(a.cam, m)
     shaded_out[v] = lit_colour(a, m, verts[v], normals[v], texel, eye)
 
 
@@ -352,6 +352,7 @@ class FaceTables:
 
         self.num_faces = int(num_faces)
         self.pos, self.nrm, self.col = mats(), mats(), mats()
+        self.corners = new_struct(FaceCorners, device, pos=self.pos, nrm=self.nrm, col=self.col)
 
 
 def gather_faces(verts, faces, normals, *, mode, texels_from, vert_colors, tables) -> None:
@@ -374,18 +375,17 @@ def lit_inputs(
     a.lit = 1
     a.mode = int(mode)
     a.texel_source = int(texels_from)
-    a.face_pos, a.face_nrm, a.face_col = tables.pos, tables.nrm, tables.col
+    a.faces = tables.corners
     a.texels = texels
-    a.cam_R, a.cam_T = cameras_RT
-    set_lighting(a, lights, materials)
+    set_viewing(a, cameras_RT, lights, materials)
     return a
 
 
-def set_lighting(a: ShadeInputs, lights: LightsBase, materials: Materials) -> None:
-    """Puts the light and material arrays into ``a``."""
-    (a.light_kind, a.light_param, a.light_ambient, a.light_diffuse,
-     a.light_specular) = lights.kernel_args()  # fmt: skip
-    a.mat_ambient, a.mat_diffuse, a.mat_specular, a.mat_shininess = materials.kernel_args()
+def set_viewing(a: ShadeInputs, cameras_RT, lights: LightsBase, materials: Materials) -> None:
+    """Puts the camera (R, T), light and material arrays into ``a``."""
+    a.cam = camera_rt(*cameras_RT)
+    a.light = lights.rows()
+    a.mat = material_rows(materials)
 
 
 def shade_slots(
@@ -422,7 +422,7 @@ def shade_slots(
     wp.launch(
         _shade_slots_kernel,
         dim=(n, h, w, k),
-        inputs=[fragments.pix_to_face, fragments.bary_coords, a],
+        inputs=[pixel_fragments(fragments), a],
         outputs=[out],
         device=device,
     )
@@ -442,15 +442,13 @@ def shade_vertices(
     out,
 ) -> wp.array:
     """Launches the per-vertex (Gouraud) lighting kernel (no checks; on the tape)."""
-    R, T = cameras_RT
     per_vertex = vert_to_mesh is not None
     v2m = vert_to_mesh if per_vertex else placeholder(wp.int32, 1, verts.device)
     if verts.shape[0] == 0:
         return out
     a = new_inputs(verts.device)
     a.texel_source = int(texels_from)
-    a.cam_R, a.cam_T = R, T
-    set_lighting(a, lights, materials)
+    set_viewing(a, cameras_RT, lights, materials)
     wp.launch(
         _shade_vertices_kernel,
         dim=verts.shape[0],
