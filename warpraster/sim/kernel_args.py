@@ -9,7 +9,8 @@ with their ``.grad`` arrays, so the generated-adjoint path
 (``deterministic=False``) differentiates through them as through plain arrays.
 
 Static (set-up): :class:`VertexSources`, :class:`View`, :class:`Surface`,
-:class:`Look`, :class:`Csr`, :class:`SourceGroups`, :class:`FaceWalk`.
+:class:`Look`, :class:`Csr`, :class:`SensorMesh`, :class:`SourceGroups`,
+:class:`FaceWalk`.
 Per frame slot: :class:`FrameArrays`, :class:`PixelFragments`, :class:`Channels`
 and :class:`FrameScene` (all a pixel reads).
 Backward scratch: :class:`PixelRecords` (and :class:`FlatRecords`), :class:`Outline`,
@@ -86,6 +87,16 @@ class Csr:
 
     start: wp.array(dtype=wp.int32)
     entries: wp.array(dtype=wp.int32)
+
+
+@wp.struct
+class SensorMesh:
+    """The sensor's own triangles, (F_s, 3) sensor vertex indices (each shape's
+    faces once, not per image), and each sensor vertex's corners (``3 face + c``,
+    ascending): what the area-weighted vertex normals and their adjoint read."""
+
+    faces: wp.array2d(dtype=wp.int32)
+    corners: Csr
 
 
 @wp.struct
@@ -307,6 +318,7 @@ __all__ = [
     "PixelFragments",
     "PixelRecords",
     "ProjGrads",
+    "SensorMesh",
     "SourceGroups",
     "StripSums",
     "Surface",

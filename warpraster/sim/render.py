@@ -26,10 +26,10 @@ from ..geometry import pixel_centre
 from .geometry import VertexSource
 from .kernel_args import (
     Channels,
-    Csr,
     FrameScene,
     Look,
     PixelFragments,
+    SensorMesh,
     Surface,
     VertexSources,
     View,
@@ -131,8 +131,7 @@ def vertex_normals_kernel(
 @wp.kernel
 def vertex_normals_gather_kernel(
     # Model:
-    vertex_corners: Csr,
-    faces: wp.array2d(dtype=wp.int32),
+    mesh: SensorMesh,
     # Data in:
     points: wp.array(dtype=wp.vec3),
     # Data out:
@@ -144,8 +143,9 @@ def vertex_normals_gather_kernel(
     backward holds its adjoint."""
     v = wp.tid()
     acc = wp.vec3(0.0)
-    for e in range(vertex_corners.start[v], vertex_corners.start[v + 1]):
-        acc = acc + area_normal(points, face_corners(faces, vertex_corners.entries[e] // 3))
+    corners = mesh.corners
+    for e in range(corners.start[v], corners.start[v + 1]):
+        acc = acc + area_normal(points, face_corners(mesh.faces, corners.entries[e] // 3))
     normals_out[v] = acc
 
 

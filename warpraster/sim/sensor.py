@@ -46,7 +46,7 @@ import warp as wp
 from .. import RasterWorkspace, rasterize_meshes
 from .adjoint import SensorBackward
 from .geometry import SensorGeometry, VertexSource
-from .kernel_args import Channels, FrameScene, frame_structs, sensor_structs
+from .kernel_args import Channels, FrameScene, SensorMesh, frame_structs, make, sensor_structs
 from .render import (
     CHANNEL_KERNELS,
     SOFT_SLOTS,
@@ -288,6 +288,12 @@ class CameraSensor:
         self.sources, self.view, self.surface, self.look = sensor_structs(self)
         self.frames = [self._allocate_frame() for _ in range(self.frame_count)]
         self.backward = SensorBackward(self) if self.deterministic else None
+        #: the sensor's triangles and each vertex's corners (the deterministic normals)
+        self.sensor_mesh = (
+            make(SensorMesh, faces=self.sensor_faces, corners=self.backward.vertex_corners)
+            if self.deterministic
+            else None
+        )
         # per frame slot: renders so far, and (tape weakref, tape index, backward) of
         # its last recording (the deterministic backward's guard; see _check_slot)
         self._renders = [0] * self.frame_count
@@ -432,10 +438,9 @@ class CameraSensor:
         )
         if self.smooth_normals:
             if det:
-                bw = self.backward
                 wp.launch(vertex_normals_gather_kernel, dim=out.vertex_normals.shape[0],
-                          inputs=[bw.vertex_corners, self.sensor_faces, out.points],
-                          outputs=[out.vertex_normals], device=dev, record_tape=False)  # fmt: skip
+                          inputs=[self.sensor_mesh, out.points], outputs=[out.vertex_normals],
+                          device=dev, record_tape=False)  # fmt: skip
             else:
                 out.vertex_normals.zero_()
                 wp.launch(vertex_normals_kernel, dim=self.sensor_faces.shape[0],
