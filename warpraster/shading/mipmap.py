@@ -52,7 +52,9 @@ from .interpolate import (
     bary_derivatives,
     check_face_range,
     float_view,
+    slot_channel,
 )
+from .params import new_struct, row
 from .textures import fragment_arrays, parse_enum
 
 wp.set_module_options({"fuse_fp": False})
@@ -109,62 +111,62 @@ def mip_level_sizes(height: int, width: int, max_mip_level: int | None = None) -
 
 
 # ----------------------------------------------------------------------------- pyramid
+@wp.struct
+class MipLevels:
+    """A :class:`MipPyramid`'s arrays in a kernel: the float32 base ``maps``
+    (N or 1, Ht, Wt, C), the flat ``levels`` buffer of levels 1..L and their
+    ``offsets`` (see :class:`MipPyramid`)."""
+
+    maps: wp.array4d(dtype=wp.float32)
+    levels: wp.array(dtype=wp.float32)
+    offsets: wp.array(dtype=wp.int32)
+
+
 @wp.func
-def level_texel(
-    maps: wp.array4d(dtype=wp.float32),
-    levels: wp.array(dtype=wp.float32),
-    offsets: wp.array(dtype=wp.int32),
-    level: int,
-    m: int,
-    y: int,
-    x: int,
-    c: int,
-) -> float:
+def level_index(p: MipLevels, level: int, m: int, y: int, x: int, c: int) -> int:
+    """Index in ``p.levels`` of texel (y, x), channel c of map m at ``level`` >= 1."""
+    h = wp.max(p.maps.shape[1] >> level, 1)
+    w = wp.max(p.maps.shape[2] >> level, 1)
+    return p.offsets[level] + ((m * h + y) * w + x) * p.maps.shape[3] + c
+
+
+@wp.func
+def level_texel(p: MipLevels, level: int, m: int, y: int, x: int, c: int) -> float:
     """Texel (y, x), channel c of map m at ``level`` (0: ``maps``; else the flat buffer)."""
     if level == 0:
-        return maps[m, y, x, c]
-    h = wp.max(maps.shape[1] >> level, 1)
-    w = wp.max(maps.shape[2] >> level, 1)
-    cc = maps.shape[3]
-    return levels[offsets[level] + ((m * h + y) * w + x) * cc + c]
+        return p.maps[m, y, x, c]
+    return p.levels[level_index(p, level, m, y, x, c)]
 
 
 @wp.kernel
 def _build_level(
-    # Texture in:
-    maps: wp.array4d(dtype=wp.float32),
-    levels: wp.array(dtype=wp.float32),
-    offsets: wp.array(dtype=wp.int32),
+    # Texture in (levels below ``level``):
+    p: MipLevels,
     level: int,
-    # Data out (the same flat buffer, level ``level``):
+    # Data out (the same flat buffer as ``p.levels``, level ``level``):
     levels_out: wp.array(dtype=wp.float32),
 ):
     m, y, x, c = wp.tid()
     src = level - 1
-    hi = wp.max(maps.shape[1] >> src, 1)
-    wi = wp.max(maps.shape[2] >> src, 1)
-    h = wp.max(maps.shape[1] >> level, 1)
-    w = wp.max(maps.shape[2] >> level, 1)
-    cc = maps.shape[3]
+    hi = wp.max(p.maps.shape[1] >> src, 1)
+    wi = wp.max(p.maps.shape[2] >> src, 1)
     value = float(0.0)
     if hi == 1:
         value = 0.5 * (
-            level_texel(maps, levels, offsets, src, m, 0, 2 * x, c)
-            + level_texel(maps, levels, offsets, src, m, 0, 2 * x + 1, c)
+            level_texel(p, src, m, 0, 2 * x, c) + level_texel(p, src, m, 0, 2 * x + 1, c)
         )
     elif wi == 1:
         value = 0.5 * (
-            level_texel(maps, levels, offsets, src, m, 2 * y, 0, c)
-            + level_texel(maps, levels, offsets, src, m, 2 * y + 1, 0, c)
+            level_texel(p, src, m, 2 * y, 0, c) + level_texel(p, src, m, 2 * y + 1, 0, c)
         )
     else:
         value = 0.25 * (
-            level_texel(maps, levels, offsets, src, m, 2 * y, 2 * x, c)
-            + level_texel(maps, levels, offsets, src, m, 2 * y, 2 * x + 1, c)
-            + level_texel(maps, levels, offsets, src, m, 2 * y + 1, 2 * x, c)
-            + level_texel(maps, levels, offsets, src, m, 2 * y + 1, 2 * x + 1, c)
+            level_texel(p, src, m, 2 * y, 2 * x, c)
+            + level_texel(p, src, m, 2 * y, 2 * x + 1, c)
+            + level_texel(p, src, m, 2 * y + 1, 2 * x, c)
+            + level_texel(p, src, m, 2 * y + 1, 2 * x + 1, c)
         )
-    levels_out[offsets[level] + ((m * h + y) * w + x) * cc + c] = value
+    levels_out[level_index(p, level, m, y, x, c)] = value
 
 
 class MipPyramid:
@@ -182,6 +184,7 @@ class MipPyramid:
             channel c at ``offsets[l] + ((m * h_l + y) * w_l + x) * C + c``).
         offsets: int32 (L + 1,) device array of level offsets (entry 0 unused).
         sizes: [(h_l, w_l)] for l = 0..L.
+        arrays: the three arrays as the kernels' :class:`MipLevels` struct.
 
     :meth:`build` fills the levels from the current base texels (no allocation:
     graph-capturable; recorded on a tape, gradients reach the base). Construction
@@ -209,6 +212,9 @@ class MipPyramid:
             device=self.device,
             requires_grad=self.maps.requires_grad,
         )
+        self.arrays = new_struct(
+            MipLevels, self.device, maps=self.maps, levels=self.levels, offsets=self.offsets
+        )
         self.build()
 
     @property
@@ -224,7 +230,7 @@ class MipPyramid:
             wp.launch(
                 _build_level,
                 dim=(n, lh, lw, c),
-                inputs=[self.maps, self.levels, self.offsets, lev],
+                inputs=[self.arrays, lev],
                 outputs=[self.levels],
                 device=self.device,
             )
@@ -249,17 +255,7 @@ def clamp_branch(x: float, lo: float, hi: float) -> float:
 
 @wp.func
 def boundary_texel(
-    maps: wp.array4d(dtype=wp.float32),
-    levels: wp.array(dtype=wp.float32),
-    offsets: wp.array(dtype=wp.int32),
-    level: int,
-    m: int,
-    y: int,
-    x: int,
-    c: int,
-    h: int,
-    w: int,
-    boundary: int,
+    p: MipLevels, level: int, m: int, y: int, x: int, c: int, h: int, w: int, boundary: int
 ) -> float:
     """Texel of a bilinear tap, wrapped (wrap), or 0 outside the level (zero, clamp)."""
     xx = x
@@ -275,24 +271,16 @@ def boundary_texel(
             yy = yy - h
     if xx < 0 or xx >= w or yy < 0 or yy >= h:
         return 0.0
-    return level_texel(maps, levels, offsets, level, m, yy, xx, c)
+    return level_texel(p, level, m, yy, xx, c)
 
 
 @wp.func
 def bilinear_level(
-    maps: wp.array4d(dtype=wp.float32),
-    levels: wp.array(dtype=wp.float32),
-    offsets: wp.array(dtype=wp.int32),
-    level: int,
-    m: int,
-    c: int,
-    u: float,
-    v: float,
-    boundary: int,
+    p: MipLevels, level: int, m: int, c: int, u: float, v: float, boundary: int
 ) -> float:
     """Bilinear sample of ``level`` at (u, v) (texel centres at (i + 0.5) / size)."""
-    h = wp.max(maps.shape[1] >> level, 1)
-    w = wp.max(maps.shape[2] >> level, 1)
+    h = wp.max(p.maps.shape[1] >> level, 1)
+    w = wp.max(p.maps.shape[2] >> level, 1)
     uu = u
     vv = v
     if boundary == BoundaryMode.WRAP:
@@ -318,10 +306,10 @@ def bilinear_level(
     y0 = int(y0f)
     fx = x - x0f
     fy = y - y0f
-    a00 = boundary_texel(maps, levels, offsets, level, m, y0, x0, c, h, w, boundary)
-    a10 = boundary_texel(maps, levels, offsets, level, m, y0, x0 + dx, c, h, w, boundary)
-    a01 = boundary_texel(maps, levels, offsets, level, m, y0 + dy, x0, c, h, w, boundary)
-    a11 = boundary_texel(maps, levels, offsets, level, m, y0 + dy, x0 + dx, c, h, w, boundary)
+    a00 = boundary_texel(p, level, m, y0, x0, c, h, w, boundary)
+    a10 = boundary_texel(p, level, m, y0, x0 + dx, c, h, w, boundary)
+    a01 = boundary_texel(p, level, m, y0 + dy, x0, c, h, w, boundary)
+    a11 = boundary_texel(p, level, m, y0 + dy, x0 + dx, c, h, w, boundary)
     top = a00 + fx * (a10 - a00)
     bottom = a01 + fx * (a11 - a01)
     return top + fy * (bottom - top)
@@ -382,41 +370,61 @@ def mip_level(
     return clamp_branch(flevel, 0.0, float(max_level))
 
 
+@wp.struct
+class MipSampler:
+    """What the sampling kernels read: the pyramid's arrays (``p``), the index
+    ``max_level`` of its coarsest level, the :class:`FilterMode`, the
+    :class:`BoundaryMode` and ``flip_v`` (0 or 1), made by :func:`mip_sampler`
+    (once per :class:`TexturesUVMipmap`; host-side only, no device memory)."""
+
+    p: MipLevels
+    max_level: int
+    filter_mode: int
+    boundary: int
+    flip_v: int
+
+
+def mip_sampler(
+    arrays: MipLevels, max_level: int, filter_mode, boundary_mode, flip_v: bool
+) -> MipSampler:
+    """A :class:`MipSampler` of a pyramid's ``arrays`` (``max_level`` 0: the base only)."""
+    s = MipSampler()
+    s.p = arrays
+    s.max_level = int(max_level)
+    s.filter_mode = int(filter_mode)
+    s.boundary = int(boundary_mode)
+    s.flip_v = int(bool(flip_v))
+    return s
+
+
 @wp.func
 def mip_sample_channel(
-    maps: wp.array4d(dtype=wp.float32),
-    levels: wp.array(dtype=wp.float32),
-    offsets: wp.array(dtype=wp.int32),
-    max_level: int,
-    m: int,
-    c: int,
-    uv: wp.vec2,
-    uv_dx: wp.vec2,
-    uv_dy: wp.vec2,
-    filter_mode: int,
-    boundary: int,
-    flip_v: int,
+    t: MipSampler, n: int, c: int, uv: wp.vec2, uv_dx: wp.vec2, uv_dy: wp.vec2
 ) -> float:
-    """Channel ``c`` of map ``m`` sampled as nvdiffrast's ``texture`` at ``uv``."""
+    """Channel ``c`` of image ``n``'s map (the one map when shared) sampled as
+    nvdiffrast's ``texture`` at ``uv``."""
+    m = row(n, t.p.maps.shape[0])
     u = uv[0]
     v = uv[1]
     dvx = uv_dx[1]
     dvy = uv_dy[1]
-    if flip_v != 0:
+    if t.flip_v != 0:
         v = 1.0 - v
         dvx = -dvx
         dvy = -dvy
-    if filter_mode == FilterMode.NEAREST:
-        return nearest_base(maps, m, c, u, v, boundary)
-    if filter_mode == FilterMode.LINEAR or max_level == 0:
-        return bilinear_level(maps, levels, offsets, 0, m, c, u, v, boundary)
-    flevel = mip_level(uv_dx[0], dvx, uv_dy[0], dvy, maps.shape[1], maps.shape[2], max_level)
+    if t.filter_mode == FilterMode.NEAREST:
+        return nearest_base(t.p.maps, m, c, u, v, t.boundary)
+    if t.filter_mode == FilterMode.LINEAR or t.max_level == 0:
+        return bilinear_level(t.p, 0, m, c, u, v, t.boundary)
+    flevel = mip_level(
+        uv_dx[0], dvx, uv_dy[0], dvy, t.p.maps.shape[1], t.p.maps.shape[2], t.max_level
+    )
     level0 = int(wp.floor(flevel))
-    a = bilinear_level(maps, levels, offsets, level0, m, c, u, v, boundary)
-    if filter_mode == FilterMode.LINEAR_MIPMAP_LINEAR and flevel > 0.0:
-        level1 = wp.min(level0 + 1, max_level)
+    a = bilinear_level(t.p, level0, m, c, u, v, t.boundary)
+    if t.filter_mode == FilterMode.LINEAR_MIPMAP_LINEAR and flevel > 0.0:
+        level1 = wp.min(level0 + 1, t.max_level)
         frac = flevel - float(level0)
-        bb = bilinear_level(maps, levels, offsets, level1, m, c, u, v, boundary)
+        bb = bilinear_level(t.p, level1, m, c, u, v, t.boundary)
         a = a + frac * (bb - a)
     return a
 
@@ -429,20 +437,12 @@ def _texture(
     uv_dx: wp.array4d(dtype=wp.vec2),
     uv_dy: wp.array4d(dtype=wp.vec2),
     # Texture in:
-    maps: wp.array4d(dtype=wp.float32),
-    levels: wp.array(dtype=wp.float32),
-    offsets: wp.array(dtype=wp.int32),
-    max_level: int,
-    filter_mode: int,
-    boundary: int,
-    flip_v: int,
+    t: MipSampler,
     # Data out: (N, H, W, K * C) float view of a vector(C) array
     texels_out: wp.array4d(dtype=wp.float32),
 ):
     n, yi, xi, j = wp.tid()
-    cc = maps.shape[3]
-    k = j // cc
-    c = j - k * cc
+    k, c = slot_channel(j, t.p.maps.shape[3])
     if pix_to_face:
         if pix_to_face[n, yi, xi, k] < 0:
             texels_out[n, yi, xi, j] = 0.0
@@ -452,23 +452,7 @@ def _texture(
     if uv_dx:
         dx = uv_dx[n, yi, xi, k]
         dy = uv_dy[n, yi, xi, k]
-    m = n
-    if maps.shape[0] == 1:
-        m = 0
-    texels_out[n, yi, xi, j] = mip_sample_channel(
-        maps,
-        levels,
-        offsets,
-        max_level,
-        m,
-        c,
-        uv[n, yi, xi, k],
-        dx,
-        dy,
-        filter_mode,
-        boundary,
-        flip_v,
-    )
+    texels_out[n, yi, xi, j] = mip_sample_channel(t, n, c, uv[n, yi, xi, k], dx, dy)
 
 
 def _modes(filter_mode, boundary_mode, has_derivatives: bool):
@@ -528,17 +512,12 @@ def texture(
     else:
         pyramid = None
     if pyramid is not None:
-        maps, levels, offsets, max_level = (
-            pyramid.maps,
-            pyramid.levels,
-            pyramid.offsets,
-            pyramid.max_level,
-        )
+        maps, arrays, max_level = pyramid.maps, pyramid.arrays, pyramid.max_level
     else:
         maps = as_float_array(
             tex, "tex", (None, None, None, None), uv.device if isinstance(uv, wp.array) else None
         )
-        levels, offsets, max_level = None, None, 0
+        arrays, max_level = new_struct(MipLevels, maps.device, maps=maps), 0
     device = maps.device
     uvs = as_slot_array(uv, "uv", wp.vec2, device)
     shape = tuple(uvs.shape)
@@ -562,19 +541,7 @@ def texture(
     wp.launch(
         _texture,
         dim=(n, h, w, k * c),
-        inputs=[
-            p2f,
-            uvs,
-            dxs,
-            dys,
-            maps,
-            levels,
-            offsets,
-            max_level,
-            int(fm),
-            int(bm),
-            int(bool(flip_v)),
-        ],
+        inputs=[p2f, uvs, dxs, dys, mip_sampler(arrays, max_level, fm, bm, flip_v)],
         outputs=[float_view(texels)],
         device=device,
     )
@@ -670,21 +637,13 @@ def _sample_uv_mipmap(
     derivatives: int,
     perspective: int,
     # Texture in:
-    maps: wp.array4d(dtype=wp.float32),
-    levels: wp.array(dtype=wp.float32),
-    offsets: wp.array(dtype=wp.int32),
-    max_level: int,
-    filter_mode: int,
-    boundary: int,
-    flip_v: int,
+    t: MipSampler,
     # Data out: (N, H, W, K * C) float view of a vector(C) array
     texels_out: wp.array4d(dtype=wp.float32),
 ):
     """One thread per slot and channel (any channel count C)."""
     n, yi, xi, j = wp.tid()
-    cc = maps.shape[3]
-    k = j // cc
-    c = j - k * cc
+    k, c = slot_channel(j, t.p.maps.shape[3])
     f = pix_to_face[n, yi, xi, k]
     if f < 0:
         texels_out[n, yi, xi, j] = 0.0
@@ -692,12 +651,7 @@ def _sample_uv_mipmap(
     shape = wp.vec2i(pix_to_face.shape[1], pix_to_face.shape[2])
     uv, duv_dx, duv_dy = slot_uv(yi, xi, f, bary_coords[n, yi, xi, k], shape, derivatives,
                                  perspective, uv_corners, ndc_corners)  # fmt: skip
-    m = n
-    if maps.shape[0] == 1:
-        m = 0
-    texels_out[n, yi, xi, j] = mip_sample_channel(
-        maps, levels, offsets, max_level, m, c, uv, duv_dx, duv_dy, filter_mode, boundary, flip_v
-    )
+    texels_out[n, yi, xi, j] = mip_sample_channel(t, n, c, uv, duv_dx, duv_dy)
 
 
 class TexturesUVMipmap:
@@ -756,6 +710,17 @@ class TexturesUVMipmap:
         )
         self.faces_uvs = as_faces_array(faces_uvs, "faces_uvs", self.device)
         check_face_range(self.faces_uvs, self.verts_uvs.shape[0], "faces_uvs", "UVs")
+        self._sampler = self._sampler_modes = None
+
+    @property
+    def sampler(self) -> MipSampler:
+        """The kernel's :class:`MipSampler` (made again only when a mode attribute changed)."""
+        modes = (self.filter_mode, self.boundary_mode, self.flip_v)
+        if modes != self._sampler_modes:
+            pyr = self.pyramid
+            self._sampler = mip_sampler(pyr.arrays, pyr.max_level, *modes)
+            self._sampler_modes = modes
+        return self._sampler
 
     @property
     def uses_mipmaps(self) -> bool:
@@ -858,13 +823,7 @@ class TexturesUVMipmap:
                 corners.ndc,
                 int(vn is not None),
                 int(bool(perspective_correct)),
-                self.maps,
-                self.pyramid.levels,
-                self.pyramid.offsets,
-                self.pyramid.max_level,
-                int(self.filter_mode),
-                int(self.boundary_mode),
-                int(self.flip_v),
+                self.sampler,
             ],
             outputs=[float_view(texels)],
             device=self.device,
