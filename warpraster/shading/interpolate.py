@@ -42,6 +42,7 @@ import warp as wp
 
 from ..geometry import EPS, barycentric, pixel_centre
 from ..meshes import as_faces_array, as_vec3_array
+from .params import new_struct
 
 # Same float rounding as PyTorch3D's separately rounded products (see fragments.py).
 wp.set_module_options({"fuse_fp": False})
@@ -253,12 +254,37 @@ def check_face_range(faces: wp.array, n_rows: int, name: str, rows: str):
 
 
 # ----------------------------------------------------------------------------- kernel
+@wp.struct
+class SlotAttributes:
+    """The attribute an interpolation reads, ``dim`` float32 channels: per face corner
+    (``per_corner`` = 1: ``face_attributes`` (F, 3, dim)) or per vertex through
+    ``faces`` (``per_corner`` = 0: ``vert_attributes`` (V, dim), ``faces`` (F, 3))."""
+
+    per_corner: int
+    face_attributes: wp.array3d(dtype=wp.float32)
+    vert_attributes: wp.array2d(dtype=wp.float32)
+    faces: wp.array2d(dtype=wp.int32)
+    dim: int
+
+
 @wp.func
 def slot_channel(j: int, channels: int):
     """(slot k, channel c) of the thread index ``j = k * channels + c`` of the per-slot,
     per-channel kernels."""
     k = j // channels
     return k, j - k * channels
+
+
+@wp.struct
+class ScreenFaces:
+    """The projected faces the screen-space derivatives come from, read only
+    ``with_derivatives``: ``verts_ndc`` (V', 3) indexed by ``ndc_faces`` (F, 3), and
+    the rasterizer's ``perspective`` setting."""
+
+    with_derivatives: int
+    verts_ndc: wp.array(dtype=wp.vec3)
+    ndc_faces: wp.array2d(dtype=wp.int32)
+    perspective: int
 
 
 @wp.func
@@ -299,54 +325,45 @@ def _interpolate(
     # Fragments in:
     pix_to_face: wp.array4d(dtype=wp.int32),
     bary_coords: wp.array4d(dtype=wp.vec3),
-    # Attributes in (one of the two, by per_corner):
-    face_attributes: wp.array3d(dtype=wp.float32),
-    vert_attributes: wp.array2d(dtype=wp.float32),
-    faces: wp.array2d(dtype=wp.int32),
-    per_corner: int,
-    dim: int,
-    # Geometry in (derivatives only):
-    verts_ndc: wp.array(dtype=wp.vec3),
-    ndc_faces: wp.array2d(dtype=wp.int32),
-    perspective: int,
-    with_derivatives: int,
+    attrs: SlotAttributes,
+    screen: ScreenFaces,
     # Data out: (N, H, W, K * dim) float views of vector(dim) arrays
     values_out: wp.array4d(dtype=wp.float32),
     ddx_out: wp.array4d(dtype=wp.float32),
     ddy_out: wp.array4d(dtype=wp.float32),
 ):
     n, yi, xi, j = wp.tid()
-    k, c = slot_channel(j, dim)
+    k, c = slot_channel(j, attrs.dim)
     f = pix_to_face[n, yi, xi, k]
     if f < 0:
         values_out[n, yi, xi, j] = 0.0
-        if with_derivatives != 0:
+        if screen.with_derivatives != 0:
             ddx_out[n, yi, xi, j] = 0.0
             ddy_out[n, yi, xi, j] = 0.0
         return
     a0 = float(0.0)
     a1 = float(0.0)
     a2 = float(0.0)
-    if per_corner != 0:
-        a0 = face_attributes[f, 0, c]
-        a1 = face_attributes[f, 1, c]
-        a2 = face_attributes[f, 2, c]
+    if attrs.per_corner != 0:
+        a0 = attrs.face_attributes[f, 0, c]
+        a1 = attrs.face_attributes[f, 1, c]
+        a2 = attrs.face_attributes[f, 2, c]
     else:
-        a0 = vert_attributes[faces[f, 0], c]
-        a1 = vert_attributes[faces[f, 1], c]
-        a2 = vert_attributes[faces[f, 2], c]
+        a0 = attrs.vert_attributes[attrs.faces[f, 0], c]
+        a1 = attrs.vert_attributes[attrs.faces[f, 1], c]
+        a2 = attrs.vert_attributes[attrs.faces[f, 2], c]
     b = bary_coords[n, yi, xi, k]
     values_out[n, yi, xi, j] = b[0] * a0 + b[1] * a1 + b[2] * a2
-    if with_derivatives != 0:
+    if screen.with_derivatives != 0:
         height = pix_to_face.shape[1]
         width = pix_to_face.shape[2]
         p = pixel_centre(yi, xi, height, width)
         dbx, dby = bary_derivatives(
             p,
-            verts_ndc[ndc_faces[f, 0]],
-            verts_ndc[ndc_faces[f, 1]],
-            verts_ndc[ndc_faces[f, 2]],
-            perspective,
+            screen.verts_ndc[screen.ndc_faces[f, 0]],
+            screen.verts_ndc[screen.ndc_faces[f, 1]],
+            screen.verts_ndc[screen.ndc_faces[f, 2]],
+            screen.perspective,
         )
         # One pixel step is 2 / min(H, W) NDC units; columns run to -X, rows to -Y.
         step = -2.0 / float(wp.min(height, width))
@@ -356,27 +373,17 @@ def _interpolate(
 
 def _launch(p2f, bary, face_attrs, vert_attrs, faces, d, verts_ndc, ndc_faces, persp, outs):
     n, h, w, k = p2f.shape
-    with_d = 1 if verts_ndc is not None else 0
+    device = p2f.device
+    # arrays left None (the other attribute form, no derivatives) become placeholders
+    attrs = new_struct(SlotAttributes, device, face_attributes=face_attrs,
+                       vert_attributes=vert_attrs, faces=faces,
+                       per_corner=1 if face_attrs is not None else 0, dim=d)  # fmt: skip
+    screen = new_struct(ScreenFaces, device, verts_ndc=verts_ndc, ndc_faces=ndc_faces,
+                        perspective=int(bool(persp)),
+                        with_derivatives=1 if verts_ndc is not None else 0)  # fmt: skip
     views = [float_view(o) if o is not None else None for o in outs]
-    wp.launch(
-        _interpolate,
-        dim=(n, h, w, k * d),
-        inputs=[
-            p2f,
-            bary,
-            face_attrs,
-            vert_attrs,
-            faces,
-            1 if face_attrs is not None else 0,
-            d,
-            verts_ndc,
-            ndc_faces,
-            int(bool(persp)),
-            with_d,
-        ],
-        outputs=views,
-        device=p2f.device,
-    )
+    wp.launch(_interpolate, dim=(n, h, w, k * d), inputs=[p2f, bary, attrs, screen],
+              outputs=views, device=device)  # fmt: skip
 
 
 def alloc_vector_out(out, name, shape, d, device, requires_grad):
