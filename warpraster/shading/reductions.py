@@ -39,6 +39,7 @@ from .blending import (
     launch_softmax_blend,
 )
 from .params import scalar_param
+from .pixel_args import PixelFragments, pixel_fragments
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -72,16 +73,15 @@ def _depth_as_colour(
 @wp.kernel
 def _hard_depth(
     # Data in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    zbuf: wp.array4d(dtype=wp.float32),
+    frag: PixelFragments,
     background: float,
     # Data out:
     out: wp.array3d(dtype=wp.float32),
 ):
     n, y, x = wp.tid()
     d = background
-    if pix_to_face[n, y, x, 0] >= 0:
-        d = zbuf[n, y, x, 0]
+    if frag.pix_to_face[n, y, x, 0] >= 0:
+        d = frag.zbuf[n, y, x, 0]
     out[n, y, x] = d
 
 
@@ -95,16 +95,15 @@ SUM_CHUNK = 8 * SUM_BLOCK
 
 @wp.kernel(enable_backward=False)
 def _squared_error_partials(
-    # Data in (flat views):
+    # Data in (flat views of one size):
     image: wp.array(dtype=wp.float32),
     target: wp.array(dtype=wp.float32),
-    count: int,
     # Data out:
     partials_out: wp.array(dtype=wp.float32),
 ):
     """partials_out[b] = sum of (image - target)^2 over values [b CHUNK, (b+1) CHUNK)."""
     b, lane = wp.tid()
-    end = wp.min((b + 1) * SUM_CHUNK, count)
+    end = wp.min((b + 1) * SUM_CHUNK, image.shape[0])
     i = b * SUM_CHUNK + lane
     v = float(0.0)
     while i < end:
@@ -120,16 +119,15 @@ def _squared_error_partials(
 def _add_partials(
     # Data in:
     partials: wp.array(dtype=wp.float32),
-    count: int,
     weight: float,
     # Data out (accumulated):
     loss_out: wp.array(dtype=wp.float32),
 ):
-    """loss_out[0] += weight * sum(partials[:count]), in a fixed order (one block)."""
+    """loss_out[0] += weight * sum(partials), in a fixed order (one block)."""
     _b, lane = wp.tid()
     i = lane
     v = float(0.0)
-    while i < count:
+    while i < partials.shape[0]:
         v += partials[i]
         i += wp.block_dim()  # SUM_BLOCK on a GPU; 1 on the cpu device
     total = wp.tile_extract(wp.tile_sum(wp.tile(v)), 0)
@@ -270,7 +268,7 @@ def hard_depth(fragments, background: float = -1.0, *, out=None) -> wp.array:
     wp.launch(
         _hard_depth,
         dim=shape[:3],
-        inputs=[fragments.pix_to_face, fragments.zbuf, float(background)],
+        inputs=[pixel_fragments(fragments), float(background)],
         outputs=[out],
         device=device,
     )
@@ -306,10 +304,10 @@ def image_mse(image: wp.array, target: wp.array, *, out: wp.array | None = None)
         partials = _PARTIALS[key] = wp.zeros(blocks, dtype=wp.float32, device=device)
     flat_im, flat_tg = image.flatten(), target.flatten()
     weight = 1.0 / float(max(count, 1))
-    wp.launch_tiled(_squared_error_partials, dim=[blocks], inputs=[flat_im, flat_tg, count],
+    wp.launch_tiled(_squared_error_partials, dim=[blocks], inputs=[flat_im, flat_tg],
                     outputs=[partials], device=device, block_dim=SUM_BLOCK,
                     record_tape=False)  # fmt: skip
-    wp.launch_tiled(_add_partials, dim=[1], inputs=[partials, blocks, weight], outputs=[out],
+    wp.launch_tiled(_add_partials, dim=[1], inputs=[partials, weight], outputs=[out],
                     device=device, block_dim=SUM_BLOCK, record_tape=False)  # fmt: skip
     tape = active_tape()
     if tape is None or not image.requires_grad or image.grad is None or out.grad is None:

@@ -496,6 +496,16 @@ class ShaderBase:
     mode: ShadingMode = ShadingMode.PHONG
     blend: BlendMode = BlendMode.HARD
 
+    def __init_subclass__(
+        cls, *, mode: ShadingMode | None = None, blend: BlendMode | None = None, **kwargs
+    ):
+        """A shader is its (``mode``, ``blend``) pair, given as class keywords."""
+        super().__init_subclass__(**kwargs)
+        if mode is not None:
+            cls.mode = ShadingMode(mode)
+        if blend is not None:
+            cls.blend = BlendMode(blend)
+
     def __init__(
         self,
         *,
@@ -674,49 +684,32 @@ class ShaderBase:
             a.znear, a.zfar = _z_planes(cameras, znear, zfar, device, self._cache)
 
 
-class HardPhongShader(ShaderBase):
+class HardPhongShader(ShaderBase, mode=ShadingMode.PHONG, blend=BlendMode.HARD):
     """Per-pixel lighting, nearest face's colour (PyTorch3D's ``HardPhongShader``)."""
 
-    mode = ShadingMode.PHONG
-    blend = BlendMode.HARD
 
-
-class SoftPhongShader(ShaderBase):
+class SoftPhongShader(ShaderBase, mode=ShadingMode.PHONG, blend=BlendMode.SOFTMAX):
     """Per-pixel lighting, softmax blend of the K faces (PyTorch3D's ``SoftPhongShader``)."""
 
-    mode = ShadingMode.PHONG
-    blend = BlendMode.SOFTMAX
 
-
-class HardGouraudShader(ShaderBase):
+class HardGouraudShader(ShaderBase, mode=ShadingMode.GOURAUD, blend=BlendMode.HARD):
     """Per-vertex lighting, nearest face's colour (PyTorch3D's ``HardGouraudShader``)."""
 
-    mode = ShadingMode.GOURAUD
-    blend = BlendMode.HARD
 
-
-class SoftGouraudShader(ShaderBase):
+class SoftGouraudShader(ShaderBase, mode=ShadingMode.GOURAUD, blend=BlendMode.SOFTMAX):
     """Per-vertex lighting, softmax blend (PyTorch3D's ``SoftGouraudShader``)."""
 
-    mode = ShadingMode.GOURAUD
-    blend = BlendMode.SOFTMAX
 
-
-class HardFlatShader(ShaderBase):
+class HardFlatShader(ShaderBase, mode=ShadingMode.FLAT, blend=BlendMode.HARD):
     """Per-face lighting (centroid, face normal), nearest face (PyTorch3D's ``HardFlatShader``)."""
 
-    mode = ShadingMode.FLAT
-    blend = BlendMode.HARD
 
-
-class SoftSilhouetteShader(ShaderBase):
+class SoftSilhouetteShader(ShaderBase, blend=BlendMode.SIGMOID):
     """Sigmoid-alpha silhouette, RGB ones (PyTorch3D's ``SoftSilhouetteShader``).
 
     Only ``blend_params`` matters (sigma); use ``blur_radius = log(1/1e-4 - 1) * sigma``
     in the rasterizer, as SoftRas. ``verts``/``faces`` are accepted for a uniform call.
     """
-
-    blend = BlendMode.SIGMOID
 
     def __init__(self, *, blend_params: BlendParams | None = None, **kwargs):
         super().__init__(blend_params=blend_params, **kwargs)
