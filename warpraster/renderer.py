@@ -24,6 +24,7 @@ from .rasterize import rasterize_meshes
 from .rasterizer import MeshRasterizer
 from .shading.normals import vertex_normals
 from .shading.params import new_struct
+from .shading.pixel_args import PixelFragments
 from .shading.shaders import ShaderBase, ShadingBuffers, ShadingMode, SoftSilhouetteShader
 
 __all__ = ["MeshRenderer", "RenderOutputs", "Renderer"]
@@ -110,15 +111,6 @@ class MeshRenderer:
 
 # ----------------------------------------------------------------------------- Renderer
 @wp.struct
-class NearestSlot:
-    """The fragments' (N, H, W, K) arrays the channels read (slot 0 of each)."""
-
-    pix_to_face: wp.array4d(dtype=wp.int32)
-    zbuf: wp.array4d(dtype=wp.float32)
-    bary_coords: wp.array4d(dtype=wp.vec3)
-
-
-@wp.struct
 class ChannelMesh:
     """The mesh arrays the channels read (``has_objects``: ``face_to_object`` given)."""
 
@@ -140,8 +132,8 @@ class Channels:
 
 @wp.kernel(enable_backward=False)
 def _channels_kernel(
-    # Fragments in:
-    slot: NearestSlot,
+    # Fragments in (slot 0 read):
+    slot: PixelFragments,
     # Mesh in:
     mesh: ChannelMesh,
     # Data out:
@@ -209,20 +201,16 @@ class RenderOutputs:
             face_ids=self.face_ids,
             mesh_ids=self.mesh_ids,
         )
-        self.nearest_slot = NearestSlot()
+        self.pixel_frags = new_struct(PixelFragments, device)
         self.channel_mesh: ChannelMesh | None = None
 
-    def nearest_slot_of(self, fragments: Fragments) -> NearestSlot:
-        """:attr:`nearest_slot` holding ``fragments``' arrays (refilled only when they change)."""
-        a = self.nearest_slot
-        if (
-            a.pix_to_face is not fragments.pix_to_face
-            or a.zbuf is not fragments.zbuf
-            or a.bary_coords is not fragments.bary_coords
-        ):
-            a.pix_to_face = fragments.pix_to_face
-            a.zbuf = fragments.zbuf
-            a.bary_coords = fragments.bary_coords
+    def pixel_fragments_of(self, fragments: Fragments) -> PixelFragments:
+        """:attr:`pixel_frags` holding ``fragments``' arrays (refilled only when they change)."""
+        a = self.pixel_frags
+        for name in PixelFragments.vars:
+            array = getattr(fragments, name)
+            if getattr(a, name) is not array:
+                setattr(a, name, array)
         return a
 
 
@@ -426,7 +414,7 @@ class Renderer:
         wp.launch(
             _channels_kernel,
             dim=self.shape[:3],
-            inputs=[out.nearest_slot_of(frags), out.channel_mesh],
+            inputs=[out.pixel_fragments_of(frags), out.channel_mesh],
             outputs=[out.channels],
             device=self.device,
             record_tape=False,
