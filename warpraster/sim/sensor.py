@@ -475,6 +475,17 @@ class CameraSensor:
             self._record_backward(frame, camera_transforms, camera_fovs, particle_q, body_q)
         return out
 
+    def recorded_update(self, frame: int) -> tuple | None:
+        """``(tape, position)`` of frame slot ``frame``'s update on the tape that still
+        holds it (its backward at ``tape.launches[position]``), or None."""
+        entry = self._recorded[frame]
+        if entry is None:
+            return None
+        tape, i, fn = entry[0](), entry[1], entry[2]
+        if tape is None or i >= len(tape.launches) or tape.launches[i] is not fn:
+            return None
+        return tape, i
+
     def _check_slot(self, frame: int) -> None:
         """Raises ValueError if frame slot ``frame`` is still recorded on the active
         tape: a second update would overwrite the buffers the first one's backward
