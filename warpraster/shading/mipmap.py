@@ -55,7 +55,7 @@ from .interpolate import (
     slot_channel,
 )
 from .params import new_struct, row
-from .textures import fragment_arrays, parse_enum
+from .textures import SlotTextures, parse_enum
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -654,7 +654,7 @@ def _sample_uv_mipmap(
     texels_out[n, yi, xi, j] = mip_sample_channel(t, n, c, uv, duv_dx, duv_dy)
 
 
-class TexturesUVMipmap:
+class TexturesUVMipmap(SlotTextures):
     """UV textures filtered as nvdiffrast's ``texture`` (mip-mapped, wrap/clamp/zero).
 
     Same inputs as :class:`~warpraster.shading.TexturesUV` (maps in PyTorch3D's
@@ -673,9 +673,11 @@ class TexturesUVMipmap:
         flip_v: True (default): row 0 at v = 1 (PyTorch3D); False: nvdiffrast's rows.
         device, requires_grad: for NumPy inputs.
 
-    The pyramid is rebuilt from the base texels by every :meth:`sample_textures`
-    call (so texel updates are seen and gradients reach the base); pass
-    ``rebuild_mipmaps=False`` to skip that when the texels are constant.
+    :meth:`sample_textures` (the textures' one call) takes two more keyword
+    options, see :meth:`_sample`: the pyramid is rebuilt from the base texels by
+    every call (so texel updates are seen and gradients reach the base) unless
+    ``rebuild_mipmaps=False`` (texels constant); ``corners`` preallocates the
+    per-face tables.
     """
 
     def __init__(
@@ -733,30 +735,27 @@ class TexturesUVMipmap:
     def channels(self) -> int:
         return self.maps.shape[3]
 
-    def sample_textures(
+    def _sample(
         self,
-        fragments,
-        faces=None,
+        p2f,
+        bary,
+        faces,
+        out,
+        validate: bool,
+        verts_ndc,
+        perspective_correct,
         *,
-        verts_ndc=None,
-        perspective_correct: bool = True,
-        out: wp.array | None = None,
         rebuild_mipmaps: bool = True,
-        validate: bool = True,
         corners: CornerTables | None = None,
     ) -> wp.array:
-        """Per-slot texels (zeros in empty slots).
+        """Per-slot texels for :meth:`sample_textures` (its arguments, then the options).
+
+        ``faces`` and ``verts_ndc`` are required by the mip-mapped modes (the UV
+        derivatives come from them); ``validate`` checks their indices on the host.
+        With ``out`` and ``validate=False`` the call allocates nothing (capturable).
 
         Args:
-            fragments: :class:`~warpraster.Fragments` (or a (pix_to_face, bary_coords) pair).
-            faces: (F, 3) packed faces into ``verts_ndc`` (required with mipmaps).
-            verts_ndc: (V, 3) projected vertices the fragments were rasterized from
-                (required with mipmaps: the UV derivatives come from them).
-            perspective_correct: the rasterizer's setting.
-            out: optional preallocated (N, H, W, K) ``vector(C)`` result (with
-                ``validate=False`` the call allocates nothing: capturable).
             rebuild_mipmaps: rebuild the pyramid from the base texels first.
-            validate: check face indices on the host.
             corners: preallocated :class:`CornerTables` for the faces (one per call
                 recorded on a tape; allocated here when None).
 
@@ -765,7 +764,6 @@ class TexturesUVMipmap:
             gradients flow to ``maps`` (through the pyramid), ``verts_uvs``, the
             barycentrics and ``verts_ndc``.
         """
-        p2f, bary = fragment_arrays(fragments)
         n = p2f.shape[0]
         if self.maps.shape[0] not in (1, n):
             raise ValueError(f"maps has {self.maps.shape[0]} maps for {n} images (need 1 or {n})")

@@ -98,9 +98,9 @@ def fragment_arrays(fragments, name: str = "fragments"):
 
 
 class SlotTextures:
-    """What :class:`TexturesVertex` and :class:`TexturesUV` share: PyTorch3D's
-    ``sample_textures`` call, which each answers with its ``_sample``
-    (:class:`~warpraster.shading.mipmap.TexturesUVMipmap` takes more options)."""
+    """What :class:`TexturesVertex`, :class:`TexturesUV` and
+    :class:`~warpraster.shading.mipmap.TexturesUVMipmap` share: PyTorch3D's
+    ``sample_textures`` call, which each answers with its ``_sample``."""
 
     def sample_textures(
         self,
@@ -111,6 +111,7 @@ class SlotTextures:
         perspective_correct: bool = True,
         out: wp.array | None = None,
         validate: bool = True,
+        **options,
     ) -> wp.array:
         """Per-slot texture values (zeros in empty slots).
 
@@ -118,19 +119,28 @@ class SlotTextures:
             fragments: :class:`~warpraster.Fragments` (or a (pix_to_face, bary_coords)
                 pair) whose face indices are rows of the texture's faces.
             faces: (F, 3) packed faces the fragments index (required by
-                :class:`TexturesVertex`; unused by :class:`TexturesUV`).
-            verts_ndc, perspective_correct: unused (one signature for all textures).
+                :class:`TexturesVertex` and by the mip-mapped filter modes; unused by
+                :class:`TexturesUV`).
+            verts_ndc: (V, 3) projected vertices the fragments were rasterized from:
+                the UV derivatives of the mip-mapped filter modes come from them
+                (required there, unused by the other textures).
+            perspective_correct: the rasterizer's setting (read with ``verts_ndc``).
             out: optional preallocated (N, H, W, K) ``vector(C)`` result: the call then
                 allocates nothing (and, with ``validate=False``, reads nothing back:
                 graph-capturable).
             validate: the object's host checks (see its ``_sample``).
+            **options: the texture's own keyword options (see its ``_sample``;
+                :class:`TexturesVertex` and :class:`TexturesUV` take none).
 
         Returns:
             ``wp.array`` (N, H, W, K) of ``vector(C, float32)``; on a ``wp.Tape``
-            gradients flow to the texture's arrays and the barycentrics.
+            gradients flow to the texture's arrays and the barycentrics (and, for
+            derivatives, ``verts_ndc``).
         """
         p2f, bary = fragment_arrays(fragments)
-        return self._sample(p2f, bary, faces, out, validate)
+        return self._sample(
+            p2f, bary, faces, out, validate, verts_ndc, perspective_correct, **options
+        )
 
 
 # ----------------------------------------------------------------------------- vertex colours
@@ -158,9 +168,10 @@ class TexturesVertex(SlotTextures):
     def channels(self) -> int:
         return self.verts_features.shape[1]
 
-    def _sample(self, p2f, bary, faces, out, validate: bool) -> wp.array:
+    def _sample(self, p2f, bary, faces, out, validate: bool, verts_ndc, perspective_correct):
         """Per-slot features ``sum_i bary[i] * verts_features[faces[f, i]]`` (``faces``
-        required; ``validate`` checks its indices on the host)."""
+        required; ``validate`` checks its indices on the host; no derivatives: the
+        geometry arguments are unused)."""
         if faces is None:
             raise ValueError("faces must be given to sample a TexturesVertex")
         return interpolate_vertex_attributes(
@@ -357,10 +368,10 @@ class TexturesUV(SlotTextures):
     def channels(self) -> int:
         return self.maps.shape[3]
 
-    def _sample(self, p2f, bary, faces, out, validate: bool) -> wp.array:
+    def _sample(self, p2f, bary, faces, out, validate: bool, verts_ndc, perspective_correct):
         """Per-slot texels, as PyTorch3D's ``TexturesUV.sample_textures``: image n
-        samples map n (``faces`` unused, nothing read back: graph-capturable with
-        ``out``)."""
+        samples map n (the geometry arguments unused, nothing read back:
+        graph-capturable with ``out``)."""
         n = p2f.shape[0]
         if self.maps.shape[0] not in (1, n):
             raise ValueError(f"maps has {self.maps.shape[0]} maps for {n} images (need 1 or {n})")
