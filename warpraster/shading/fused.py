@@ -138,15 +138,13 @@ class ShadeInputs:
 
 @wp.struct
 class ShadeGrads:
-    """Where the adjoint adds its gradients: the fragments' (``bary``, ``zbuf``,
-    ``dists``) and those of the arrays of :class:`ShadeInputs` (the nested
-    structs hold the gradients of the same fields), and ``want``, the WANT_*
-    bits of those it writes."""
+    """Where the adjoint adds its gradients: those of the fragments (``frag``:
+    ``bary_coords``, ``zbuf``, ``dists``; ``pix_to_face`` is not written) and of
+    the arrays of :class:`ShadeInputs` (each nested struct holds the gradients of
+    the same fields), and ``want``, the WANT_* bits of those it writes."""
 
     want: int
-    bary: wp.array4d(dtype=wp.vec3)
-    zbuf: wp.array4d(dtype=wp.float32)
-    dists: wp.array4d(dtype=wp.float32)
+    frag: PixelFragments
     colors: wp.array4d(dtype=wp.vec3)
     faces: FaceCorners
     cam: CameraRT
@@ -371,7 +369,7 @@ def _slot_adjoint(
         if _wants(g, WANT_COLORS):
             g.colors[n, y, x, k] = g.colors[n, y, x, k] + g_texel
     if _wants(g, WANT_BARY):
-        g.bary[n, y, x, k] = g.bary[n, y, x, k] + gb
+        g.frag.bary_coords[n, y, x, k] = g.frag.bary_coords[n, y, x, k] + gb
     return g_eye
 
 
@@ -544,11 +542,11 @@ def _shade_blend_adjoint(
                 # p_k = sigmoid(-d_k / sigma): through w_k, then the alpha product
                 dd = -((((gw * e) * (1.0 - p)) * p) / a.sigma)
                 dd += ga * (-keep * p / a.sigma)
-                g.dists[n, y, x, k] = g.dists[n, y, x, k] + dd
+                g.frag.dists[n, y, x, k] = g.frag.dists[n, y, x, k] + dd
             if k == kmax:
                 gdiff_max = gdiff
             elif _wants(g, WANT_ZBUF):
-                g.zbuf[n, y, x, k] = g.zbuf[n, y, x, k] + -(gdiff / (zf - zn))
+                g.frag.zbuf[n, y, x, k] = g.frag.zbuf[n, y, x, k] + -(gdiff / (zf - zn))
     if _wants(g, WANT_BACKGROUND):
         wp.atomic_add(g.background, brow, wp.vec3(gn[0] * delta, gn[1] * delta, gn[2] * delta))
     if a.lit != 0 and _wants(g, WANT_CAMERA):
@@ -561,7 +559,7 @@ def _shade_blend_adjoint(
         gz_max = gdiff_max
         if zraw >= BLEND_EPS:
             gz_max = gdiff_max + (gmax_e + gmax_d)
-        g.zbuf[n, y, x, kmax] = g.zbuf[n, y, x, kmax] + -(gz_max / (zf - zn))
+        g.frag.zbuf[n, y, x, kmax] = g.frag.zbuf[n, y, x, kmax] + -(gz_max / (zf - zn))
 
 
 # ----------------------------------------------------------------------------- launcher
@@ -603,23 +601,26 @@ def _shade_grads(fragments, inputs: ShadeInputs) -> tuple[ShadeGrads, list]:
     sources = []
     # the colour gradient goes to the given colours, or to the texel array
     colours = inputs.colors if inputs.lit == 0 else inputs.texels
+    frag = PixelFragments()
+    frag.pix_to_face = fragments.pix_to_face  # not written
+    faces = FaceCorners()
     singles = [  # (struct, field, array, WANT bit)
-        (g, "bary", fragments.bary_coords, WANT_BARY),
-        (g, "zbuf", fragments.zbuf, WANT_ZBUF),
-        (g, "dists", fragments.dists, WANT_DISTS),
+        (frag, "bary_coords", fragments.bary_coords, WANT_BARY),
+        (frag, "zbuf", fragments.zbuf, WANT_ZBUF),
+        (frag, "dists", fragments.dists, WANT_DISTS),
         (g, "colors", colours, WANT_COLORS),
         (g, "background", inputs.background, WANT_BACKGROUND),
+        (faces, "pos", inputs.faces.pos, WANT_FACE_POS),
+        (faces, "nrm", inputs.faces.nrm, WANT_FACE_NRM),
+        (faces, "col", inputs.faces.col, WANT_FACE_COL),
     ]
-    faces = FaceCorners()
-    for name, bit in (("pos", WANT_FACE_POS), ("nrm", WANT_FACE_NRM), ("col", WANT_FACE_COL)):
-        singles.append((faces, name, getattr(inputs.faces, name), bit))
     for target, name, arr, bit in singles:
         grad, has = _grad_or(arr, arr)
         setattr(target, name, grad)
         if has:
             sources.append(arr)
             want |= bit
-    g.faces = faces
+    g.frag, g.faces = frag, faces
     for bit, group in _GROUPS.items():
         cls = _NESTED[group]
         given = getattr(inputs, group)

@@ -83,21 +83,19 @@ def _gather_faces_kernel(
     texel_source: int,
     vert_colors: wp.array(dtype=wp.vec3),
     # Data out: one row per face corner
-    face_pos_out: wp.array(dtype=wp.mat33),
-    face_nrm_out: wp.array(dtype=wp.mat33),
-    face_col_out: wp.array(dtype=wp.mat33),
+    corners_out: FaceCorners,
 ):
     f = wp.tid()
     i0 = faces[f, 0]
     i1 = faces[f, 1]
     i2 = faces[f, 2]
-    face_pos_out[f] = wp.matrix_from_rows(verts[i0], verts[i1], verts[i2])
+    corners_out.pos[f] = wp.matrix_from_rows(verts[i0], verts[i1], verts[i2])
     if mode == ShadingMode.FLAT:
-        face_nrm_out[f] = wp.matrix_from_rows(normals[f], wp.vec3(0.0), wp.vec3(0.0))
+        corners_out.nrm[f] = wp.matrix_from_rows(normals[f], wp.vec3(0.0), wp.vec3(0.0))
     else:
-        face_nrm_out[f] = wp.matrix_from_rows(normals[i0], normals[i1], normals[i2])
+        corners_out.nrm[f] = wp.matrix_from_rows(normals[i0], normals[i1], normals[i2])
     if texel_source == TexelSource.VERTEX:
-        face_col_out[f] = wp.matrix_from_rows(vert_colors[i0], vert_colors[i1], vert_colors[i2])
+        corners_out.col[f] = wp.matrix_from_rows(vert_colors[i0], vert_colors[i1], vert_colors[i2])
 
 
 @wp.kernel
@@ -362,7 +360,7 @@ def gather_faces(verts, faces, normals, *, mode, texels_from, vert_colors, table
             _gather_faces_kernel,
             dim=faces.shape[0],
             inputs=[verts, faces, normals, int(mode), int(texels_from), vert_colors],
-            outputs=[tables.pos, tables.nrm, tables.col],
+            outputs=[tables.corners],
             device=verts.device,
         )
 
