@@ -36,16 +36,6 @@ def normalize_clamped(n: wp.vec3) -> wp.vec3:
     return n / NORMAL_EPS
 
 
-@wp.func
-def corner_cross(verts: wp.array(dtype=wp.vec3), faces: wp.array2d(dtype=wp.int32), f: int, c: int):
-    """``cross(v_j - v_i, v_k - v_i)`` at corner ``c`` (vertex i, followed by j and k
-    in the face's order) of face ``f``: twice the face area times its unit normal."""
-    vi = verts[faces[f, c]]
-    vj = verts[faces[f, (c + 1) % 3]]
-    vk = verts[faces[f, (c + 2) % 3]]
-    return wp.cross(vj - vi, vk - vi)
-
-
 @wp.kernel
 def _face_normals(
     # Mesh in:
@@ -55,7 +45,8 @@ def _face_normals(
     normals_out: wp.array(dtype=wp.vec3),
 ):
     f = wp.tid()
-    normals_out[f] = normalize_clamped(corner_cross(verts, faces, f, 0))
+    v0 = verts[faces[f, 0]]
+    normals_out[f] = normalize_clamped(wp.cross(verts[faces[f, 1]] - v0, verts[faces[f, 2]] - v0))
 
 
 @wp.kernel
@@ -67,7 +58,11 @@ def _scatter_corner_normals(
     sums_out: wp.array(dtype=wp.vec3),
 ):
     f, c = wp.tid()
-    wp.atomic_add(sums_out, faces[f, c], corner_cross(verts, faces, f, c))
+    i = faces[f, c]
+    vi = verts[i]
+    vj = verts[faces[f, (c + 1) % 3]]
+    vk = verts[faces[f, (c + 2) % 3]]
+    wp.atomic_add(sums_out, i, wp.cross(vj - vi, vk - vi))
 
 
 @wp.kernel
