@@ -93,10 +93,10 @@ def face_bins(
 def _bin_span(ps: PassArgs, small: int, f: int):
     """(ty0, ty1, tx0, tx1) bins of face f (see :func:`face_bins`) and the index of
     the first bin of its image; an empty span for a face that is never drawn."""
-    m = ps.face_mesh[f]
+    m = ps.face.mesh[f]
     if m < 0:
         return wp.vec4i(1, 0, 1, 0), 0
-    r = face_bins(ps.face_bbox[f], ps.height, ps.width, ps.bin_h, ps.bin_w, small)
+    r = face_bins(ps.face.bbox[f], ps.height, ps.width, ps.bin_h, ps.bin_w, small)
     return r, m * ps.bins_y * ps.bins_x
 
 

@@ -7,6 +7,7 @@ PyTorch3D's kernel does, and order the queue by (depth, face index).
 
 import warp as wp
 
+from ..fragments import FragmentRows
 from ..geometry import (
     EPS,
     barycentric,
@@ -16,6 +17,7 @@ from ..geometry import (
     perspective_correct,
     point_triangle_dist2,
 )
+from .stores import WideRows
 
 # fuse_fp off: no a*b+c contraction into FMA, so every decision is made on the
 # same separately rounded float32 values as PyTorch3D's kernel (docs/PERF.md).
@@ -27,15 +29,24 @@ NO_FACE = wp.constant(NO_FACE_VALUE)
 
 
 @wp.struct
+class FaceSetup:
+    """The triangle set-up, one entry per face (written by the set-up pass,
+    :mod:`warpraster.raster.faces`): owning ``mesh`` (-1: never drawn), blur-grown
+    ``bbox`` (x min, y min, x max, y max) and ``verts``, rows = the vertices."""
+
+    mesh: wp.array(dtype=wp.int32)
+    bbox: wp.array(dtype=wp.vec4)
+    verts: wp.array(dtype=wp.mat33)
+
+
+@wp.struct
 class PassArgs:
     """Everything a raster pass reads and writes (one struct keeps the kernel
-    signatures short). Inputs first; the outputs (``pix_to_face`` ... ``dists4``,
-    and ``keys`` / ``overflow``, which the passes update atomically) last."""
+    signatures short). Inputs first; the outputs (``out``, ``out4``, and ``keys`` /
+    ``overflow``, which the passes update atomically) last."""
 
     # In: face set-up, per-mesh ranges, settings
-    face_mesh: wp.array(dtype=wp.int32)
-    face_bbox: wp.array(dtype=wp.vec4)
-    face_verts: wp.array(dtype=wp.mat33)
+    face: FaceSetup
     neighbor: wp.array(dtype=wp.int32)
     mesh_first: wp.array(dtype=wp.int32)
     mesh_count: wp.array(dtype=wp.int32)
@@ -67,18 +78,11 @@ class PassArgs:
     # K = 1: the queue starts from the (depth, face) keys the small-face pass left
     seeded: int
     keys: wp.array(dtype=wp.uint64)
-    # Out: the outputs, viewed as (N * H * W, K); zbuf is also the depth queue of offer
-    pix_to_face: wp.array2d(dtype=wp.int32)
-    zbuf: wp.array2d(dtype=wp.float32)
-    bary: wp.array2d(dtype=wp.vec3)
-    dists: wp.array2d(dtype=wp.float32)
-    # the same outputs as flat arrays of 16-byte vectors (when ``wide``), written
-    # through store4 (docs/PERF.md v15)
+    # Out: the outputs, viewed as (N * H * W, K) rows; zbuf is also the depth queue
+    # of offer. ``out4``: the same outputs, 16 bytes at a time (when ``wide``)
+    out: FragmentRows
     wide: int
-    pix_to_face4: wp.array(dtype=wp.vec4i)
-    zbuf4: wp.array(dtype=wp.vec4)
-    bary4: wp.array(dtype=wp.vec4)
-    dists4: wp.array(dtype=wp.vec4)
+    out4: WideRows
 
 
 @wp.func
@@ -95,9 +99,9 @@ def test_face(ps: PassArgs, f: int, p: wp.vec2):
     hit = False
     z = float(0.0)
     dist = float(-1.0)
-    bb = ps.face_bbox[f]
+    bb = ps.face.bbox[f]
     if not (p[0] > bb[2] or p[0] < bb[0] or p[1] > bb[3] or p[1] < bb[1]):
-        m = ps.face_verts[f]
+        m = ps.face.verts[f]
         a = wp.vec2(m[0, 0], m[0, 1])
         b = wp.vec2(m[1, 0], m[1, 1])
         c = wp.vec2(m[2, 0], m[2, 1])
@@ -137,8 +141,8 @@ def test_face_sharp(ps: PassArgs, f: int, p: wp.vec2):
     blur = 0 (faster at K = 8: docs/PERF.md, "Design measurements")."""
     hit = False
     z = float(0.0)
-    bb = ps.face_bbox[f]
-    m = ps.face_verts[f]
+    bb = ps.face.bbox[f]
+    m = ps.face.verts[f]
     a = wp.vec2(m[0, 0], m[0, 1])
     b = wp.vec2(m[1, 0], m[1, 1])
     c = wp.vec2(m[2, 0], m[2, 1])
@@ -163,7 +167,7 @@ def test_face_sharp(ps: PassArgs, f: int, p: wp.vec2):
 
 @wp.func
 def face_dist(ps: PassArgs, f: int, p: wp.vec2) -> float:
-    m = ps.face_verts[f]
+    m = ps.face.verts[f]
     return point_triangle_dist2(
         p, wp.vec2(m[0, 0], m[0, 1]), wp.vec2(m[1, 0], m[1, 1]), wp.vec2(m[2, 0], m[2, 1])
     )

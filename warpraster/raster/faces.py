@@ -68,7 +68,7 @@ def setup_faces(
     meshes: MeshArrays,
     num_meshes: int,
     cull_backfaces: int,
-    # In: ps.blur_radius; Out: ps.face_mesh, face_bbox, face_verts
+    # In: ps.blur_radius; Out: ps.face.mesh, face_bbox, face_verts
     ps: PassArgs,
 ):
     """Triangle setup, once per face: owning mesh (-1 if never drawn), blur-grown
@@ -77,9 +77,9 @@ def setup_faces(
     aligned: a fresh allocation)."""
     f = wp.tid()
     m, v0, v1, v2 = _drawn_face(meshes, num_meshes, cull_backfaces, f)
-    ps.face_mesh[f] = m
+    ps.face.mesh[f] = m
     if m < 0:
-        store4(ps.face_bbox, f, wp.vec4(FAR, FAR, -FAR, -FAR))
+        store4(ps.face.bbox, f, wp.vec4(FAR, FAR, -FAR, -FAR))
         return
     r = wp.sqrt(ps.blur_radius)
     bb = wp.vec4(
@@ -88,5 +88,5 @@ def setup_faces(
         wp.max(wp.max(v0[0], v1[0]), v2[0]) + r,
         wp.max(wp.max(v0[1], v1[1]), v2[1]) + r,
     )
-    store4(ps.face_bbox, f, bb)
-    ps.face_verts[f] = wp.matrix_from_rows(v0, v1, v2)  # rows: the vertices
+    store4(ps.face.bbox, f, bb)
+    ps.face.verts[f] = wp.matrix_from_rows(v0, v1, v2)  # rows: the vertices

@@ -22,10 +22,10 @@ wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 def _write_slot(ps: PassArgs, q: int, s: int, p: wp.vec2):
     """Writes the fragment values of slot s of output row q (pixel centre p):
     its face's, or the -1 fill (its pix_to_face, -1 where empty, stays)."""
-    z, bary, d = face_values(ps, ps.pix_to_face[q, s], p)
-    ps.zbuf[q, s] = z
-    ps.bary[q, s] = bary
-    ps.dists[q, s] = d
+    z, bary, d = face_values(ps, ps.out.pix_to_face[q, s], p)
+    ps.out.zbuf[q, s] = z
+    ps.out.bary[q, s] = bary
+    ps.out.dists[q, s] = d
 
 
 @wp.func
@@ -35,7 +35,7 @@ def face_values(ps: PassArgs, f: int, p: wp.vec2):
     bary = wp.vec3(-1.0, -1.0, -1.0)
     d = float(-1.0)
     if f >= 0:
-        m = ps.face_verts[f]
+        m = ps.face.verts[f]
         z, bary, d = fragment_values(
             p,
             wp.vec3(m[0, 0], m[0, 1], m[0, 2]),
@@ -60,11 +60,11 @@ def write_group(ps: PassArgs, e0: int, f: wp.vec4i):
     z1, b1, d1 = face_values(ps, f[1], p)
     z2, b2, d2 = face_values(ps, f[2], p)
     z3, b3, d3 = face_values(ps, f[3], p)
-    store4(ps.zbuf4, g, wp.vec4(z0, z1, z2, z3))
-    store4(ps.dists4, g, wp.vec4(d0, d1, d2, d3))
-    store4(ps.bary4, 3 * g, wp.vec4(b0[0], b0[1], b0[2], b1[0]))
-    store4(ps.bary4, 3 * g + 1, wp.vec4(b1[1], b1[2], b2[0], b2[1]))
-    store4(ps.bary4, 3 * g + 2, wp.vec4(b2[2], b3[0], b3[1], b3[2]))
+    store4(ps.out4.zbuf, g, wp.vec4(z0, z1, z2, z3))
+    store4(ps.out4.dists, g, wp.vec4(d0, d1, d2, d3))
+    store4(ps.out4.bary, 3 * g, wp.vec4(b0[0], b0[1], b0[2], b1[0]))
+    store4(ps.out4.bary, 3 * g + 1, wp.vec4(b1[1], b1[2], b2[0], b2[1]))
+    store4(ps.out4.bary, 3 * g + 2, wp.vec4(b2[2], b3[0], b3[1], b3[2]))
 
 
 @wp.func
@@ -91,7 +91,7 @@ def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ..
                 ps.faces_per_pixel = wp.static(flags[2])
         i = wp.tid()
         if wp.static(wide):
-            write_group(ps, 4 * i, load4i(ps.pix_to_face4, i))
+            write_group(ps, 4 * i, load4i(ps.out4.pix_to_face, i))
         else:
             k = ps.faces_per_pixel
             q = i // k

@@ -84,11 +84,11 @@ def register_queue_kernel(kc: int, max_regs: int | None, flags: tuple[int, int, 
             if ps.wide != 0 and ps.faces_per_pixel == kc:
                 for g in range(kc // 4):
                     v = wp.vec4i(qf[4 * g], qf[4 * g + 1], qf[4 * g + 2], qf[4 * g + 3])
-                    store4i(ps.pix_to_face4, q * wp.static(kc // 4) + g, v)
+                    store4i(ps.out4.pix_to_face, q * wp.static(kc // 4) + g, v)
                 return
         for s in range(kc):
             if s < ps.faces_per_pixel:
-                ps.pix_to_face[q, s] = qf[s]
+                ps.out.pix_to_face[q, s] = qf[s]
 
     insert = wp.func(insert, module="unique")
     seed = wp.func(seed, module="unique")
@@ -148,7 +148,7 @@ def _insert(ps: PassArgs, q: int, f: int, z: float, size: int) -> int:
     when the queue is full. Returns the new size."""
     k = ps.faces_per_pixel
     if size == k:
-        if not before(z, f, ps.zbuf[q, k - 1], ps.pix_to_face[q, k - 1]):
+        if not before(z, f, ps.out.zbuf[q, k - 1], ps.out.pix_to_face[q, k - 1]):
             return size
     pos = size
     if size == k:
@@ -156,16 +156,16 @@ def _insert(ps: PassArgs, q: int, f: int, z: float, size: int) -> int:
     else:
         size += 1
     while pos > 0:
-        zp = ps.zbuf[q, pos - 1]
-        fp = ps.pix_to_face[q, pos - 1]
+        zp = ps.out.zbuf[q, pos - 1]
+        fp = ps.out.pix_to_face[q, pos - 1]
         if before(z, f, zp, fp):
-            ps.zbuf[q, pos] = zp
-            ps.pix_to_face[q, pos] = fp
+            ps.out.zbuf[q, pos] = zp
+            ps.out.pix_to_face[q, pos] = fp
             pos -= 1
         else:
             break
-    ps.zbuf[q, pos] = z
-    ps.pix_to_face[q, pos] = f
+    ps.out.zbuf[q, pos] = z
+    ps.out.pix_to_face[q, pos] = f
     return size
 
 
@@ -186,7 +186,7 @@ def _offer(ps: PassArgs, q: int, f: int, p: wp.vec2, size: int) -> int:
     if g >= 0:
         slot = int(-1)
         for s in range(size):
-            if ps.pix_to_face[q, s] == g:
+            if ps.out.pix_to_face[q, s] == g:
                 slot = s
         if slot >= 0:
             d_f = dist
@@ -195,8 +195,8 @@ def _offer(ps: PassArgs, q: int, f: int, p: wp.vec2, size: int) -> int:
             if d_f < face_dist(ps, g, p):
                 # remove g, then insert f (the queue cannot overflow)
                 for s in range(slot, size - 1):
-                    ps.zbuf[q, s] = ps.zbuf[q, s + 1]
-                    ps.pix_to_face[q, s] = ps.pix_to_face[q, s + 1]
+                    ps.out.zbuf[q, s] = ps.out.zbuf[q, s + 1]
+                    ps.out.pix_to_face[q, s] = ps.out.pix_to_face[q, s + 1]
                 size = _insert(ps, q, f, z, size - 1)
             return size
     return _insert(ps, q, f, z, size)
@@ -221,7 +221,7 @@ def raster_output_queue(ps: PassArgs):
             f = ps.bin_faces[j]
         size = _offer(ps, q, f, p, size)
     for s in range(size, ps.faces_per_pixel):
-        ps.pix_to_face[q, s] = -1
+        ps.out.pix_to_face[q, s] = -1
 
 
 @wp.kernel
@@ -236,5 +236,5 @@ def raster_naive_at(ps: PassArgs, pixels: wp.array(dtype=wp.vec3i)):
     for f in range(first, first + ps.mesh_count[n]):
         size = _offer(ps, i, f, p, size)
     for s in range(size, ps.faces_per_pixel):
-        ps.pix_to_face[i, s] = -1
+        ps.out.pix_to_face[i, s] = -1
 

@@ -54,10 +54,10 @@ def small_faces_k1(ps: PassArgs, small: int, lanes: int):
     t = wp.tid()
     f = t // lanes
     lane = t - f * lanes
-    m = ps.face_mesh[f]
+    m = ps.face.mesh[f]
     if m < 0:
         return
-    box = binning.pixel_box(ps.face_bbox[f], ps.height, ps.width)
+    box = binning.pixel_box(ps.face.bbox[f], ps.height, ps.width)
     npix = binning.box_pixels(box)
     if npix == 0 or npix > small:
         return

@@ -52,3 +52,14 @@ return a.data[i];
 )
 def load4i(a: wp.array(dtype=wp.vec4i), i: int) -> wp.vec4i: ...
 
+
+@wp.struct
+class WideRows:
+    """The four outputs as flat arrays of 16-byte vectors, four slots each (``bary``:
+    four floats of the vec3 rows), written through ``store4`` / ``store4i``
+    (docs/PERF.md v15)."""
+
+    pix_to_face: wp.array(dtype=wp.vec4i)
+    zbuf: wp.array(dtype=wp.vec4)
+    bary: wp.array(dtype=wp.vec4)
+    dists: wp.array(dtype=wp.vec4)

@@ -13,12 +13,13 @@ import math
 import warp as wp
 
 from ..backward import FaceGradBuffers
-from ..fragments import Fragments, allocate_fragments
+from ..fragments import FragmentRows, Fragments, allocate_fragments
 from ..meshes import MeshArrays, mesh_arrays
 from ..settings import RasterSettings, Tuning
 from . import binning
-from .coverage import PassArgs
+from .coverage import FaceSetup, PassArgs
 from .outputs import wide_views
+from .stores import WideRows
 
 
 def bin_shape(bin_size: int | None, faces_per_pixel: int) -> tuple[int, int]:
@@ -318,9 +319,11 @@ def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face
     their 16-byte views too when the tuning and K allow)."""
     n, h, w, k = ws.shape
     ps = PassArgs()
-    ps.face_mesh = ws.face_mesh
-    ps.face_bbox = ws.face_bbox
-    ps.face_verts = ws.face_verts
+    face = FaceSetup()
+    face.mesh = ws.face_mesh
+    face.bbox = ws.face_bbox
+    face.verts = ws.face_verts
+    ps.face = face
     ps.neighbor = meshes.clipped_faces_neighbor_idx
     if ps.neighbor is None:
         ps.neighbor = ws.no_neighbors
@@ -348,14 +351,18 @@ def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face
     ps.bin_split = ws.bin_split
     ps.seeded = 0
     ps.keys = ws.depth_keys
-    ps.pix_to_face = pix_to_face.reshape((-1, k))
-    ps.zbuf = zbuf.reshape((-1, k))
+    out = FragmentRows()
+    out.pix_to_face = pix_to_face.reshape((-1, k))
+    out.zbuf = zbuf.reshape((-1, k))
     ps.wide = 0
     if bary is not None:
-        ps.bary = bary.reshape((-1, k))
-        ps.dists = dists.reshape((-1, k))
+        out.bary = bary.reshape((-1, k))
+        out.dists = dists.reshape((-1, k))
         views = wide_views(pix_to_face, zbuf, bary, dists) if ws.tuning.wide_outputs else None
         if views is not None:
             ps.wide = 1
-            ps.pix_to_face4, ps.zbuf4, ps.bary4, ps.dists4 = views
+            out4 = WideRows()
+            out4.pix_to_face, out4.zbuf, out4.bary, out4.dists = views
+            ps.out4 = out4
+    ps.out = out
     return ps
