@@ -7,7 +7,7 @@ imported by ``import warpraster`` or ``import warpraster.sim``).
 """
 
 from .geometry import SensorGeometry, VertexSource
-from .loss import image_loss
+from .loss import frame_loss, image_loss
 from .multi import MultiDeviceSensor
 from .sensor import CameraSensor, SensorFrame, look_at_transform
 from .tessellate import (
@@ -29,6 +29,7 @@ __all__ = [
     "capsule_mesh",
     "cylinder_mesh",
     "grid_mesh",
+    "frame_loss",
     "image_loss",
     "look_at_transform",
     "plane_mesh",

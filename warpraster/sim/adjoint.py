@@ -75,6 +75,7 @@ from .kernel_args import (
     StripSums,
     make,
 )
+from .loss import LossTerms
 from .pixel_adjoint import CHANNELS_ADJOINT
 from .reductions import (
     BLOCK,
@@ -210,6 +211,30 @@ class SensorBackward:
             albedo=self.pix_albedo.flatten(), light=self.pix_light.flatten(),
         )  # fmt: skip
         self._grads = {}  # per frame slot: (its channel gradients as a Channels, mask)
+        self._no_loss = make(
+            LossTerms, color=self._dummy4[wp.vec3], color_target=self._dummy4[wp.vec3],
+            depth=self._dummy4[wp.float32], depth_target=self._dummy4[wp.float32],
+            color_weight=0.0, depth_weight=0.0, loss_grad=self._dummy_fov, mask=0,
+        )  # fmt: skip
+        self._loss_claims = {}  # per frame slot: the recorded update its fused loss is on
+        self._armed = {}  # per frame slot: the fused loss terms of the running backward
+
+    def claim_loss(self, frame, update) -> None:
+        """Notes a fused loss (:func:`~warpraster.sim.frame_loss`) on the recorded
+        update ``update`` (``(tape, position)``) of frame slot ``frame``; raises
+        ValueError for a second one on the same update."""
+        claim = update[0].launches[update[1]]  # the update's recorded backward
+        if self._loss_claims.get(id(frame)) is claim:
+            raise ValueError(
+                "frame: a fused loss is already recorded for this update of the slot (give "
+                "both targets to one frame_loss call, or use image_loss for more terms)"
+            )
+        self._loss_claims[id(frame)] = claim
+
+    def arm_loss(self, frame, terms: LossTerms) -> None:
+        """Hands the next :meth:`run` of frame slot ``frame`` its fused loss terms (the
+        loss's tape entry runs just before the update's)."""
+        self._armed[id(frame)] = terms
 
     def _mat33_sums(self, cls, shape):
         """A :class:`FaceSums` or :class:`StripSums` of zeroed ``shape`` arrays."""
@@ -305,10 +330,11 @@ class SensorBackward:
         cam = self._camera_scratch() if cam_on else None
         mat_on = s.shape_colors.grad is not None
         grads, mask = self._channel_grads(frame)
+        loss = self._armed.pop(id(frame), self._no_loss)
         wp.launch(
             CHANNELS_ADJOINT[soft, bool(smooth)],
             dim=(n, h, w),
-            inputs=[frame.scene, camera_transforms, grads, mask, int(cam_on), int(mat_on)],
+            inputs=[frame.scene, camera_transforms, grads, mask, loss, int(cam_on), int(mat_on)],
             outputs=[self.records, self.outline],
             device=dev,
             record_tape=False,

@@ -6,7 +6,9 @@
 
 Times one :meth:`CameraSensor.update` (forward) and one update + image loss +
 ``tape.backward`` (forward + backward), each captured in a graph and replayed
-(cpu too), as milliseconds per call and images per second; with ``--newton``
+(cpu too), as milliseconds per call and images per second, once with the loss as
+two :func:`image_loss` calls and once fused into the sensor's backward
+(:func:`frame_loss`); with ``--newton``
 also Newton's ``SensorTiledCamera`` (colour + depth, its own update, eager) on
 the same scene. The sensor's backward is its deterministic one unless
 ``--generated-backward`` (Warp's generated adjoints and the rasterizer's atomic
@@ -25,7 +27,7 @@ import warp as wp
 
 from ..primitives import torus
 from .geometry import SensorGeometry
-from .loss import image_loss
+from .loss import frame_loss, image_loss
 from .sensor import CameraSensor, look_at_transform
 
 
@@ -55,7 +57,10 @@ def _timed(fn, runs: int, device) -> float:
 
 
 def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
-                 deterministic=True, profile=False) -> dict:  # fmt: skip
+                 deterministic=True, profile=False, fused_loss=False) -> dict:  # fmt: skip
+    """Times the sensor scene; ``fused_loss``: the loss is :func:`frame_loss` (its
+    gradient computed inside the sensor's backward, no channel gradient buffers)
+    instead of two :func:`image_loss` calls."""
     device = wp.get_device(device)
     verts, faces, bodies, cams = _scene(worlds, cameras)
     geo = SensorGeometry()
@@ -63,7 +68,8 @@ def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
         geo.add_body_mesh(w, verts, faces, world=w, shape_index=0, color=(0.8, 0.4, 0.2))
     sensor = CameraSensor(geo, world_count=worlds, camera_count=cameras, image_size=size,
                           light_direction=(-0.577, 0.577, -0.577), device=device,
-                          requires_grad=True, grad_channels=("color", "depth"),
+                          requires_grad=True,
+                          grad_channels=() if fused_loss else ("color", "depth"),
                           deterministic=deterministic)  # fmt: skip
     body_q = wp.array(bodies, dtype=wp.transform, device=device, requires_grad=True)
     cam_q = wp.array([[c] * worlds for c in cams], dtype=wp.transform, device=device)
@@ -82,8 +88,11 @@ def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
         loss.zero_()
         with tape:
             forward()
-            image_loss(frame.color, tgt_c, loss)
-            image_loss(frame.depth, tgt_d, loss)
+            if fused_loss:
+                frame_loss(sensor, 0, loss, color_target=tgt_c, depth_target=tgt_d)
+            else:
+                image_loss(frame.color, tgt_c, loss)
+                image_loss(frame.depth, tgt_d, loss)
 
     def forward_backward():
         forward_loss()
@@ -107,6 +116,7 @@ def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
         "scene": f"sensor_{worlds}w_{cameras}c_torus2k_{size}",
         "device": str(device),
         "backward": "deterministic" if deterministic else "generated",
+        "loss": "frame_loss (fused)" if fused_loss else "image_loss x2",
         "images": images,
         "coverage": covered,
         **rows,
@@ -172,7 +182,8 @@ def main(argv=None) -> int:
     wp.config.quiet = True
     kw = dict(worlds=args.worlds, cameras=args.cameras, size=args.size, runs=args.runs,
               device=args.device)  # fmt: skip
-    rows = [bench_sensor(**kw, deterministic=not args.generated_backward, profile=args.profile)]
+    rows = [bench_sensor(**kw, deterministic=not args.generated_backward, profile=args.profile,
+                         fused_loss=fused) for fused in (False, True)]  # fmt: skip
     if args.newton:
         rows.append(bench_newton(**kw))
     for r in rows:

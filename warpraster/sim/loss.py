@@ -12,8 +12,6 @@ total to the loss. So the loss is bit-identical run after run (and in a graph
 replay). The backward writes each pixel's gradient directly (no atomics).
 """
 
-from __future__ import annotations
-
 import warp as wp
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
@@ -34,7 +32,33 @@ def _sq_float(d: float) -> float:
     return d * d
 
 
-def _make_partial_sums(value_type, square):
+@wp.func
+def _chunk_sum(image: wp.array(dtype=wp.vec3), target: wp.array(dtype=wp.vec3), b: int,
+               chunk: int, count: int, lane: int, stride: int) -> float:  # fmt: skip
+    """This thread's part of the sum of |image - target|^2 over chunk b (lanes strided)."""
+    end = wp.min((b + 1) * chunk, count)
+    i = b * chunk + lane
+    v = float(0.0)
+    while i < end:
+        v += _sq_vec3(image[i] - target[i])
+        i += stride
+    return v
+
+
+@wp.func
+def _chunk_sum(image: wp.array(dtype=float), target: wp.array(dtype=float), b: int,
+               chunk: int, count: int, lane: int, stride: int) -> float:  # fmt: skip
+    """This thread's part of the sum of (image - target)^2 over chunk b (lanes strided)."""
+    end = wp.min((b + 1) * chunk, count)
+    i = b * chunk + lane
+    v = float(0.0)
+    while i < end:
+        v += _sq_float(image[i] - target[i])
+        i += stride
+    return v
+
+
+def _make_partial_sums(value_type):
     def partial_sums(
         image: wp.array(dtype=value_type),
         target: wp.array(dtype=value_type),
@@ -45,12 +69,7 @@ def _make_partial_sums(value_type, square):
     ):
         """partials_out[b] = sum of |image - target|^2 over pixels [b chunk, (b+1) chunk)."""
         b, lane = wp.tid()
-        end = wp.min((b + 1) * chunk, count)
-        i = b * chunk + lane
-        v = float(0.0)
-        while i < end:
-            v += square(value_type(image[i] - target[i]))
-            i += wp.block_dim()
+        v = _chunk_sum(image, target, b, chunk, count, lane, wp.block_dim())
         total = wp.tile_extract(wp.tile_sum(wp.tile(v)), 0)
         if lane == 0:
             partials_out[b] = total
@@ -59,10 +78,19 @@ def _make_partial_sums(value_type, square):
     return wp.kernel(partial_sums)
 
 
-_PARTIAL_SUMS = {
-    wp.vec3: _make_partial_sums(wp.vec3, _sq_vec3),
-    wp.float32: _make_partial_sums(wp.float32, _sq_float),
-}
+_PARTIAL_SUMS = {wp.vec3: _make_partial_sums(wp.vec3), wp.float32: _make_partial_sums(wp.float32)}
+
+
+@wp.func
+def _partials_sum(partials: wp.array(dtype=float), start: int, count: int, lane: int,
+                  stride: int) -> float:  # fmt: skip
+    """This thread's part of sum(partials[start : start + count]) (lanes strided)."""
+    i = lane
+    v = float(0.0)
+    while i < count:
+        v += partials[start + i]
+        i += stride
+    return v
 
 
 @wp.kernel
@@ -75,11 +103,7 @@ def _add_partials(
 ):
     """loss_out[0] += weight * sum(partials[:count]), in a fixed order (one block)."""
     _b, lane = wp.tid()
-    i = lane
-    v = float(0.0)
-    while i < count:
-        v += partials[i]
-        i += wp.block_dim()
+    v = _partials_sum(partials, 0, count, lane, wp.block_dim())
     total = wp.tile_extract(wp.tile_sum(wp.tile(v)), 0)
     if lane == 0:
         loss_out[0] = loss_out[0] + weight * total
@@ -196,4 +220,209 @@ def image_loss(
     tape.record_func(backward, arrays=[image, loss_out])
 
 
-__all__ = ["image_loss"]
+# ------------------------------------------------------------------------ fused with the sensor
+@wp.struct
+class LossTerms:
+    """The squared-error terms of one frame slot whose gradient the sensor's
+    deterministic backward computes itself (:func:`frame_loss`): ``color`` /
+    ``depth`` are the slot's channels, ``*_target`` the targets (same shapes),
+    ``loss_grad`` the loss's gradient array; ``mask`` bit 0: the colour term,
+    bit 3: the depth term (the bits of ``SensorFrame.CHANNELS``); 0: none."""
+
+    color: wp.array4d(dtype=wp.vec3)
+    color_target: wp.array4d(dtype=wp.vec3)
+    depth: wp.array4d(dtype=float)
+    depth_target: wp.array4d(dtype=float)
+    color_weight: float
+    depth_weight: float
+    loss_grad: wp.array(dtype=float)
+    mask: int
+
+
+@wp.func
+def loss_grads(t: LossTerms, gc: wp.vec3, gd: float, w: int, c: int, y: int, x: int):
+    """(colour, depth) upstream gradients of pixel (y, x) of image (w, c) with the
+    fused terms' added, in :func:`image_loss`'s backward's order of operations
+    (``g + (2 weight dL) (image - target)``): bit-identical to it."""
+    if (t.mask & 1) != 0:
+        scale = 2.0 * t.color_weight * t.loss_grad[0]
+        gc = gc + scale * (t.color[w, c, y, x] - t.color_target[w, c, y, x])
+    if (t.mask & 8) != 0:
+        scale = 2.0 * t.depth_weight * t.loss_grad[0]
+        gd = gd + scale * (t.depth[w, c, y, x] - t.depth_target[w, c, y, x])
+    return gc, gd
+
+
+@wp.kernel
+def _frame_partial_sums(
+    color: wp.array(dtype=wp.vec3),
+    color_target: wp.array(dtype=wp.vec3),
+    color_count: int,
+    color_blocks: int,
+    depth: wp.array(dtype=float),
+    depth_target: wp.array(dtype=float),
+    depth_count: int,
+    chunk: int,
+    # Data out:
+    partials_out: wp.array(dtype=float),
+):
+    """Both terms' per-block sums in one launch: blocks [0, color_blocks) the colour
+    chunks, the rest the depth chunks (each as :func:`image_loss` sums it)."""
+    b, lane = wp.tid()
+    v = float(0.0)
+    if b < color_blocks:
+        v = _chunk_sum(color, color_target, b, chunk, color_count, lane, wp.block_dim())
+    else:
+        v = _chunk_sum(depth, depth_target, b - color_blocks, chunk, depth_count, lane,
+                       wp.block_dim())  # fmt: skip
+    total = wp.tile_extract(wp.tile_sum(wp.tile(v)), 0)
+    if lane == 0:
+        partials_out[b] = total
+
+
+@wp.kernel
+def _add_frame_partials(
+    partials: wp.array(dtype=float),
+    color_blocks: int,
+    depth_blocks: int,
+    color_weight: float,
+    depth_weight: float,
+    # Data out:
+    loss_out: wp.array(dtype=float),
+):
+    """loss_out[0] += color_weight * (colour sum), then += depth_weight * (depth sum):
+    the adds of two :func:`image_loss` calls, in their order (one block)."""
+    _b, lane = wp.tid()
+    vc = _partials_sum(partials, 0, color_blocks, lane, wp.block_dim())
+    tc = wp.tile_extract(wp.tile_sum(wp.tile(vc)), 0)
+    vd = _partials_sum(partials, color_blocks, depth_blocks, lane, wp.block_dim())
+    td = wp.tile_extract(wp.tile_sum(wp.tile(vd)), 0)
+    if lane == 0:
+        if color_blocks > 0:
+            loss_out[0] = loss_out[0] + color_weight * tc
+        if depth_blocks > 0:
+            loss_out[0] = loss_out[0] + depth_weight * td
+
+
+def _check_target(target, channel: wp.array, name: str) -> None:
+    if not isinstance(target, wp.array):
+        raise TypeError(f"{name} must be a wp.array, got {type(target).__name__}")
+    if target.shape != channel.shape or target.dtype != channel.dtype:
+        raise ValueError(
+            f"{name} must match the frame's channel: shape {channel.shape} dtype "
+            f"{channel.dtype}, got shape {target.shape} dtype {target.dtype}"
+        )
+    if not target.is_contiguous:
+        raise ValueError(f"{name} must be contiguous")
+    if target.device != channel.device:
+        raise ValueError(f"{name} must be on the sensor's device {channel.device}")
+
+
+def frame_loss(
+    sensor,
+    frame: int,
+    loss_out: wp.array,
+    *,
+    color_target: wp.array | None = None,
+    depth_target: wp.array | None = None,
+    color_weight: float = 1.0,
+    depth_weight: float = 1.0,
+) -> None:
+    """Adds ``color_weight * sum |color - color_target|^2 + depth_weight *
+    sum (depth - depth_target)^2`` of a sensor frame slot to ``loss_out[0]``,
+    with the backward fused into the sensor's.
+
+    The same value, bit for bit, as :func:`image_loss` on the colour and then the
+    depth channel, and on the tape the same gradients reach the simulation's
+    arrays; but with a deterministic sensor the per-pixel loss gradient is not
+    written to ``color.grad`` / ``depth.grad``: the sensor's backward computes it
+    itself, only for the pixels that pass a gradient on (those showing a face,
+    or reached by the soft silhouette). That saves a pass over every pixel of
+    the channels and their gradient buffers (the sensor then needs no
+    ``grad_channels``). One launch pair for both terms. With the generated
+    backward (``deterministic=False``) this calls :func:`image_loss` per term.
+
+    The frame's :meth:`~warpraster.sim.CameraSensor.update` must be recorded on
+    the active tape (when one is active and ``loss_out`` has a gradient), and at
+    most one fused loss per recorded update.
+
+    Args:
+        sensor: the :class:`~warpraster.sim.CameraSensor`.
+        frame: its frame slot.
+        loss_out: float32 array of length >= 1.
+        color_target: vec3 ``(world, camera, H, W)``, or None (no colour term).
+        depth_target: float32 ``(world, camera, H, W)``, or None (no depth term).
+        color_weight, depth_weight: the terms' scales.
+
+    Raises:
+        TypeError, ValueError: bad arguments, named (before any launch).
+    """
+    frames = getattr(sensor, "frames", None)
+    if frames is None:
+        raise TypeError(f"sensor must be a CameraSensor, got {type(sensor).__name__}")
+    if isinstance(frame, bool) or not isinstance(frame, int) or not 0 <= frame < len(frames):
+        raise ValueError(f"frame must be a slot index in [0, {len(frames)}), got {frame!r}")
+    out = frames[frame]
+    if color_target is None and depth_target is None:
+        raise ValueError("give color_target, depth_target or both")
+    if color_target is not None:
+        _check_target(color_target, out.color, "color_target")
+    if depth_target is not None:
+        _check_target(depth_target, out.depth, "depth_target")
+    if not isinstance(loss_out, wp.array):
+        raise TypeError(f"loss_out must be a wp.array, got {type(loss_out).__name__}")
+    if loss_out.dtype != wp.float32 or loss_out.ndim != 1 or loss_out.shape[0] < 1:
+        raise ValueError("loss_out must be a 1-d float32 array of length >= 1")
+    backward = getattr(sensor, "backward", None)
+    tape = _active_tape()
+    taped = tape is not None and loss_out.grad is not None and sensor.requires_grad
+    if backward is None:
+        for target, image, weight in ((color_target, out.color, color_weight),
+                                      (depth_target, out.depth, depth_weight)):  # fmt: skip
+            if target is not None:
+                image_loss(image, target, loss_out, weight=weight)
+        return
+    update = sensor.recorded_update(frame) if taped else None
+    if taped and (update is None or update[0] is not tape):
+        raise ValueError(
+            f"frame: slot {frame}'s update is not recorded on the active tape (render the "
+            "frame inside the tape before its fused loss)"
+        )
+    device = out.color.device
+    nc = out.color.size if color_target is not None else 0
+    nd = out.depth.size if depth_target is not None else 0
+    bc = (nc + CHUNK - 1) // CHUNK
+    bd = (nd + CHUNK - 1) // CHUNK
+    partials = _partials(device, bc + bd)
+    color = out.color.flatten()
+    depth = out.depth.flatten()
+    tc = color_target.flatten() if color_target is not None else color
+    td = depth_target.flatten() if depth_target is not None else depth
+    wc = float(color_weight)
+    wd = float(depth_weight)
+    wp.launch_tiled(_frame_partial_sums, dim=[bc + bd],
+                    inputs=[color, tc, nc, bc, depth, td, nd, CHUNK], outputs=[partials],
+                    block_dim=BLOCK, device=device, record_tape=False)  # fmt: skip
+    wp.launch_tiled(_add_frame_partials, dim=[1], inputs=[partials, bc, bd, wc, wd],
+                    outputs=[loss_out], block_dim=BLOCK, device=device,
+                    record_tape=False)  # fmt: skip
+    if not taped:
+        return
+    terms = LossTerms()
+    terms.color = out.color
+    terms.color_target = color_target if color_target is not None else out.color
+    terms.depth = out.depth
+    terms.depth_target = depth_target if depth_target is not None else out.depth
+    terms.color_weight = wc
+    terms.depth_weight = wd
+    terms.loss_grad = loss_out.grad
+    terms.mask = (1 if color_target is not None else 0) | (8 if depth_target is not None else 0)
+    backward.claim_loss(out, update)
+
+    def arm():  # runs before the sensor's backward of this update (recorded later)
+        backward.arm_loss(out, terms)
+
+    tape.record_func(arm, arrays=[loss_out])
+
+
+__all__ = ["LossTerms", "frame_loss", "image_loss", "loss_grads"]

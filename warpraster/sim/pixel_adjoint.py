@@ -11,6 +11,7 @@ import warp as wp
 from ..backward import slot_grads
 from ..geometry import pixel_centre
 from .kernel_args import Channels, FrameScene, Outline, PixelRecords
+from .loss import LossTerms, loss_grads
 from .render import (
     SOFT_SLOTS,
     _slot_alpha,
@@ -81,6 +82,8 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool):
         # Upstream gradients, (world, camera, H, W); bit i of grad_mask: channel i has one
         grads: Channels,
         grad_mask: int,
+        # Fused image-loss terms (their mask 0: none), added to the upstream gradients
+        loss: LossTerms,
         camera_grad: int,
         material_grad: int,
         # Data out, (N, H, W) (image n = world * C + camera) unless noted:
@@ -121,6 +124,7 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool):
         if f < 0:
             return
         gc, galb, gn, gd, gfd, ga = upstream_grads(grads, grad_mask, w, c, y, x)
+        gc, gd = loss_grads(loss, gc, gd, w, c, y, x)
         # ---- forward (as the channel kernel)
         i, p0, p1, p2 = face_points(surface, frame.points, f)
         hit = b[0] * p0 + b[1] * p1 + b[2] * p2
