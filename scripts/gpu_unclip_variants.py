@@ -85,7 +85,7 @@ def main():
     r, verts = make_renderer("softphong_ico5x8_512_k8", dev)
     r.render(verts)
     wp.synchronize()
-    ws = r.workspace
+    ws = r.render(verts).workspace
     inner = ws.raster.fragments
     buf = ws.clip
     pix = inner.pix_to_face
