@@ -150,21 +150,44 @@ def check_fragments(fragments) -> tuple[int, int, int, int]:
     return shape
 
 
-def _image_out(out, shape, device, requires_grad: bool) -> wp.array:
-    n, h, w, _ = shape
+def float_out(out, shape: tuple, device, requires_grad: bool, name: str = "out") -> wp.array:
+    """The float32 output ``out`` of ``shape`` (checked), or a new one when None."""
+    shape = tuple(shape)
     if out is None:
-        return wp.zeros((n, h, w, 4), dtype=wp.float32, device=device, requires_grad=requires_grad)
-    if not isinstance(out, wp.array) or out.dtype != wp.float32 or out.shape != (n, h, w, 4):
-        raise ValueError(f"out must be a float32 wp.array of shape {(n, h, w, 4)}")
+        return wp.zeros(shape, dtype=wp.float32, device=device, requires_grad=requires_grad)
+    if not isinstance(out, wp.array) or out.dtype != wp.float32 or out.shape != shape:
+        raise ValueError(f"{name} must be a float32 wp.array of shape {shape}")
     if requires_grad and not out.requires_grad:
-        raise ValueError("out must have requires_grad=True: an input tracks gradients")
+        raise ValueError(f"{name} must have requires_grad=True: an input tracks gradients")
     return out
 
 
-def _z_param(value, name, device) -> wp.array:
+def _image_out(out, shape, device, requires_grad: bool) -> wp.array:
+    """The (N, H, W, 4) RGBA output for fragments of ``shape`` (N, H, W, K)."""
+    return float_out(out, (*shape[:3], 4), device, requires_grad)
+
+
+def z_param(value, name: str, device, cache: dict | None = None) -> wp.array:
+    """znear/zfar as a (B,) float32 array: a Warp array as is (checked), host
+    values copied (once per value when a ``cache`` dict is given)."""
     if isinstance(value, wp.array):
         return scalar_param(value, name, device)
-    return scalar_param(np.asarray(value, dtype=np.float64).reshape(-1), name, device)
+    rows = np.asarray(value, dtype=np.float64).reshape(-1)
+    if cache is None:
+        return scalar_param(rows, name, device)
+    key = (name, str(device), tuple(rows.tolist()))
+    if key not in cache:
+        cache[key] = scalar_param(rows, name, device)
+    return cache[key]
+
+
+def _blend_inputs(colors, fragments, blend_params):
+    """(blend parameters (default ``BlendParams()``), fragment shape (N, H, W, K),
+    device, colours array) of a blend call, checked."""
+    blend_params = BlendParams() if blend_params is None else blend_params
+    shape = check_fragments(fragments)
+    device = fragments.pix_to_face.device
+    return blend_params, shape, device, as_colors_array(colors, shape, device)
 
 
 # ----------------------------------------------------------------------------- hard
@@ -180,10 +203,7 @@ def hard_rgb_blend(colors, fragments, blend_params: BlendParams | None = None, *
     Returns:
         (N, H, W, 4) float32 RGBA image; differentiable on a ``wp.Tape``.
     """
-    blend_params = BlendParams() if blend_params is None else blend_params
-    shape = check_fragments(fragments)
-    device = fragments.pix_to_face.device
-    colors = as_colors_array(colors, shape, device)
+    blend_params, shape, device, colors = _blend_inputs(colors, fragments, blend_params)
     bg = blend_params.background_array(device)
     out = _image_out(out, shape, device, colors.requires_grad or bg.requires_grad)
     launch_hard_blend(fragments, colors, bg, out)
@@ -257,10 +277,7 @@ def sigmoid_alpha_blend(colors, fragments, blend_params: BlendParams | None = No
     background: an empty pixel keeps slot 0's colour, as PyTorch3D).
     Gradients (hand-written adjoint on the tape) reach ``colors`` and ``fragments.dists``.
     """
-    blend_params = BlendParams() if blend_params is None else blend_params
-    shape = check_fragments(fragments)
-    device = fragments.pix_to_face.device
-    colors = as_colors_array(colors, shape, device)
+    blend_params, shape, device, colors = _blend_inputs(colors, fragments, blend_params)
     out = _image_out(out, shape, device, colors.requires_grad or fragments.dists.requires_grad)
     launch_sigmoid_blend(fragments, colors, float(blend_params.sigma), out)
     return out
@@ -319,13 +336,10 @@ def softmax_rgb_blend(
         gradients to ``colors``, ``fragments.dists``, ``fragments.zbuf`` and a
         trainable background array.
     """
-    blend_params = BlendParams() if blend_params is None else blend_params
-    shape = check_fragments(fragments)
-    device = fragments.pix_to_face.device
-    colors = as_colors_array(colors, shape, device)
+    blend_params, shape, device, colors = _blend_inputs(colors, fragments, blend_params)
     bg = blend_params.background_array(device)
-    zn = _z_param(znear, "znear", device)
-    zf = _z_param(zfar, "zfar", device)
+    zn = z_param(znear, "znear", device)
+    zf = z_param(zfar, "zfar", device)
     for name, a in (("znear", zn), ("zfar", zf), ("background_color", bg)):
         if a.shape[0] not in (1, shape[0]):
             raise ValueError(f"{name} has {a.shape[0]} rows for {shape[0]} images")

@@ -28,17 +28,17 @@ render + loss + backward can be captured in one graph.
 
 from __future__ import annotations
 
-import numpy as np
 import warp as wp
 
 from ..backward.tape import active_tape
 from .blending import (
     BlendParams,
     check_fragments,
+    float_out,
     launch_sigmoid_blend,
     launch_softmax_blend,
+    z_param,
 )
-from .params import scalar_param
 from .pixel_args import PixelFragments, pixel_fragments
 
 wp.set_module_options({"fuse_fp": False})
@@ -162,28 +162,12 @@ class _Scratch:
         )
         self.colors = wp.zeros(shape, dtype=wp.vec3, device=device, requires_grad=requires_grad)
         self.ones = wp.full(shape, wp.vec3(1.0), dtype=wp.vec3, device=device)
+        self.z_cache: dict = {}  # znear/zfar arrays of host values
 
 
-def _z(value, name, device, scratch) -> wp.array:
-    """A (B,) float32 array for znear/zfar, cached on the scratch for host values."""
-    if isinstance(value, wp.array):
-        return scalar_param(value, name, device)
-    key = (name, tuple(np.asarray(value, dtype=np.float64).reshape(-1).tolist()))
-    cache = scratch.__dict__.setdefault("z", {})
-    if key not in cache:
-        cache[key] = scalar_param(np.asarray(value, dtype=np.float64).reshape(-1), name, device)
-    return cache[key]
-
-
-def _out3(out, shape, device, requires_grad, name="out"):
-    n, h, w, _ = shape
-    if out is None:
-        return wp.zeros((n, h, w), dtype=wp.float32, device=device, requires_grad=requires_grad)
-    if not isinstance(out, wp.array) or out.dtype != wp.float32 or out.shape != (n, h, w):
-        raise ValueError(f"{name} must be a float32 wp.array of shape {(n, h, w)}")
-    if requires_grad and not out.requires_grad:
-        raise ValueError(f"{name} must have requires_grad=True: the fragments track gradients")
-    return out
+def _out3(out, shape, device, requires_grad) -> wp.array:
+    """The (N, H, W) output for fragments of ``shape`` (N, H, W, K)."""
+    return float_out(out, shape[:3], device, requires_grad)
 
 
 def soft_silhouette(fragments, sigma: float = 1e-4, *, out=None, scratch=None) -> wp.array:
@@ -238,8 +222,8 @@ def soft_depth(
     rg = fragments.zbuf.requires_grad or fragments.dists.requires_grad
     out = _out3(out, shape, device, rg)
     s = scratch if scratch is not None else _Scratch(shape, device, rg)
-    zn = _z(znear, "znear", device, s)
-    zf = _z(zfar, "zfar", device, s)
+    zn = z_param(znear, "znear", device, s.z_cache)
+    zf = z_param(zfar, "zfar", device, s.z_cache)
     wp.launch(
         _depth_as_colour, dim=shape, inputs=[fragments.zbuf], outputs=[s.colors], device=device
     )

@@ -31,12 +31,11 @@ its own ``sample`` method), or a (N, H, W, K) ``vec3`` texel array.
 
 from __future__ import annotations
 
-import numpy as np
 import warp as wp
 
 from ..backward.tape import active_tape
 from ..meshes import as_faces_array, as_index_array, as_vec3_array
-from .blending import BlendParams, check_fragments, launch_sigmoid_blend, scalar_param
+from .blending import BlendParams, check_fragments, launch_sigmoid_blend, z_param
 from .fused import (
     ShadeInputs,
     camera_centre,
@@ -240,15 +239,7 @@ def _z_planes(cameras, znear, zfar, device, cache: dict):
     out = []
     for name, given, default in (("znear", znear, 1.0), ("zfar", zfar, 100.0)):
         val = given if given is not None else getattr(cameras, name, None)
-        if val is None:
-            val = default
-        if isinstance(val, wp.array):
-            out.append(scalar_param(val, name, device))
-            continue
-        key = (name, str(device), tuple(np.asarray(val, dtype=np.float64).reshape(-1).tolist()))
-        if key not in cache:
-            cache[key] = scalar_param(np.asarray(val, dtype=np.float64).reshape(-1), name, device)
-        out.append(cache[key])
+        out.append(z_param(default if val is None else val, name, device, cache))
     return out
 
 
