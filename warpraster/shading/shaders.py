@@ -31,6 +31,8 @@ its own ``sample`` method), or a (N, H, W, K) ``vec3`` texel array.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import warp as wp
 
 from ..backward.tape import active_tape
@@ -171,9 +173,6 @@ class ShadingBuffers:
         self.normal_sums = vec3s(self.num_verts)
         self.faces_normals = vec3s(self.num_faces)
         self.face_tables = FaceTables(self.num_faces, device, rg)
-        self._ones = None
-        self._texels = None
-        self._colors = None
         self._corners = None
 
     def _slot_vec3s(self) -> wp.array:
@@ -181,19 +180,15 @@ class ShadingBuffers:
             self.shape, dtype=wp.vec3, device=self.device, requires_grad=self.requires_grad
         )
 
-    @property
+    @cached_property
     def texels(self) -> wp.array:
         """(N, H, W, K) ``vec3`` sampled texels (UV textures), allocated on first use."""
-        if self._texels is None:
-            self._texels = self._slot_vec3s()
-        return self._texels
+        return self._slot_vec3s()
 
-    @property
+    @cached_property
     def colors(self) -> wp.array:
         """(N, H, W, K) ``vec3`` per-slot colours (Gouraud), allocated on first use."""
-        if self._colors is None:
-            self._colors = self._slot_vec3s()
-        return self._colors
+        return self._slot_vec3s()
 
     def corner_tables(self, num_faces: int) -> CornerTables:
         """Per-face UV / projected-vertex corners of a mip-mapped texture (made once)."""
@@ -201,11 +196,10 @@ class ShadingBuffers:
             self._corners = CornerTables(num_faces, self.device, self.requires_grad)
         return self._corners
 
-    @property
+    @cached_property
     def ones(self) -> wp.array:
-        if self._ones is None:
-            self._ones = wp.full(self.shape, wp.vec3(1.0), dtype=wp.vec3, device=self.device)
-        return self._ones
+        """(N, H, W, K) ``vec3`` of ones (silhouette colours), allocated on first use."""
+        return wp.full(self.shape, wp.vec3(1.0), dtype=wp.vec3, device=self.device)
 
     def matches(self, shape, num_verts, num_faces, device) -> bool:
         return (
