@@ -46,6 +46,7 @@ import warp as wp
 from ..geometry import pixel_centre
 from ..meshes import as_faces_array, as_vec3_array
 from .interpolate import (
+    ScreenFaces,
     alloc_vector_out,
     as_float_array,
     as_slot_array,
@@ -55,7 +56,16 @@ from .interpolate import (
     slot_channel,
 )
 from .params import new_struct, row
-from .textures import SlotTextures, parse_enum
+from .pixel_args import PixelFragments
+from .textures import (
+    FaceUVs,
+    SlotTextures,
+    as_maps,
+    check_map_batch,
+    face_uvs,
+    first_device,
+    parse_enum,
+)
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -196,10 +206,8 @@ class MipPyramid:
     ):
         if isinstance(maps, wp.array):
             device = maps.device
-        self.maps = as_float_array(maps, "maps", (None, None, None, None), device, requires_grad)
+        self.maps = as_maps(maps, device, requires_grad)
         n, h, w, c = self.maps.shape
-        if min(n, h, w, c) < 1:
-            raise ValueError(f"maps must be non-empty (N, Ht, Wt, C), got {self.maps.shape}")
         self.device = self.maps.device
         self.sizes = mip_level_sizes(h, w, max_mip_level)
         offs = [0, 0]
@@ -530,10 +538,7 @@ def texture(
     p2f = None
     if pix_to_face is not None:
         p2f = as_slot_array(pix_to_face, "pix_to_face", wp.int32, device, shape)
-    if maps.shape[0] not in (1, shape[0]):
-        raise ValueError(
-            f"tex has {maps.shape[0]} maps for {shape[0]} images (need 1 or {shape[0]})"
-        )
+    check_map_batch(maps, shape[0], "tex")
     c = maps.shape[3]
     rg = bool(maps.requires_grad or uvs.requires_grad or (dxs is not None and dxs.requires_grad))
     texels = alloc_vector_out(out, "out", shape, c, device, rg)
@@ -555,27 +560,39 @@ mat32 = wp.types.matrix(shape=(3, 2), dtype=wp.float32)
 @wp.kernel
 def _gather_corners(
     # Texture in:
-    faces_uvs: wp.array2d(dtype=wp.int32),
-    verts_uvs: wp.array2d(dtype=wp.float32),
+    uvs: FaceUVs,
     # Geometry in (derivatives; absent without mipmaps):
-    faces: wp.array2d(dtype=wp.int32),
-    verts_ndc: wp.array(dtype=wp.vec3),
+    screen: ScreenFaces,
     # Data out: per face, its three corners' UVs (rows) and projected vertices
     uv_out: wp.array(dtype=mat32),
     ndc_out: wp.array(dtype=wp.mat33),
 ):
     f = wp.tid()
-    t0 = faces_uvs[f, 0]
-    t1 = faces_uvs[f, 1]
-    t2 = faces_uvs[f, 2]
+    t0 = uvs.faces_uvs[f, 0]
+    t1 = uvs.faces_uvs[f, 1]
+    t2 = uvs.faces_uvs[f, 2]
     uv_out[f] = mat32(
-        verts_uvs[t0, 0], verts_uvs[t0, 1], verts_uvs[t1, 0], verts_uvs[t1, 1],
-        verts_uvs[t2, 0], verts_uvs[t2, 1],
+        uvs.verts_uvs[t0, 0], uvs.verts_uvs[t0, 1], uvs.verts_uvs[t1, 0], uvs.verts_uvs[t1, 1],
+        uvs.verts_uvs[t2, 0], uvs.verts_uvs[t2, 1],
     )  # fmt: skip
-    if verts_ndc:
+    if screen.with_derivatives != 0:
         ndc_out[f] = wp.matrix_from_rows(
-            verts_ndc[faces[f, 0]], verts_ndc[faces[f, 1]], verts_ndc[faces[f, 2]]
+            screen.verts_ndc[screen.ndc_faces[f, 0]],
+            screen.verts_ndc[screen.ndc_faces[f, 1]],
+            screen.verts_ndc[screen.ndc_faces[f, 2]],
         )
+
+
+@wp.struct
+class UVCorners:
+    """A :class:`CornerTables` in the sampling kernel: ``uv`` (F,) ``mat32`` (rows:
+    a face's corner UVs), ``ndc`` (F,) ``mat33`` (rows: its projected vertices, read
+    when ``derivatives``) and the rasterizer's ``perspective`` setting."""
+
+    uv: wp.array(dtype=mat32)
+    ndc: wp.array(dtype=wp.mat33)
+    derivatives: int
+    perspective: int
 
 
 class CornerTables:
@@ -593,33 +610,30 @@ class CornerTables:
         self.uv = wp.zeros(n, dtype=mat32, device=device, requires_grad=requires_grad)
         self.ndc = wp.zeros(n, dtype=wp.mat33, device=device, requires_grad=requires_grad)
 
+    def kernel_args(self, screen: ScreenFaces) -> UVCorners:
+        """The tables as the sampling kernel reads them, with ``screen``'s flags."""
+        return new_struct(
+            UVCorners, self.uv.device, uv=self.uv, ndc=self.ndc,
+            derivatives=screen.with_derivatives, perspective=screen.perspective,
+        )  # fmt: skip
+
 
 @wp.func
-def slot_uv(
-    yi: int,
-    xi: int,
-    f: int,
-    b: wp.vec3,
-    shape: wp.vec2i,
-    derivatives: int,
-    perspective: int,
-    uv_corners: wp.array(dtype=mat32),
-    ndc_corners: wp.array(dtype=wp.mat33),
-):
+def slot_uv(corners: UVCorners, f: int, b: wp.vec3, yi: int, xi: int, shape: wp.vec2i):
     """(uv, duv/dx, duv/dy) of a filled slot of face ``f`` in an image of ``shape``
     (H, W): the UVs interpolated with the barycentrics, and their analytic
-    screen-space derivatives (per pixel, x right, y down) when ``derivatives``."""
-    t = uv_corners[f]
+    screen-space derivatives (per pixel, x right, y down) when ``corners.derivatives``."""
+    t = corners.uv[f]
     uv0 = wp.vec2(t[0, 0], t[0, 1])
     uv1 = wp.vec2(t[1, 0], t[1, 1])
     uv2 = wp.vec2(t[2, 0], t[2, 1])
     uv = b[0] * uv0 + b[1] * uv1 + b[2] * uv2
     duv_dx = wp.vec2(0.0)
     duv_dy = wp.vec2(0.0)
-    if derivatives != 0:
+    if corners.derivatives != 0:
         p = pixel_centre(yi, xi, shape[0], shape[1])
-        m = ndc_corners[f]
-        dbx, dby = bary_derivatives(p, m[0], m[1], m[2], perspective)
+        m = corners.ndc[f]
+        dbx, dby = bary_derivatives(p, m[0], m[1], m[2], corners.perspective)
         step = -2.0 / float(wp.min(shape[0], shape[1]))
         duv_dx = step * (dbx[0] * uv0 + dbx[1] * uv1 + dbx[2] * uv2)
         duv_dy = step * (dby[0] * uv0 + dby[1] * uv1 + dby[2] * uv2)
@@ -628,14 +642,10 @@ def slot_uv(
 
 @wp.kernel
 def _sample_uv_mipmap(
-    # Fragments in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    bary_coords: wp.array4d(dtype=wp.vec3),
+    # Fragments in (pix_to_face, bary_coords):
+    frag: PixelFragments,
     # Corners in (per face, see CornerTables):
-    uv_corners: wp.array(dtype=mat32),
-    ndc_corners: wp.array(dtype=wp.mat33),
-    derivatives: int,
-    perspective: int,
+    corners: UVCorners,
     # Texture in:
     t: MipSampler,
     # Data out: (N, H, W, K * C) float view of a vector(C) array
@@ -644,13 +654,12 @@ def _sample_uv_mipmap(
     """One thread per slot and channel (any channel count C)."""
     n, yi, xi, j = wp.tid()
     k, c = slot_channel(j, t.p.maps.shape[3])
-    f = pix_to_face[n, yi, xi, k]
+    f = frag.pix_to_face[n, yi, xi, k]
     if f < 0:
         texels_out[n, yi, xi, j] = 0.0
         return
-    shape = wp.vec2i(pix_to_face.shape[1], pix_to_face.shape[2])
-    uv, duv_dx, duv_dy = slot_uv(yi, xi, f, bary_coords[n, yi, xi, k], shape, derivatives,
-                                 perspective, uv_corners, ndc_corners)  # fmt: skip
+    shape = wp.vec2i(frag.pix_to_face.shape[1], frag.pix_to_face.shape[2])
+    uv, duv_dx, duv_dy = slot_uv(corners, f, frag.bary_coords[n, yi, xi, k], yi, xi, shape)
     texels_out[n, yi, xi, j] = mip_sample_channel(t, n, c, uv, duv_dx, duv_dy)
 
 
@@ -693,10 +702,7 @@ class TexturesUVMipmap(SlotTextures):
         device=None,
         requires_grad: bool = False,
     ):
-        for x in (maps, verts_uvs, faces_uvs):
-            if isinstance(x, wp.array):
-                device = x.device
-                break
+        device = first_device((maps, verts_uvs, faces_uvs), device)
         self.filter_mode, self.boundary_mode = _modes(filter_mode, boundary_mode, True)
         self.flip_v = bool(flip_v)
         self.pyramid = MipPyramid(
@@ -707,11 +713,8 @@ class TexturesUVMipmap(SlotTextures):
         )
         self.maps = self.pyramid.maps
         self.device = self.pyramid.device
-        self.verts_uvs = as_float_array(
-            verts_uvs, "verts_uvs", (None, 2), self.device, requires_grad
-        )
-        self.faces_uvs = as_faces_array(faces_uvs, "faces_uvs", self.device)
-        check_face_range(self.faces_uvs, self.verts_uvs.shape[0], "faces_uvs", "UVs")
+        self.uvs = face_uvs(faces_uvs, verts_uvs, self.device, requires_grad)
+        self.faces_uvs, self.verts_uvs = self.uvs.faces_uvs, self.uvs.verts_uvs
         self._sampler = self._sampler_modes = None
 
     @property
@@ -764,9 +767,7 @@ class TexturesUVMipmap(SlotTextures):
             gradients flow to ``maps`` (through the pyramid), ``verts_uvs``, the
             barycentrics and ``verts_ndc``.
         """
-        n = p2f.shape[0]
-        if self.maps.shape[0] not in (1, n):
-            raise ValueError(f"maps has {self.maps.shape[0]} maps for {n} images (need 1 or {n})")
+        check_map_batch(self.maps, p2f.shape[0])
         vn = None
         fcs = None
         if self.uses_mipmaps:
@@ -799,11 +800,15 @@ class TexturesUVMipmap(SlotTextures):
         nf = self.faces_uvs.shape[0]
         if corners is None or corners.num_faces != nf:
             corners = CornerTables(nf, self.device, rg)
+        # vn, fcs left None (base-level modes) become placeholders, not read
+        screen = new_struct(ScreenFaces, self.device, verts_ndc=vn, ndc_faces=fcs,
+                            perspective=int(bool(perspective_correct)),
+                            with_derivatives=int(vn is not None))  # fmt: skip
         if nf:
             wp.launch(
                 _gather_corners,
                 dim=nf,
-                inputs=[self.faces_uvs, self.verts_uvs, fcs, vn],
+                inputs=[self.uvs, screen],
                 outputs=[corners.uv, corners.ndc],
                 device=self.device,
             )
@@ -815,12 +820,8 @@ class TexturesUVMipmap(SlotTextures):
             _sample_uv_mipmap,
             dim=(nn, h, w, k * c),
             inputs=[
-                p2f,
-                bary,
-                corners.uv,
-                corners.ndc,
-                int(vn is not None),
-                int(bool(perspective_correct)),
+                new_struct(PixelFragments, self.device, pix_to_face=p2f, bary_coords=bary),
+                corners.kernel_args(screen),
                 self.sampler,
             ],
             outputs=[float_view(texels)],

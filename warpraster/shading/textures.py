@@ -41,10 +41,12 @@ from .interpolate import (
     slot_channel,
 )
 from .params import new_struct, row
+from .pixel_args import PixelFragments
 
 wp.set_module_options({"fuse_fp": False})
 
 __all__ = [
+    "FaceUVs",
     "PaddingMode",
     "SamplingMode",
     "TexturesUV",
@@ -95,6 +97,56 @@ def fragment_arrays(fragments, name: str = "fragments"):
         f"{name} must be a Fragments (pix_to_face, bary_coords) or a (pix_to_face, "
         f"bary_coords) pair, got {type(fragments).__name__}"
     )
+
+
+def first_device(values, device=None):
+    """The device of the first Warp array among ``values`` (else ``device``)."""
+    for x in values:
+        if isinstance(x, wp.array):
+            return x.device
+    return device
+
+
+def as_maps(maps, device=None, requires_grad: bool = False) -> wp.array:
+    """Non-empty (N, Ht, Wt, C) float32 ``maps`` (see ``as_float_array``)."""
+    arr = as_float_array(maps, "maps", (None, None, None, None), device, requires_grad)
+    if min(arr.shape) < 1:
+        raise ValueError(f"maps must be non-empty (N, Ht, Wt, C), got {arr.shape}")
+    return arr
+
+
+def check_map_batch(maps: wp.array, num_images: int, name: str = "maps") -> None:
+    """ValueError unless ``maps`` holds one map per image or one shared map."""
+    if maps.shape[0] not in (1, num_images):
+        raise ValueError(
+            f"{name} has {maps.shape[0]} maps for {num_images} images (need 1 or {num_images})"
+        )
+
+
+@wp.struct
+class FaceUVs:
+    """A UV texture's layout as kernels read it: per packed face, the indices
+    ``faces_uvs`` (F, 3) int32 of its corners' UVs in ``verts_uvs`` (T, 2) float32."""
+
+    faces_uvs: wp.array2d(dtype=wp.int32)
+    verts_uvs: wp.array2d(dtype=wp.float32)
+
+
+def face_uvs(
+    faces_uvs, verts_uvs, device=None, requires_grad: bool = False, validate: bool = True
+) -> FaceUVs:
+    """The :class:`FaceUVs` of a UV texture's inputs (Warp arrays zero-copy, NumPy
+    copied to ``device``); ``validate`` checks on the host that ``faces_uvs``
+    indexes ``verts_uvs``.
+
+    Raises:
+        TypeError, ValueError: bad input, named by argument.
+    """
+    verts = as_float_array(verts_uvs, "verts_uvs", (None, 2), device, requires_grad)
+    faces = as_faces_array(faces_uvs, "faces_uvs", device)
+    if validate:
+        check_face_range(faces, verts.shape[0], "faces_uvs", "UVs")
+    return new_struct(FaceUVs, verts.device, faces_uvs=faces, verts_uvs=verts)
 
 
 class SlotTextures:
@@ -277,28 +329,26 @@ def grid_sample_channel(s: GridSampler, m: int, c: int, u: float, v: float) -> f
 
 @wp.kernel
 def _sample_uv(
-    # Fragments in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    bary_coords: wp.array4d(dtype=wp.vec3),
+    # Fragments in (pix_to_face, bary_coords):
+    frag: PixelFragments,
     # Texture in:
+    uvs: FaceUVs,
     sampler: GridSampler,
-    faces_uvs: wp.array2d(dtype=wp.int32),
-    verts_uvs: wp.array2d(dtype=wp.float32),
     # Data out: (N, H, W, K * C) float view of a vector(C) array
     texels_out: wp.array4d(dtype=wp.float32),
 ):
     n, yi, xi, j = wp.tid()
     k, c = slot_channel(j, sampler.maps.shape[3])
-    f = pix_to_face[n, yi, xi, k]
+    f = frag.pix_to_face[n, yi, xi, k]
     if f < 0:
         texels_out[n, yi, xi, j] = 0.0
         return
-    b = bary_coords[n, yi, xi, k]
-    t0 = faces_uvs[f, 0]
-    t1 = faces_uvs[f, 1]
-    t2 = faces_uvs[f, 2]
-    u = b[0] * verts_uvs[t0, 0] + b[1] * verts_uvs[t1, 0] + b[2] * verts_uvs[t2, 0]
-    v = b[0] * verts_uvs[t0, 1] + b[1] * verts_uvs[t1, 1] + b[2] * verts_uvs[t2, 1]
+    b = frag.bary_coords[n, yi, xi, k]
+    t0 = uvs.faces_uvs[f, 0]
+    t1 = uvs.faces_uvs[f, 1]
+    t2 = uvs.faces_uvs[f, 2]
+    u = b[0] * uvs.verts_uvs[t0, 0] + b[1] * uvs.verts_uvs[t1, 0] + b[2] * uvs.verts_uvs[t2, 0]
+    v = b[0] * uvs.verts_uvs[t0, 1] + b[1] * uvs.verts_uvs[t1, 1] + b[2] * uvs.verts_uvs[t2, 1]
     texels_out[n, yi, xi, j] = grid_sample_channel(sampler, row(n, sampler.maps.shape[0]), c, u, v)
 
 
@@ -337,24 +387,17 @@ class TexturesUV(SlotTextures):
         requires_grad: bool = False,
         validate: bool = True,
     ):
-        for x in (maps, verts_uvs, faces_uvs):
-            if isinstance(x, wp.array):
-                device = x.device
-                break
+        device = first_device((maps, verts_uvs, faces_uvs), device)
         self.padding_mode = parse_enum(padding_mode, PaddingMode, "padding_mode")
         self.sampling_mode = parse_enum(sampling_mode, SamplingMode, "sampling_mode")
         if not isinstance(align_corners, (bool, int)):
             raise TypeError(f"align_corners must be a bool, got {type(align_corners).__name__}")
         self.align_corners = bool(align_corners)
-        self.maps = as_float_array(maps, "maps", (None, None, None, None), device, requires_grad)
-        device = self.maps.device
-        if min(self.maps.shape) < 1:
-            raise ValueError(f"maps must be non-empty (N, Ht, Wt, C), got {self.maps.shape}")
-        self.verts_uvs = as_float_array(verts_uvs, "verts_uvs", (None, 2), device, requires_grad)
-        self.faces_uvs = as_faces_array(faces_uvs, "faces_uvs", device)
-        if validate:  # a host read; callers that checked the indices already pass False
-            check_face_range(self.faces_uvs, self.verts_uvs.shape[0], "faces_uvs", "UVs")
-        self.device = device
+        self.maps = as_maps(maps, device, requires_grad)
+        self.device = device = self.maps.device
+        # validate: a host read; callers that checked the indices already pass False
+        self.uvs = face_uvs(faces_uvs, verts_uvs, device, requires_grad, validate)
+        self.faces_uvs, self.verts_uvs = self.uvs.faces_uvs, self.uvs.verts_uvs
         self.sampler = new_struct(
             GridSampler,
             device,
@@ -372,9 +415,7 @@ class TexturesUV(SlotTextures):
         """Per-slot texels, as PyTorch3D's ``TexturesUV.sample_textures``: image n
         samples map n (the geometry arguments unused, nothing read back:
         graph-capturable with ``out``)."""
-        n = p2f.shape[0]
-        if self.maps.shape[0] not in (1, n):
-            raise ValueError(f"maps has {self.maps.shape[0]} maps for {n} images (need 1 or {n})")
+        check_map_batch(self.maps, p2f.shape[0])
         if wp.get_device(p2f.device) != wp.get_device(self.device):
             raise ValueError(f"fragments are on {p2f.device}, the texture on {self.device}")
         c = self.channels
@@ -384,7 +425,11 @@ class TexturesUV(SlotTextures):
         wp.launch(
             _sample_uv,
             dim=(nn, h, w, k * c),
-            inputs=[p2f, bary, self.sampler, self.faces_uvs, self.verts_uvs],
+            inputs=[
+                new_struct(PixelFragments, self.device, pix_to_face=p2f, bary_coords=bary),
+                self.uvs,
+                self.sampler,
+            ],
             outputs=[float_view(texels)],
             device=self.device,
         )
