@@ -56,7 +56,7 @@ import warp as wp
 
 from ..distributed import shard_frames
 from .geometry import SensorGeometry, VertexSource
-from .sensor import CameraSensor, SensorFrame, _positive_int
+from .sensor import CameraSensor, SensorFrame, check_frame, check_int
 
 
 def _offsets(value, name: str, count: int) -> list[int]:
@@ -68,14 +68,7 @@ def _offsets(value, name: str, count: int) -> list[int]:
         )
     if len(value) != count:
         raise ValueError(f"{name} must have one entry per device ({count}), got {len(value)}")
-    out = []
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise TypeError(f"{name} must hold ints, got {v!r}")
-        if v < 0:
-            raise ValueError(f"{name} must be >= 0, got {v}")
-        out.append(int(v))
-    return out
+    return [check_int(v, f"{name}[{i}]", 0) for i, v in enumerate(value)]
 
 
 def _shard_geometry(
@@ -162,8 +155,8 @@ class MultiDeviceSensor:
             raise TypeError(f"devices must be a sequence of Warp devices, got {devices!r}")
         if len(devices) == 0:
             raise ValueError("devices must name at least one device")
-        self.world_count = _positive_int(world_count, "world_count")
-        self.camera_count = _positive_int(camera_count, "camera_count")
+        self.world_count = check_int(world_count, "world_count")
+        self.camera_count = check_int(camera_count, "camera_count")
         if len(devices) > self.world_count:
             raise ValueError(
                 f"devices: {len(devices)} devices for {self.world_count} worlds "
@@ -263,10 +256,7 @@ class MultiDeviceSensor:
             Device ``i``'s :class:`SensorFrame` at position ``i``: images
             ``(W_i, C, H, W)``, overwritten by the next update of that slot.
         """
-        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)):
-            raise TypeError(f"frame must be an int, got {frame!r}")
-        if not 0 <= frame < self.frame_count:
-            raise ValueError(f"frame must be in [0, {self.frame_count}), got {frame}")
+        check_frame(frame, self.frame_count)
         cams = self._per_device(camera_transforms, "camera_transforms")
         fovs = self._per_device(camera_fovs, "camera_fovs")
         parts = self._per_device(particle_q, "particle_q")
@@ -311,10 +301,7 @@ class MultiDeviceSensor:
         """
         if channel not in SensorFrame.CHANNELS:
             raise ValueError(f"channel must be one of {SensorFrame.CHANNELS}, got {channel!r}")
-        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)):
-            raise TypeError(f"frame must be an int, got {frame!r}")
-        if not 0 <= frame < self.frame_count:
-            raise ValueError(f"frame must be in [0, {self.frame_count}), got {frame}")
+        check_frame(frame, self.frame_count)
         return np.concatenate(
             [getattr(s.frames[frame], channel).numpy() for s in self.sensors], axis=0
         )

@@ -123,12 +123,26 @@ def _vec3(value, name: str) -> wp.vec3:
     return wp.vec3(*a.tolist())
 
 
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+def _is_int(value) -> bool:
+    """An ``int`` or NumPy integer, not a ``bool``."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def check_int(value, name: str, minimum: int = 1) -> int:
+    """``value`` as an ``int`` >= ``minimum`` (TypeError / ValueError naming ``name``)."""
+    if not _is_int(value):
         raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
+
+
+def check_frame(frame, frame_count: int) -> None:
+    """Raises TypeError / ValueError unless ``frame`` is a slot in ``[0, frame_count)``."""
+    if not _is_int(frame):
+        raise TypeError(f"frame must be an int, got {frame!r}")
+    if not 0 <= frame < frame_count:
+        raise ValueError(f"frame must be in [0, {frame_count}), got {frame}")
 
 
 class CameraSensor:
@@ -204,10 +218,10 @@ class CameraSensor:
     ):
         if not isinstance(geometry, SensorGeometry):
             raise TypeError(f"geometry must be a SensorGeometry, got {type(geometry).__name__}")
-        self.world_count = _positive_int(world_count, "world_count")
-        self.camera_count = _positive_int(camera_count, "camera_count")
-        self.frame_count = _positive_int(frames, "frames")
-        if isinstance(image_size, (int, np.integer)) and not isinstance(image_size, bool):
+        self.world_count = check_int(world_count, "world_count")
+        self.camera_count = check_int(camera_count, "camera_count")
+        self.frame_count = check_int(frames, "frames")
+        if _is_int(image_size):
             h = w = int(image_size)
         else:
             try:
@@ -228,7 +242,7 @@ class CameraSensor:
         self.clear_depth = float(clear_depth)
         self.ambient = bool(ambient)
         self.smooth_normals = bool(smooth_normals)
-        float_channels = ("color", "albedo", "normal", "depth", "forward_depth", "alpha")
+        float_channels = SensorFrame.CHANNELS[:-1]  # all but shape_index
         if grad_channels is None:
             grad_channels = float_channels
         if isinstance(grad_channels, str):
@@ -331,13 +345,8 @@ class CameraSensor:
             ndc_nograd = wp.array(ptr=ndc.ptr, dtype=wp.vec3, shape=ndc.shape, device=dev)
             ndc_nograd._ref = ndc  # keeps the owner alive
         frame = SensorFrame(
-            color=img(wp.vec3, "color"),
-            albedo=img(wp.vec3, "albedo"),
-            normal=img(wp.vec3, "normal"),
-            depth=img(wp.float32, "depth"),
-            forward_depth=img(wp.float32, "forward_depth"),
-            alpha=img(wp.float32, "alpha"),
-            shape_index=img(wp.uint32),
+            # the channels as the kernels' Channels struct declares them (name, dtype)
+            **{name: img(Channels.vars[name].type.dtype, name) for name in SensorFrame.CHANNELS},
             points=wp.zeros(
                 self.vertex_source.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg
             ),
@@ -404,10 +413,7 @@ class CameraSensor:
             The slot's :class:`SensorFrame` (its arrays are overwritten by the next
             update of the same slot).
         """
-        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)):
-            raise TypeError(f"frame must be an int, got {frame!r}")
-        if not 0 <= frame < self.frame_count:
-            raise ValueError(f"frame must be in [0, {self.frame_count}), got {frame}")
+        check_frame(frame, self.frame_count)
         self._check_input(
             camera_transforms, "camera_transforms", wp.transform, self.camera_count, 2
         )
