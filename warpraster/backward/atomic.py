@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from ..meshes import MeshArrays, mesh_arrays
 from .slot_pass import SlotGradArgs, launch_slot_pass, row, slot_kernel_flags
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
@@ -32,8 +33,8 @@ def face_grad_rows(num_faces: int, device) -> wp.array:
 
 @wp.kernel
 def _scatter_to_verts(
-    # Inputs:
-    faces: wp.array2d(dtype=wp.int32),
+    # Inputs: the faces (mesh.faces), each face's mesh (< 0: none) and its rows
+    mesh: MeshArrays,
     face_mesh: wp.array(dtype=wp.int32),
     face_grad: wp.array(dtype=wp.vec4),
     # Outputs:
@@ -45,7 +46,7 @@ def _scatter_to_verts(
         return
     for c in range(3):
         g = face_grad[3 * f + c]
-        wp.atomic_add(verts_grad_out, faces[f, c], wp.vec3(g[0], g[1], g[2]))
+        wp.atomic_add(verts_grad_out, mesh.faces[f, c], wp.vec3(g[0], g[1], g[2]))
 
 
 def launch_atomic(
@@ -62,11 +63,5 @@ def launch_atomic(
     device = verts_grad.device
     face_grad.zero_()
     launch_slot_pass(args, [face_grad], stored=False, device=device, specialize=specialize)
-    wp.launch(
-        _scatter_to_verts,
-        dim=faces.shape[0],
-        inputs=[faces, face_mesh, face_grad],
-        outputs=[verts_grad],
-        device=device,
-        record_tape=False,
-    )
+    wp.launch(_scatter_to_verts, dim=faces.shape[0], inputs=[mesh_arrays(None, faces), face_mesh,
+              face_grad], outputs=[verts_grad], device=device, record_tape=False)  # fmt: skip

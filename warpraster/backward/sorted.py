@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
+from ..meshes import MeshArrays, mesh_arrays
 from .slot_pass import SlotGradArgs, launch_slot_pass, slot_grad_args, slot_kernel_flags
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
@@ -214,22 +215,21 @@ class SortedSegmentSum:
 
 @wp.kernel
 def _gather_face_verts(
-    # Inputs:
-    verts: wp.array(dtype=wp.vec3),
-    faces: wp.array2d(dtype=wp.int32),
+    # Inputs: mesh.verts, mesh.faces
+    mesh: MeshArrays,
     # Outputs:
     face_verts_out: wp.array(dtype=wp.mat33),
 ):
     """Rows of face f: its three vertices."""
     f = wp.tid()
     face_verts_out[f] = wp.matrix_from_rows(
-        verts[faces[f, 0]], verts[faces[f, 1]], verts[faces[f, 2]]
+        mesh.verts[mesh.faces[f, 0]], mesh.verts[mesh.faces[f, 1]], mesh.verts[mesh.faces[f, 2]]
     )
 
 
 def gather_face_verts(verts: wp.array, faces: wp.array, face_verts_out: wp.array) -> None:
     """``face_verts_out[f]`` = the vertices of face f as rows (mat33), not recorded."""
-    wp.launch(_gather_face_verts, dim=faces.shape[0], inputs=[verts, faces],
+    wp.launch(_gather_face_verts, dim=faces.shape[0], inputs=[mesh_arrays(verts, faces)],
               outputs=[face_verts_out], device=verts.device, record_tape=False)  # fmt: skip
 
 
