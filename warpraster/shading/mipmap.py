@@ -437,13 +437,24 @@ def mip_sample_channel(
     return a
 
 
+@wp.struct
+class SlotUVs:
+    """What :func:`texture` samples, per slot (N, H, W, K): ``uv`` (``vec2``), its
+    screen-space derivatives ``uv_dx``, ``uv_dy`` (read when ``derivatives``) and
+    ``pix_to_face`` (int32, read when ``masked``: slots with -1 give zeros)."""
+
+    uv: wp.array4d(dtype=wp.vec2)
+    derivatives: int
+    uv_dx: wp.array4d(dtype=wp.vec2)
+    uv_dy: wp.array4d(dtype=wp.vec2)
+    masked: int
+    pix_to_face: wp.array4d(dtype=wp.int32)
+
+
 @wp.kernel
 def _texture(
     # Slots in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    uv: wp.array4d(dtype=wp.vec2),
-    uv_dx: wp.array4d(dtype=wp.vec2),
-    uv_dy: wp.array4d(dtype=wp.vec2),
+    s: SlotUVs,
     # Texture in:
     t: MipSampler,
     # Data out: (N, H, W, K * C) float view of a vector(C) array
@@ -451,16 +462,16 @@ def _texture(
 ):
     n, yi, xi, j = wp.tid()
     k, c = slot_channel(j, t.p.maps.shape[3])
-    if pix_to_face:
-        if pix_to_face[n, yi, xi, k] < 0:
+    if s.masked != 0:
+        if s.pix_to_face[n, yi, xi, k] < 0:
             texels_out[n, yi, xi, j] = 0.0
             return
     dx = wp.vec2(0.0)
     dy = wp.vec2(0.0)
-    if uv_dx:
-        dx = uv_dx[n, yi, xi, k]
-        dy = uv_dy[n, yi, xi, k]
-    texels_out[n, yi, xi, j] = mip_sample_channel(t, n, c, uv[n, yi, xi, k], dx, dy)
+    if s.derivatives != 0:
+        dx = s.uv_dx[n, yi, xi, k]
+        dy = s.uv_dy[n, yi, xi, k]
+    texels_out[n, yi, xi, j] = mip_sample_channel(t, n, c, s.uv[n, yi, xi, k], dx, dy)
 
 
 def _modes(filter_mode, boundary_mode, has_derivatives: bool):
@@ -543,10 +554,13 @@ def texture(
     rg = bool(maps.requires_grad or uvs.requires_grad or (dxs is not None and dxs.requires_grad))
     texels = alloc_vector_out(out, "out", shape, c, device, rg)
     n, h, w, k = shape
+    # arrays left None become placeholders, not read (the flags say so)
+    slots = new_struct(SlotUVs, device, uv=uvs, derivatives=int(dxs is not None), uv_dx=dxs,
+                       uv_dy=dys, masked=int(p2f is not None), pix_to_face=p2f)  # fmt: skip
     wp.launch(
         _texture,
         dim=(n, h, w, k * c),
-        inputs=[p2f, uvs, dxs, dys, mip_sampler(arrays, max_level, fm, bm, flip_v)],
+        inputs=[slots, mip_sampler(arrays, max_level, fm, bm, flip_v)],
         outputs=[float_view(texels)],
         device=device,
     )
