@@ -59,7 +59,7 @@ from .params import new_struct, row
 from .pixel_args import PixelFragments
 from .textures import (
     FaceUVs,
-    SlotTextures,
+    UVTextures,
     as_maps,
     check_map_batch,
     face_uvs,
@@ -677,7 +677,7 @@ def _sample_uv_mipmap(
     texels_out[n, yi, xi, j] = mip_sample_channel(t, n, c, uv, duv_dx, duv_dy)
 
 
-class TexturesUVMipmap(SlotTextures):
+class TexturesUVMipmap(UVTextures):
     """UV textures filtered as nvdiffrast's ``texture`` (mip-mapped, wrap/clamp/zero).
 
     Same inputs as :class:`~warpraster.shading.TexturesUV` (maps in PyTorch3D's
@@ -728,7 +728,6 @@ class TexturesUVMipmap(SlotTextures):
         self.maps = self.pyramid.maps
         self.device = self.pyramid.device
         self.uvs = face_uvs(faces_uvs, verts_uvs, self.device, requires_grad)
-        self.faces_uvs, self.verts_uvs = self.uvs.faces_uvs, self.uvs.verts_uvs
         self._sampler = self._sampler_modes = None
 
     @property
@@ -747,10 +746,6 @@ class TexturesUVMipmap(SlotTextures):
             FilterMode.LINEAR_MIPMAP_NEAREST,
             FilterMode.LINEAR_MIPMAP_LINEAR,
         )
-
-    @property
-    def channels(self) -> int:
-        return self.maps.shape[3]
 
     def _sample(
         self,

@@ -51,6 +51,7 @@ __all__ = [
     "SamplingMode",
     "TexturesUV",
     "TexturesVertex",
+    "UVTextures",
     "fragment_arrays",
 ]
 
@@ -220,7 +221,9 @@ class TexturesVertex(SlotTextures):
     def channels(self) -> int:
         return self.verts_features.shape[1]
 
-    def _sample(self, p2f, bary, faces, out, validate: bool, verts_ndc, perspective_correct):
+    def _sample(
+        self, p2f, bary, faces, out, validate: bool, verts_ndc, perspective_correct
+    ) -> wp.array:
         """Per-slot features ``sum_i bary[i] * verts_features[faces[f, i]]`` (``faces``
         required; ``validate`` checks its indices on the host; no derivatives: the
         geometry arguments are unused)."""
@@ -352,7 +355,31 @@ def _sample_uv(
     texels_out[n, yi, xi, j] = grid_sample_channel(sampler, row(n, sampler.maps.shape[0]), c, u, v)
 
 
-class TexturesUV(SlotTextures):
+class UVTextures(SlotTextures):
+    """What the UV textures (:class:`TexturesUV`,
+    :class:`~warpraster.shading.mipmap.TexturesUVMipmap`) share: float32
+    ``maps`` (N or 1, Ht, Wt, C) and the UV layout ``uvs`` (:class:`FaceUVs`,
+    as their kernels read it; made with :func:`face_uvs`)."""
+
+    maps: wp.array
+    uvs: FaceUVs
+
+    @property
+    def channels(self) -> int:
+        return self.maps.shape[3]
+
+    @property
+    def faces_uvs(self) -> wp.array:
+        """(F, 3) int32: per packed face, the rows of its corners in :attr:`verts_uvs`."""
+        return self.uvs.faces_uvs
+
+    @property
+    def verts_uvs(self) -> wp.array:
+        """(T, 2) float32 UVs (the array given, when it was a Warp array)."""
+        return self.uvs.verts_uvs
+
+
+class TexturesUV(UVTextures):
     """UV-mapped textures of a packed batch, sampled as PyTorch3D's ``TexturesUV``.
 
     Args:
@@ -397,7 +424,6 @@ class TexturesUV(SlotTextures):
         self.device = device = self.maps.device
         # validate: a host read; callers that checked the indices already pass False
         self.uvs = face_uvs(faces_uvs, verts_uvs, device, requires_grad, validate)
-        self.faces_uvs, self.verts_uvs = self.uvs.faces_uvs, self.uvs.verts_uvs
         self.sampler = new_struct(
             GridSampler,
             device,
@@ -407,11 +433,9 @@ class TexturesUV(SlotTextures):
             sampling=int(self.sampling_mode),
         )
 
-    @property
-    def channels(self) -> int:
-        return self.maps.shape[3]
-
-    def _sample(self, p2f, bary, faces, out, validate: bool, verts_ndc, perspective_correct):
+    def _sample(
+        self, p2f, bary, faces, out, validate: bool, verts_ndc, perspective_correct
+    ) -> wp.array:
         """Per-slot texels, as PyTorch3D's ``TexturesUV.sample_textures``: image n
         samples map n (the geometry arguments unused, nothing read back:
         graph-capturable with ``out``)."""
