@@ -56,7 +56,14 @@ import warp as wp
 
 from ..distributed import shard_frames
 from .geometry import SensorGeometry, VertexSource
-from .sensor import CameraSensor, SensorFrame, check_frame, check_int
+from .sensor import (
+    CameraSensor,
+    SensorFrame,
+    check_array,
+    check_frame,
+    check_int,
+    check_source,
+)
 
 
 def _offsets(value, name: str, count: int) -> list[int]:
@@ -209,21 +216,6 @@ class MultiDeviceSensor:
             raise ValueError(f"{name} must have one array per device ({n}), got {len(value)}")
         return list(value)
 
-    @staticmethod
-    def _check(arr, name: str, dtype, shape: tuple, device, exact: bool = True):
-        if not isinstance(arr, wp.array):
-            raise TypeError(f"{name} must be a wp.array, got {type(arr).__name__}")
-        if arr.dtype != dtype:
-            raise TypeError(f"{name} must have dtype {dtype.__name__}, got {arr.dtype.__name__}")
-        if arr.ndim != len(shape):
-            raise ValueError(f"{name} must be {len(shape)}-d, got shape {arr.shape}")
-        if arr.device != device:
-            raise ValueError(f"{name} is on {arr.device}, its sensor on {device}")
-        if exact and tuple(arr.shape) != shape:
-            raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
-        if not exact and arr.shape[0] < shape[0]:
-            raise ValueError(f"{name} has {arr.shape[0]} entries, the geometry uses {shape[0]}")
-
     # ------------------------------------------------------------------ per step
     def update(
         self,
@@ -263,21 +255,19 @@ class MultiDeviceSensor:
         bods = self._per_device(body_q, "body_q")
         c = self.camera_count
         for i, s in enumerate(self.sensors):
-            self._check(cams[i], f"camera_transforms[{i}]", wp.transform,
-                        (c, s.world_count), s.device)  # fmt: skip
-            self._check(fovs[i], f"camera_fovs[{i}]", wp.float32, (c,), s.device, exact=False)
+            name = f"camera_transforms[{i}]"
+            check_array(cams[i], name, wp.transform, s.device, c, 2)
+            if tuple(cams[i].shape) != (c, s.world_count):
+                raise ValueError(
+                    f"{name} must have shape {(c, s.world_count)}, got {cams[i].shape}"
+                )
+            check_array(fovs[i], f"camera_fovs[{i}]", wp.float32, s.device, c)
             if s.num_particles > 0:
-                if parts[i] is None:
-                    raise ValueError(
-                        f"particle_q[{i}] is required: device {i}'s shapes use particles"
-                    )
-                self._check(parts[i], f"particle_q[{i}]", wp.vec3, (s.num_particles,), s.device,
-                            exact=False)  # fmt: skip
+                check_source(parts[i], f"particle_q[{i}]", wp.vec3, s.device, s.num_particles,
+                             f"device {i}'s shapes use particles")  # fmt: skip
             if s.num_bodies > 0:
-                if bods[i] is None:
-                    raise ValueError(f"body_q[{i}] is required: device {i}'s shapes use bodies")
-                self._check(bods[i], f"body_q[{i}]", wp.transform, (s.num_bodies,), s.device,
-                            exact=False)  # fmt: skip
+                check_source(bods[i], f"body_q[{i}]", wp.transform, s.device, s.num_bodies,
+                             f"device {i}'s shapes use bodies")  # fmt: skip
         return [
             s.update(
                 camera_transforms=cams[i],

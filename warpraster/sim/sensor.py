@@ -145,6 +145,30 @@ def check_frame(frame, frame_count: int) -> None:
         raise ValueError(f"frame must be in [0, {frame_count}), got {frame}")
 
 
+def check_array(arr, name: str, dtype, device, min_rows: int, ndim: int = 1) -> None:
+    """Raises TypeError / ValueError (naming ``name``) unless ``arr`` is an ``ndim``-d
+    ``wp.array`` of ``dtype`` on ``device`` with at least ``min_rows`` rows (reads
+    metadata only)."""
+    if not isinstance(arr, wp.array):
+        raise TypeError(f"{name} must be a wp.array, got {type(arr).__name__}")
+    if arr.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype.__name__}, got {arr.dtype.__name__}")
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-d, got shape {arr.shape}")
+    if arr.device != device:
+        raise ValueError(f"{name} is on {arr.device}, the sensor on {device}")
+    if arr.shape[0] < min_rows:
+        raise ValueError(f"{name} has {arr.shape[0]} entries, the geometry uses {min_rows}")
+
+
+def check_source(arr, name: str, dtype, device, used: int, why: str) -> None:
+    """A particle or body array of which ``used`` > 0 entries are read: required
+    (``why``: by whom), then as :func:`check_array`."""
+    if arr is None:
+        raise ValueError(f"{name} is required: {why}")
+    check_array(arr, name, dtype, device, used)
+
+
 class CameraSensor:
     """Renders W worlds x C cameras of a :class:`SensorGeometry`, differentiably.
 
@@ -364,26 +388,12 @@ class CameraSensor:
         frame.scene, frame.channels = frame_structs(self, frame)
         return frame
 
-    def _check_input(self, arr, name, dtype, min_len, ndim=1):
-        if not isinstance(arr, wp.array):
-            raise TypeError(f"{name} must be a wp.array, got {type(arr).__name__}")
-        if arr.dtype != dtype:
-            raise TypeError(f"{name} must have dtype {dtype.__name__}, got {arr.dtype.__name__}")
-        if arr.ndim != ndim:
-            raise ValueError(f"{name} must be {ndim}-d, got shape {arr.shape}")
-        if arr.device != self.device:
-            raise ValueError(f"{name} is on {arr.device}, the sensor on {self.device}")
-        if arr.shape[0] < min_len:
-            raise ValueError(f"{name} has {arr.shape[0]} entries, the geometry uses {min_len}")
-
     def _source_input(self, arr, name, dtype, used, stand_in, kind):
         """``arr`` checked when the geometry uses ``used`` > 0 of its entries (then
         required), else the stand-in array."""
         if used == 0:
             return stand_in
-        if arr is None:
-            raise ValueError(f"{name} is required: the geometry has {kind} meshes")
-        self._check_input(arr, name, dtype, used)
+        check_source(arr, name, dtype, self.device, used, f"the geometry has {kind} meshes")
         return arr
 
     # ------------------------------------------------------------------ per step
@@ -414,15 +424,14 @@ class CameraSensor:
             update of the same slot).
         """
         check_frame(frame, self.frame_count)
-        self._check_input(
-            camera_transforms, "camera_transforms", wp.transform, self.camera_count, 2
-        )
+        dev = self.device
+        check_array(camera_transforms, "camera_transforms", wp.transform, dev, self.camera_count, 2)
         if camera_transforms.shape[1] != self.world_count:
             raise ValueError(
                 f"camera_transforms must have shape (camera_count, world_count) = "
                 f"{(self.camera_count, self.world_count)}, got {camera_transforms.shape}"
             )
-        self._check_input(camera_fovs, "camera_fovs", wp.float32, self.camera_count)
+        check_array(camera_fovs, "camera_fovs", wp.float32, dev, self.camera_count)
         particle_q = self._source_input(particle_q, "particle_q", wp.vec3, self.num_particles,
                                         self._no_particles, "particle")  # fmt: skip
         body_q = self._source_input(body_q, "body_q", wp.transform, self.num_bodies,
@@ -431,7 +440,6 @@ class CameraSensor:
             self._check_slot(frame)
         self._renders[frame] += 1
         out = self.frames[frame]
-        dev = self.device
         det = self.deterministic
         rec = not det  # the generated adjoints go on the tape only without `deterministic`
         wp.launch(
