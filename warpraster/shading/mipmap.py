@@ -204,9 +204,7 @@ class MipPyramid:
     def __init__(
         self, maps, *, max_mip_level: int | None = None, device=None, requires_grad: bool = False
     ):
-        if isinstance(maps, wp.array):
-            device = maps.device
-        self.maps = as_maps(maps, device, requires_grad)
+        self.maps = as_maps(maps, first_device((maps,), device), requires_grad)
         n, h, w, c = self.maps.shape
         self.device = self.maps.device
         self.sizes = mip_level_sizes(h, w, max_mip_level)
@@ -525,17 +523,13 @@ def texture(
     if isinstance(tex, MipPyramid):
         pyramid = tex
     elif mips:
-        pyramid = MipPyramid(
-            tex, max_mip_level=max_mip_level, device=uv.device if isinstance(uv, wp.array) else None
-        )
+        pyramid = MipPyramid(tex, max_mip_level=max_mip_level, device=first_device((uv,)))
     else:
         pyramid = None
     if pyramid is not None:
         maps, arrays, max_level = pyramid.maps, pyramid.arrays, pyramid.max_level
     else:
-        maps = as_float_array(
-            tex, "tex", (None, None, None, None), uv.device if isinstance(uv, wp.array) else None
-        )
+        maps = as_float_array(tex, "tex", (None, None, None, None), first_device((uv,)))
         arrays, max_level = new_struct(MipLevels, maps.device, maps=maps), 0
     device = maps.device
     uvs = as_slot_array(uv, "uv", wp.vec2, device)
