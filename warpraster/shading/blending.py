@@ -221,7 +221,7 @@ def _given(colors, background, blend: int) -> ShadeInputs:
 
 def launch_hard_blend(fragments, colors, background, image_out) -> None:
     """The kernel of :func:`hard_rgb_blend` + its adjoint on the active tape (no checks)."""
-    launch_shade_blend(fragments, _given(colors, background, 0), image_out)
+    launch_shade_blend(pixel_fragments(fragments), _given(colors, background, 0), image_out)
 
 
 # ----------------------------------------------------------------------------- sigmoid
@@ -279,16 +279,16 @@ def sigmoid_alpha_blend(colors, fragments, blend_params: BlendParams | None = No
     """
     blend_params, shape, device, colors = _blend_inputs(colors, fragments, blend_params)
     out = _image_out(out, shape, device, colors.requires_grad or fragments.dists.requires_grad)
-    launch_sigmoid_blend(fragments, colors, float(blend_params.sigma), out)
+    launch_sigmoid_blend(pixel_fragments(fragments), colors, float(blend_params.sigma), out)
     return out
 
 
-def launch_sigmoid_blend(fragments, colors, sigma: float, image_out) -> None:
-    """Forward kernel of :func:`sigmoid_alpha_blend` + its adjoint on the active tape."""
-    dists = fragments.dists
+def launch_sigmoid_blend(frag: PixelFragments, colors, sigma: float, image_out) -> None:
+    """Forward kernel of :func:`sigmoid_alpha_blend` + its adjoint on the active tape
+    (``frag``: :func:`~warpraster.shading.pixel_args.pixel_fragments`)."""
+    dists = frag.dists
     n, h, w, _ = dists.shape
     device = dists.device
-    frag = pixel_fragments(fragments)
     tape = launch_image_kernel(
         _sigmoid_blend_kernel, (n, h, w), [frag, colors, sigma], image_out, device
     )
@@ -355,4 +355,4 @@ def launch_softmax_blend(fragments, colors, background, znear, zfar, sigma, gamm
     """Forward kernel of :func:`softmax_rgb_blend` + its adjoint on the active tape."""
     a = _given(colors, background, 1)
     a.znear, a.zfar, a.sigma, a.gamma = znear, zfar, float(sigma), float(gamma)
-    launch_shade_blend(fragments, a, image_out)
+    launch_shade_blend(pixel_fragments(fragments), a, image_out)

@@ -38,7 +38,7 @@ from .lighting import (
 )
 from .modes import BlendMode, ShadingMode, TexelSource
 from .params import new_struct, row
-from .pixel_args import CameraRT, FaceCorners, MaterialRows, PixelFragments, pixel_fragments
+from .pixel_args import CameraRT, FaceCorners, MaterialRows, PixelFragments, fill_placeholders
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -154,15 +154,17 @@ class ShadeGrads:
 
 
 #: The structs nested in ShadeInputs and ShadeGrads, by field name.
-_NESTED = {"faces": FaceCorners, "cam": CameraRT, "light": LightRows, "mat": MaterialRows}
+_NESTED = ("faces", "cam", "light", "mat")
 
 
 def new_inputs(device) -> ShadeInputs:
     """A :class:`ShadeInputs` whose arrays (nested ones too) are one-element
     placeholders on ``device`` (Warp's tape walks every array field of a struct
     it differentiates)."""
-    nested = {name: new_struct(cls, device) for name, cls in _NESTED.items()}
-    return new_struct(ShadeInputs, device, **nested)
+    a = new_struct(ShadeInputs, device)
+    for name in _NESTED:
+        fill_placeholders(getattr(a, name), device)
+    return a
 
 
 @wp.func
@@ -594,25 +596,23 @@ def launch_image_kernel(kernel, dim, inputs: list, image_out: wp.array, device):
 _GROUPS = {WANT_CAMERA: "cam", WANT_LIGHT: "light", WANT_MATERIAL: "mat"}
 
 
-def _shade_grads(fragments, inputs: ShadeInputs) -> tuple[ShadeGrads, list]:
+def _shade_grads(frag: PixelFragments, inputs: ShadeInputs) -> tuple[ShadeGrads, list]:
     """The :class:`ShadeGrads` of a launch (``want`` set) and the arrays it writes into."""
     g = ShadeGrads()
     want = 0
     sources = []
     # the colour gradient goes to the given colours, or to the texel array
     colours = inputs.colors if inputs.lit == 0 else inputs.texels
-    frag = PixelFragments()
-    frag.pix_to_face = fragments.pix_to_face  # not written
-    faces = FaceCorners()
+    g.frag.pix_to_face = frag.pix_to_face  # not written
     singles = [  # (struct, field, array, WANT bit)
-        (frag, "bary_coords", fragments.bary_coords, WANT_BARY),
-        (frag, "zbuf", fragments.zbuf, WANT_ZBUF),
-        (frag, "dists", fragments.dists, WANT_DISTS),
+        (g.frag, "bary_coords", frag.bary_coords, WANT_BARY),
+        (g.frag, "zbuf", frag.zbuf, WANT_ZBUF),
+        (g.frag, "dists", frag.dists, WANT_DISTS),
         (g, "colors", colours, WANT_COLORS),
         (g, "background", inputs.background, WANT_BACKGROUND),
-        (faces, "pos", inputs.faces.pos, WANT_FACE_POS),
-        (faces, "nrm", inputs.faces.nrm, WANT_FACE_NRM),
-        (faces, "col", inputs.faces.col, WANT_FACE_COL),
+        (g.faces, "pos", inputs.faces.pos, WANT_FACE_POS),
+        (g.faces, "nrm", inputs.faces.nrm, WANT_FACE_NRM),
+        (g.faces, "col", inputs.faces.col, WANT_FACE_COL),
     ]
     for target, name, arr, bit in singles:
         grad, has = _grad_or(arr, arr)
@@ -620,16 +620,14 @@ def _shade_grads(fragments, inputs: ShadeInputs) -> tuple[ShadeGrads, list]:
         if has:
             sources.append(arr)
             want |= bit
-    g.frag, g.faces = frag, faces
     for bit, group in _GROUPS.items():
-        cls = _NESTED[group]
         given = getattr(inputs, group)
         arrays = {
             name: getattr(given, name)
-            for name, var in cls.vars.items()
+            for name, var in given._cls.vars.items()
             if wp.types.is_array(var.type)
         }
-        grads = cls()
+        grads = getattr(g, group)
         written = [arr for arr in arrays.values() if _has_grad(arr)]
         sources.extend(written)
         for name, arr in arrays.items():
@@ -641,7 +639,6 @@ def _shade_grads(fragments, inputs: ShadeInputs) -> tuple[ShadeGrads, list]:
                 setattr(grads, name, wp.zeros_like(arr))
             else:
                 setattr(grads, name, arr)
-        setattr(g, group, grads)
         if written and inputs.lit != 0:
             want |= bit
     if inputs.lit == 0:
@@ -656,25 +653,24 @@ def _shade_grads(fragments, inputs: ShadeInputs) -> tuple[ShadeGrads, list]:
     return g, sources
 
 
-def launch_shade_blend(fragments, inputs: ShadeInputs, image_out: wp.array) -> None:
+def launch_shade_blend(frag: PixelFragments, inputs: ShadeInputs, image_out: wp.array) -> None:
     """Launches the pixel kernel (outside the tape) and records its adjoint.
 
     Args:
-        fragments: the render's :class:`~warpraster.Fragments`.
+        frag: the render's fragments (:func:`~warpraster.shading.pixel_args.pixel_fragments`).
         inputs: a filled :class:`ShadeInputs` (no checks here).
         image_out: (N, H, W, 4) float32 RGBA.
 
     The adjoint adds into the ``.grad`` of every array of ``inputs`` and of the
     fragments (``bary_coords``, ``zbuf``, ``dists``) that carries one.
     """
-    p2f = fragments.pix_to_face
+    p2f = frag.pix_to_face
     n, h, w, _ = p2f.shape
     device = p2f.device
-    frag = pixel_fragments(fragments)
     tape = launch_image_kernel(_shade_blend_kernel, (n, h, w), [frag, inputs], image_out, device)
     if tape is None:
         return
-    g, sources = _shade_grads(fragments, inputs)
+    g, sources = _shade_grads(frag, inputs)
     if g.want == 0:
         return
 

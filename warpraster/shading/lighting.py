@@ -21,7 +21,7 @@ from enum import IntEnum
 
 import warp as wp
 
-from .params import check_batch, new_struct, row, vec3_param
+from .params import check_batch, row, vec3_param
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -184,19 +184,6 @@ class LightsBase:
             self.diffuse_color,
             self.specular_color,
         ]
-
-    def rows(self) -> LightRows:
-        """The light as kernels read it (a :class:`LightRows`, built per call)."""
-        kind, param, ambient, diffuse, specular = self.kernel_args()
-        return new_struct(
-            LightRows,
-            self.device,
-            kind=kind,
-            param=param,
-            ambient=ambient,
-            diffuse=diffuse,
-            specular=specular,
-        )
 
     def parameters(self) -> dict[str, wp.array]:
         """The parameter arrays by name (those given at construction)."""

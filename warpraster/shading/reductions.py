@@ -189,7 +189,7 @@ def soft_silhouette(fragments, sigma: float = 1e-4, *, out=None, scratch=None) -
     rg = fragments.dists.requires_grad
     out = _out3(out, shape, device, rg)
     s = scratch if scratch is not None else _Scratch(shape, device, rg)
-    launch_sigmoid_blend(fragments, s.ones, float(sigma), s.image)
+    launch_sigmoid_blend(pixel_fragments(fragments), s.ones, float(sigma), s.image)
     wp.launch(_channel, dim=shape[:3], inputs=[s.image, 3], outputs=[out], device=device)
     return out
 

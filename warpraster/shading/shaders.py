@@ -53,7 +53,7 @@ from .mipmap import CornerTables, TexturesUVMipmap
 from .modes import BlendMode, ShadingMode, TexelSource
 from .normals import face_normals, vertex_normals
 from .params import new_struct, placeholder
-from .pixel_args import FaceCorners, PixelFragments, camera_rt, material_rows, pixel_fragments
+from .pixel_args import FaceCorners, PixelFragments, StructCache, pixel_fragments
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -173,6 +173,7 @@ class ShadingBuffers:
         self.normal_sums = vec3s(self.num_verts)
         self.faces_normals = vec3s(self.num_faces)
         self.face_tables = FaceTables(self.num_faces, device, rg)
+        self.structs = StructCache()  # the kernels' argument structs, kept between calls
         self._corners = None
 
     def _slot_vec3s(self) -> wp.array:
@@ -365,10 +366,16 @@ def lit_inputs(
 
 
 def set_viewing(a: ShadeInputs, cameras_RT, lights: LightsBase, materials: Materials) -> None:
-    """Puts the camera (R, T), light and material arrays into ``a``."""
-    a.cam = camera_rt(*cameras_RT)
-    a.light = lights.rows()
-    a.mat = material_rows(materials)
+    """Puts the camera (R, T), light and material arrays into ``a`` (its nested structs)."""
+    cam, light, mat = a.cam, a.light, a.mat
+    cam.R, cam.T = cameras_RT
+    light.kind, light.param, light.ambient, light.diffuse, light.specular = lights.kernel_args()
+    mat.ambient, mat.diffuse, mat.specular, mat.shininess = materials.kernel_args()
+
+
+def _viewing_key(cameras_RT, lights: LightsBase, materials: Materials) -> tuple:
+    """What :func:`set_viewing` puts into a struct (a :class:`StructCache` key)."""
+    return (*cameras_RT, *lights.kernel_args(), *materials.kernel_args())
 
 
 def shade_slots(
@@ -423,15 +430,23 @@ def shade_vertices(
     lights: LightsBase,
     materials: Materials,
     out,
+    structs: StructCache | None = None,
 ) -> wp.array:
-    """Launches the per-vertex (Gouraud) lighting kernel (no checks; on the tape)."""
+    """Launches the per-vertex (Gouraud) lighting kernel (no checks; on the tape).
+    ``structs``: where to keep its argument struct between calls (optional)."""
     per_vertex = vert_to_mesh is not None
     v2m = vert_to_mesh if per_vertex else placeholder(wp.int32, 1, verts.device)
     if verts.shape[0] == 0:
         return out
-    a = new_inputs(verts.device)
-    a.texel_source = int(texels_from)
-    set_viewing(a, cameras_RT, lights, materials)
+
+    def build() -> ShadeInputs:
+        a = new_inputs(verts.device)
+        a.texel_source = int(texels_from)
+        set_viewing(a, cameras_RT, lights, materials)
+        return a
+
+    key = (int(texels_from), *_viewing_key(cameras_RT, lights, materials))
+    a = build() if structs is None else structs.get("vertex_inputs", key, build)
     wp.launch(
         _shade_vertices_kernel,
         dim=verts.shape[0],
@@ -559,11 +574,16 @@ class ShaderBase:
             raise ValueError(
                 "buffers were made for another image shape, vertex or face count or device"
             )
+        frag_arrays = (fragments.pix_to_face, fragments.bary_coords, fragments.zbuf)
+        frag = buffers.structs.get(
+            "fragments", (*frag_arrays, fragments.dists), lambda: pixel_fragments(fragments)
+        )
         if self.blend == BlendMode.SIGMOID:
             colors = self._colors(fragments, v, f, buffers=buffers)
-            launch_sigmoid_blend(fragments, colors, float(blend_params.sigma), buffers.image)
+            launch_sigmoid_blend(frag, colors, float(blend_params.sigma), buffers.image)
             return buffers.image
-        inputs = self._slot_inputs(
+        RT = _camera_arrays(cameras, device)
+        slot = self._slot_inputs(
             fragments,
             v,
             f,
@@ -571,7 +591,7 @@ class ShaderBase:
             vert_to_mesh=vert_to_mesh,
             verts_normals=verts_normals,
             faces_normals=faces_normals,
-            cameras=cameras,
+            cameras_RT=RT,
             lights=lights,
             materials=materials,
             buffers=buffers,
@@ -579,9 +599,21 @@ class ShaderBase:
             verts_ndc=verts_ndc,
             perspective_correct=perspective_correct,
         )
-        self._set_blend(inputs, cameras, blend_params, znear, zfar, device)
-        inputs.compact = int(bool(compact_slots))
-        launch_shade_blend(fragments, inputs, buffers.image)
+        blend = self._blend_fields(cameras, blend_params, znear, zfar, device, compact_slots)
+        fields = {**slot, **blend}
+
+        def build() -> ShadeInputs:
+            a = new_inputs(device)
+            for name, value in fields.items():
+                setattr(a, name, value)
+            if slot["lit"] != 0:
+                a.faces = buffers.face_tables.corners
+            set_viewing(a, RT, lights, materials)
+            return a
+
+        key = (*fields.values(), *_viewing_key(RT, lights, materials))
+        inputs = buffers.structs.get("inputs", key, build)
+        launch_shade_blend(frag, inputs, buffers.image)
         return buffers.image
 
     # -- step 1
@@ -595,15 +627,17 @@ class ShaderBase:
         vert_to_mesh,
         verts_normals,
         faces_normals,
-        cameras,
+        cameras_RT,
         lights,
         materials,
         buffers,
         device,
         verts_ndc,
         perspective_correct,
-    ):
-        RT = _camera_arrays(cameras, device)
+    ) -> dict:
+        """Launches the per-vertex or per-face work of the slot colours; returns the
+        :class:`ShadeInputs` fields (other than camera, light and material) they give."""
+        RT = cameras_RT
         if (
             self.mode == ShadingMode.GOURAUD
             and textures is not None
@@ -634,12 +668,9 @@ class ShaderBase:
             shaded = buffers.shaded_verts
             if v.shape[0] == 0:
                 shaded = shaded[:0]
-            shade_vertices(
-                v, nrm, vc, src, v2m, cameras_RT=RT, lights=lights, materials=materials, out=shaded
-            )
-            a = new_inputs(device)
-            a.lit = 0
-            a.colors = interpolate_vertex_attributes(
+            shade_vertices(v, nrm, vc, src, v2m, cameras_RT=RT, lights=lights,
+                           materials=materials, out=shaded, structs=buffers.structs)  # fmt: skip
+            colors = interpolate_vertex_attributes(
                 fragments.pix_to_face,
                 fragments.bary_coords,
                 shaded,
@@ -647,24 +678,28 @@ class ShaderBase:
                 out=buffers.colors,
                 validate=False,
             )
-            return a
+            return {"lit": 0, "colors": colors}
         if self.mode == ShadingMode.FLAT:
             nrm = _normals("faces", faces_normals, v, f, device, buffers)
         else:
             nrm = _normals("verts", verts_normals, v, f, device, buffers)
         gather_faces(v, f, nrm, mode=self.mode, texels_from=src, vert_colors=vc,
                      tables=buffers.face_tables)  # fmt: skip
-        return lit_inputs(mode=self.mode, texels_from=src, texels=tx, tables=buffers.face_tables,
-                          cameras_RT=RT, lights=lights, materials=materials)  # fmt: skip
+        return {"lit": 1, "mode": int(self.mode), "texel_source": int(src), "texels": tx}
 
     # -- step 2
-    def _set_blend(self, a: ShadeInputs, cameras, blend_params, znear, zfar, device) -> None:
-        a.blend = int(self.blend)
-        a.background = blend_params.background_array(device)
-        a.sigma = float(blend_params.sigma)
-        a.gamma = float(blend_params.gamma)
+    def _blend_fields(self, cameras, blend_params, znear, zfar, device, compact_slots) -> dict:
+        """The blend's :class:`ShadeInputs` fields."""
+        fields = {
+            "blend": int(self.blend),
+            "background": blend_params.background_array(device),
+            "sigma": float(blend_params.sigma),
+            "gamma": float(blend_params.gamma),
+            "compact": int(bool(compact_slots)),
+        }
         if self.blend == BlendMode.SOFTMAX:
-            a.znear, a.zfar = _z_planes(cameras, znear, zfar, device, self._cache)
+            fields["znear"], fields["zfar"] = _z_planes(cameras, znear, zfar, device, self._cache)
+        return fields
 
 
 class HardPhongShader(ShaderBase, mode=ShadingMode.PHONG, blend=BlendMode.HARD):
