@@ -394,39 +394,55 @@ _clip_geometry_deterministic = wp.kernel(
 )
 
 
+@wp.struct
+class SlotViews:
+    """A contiguous int32 slot array (N, H, W, K) as kernel argument: ``flat``
+    (N H W K,), ``wide`` the same memory as int4 (the whole groups of four), and
+    ``aligned`` (1: ``wide`` may be read and written as 16-byte words)."""
+
+    flat: wp.array(dtype=wp.int32)
+    wide: wp.array(dtype=wp.vec4i)
+    aligned: int
+
+
 @wp.func
-def _load_slots(
-    pix: wp.array(dtype=wp.int32), pix4: wp.array(dtype=wp.vec4i), j: int, wide: bool
-) -> wp.vec4i:
-    """Slots 4j .. 4j + 3 of the flat slot array (-1 past its end): one 16-byte
-    load when ``wide`` (``pix4`` is ``pix`` seen as int4, and all four exist)."""
-    if wide:
-        return load4i(pix4, j)
+def _group_is_wide(s: SlotViews, j: int) -> bool:
+    """Whether slots 4j .. 4j + 3 all exist and go through the int4 view."""
+    return s.aligned != 0 and 4 * j + 4 <= s.flat.shape[0]
+
+
+@wp.func
+def _load_slots(s: SlotViews, j: int) -> wp.vec4i:
+    """Slots 4j .. 4j + 3 (-1 past the end): one 16-byte load where it can."""
+    if _group_is_wide(s, j):
+        return load4i(s.wide, j)
     p = wp.vec4i(-1, -1, -1, -1)
     for lane in range(4):
-        if 4 * j + lane < pix.shape[0]:
-            p[lane] = pix[4 * j + lane]
+        if 4 * j + lane < s.flat.shape[0]:
+            p[lane] = s.flat[4 * j + lane]
     return p
 
 
 @wp.func
-def _wide(pix: wp.array(dtype=wp.int32), j: int, aligned: int) -> bool:
-    """Whether thread j's four slots can go through the int4 views."""
-    return aligned != 0 and 4 * j + 4 <= pix.shape[0]
+def _store_slots(s: SlotViews, j: int, u: wp.vec4i):
+    """Writes slots 4j .. 4j + 3 (those that exist): one 16-byte store where it can."""
+    if _group_is_wide(s, j):
+        store4i(s.wide, j, u)
+    else:
+        for lane in range(4):
+            if 4 * j + lane < s.flat.shape[0]:
+                s.flat[4 * j + lane] = u[lane]
 
 
 @wp.kernel(enable_backward=False)
 def _unclip_in_place(
-    # In: the clipped list's slots, flat (N H W K,), and as int4 when ``aligned``
-    pix: wp.array(dtype=wp.int32),
-    pix4: wp.array(dtype=wp.vec4i),
-    aligned: int,
+    # In: the clipped list's slots
+    slots: SlotViews,
     clipped: ClippedFaces,
     cases: FaceCases,
     conversion: wp.array(dtype=wp.mat33),
-    # Out: input-face slots (flat, and as int4), barycentrics (flat) in place
-    out: wp.array(dtype=wp.int32),
-    out4: wp.array(dtype=wp.vec4i),
+    # Out: input-face slots; barycentrics (flat) in place
+    out: SlotViews,
     bary: wp.array(dtype=wp.vec3),
 ):
     """:func:`_unclip` with the barycentrics converted in place, and only for the
@@ -434,8 +450,7 @@ def _unclip_in_place(
     thread, read and written as 16 bytes: 8 bytes a slot instead of a copy of
     every slot's 16 (4.5x faster than a 4-d launch on the K = 8 bench scene)."""
     j = wp.tid()
-    wide = _wide(pix, j, aligned)
-    p = _load_slots(pix, pix4, j, wide)
+    p = _load_slots(slots, j)
     u = wp.vec4i(-1, -1, -1, -1)
     for lane in range(4):
         q = p[lane]
@@ -444,26 +459,17 @@ def _unclip_in_place(
             u[lane] = v
             if cases.face_case[v] != _KEEP:
                 bary[4 * j + lane] = conversion[q] * bary[4 * j + lane]
-    if wide:
-        store4i(out4, j, u)
-    else:
-        for lane in range(4):
-            if 4 * j + lane < out.shape[0]:
-                out[4 * j + lane] = u[lane]
+    _store_slots(out, j, u)
 
 
 def _unclip_in_place_adjoint_fn(
     # In: as _unclip_in_place, the image size, and the clipped faces' set-up rows
-    pix: wp.array(dtype=wp.int32),
-    pix4: wp.array(dtype=wp.vec4i),
-    aligned: int,
+    slots: SlotViews,
     clipped: ClippedFaces,
     cases: FaceCases,
     conversion: wp.array(dtype=wp.mat33),
     face_verts: wp.array(dtype=wp.mat33),
-    height: int,
-    width: int,
-    faces_per_pixel: int,
+    size: wp.vec3i,
     perspective: int,
     clip_bary: int,
     # Out: the barycentric gradient (flat) in place, the conversion's accumulated
@@ -471,22 +477,22 @@ def _unclip_in_place_adjoint_fn(
     conversion_grad_out: wp.array(dtype=wp.mat33),
 ):
     """Adjoint of :func:`_unclip_in_place` on the gradient the clipped and the
-    unclipped fragments share: for split faces only, ``g <- M^T g`` and
-    ``dM += g b^T``, ``b`` the clipped face's barycentrics recomputed as the
-    output pass computed them (rows of ``face_verts`` are its vertices)."""
+    unclipped fragments share (``size``: H, W, K): for split faces only,
+    ``g <- M^T g`` and ``dM += g b^T``, ``b`` the clipped face's barycentrics
+    recomputed as the output pass computed them (rows of ``face_verts`` are its
+    vertices)."""
     j = wp.tid()
-    p = _load_slots(pix, pix4, j, _wide(pix, j, aligned))
+    p = _load_slots(slots, j)
     for lane in range(4):
         q = p[lane]
         if q >= 0:
             if cases.face_case[clipped.to_unclipped[q]] != _KEEP:
                 i = 4 * j + lane
-                pixel = i // faces_per_pixel
-                x = pixel % width
-                y = (pixel // width) % height
+                pixel = i // size[2]
+                y = (pixel // size[1]) % size[0]
                 g = bary_grad[i]
                 m = face_verts[q]
-                centre = pixel_centre(y, x, height, width)
+                centre = pixel_centre(y, pixel % size[1], size[0], size[1])
                 _z, b, _d = fragment_values(centre, m[0], m[1], m[2], perspective, clip_bary)
                 wp.atomic_add(conversion_grad_out, q, wp.outer(g, b))
                 bary_grad[i] = wp.transpose(conversion[q]) * g
@@ -584,19 +590,18 @@ class ClipBuffers:
         self.clipped.to_unclipped = self.faces_clipped_to_unclipped_idx
         self.clipped.neighbor = self.clipped_faces_neighbor_idx
         self._inputs = None  # (key, MeshArrays) of the last call's input arrays
-        self._slot_views = {}  # slot array (ptr, shape) -> its flat and int4 views
+        self._slot_views = {}  # slot array (ptr, shape) -> its SlotViews
 
-    def slot_views(self, slots: wp.array) -> tuple[wp.array, wp.array, bool]:
-        """``(flat, int4, aligned)`` views of a contiguous int32 slot array (made once
-        per array): ``int4`` covers the whole groups of four slots; ``aligned``
-        whether it may be read as 16-byte words."""
+    def slot_views(self, slots: wp.array) -> SlotViews:
+        """A contiguous int32 slot array as :class:`SlotViews` (made once per array)."""
         key = (slots.ptr, slots.shape)
         views = self._slot_views.get(key)
         if views is None:
-            flat = slots.flatten()
-            wide = wp.array(ptr=flat.ptr, dtype=wp.vec4i, shape=(flat.shape[0] // 4,),
-                            device=flat.device)  # fmt: skip
-            views = self._slot_views[key] = (flat, wide, flat.ptr % 16 == 0)
+            views = self._slot_views[key] = SlotViews()
+            views.flat = slots.flatten()
+            views.wide = wp.array(ptr=slots.ptr, dtype=wp.vec4i, shape=(slots.size // 4,),
+                                  device=slots.device)  # fmt: skip
+            views.aligned = int(slots.ptr % 16 == 0)
         return views
 
     def inputs_for(self, verts: wp.array, faces: wp.array, first: wp.array, count: wp.array
@@ -805,18 +810,17 @@ def unclip_in_place(
     ``perspective_correct`` and ``clip_barycentric_coords``. No checks: internal.
     """
     d = buffers.device
-    n, height, width, k = pix_to_face.shape
+    _n, height, width, k = pix_to_face.shape
     conversion = buffers.barycentric_conversion
-    pix, pix4, aligned = buffers.slot_views(pix_to_face)
-    out, out4, _ = buffers.slot_views(out_pix_to_face)
-    aligned = int(aligned and out4.ptr % 16 == 0)
-    threads = (pix.shape[0] + 3) // 4
+    slots = buffers.slot_views(pix_to_face)
+    out = buffers.slot_views(out_pix_to_face)
+    threads = (slots.flat.shape[0] + 3) // 4
     bary = bary_coords.flatten()
     wp.launch(
         _unclip_in_place,
         dim=threads,
-        inputs=[pix, pix4, aligned, buffers.clipped, buffers.cases, conversion],
-        outputs=[out, out4, bary],
+        inputs=[slots, buffers.clipped, buffers.cases, conversion],
+        outputs=[out, bary],
         device=d,
         record_tape=False,
     )
@@ -827,10 +831,10 @@ def unclip_in_place(
     conv_grad = conversion.grad if conversion.grad is not None else wp.empty_like(conversion)
     flags = [int(bool(perspective_correct)), int(bool(clip_barycentric_coords))]
     bary_grad = bary_coords.grad.flatten()
+    size = wp.vec3i(height, width, k)
 
     def backward():
-        inputs = [pix, pix4, aligned, buffers.clipped, buffers.cases, conversion, face_verts,
-                  height, width, k, *flags]  # fmt: skip
+        inputs = [slots, buffers.clipped, buffers.cases, conversion, face_verts, size, *flags]
         wp.launch(kernel, dim=threads, inputs=inputs, outputs=[bary_grad, conv_grad], device=d)
 
     tape.record_func(backward, arrays=[bary_coords, conversion])

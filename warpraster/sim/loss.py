@@ -12,6 +12,8 @@ total to the loss. So the loss is bit-identical run after run (and in a graph
 replay). The backward writes each pixel's gradient directly (no atomics).
 """
 
+from typing import Any
+
 import warp as wp
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
@@ -23,37 +25,25 @@ CHUNK = 8 * BLOCK
 
 
 @wp.func
-def _sq_vec3(d: wp.vec3) -> float:
+def _square(d: wp.vec3) -> float:
     return wp.dot(d, d)
 
 
 @wp.func
-def _sq_float(d: float) -> float:
+def _square(d: float) -> float:
     return d * d
 
 
 @wp.func
-def _chunk_sum(image: wp.array(dtype=wp.vec3), target: wp.array(dtype=wp.vec3), b: int,
-               chunk: int, count: int, lane: int, stride: int) -> float:  # fmt: skip
-    """This thread's part of the sum of |image - target|^2 over chunk b (lanes strided)."""
+def _chunk_sum(image: wp.array(dtype=Any), target: wp.array(dtype=Any), b: int, chunk: int,
+               count: int, lane: int, stride: int) -> float:  # fmt: skip
+    """This thread's part of the sum of |image - target|^2 over chunk b (lanes strided;
+    vec3 or float pixels)."""
     end = wp.min((b + 1) * chunk, count)
     i = b * chunk + lane
     v = float(0.0)
     while i < end:
-        v += _sq_vec3(image[i] - target[i])
-        i += stride
-    return v
-
-
-@wp.func
-def _chunk_sum(image: wp.array(dtype=float), target: wp.array(dtype=float), b: int,
-               chunk: int, count: int, lane: int, stride: int) -> float:  # fmt: skip
-    """This thread's part of the sum of (image - target)^2 over chunk b (lanes strided)."""
-    end = wp.min((b + 1) * chunk, count)
-    i = b * chunk + lane
-    v = float(0.0)
-    while i < end:
-        v += _sq_float(image[i] - target[i])
+        v += _square(image[i] - target[i])
         i += stride
     return v
 
