@@ -51,6 +51,7 @@ def main():
                     module="unique",
                     module_options=dict(k.module.options),
                     cuda_max_registers=cap,
+                    enable_backward=k.options.get("enable_backward"),
                 )
             setattr(importlib.import_module(mod), name, k)
         r = run(scene, dev, 20)
