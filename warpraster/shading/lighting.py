@@ -39,7 +39,7 @@ __all__ = [
 
 
 class LightKind(IntEnum):
-    """Which light a kernel evaluates (the ``light_kind`` kernel argument)."""
+    """Which light a kernel evaluates (:class:`LightRows` ``kind``)."""
 
     AMBIENT = 0
     DIRECTIONAL = 1
