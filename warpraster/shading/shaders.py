@@ -576,10 +576,13 @@ class ShaderBase:
             raise ValueError(
                 "buffers were made for another image shape, vertex or face count or device"
             )
-        frag_arrays = (fragments.pix_to_face, fragments.bary_coords, fragments.zbuf)
-        frag = buffers.structs.get(
-            "fragments", (*frag_arrays, fragments.dists), lambda: pixel_fragments(fragments)
+        frag_key = (
+            fragments.pix_to_face,
+            fragments.bary_coords,
+            fragments.zbuf,
+            fragments.dists,
         )
+        frag = buffers.structs.get("fragments", frag_key, lambda: pixel_fragments(fragments))
         if self.blend == BlendMode.SIGMOID:
             colors = self._colors(fragments, v, f, buffers=buffers)
             launch_sigmoid_blend(frag, colors, float(blend_params.sigma), buffers.image)
@@ -639,7 +642,6 @@ class ShaderBase:
     ) -> dict:
         """Launches the per-vertex or per-face work of the slot colours; returns the
         :class:`ShadeInputs` fields (other than camera, light and material) they give."""
-        RT = cameras_RT
         if (
             self.mode == ShadingMode.GOURAUD
             and textures is not None
@@ -670,7 +672,7 @@ class ShaderBase:
             shaded = buffers.shaded_verts
             if v.shape[0] == 0:
                 shaded = shaded[:0]
-            shade_vertices(v, nrm, vc, src, v2m, cameras_RT=RT, lights=lights,
+            shade_vertices(v, nrm, vc, src, v2m, cameras_RT=cameras_RT, lights=lights,
                            materials=materials, out=shaded, structs=buffers.structs)  # fmt: skip
             colors = interpolate_vertex_attributes(
                 fragments.pix_to_face,
