@@ -59,6 +59,7 @@ from .params import new_struct, row
 from .pixel_args import PixelFragments
 from .textures import (
     FaceUVs,
+    LastStruct,
     UVTextures,
     as_maps,
     check_map_batch,
@@ -221,12 +222,21 @@ class MipPyramid:
         self.arrays = new_struct(
             MipLevels, self.device, maps=self.maps, levels=self.levels, offsets=self.offsets
         )
+        self._samplers: dict = {}
         self.build()
 
     @property
     def max_level(self) -> int:
         """L, the index of the coarsest level."""
         return len(self.sizes) - 1
+
+    def sampler(self, filter_mode, boundary_mode, flip_v: bool) -> MipSampler:
+        """The kernels' :class:`MipSampler` of this pyramid with these options (made
+        once per distinct options)."""
+        key = (int(filter_mode), int(boundary_mode), bool(flip_v))
+        if key not in self._samplers:
+            self._samplers[key] = mip_sampler(self.arrays, self.max_level, *key)
+        return self._samplers[key]
 
     def build(self) -> MipPyramid:
         """Recomputes levels 1..L from the base texels (L launches)."""
@@ -381,7 +391,7 @@ class MipSampler:
     """What the sampling kernels read: the pyramid's arrays (``p``), the index
     ``max_level`` of its coarsest level, the :class:`FilterMode`, the
     :class:`BoundaryMode` and ``flip_v`` (0 or 1), made by :func:`mip_sampler`
-    (once per :class:`TexturesUVMipmap`; host-side only, no device memory)."""
+    (once per pyramid and options: :meth:`MipPyramid.sampler`; host-side only)."""
 
     p: MipLevels
     max_level: int
@@ -527,10 +537,10 @@ def texture(
     else:
         pyramid = None
     if pyramid is not None:
-        maps, arrays, max_level = pyramid.maps, pyramid.arrays, pyramid.max_level
+        maps, sampler = pyramid.maps, pyramid.sampler(fm, bm, flip_v)
     else:
         maps = as_float_array(tex, "tex", (None, None, None, None), first_device((uv,)))
-        arrays, max_level = new_struct(MipLevels, maps.device, maps=maps), 0
+        sampler = mip_sampler(new_struct(MipLevels, maps.device, maps=maps), 0, fm, bm, flip_v)
     device = maps.device
     uvs = as_slot_array(uv, "uv", wp.vec2, device)
     shape = tuple(uvs.shape)
@@ -554,7 +564,7 @@ def texture(
     wp.launch(
         _texture,
         dim=(n, h, w, k * c),
-        inputs=[slots, mip_sampler(arrays, max_level, fm, bm, flip_v)],
+        inputs=[slots, sampler],
         outputs=[float_view(texels)],
         device=device,
     )
@@ -617,13 +627,6 @@ class CornerTables:
         n = max(self.num_faces, 1)
         self.uv = wp.zeros(n, dtype=mat32, device=device, requires_grad=requires_grad)
         self.ndc = wp.zeros(n, dtype=wp.mat33, device=device, requires_grad=requires_grad)
-
-    def kernel_args(self, screen: ScreenFaces) -> UVCorners:
-        """The tables as the sampling kernel reads them, with ``screen``'s flags."""
-        return new_struct(
-            UVCorners, self.uv.device, uv=self.uv, ndc=self.ndc,
-            derivatives=screen.with_derivatives, perspective=screen.perspective,
-        )  # fmt: skip
 
 
 @wp.func
@@ -722,17 +725,15 @@ class TexturesUVMipmap(UVTextures):
         self.maps = self.pyramid.maps
         self.device = self.pyramid.device
         self.uvs = face_uvs(faces_uvs, verts_uvs, self.device, requires_grad)
-        self._sampler = self._sampler_modes = None
+        # the per-call structs, made again only when their arrays or flags change
+        self._fragments = LastStruct(PixelFragments)
+        self._screen = LastStruct(ScreenFaces)
+        self._corners = LastStruct(UVCorners)
 
     @property
     def sampler(self) -> MipSampler:
-        """The kernel's :class:`MipSampler` (made again only when a mode attribute changed)."""
-        modes = (self.filter_mode, self.boundary_mode, self.flip_v)
-        if modes != self._sampler_modes:
-            pyr = self.pyramid
-            self._sampler = mip_sampler(pyr.arrays, pyr.max_level, *modes)
-            self._sampler_modes = modes
-        return self._sampler
+        """The kernel's :class:`MipSampler` (the pyramid's, with this texture's modes)."""
+        return self.pyramid.sampler(self.filter_mode, self.boundary_mode, self.flip_v)
 
     @property
     def uses_mipmaps(self) -> bool:
@@ -804,9 +805,9 @@ class TexturesUVMipmap(UVTextures):
         if corners is None or corners.num_faces != nf:
             corners = CornerTables(nf, self.device, rg)
         # vn, fcs left None (base-level modes) become placeholders, not read
-        screen = new_struct(ScreenFaces, self.device, verts_ndc=vn, ndc_faces=fcs,
-                            perspective=int(bool(perspective_correct)),
-                            with_derivatives=int(vn is not None))  # fmt: skip
+        screen = self._screen(self.device, verts_ndc=vn, ndc_faces=fcs,
+                              perspective=int(bool(perspective_correct)),
+                              with_derivatives=int(vn is not None))  # fmt: skip
         if nf:
             wp.launch(
                 _gather_corners,
@@ -816,6 +817,9 @@ class TexturesUVMipmap(UVTextures):
                 device=self.device,
             )
         nn, h, w, k = p2f.shape
+        corner_args = self._corners(self.device, uv=corners.uv, ndc=corners.ndc,
+                                    derivatives=screen.with_derivatives,
+                                    perspective=screen.perspective)  # fmt: skip
         # One thread per slot and channel: a thread per slot doing the three
         # channels was slower on an H200 (0.36 vs 0.28 ms forward, 1.54 vs 1.24 ms
         # backward on the K = 1 bench scene; docs/PERF.md).
@@ -823,8 +827,8 @@ class TexturesUVMipmap(UVTextures):
             _sample_uv_mipmap,
             dim=(nn, h, w, k * c),
             inputs=[
-                new_struct(PixelFragments, self.device, pix_to_face=p2f, bary_coords=bary),
-                corners.kernel_args(screen),
+                self._fragments(self.device, pix_to_face=p2f, bary_coords=bary),
+                corner_args,
                 self.sampler,
             ],
             outputs=[float_view(texels)],
