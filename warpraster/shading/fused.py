@@ -154,7 +154,7 @@ class ShadeGrads:
 
 
 #: The structs nested in ShadeInputs and ShadeGrads, by field name.
-_NESTED = ("faces", "cam", "light", "mat")
+_NESTED = {"faces": FaceCorners, "cam": CameraRT, "light": LightRows, "mat": MaterialRows}
 
 
 def new_inputs(device) -> ShadeInputs:
@@ -162,8 +162,8 @@ def new_inputs(device) -> ShadeInputs:
     placeholders on ``device`` (Warp's tape walks every array field of a struct
     it differentiates)."""
     a = new_struct(ShadeInputs, device)
-    for name in _NESTED:
-        fill_placeholders(getattr(a, name), device)
+    for name, cls in _NESTED.items():
+        fill_placeholders(getattr(a, name), cls, device)
     return a
 
 
@@ -624,7 +624,7 @@ def _shade_grads(frag: PixelFragments, inputs: ShadeInputs) -> tuple[ShadeGrads,
         given = getattr(inputs, group)
         arrays = {
             name: getattr(given, name)
-            for name, var in given._cls.vars.items()
+            for name, var in _NESTED[group].vars.items()
             if wp.types.is_array(var.type)
         }
         grads = getattr(g, group)

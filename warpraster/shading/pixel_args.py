@@ -84,10 +84,10 @@ def pixel_fragments(fragments) -> PixelFragments:
     )
 
 
-def fill_placeholders(instance, device) -> None:
-    """Sets every array field of the struct ``instance`` (a nested one, in place)
-    to a one-element placeholder on ``device``."""
-    for name, var in instance._cls.vars.items():
+def fill_placeholders(instance, cls, device) -> None:
+    """Sets every array field of ``instance``, a ``cls`` struct (a nested one: in
+    place), to a one-element placeholder on ``device``."""
+    for name, var in cls.vars.items():
         if wp.types.is_array(var.type):
             setattr(instance, name, placeholder(var.type.dtype, var.type.ndim, device))
 
