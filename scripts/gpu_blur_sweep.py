@@ -1,8 +1,8 @@
 """K=8 blur renderer scene: forward time and fragments by bin size (CUDA)."""
+
 import functools
 import statistics
 
-import numpy as np
 import warp as wp
 
 import warpraster.bench_render as br
@@ -26,7 +26,9 @@ for b in (None, 4, 8, 16):
     z = out.fragments.zbuf.numpy().copy()
     same = None if ref is None else bool((p2f == ref[0]).all() and (z == ref[1]).all())
     ref = ref or (p2f, z)
-    print(f"bin_size {b}: fwd {ms:.3f} ms, overflowed {int(ws.overflow.numpy()[0])}, "
-          f"list entries {int(ws.bin_count.numpy().sum())} / {ws.bin_faces.shape[0]}, "
-          f"fragments equal to bin_size=None: {same}")
+    print(
+        f"bin_size {b}: fwd {ms:.3f} ms, overflowed {int(ws.overflow.numpy()[0])}, "
+        f"list entries {int(ws.bin_count.numpy().sum())} / {ws.bin_faces.shape[0]}, "
+        f"fragments equal to bin_size=None: {same}"
+    )
 br.RasterizationSettings = RasterizationSettings

@@ -40,14 +40,19 @@ def profile(name, device, runs):
             acc[t.name] += t.elapsed
             cnt[t.name] += 1
         total = sum(acc.values()) / runs
-        print(f"--- {name} {label}: {total:.3f} ms device time per call, {sum(cnt.values())//runs} ops")
+        print(
+            f"--- {name} {label}: {total:.3f} ms device time per call, {sum(cnt.values()) // runs} ops"
+        )
         for k, v in sorted(acc.items(), key=lambda kv: -kv[1])[:14]:
             print(f"   {v / runs:8.3f} ms  x{cnt[k] // runs:<3d} {k[:90]}")
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--scenes", default="softphong_ico5x8_512_k8,softphong_ico5x8_512_k8_blur,hardphong_mip1024_ico5x8_512_k1")
+    ap.add_argument(
+        "--scenes",
+        default="softphong_ico5x8_512_k8,softphong_ico5x8_512_k8_blur,hardphong_mip1024_ico5x8_512_k1",
+    )
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--bench", action="store_true")
     a = ap.parse_args()

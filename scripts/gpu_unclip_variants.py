@@ -9,16 +9,27 @@ import numpy as np
 import warp as wp
 
 from warpraster.bench_render import make_renderer
-from warpraster.clip import _KEEP, ClippedFaces, FaceCases, _unclip_in_place, _unclip_in_place_adjoint
-from warpraster.raster.stores import load4i, store4i
+from warpraster.clip import (
+    _KEEP,
+    ClippedFaces,
+    FaceCases,
+    _unclip_in_place,
+    _unclip_in_place_adjoint,
+)
+from warpraster.stores import load4i, store4i
 
 wp.set_module_options({"enable_backward": False})
 
 
 @wp.kernel
-def flat1(pix: wp.array(dtype=wp.int32), clipped: ClippedFaces, cases: FaceCases,
-          conversion: wp.array(dtype=wp.mat33), out: wp.array(dtype=wp.int32),
-          bary: wp.array(dtype=wp.vec3)):
+def flat1(
+    pix: wp.array(dtype=wp.int32),
+    clipped: ClippedFaces,
+    cases: FaceCases,
+    conversion: wp.array(dtype=wp.mat33),
+    out: wp.array(dtype=wp.int32),
+    bary: wp.array(dtype=wp.vec3),
+):
     i = wp.tid()
     p = pix[i]
     u = int(-1)
@@ -30,9 +41,14 @@ def flat1(pix: wp.array(dtype=wp.int32), clipped: ClippedFaces, cases: FaceCases
 
 
 @wp.kernel
-def flat4(pix: wp.array(dtype=wp.vec4i), clipped: ClippedFaces, cases: FaceCases,
-          conversion: wp.array(dtype=wp.mat33), out: wp.array(dtype=wp.vec4i),
-          bary: wp.array(dtype=wp.vec3)):
+def flat4(
+    pix: wp.array(dtype=wp.vec4i),
+    clipped: ClippedFaces,
+    cases: FaceCases,
+    conversion: wp.array(dtype=wp.mat33),
+    out: wp.array(dtype=wp.vec4i),
+    bary: wp.array(dtype=wp.vec3),
+):
     j = wp.tid()
     p = load4i(pix, j)
     u = wp.vec4i(-1, -1, -1, -1)
@@ -47,8 +63,13 @@ def flat4(pix: wp.array(dtype=wp.vec4i), clipped: ClippedFaces, cases: FaceCases
 
 
 @wp.kernel
-def flat4_adj(pix: wp.array(dtype=wp.vec4i), clipped: ClippedFaces, cases: FaceCases,
-              conversion: wp.array(dtype=wp.mat33), bary_grad: wp.array(dtype=wp.vec3)):
+def flat4_adj(
+    pix: wp.array(dtype=wp.vec4i),
+    clipped: ClippedFaces,
+    cases: FaceCases,
+    conversion: wp.array(dtype=wp.mat33),
+    bary_grad: wp.array(dtype=wp.vec3),
+):
     j = wp.tid()
     p = load4i(pix, j)
     for l in range(4):
@@ -59,8 +80,13 @@ def flat4_adj(pix: wp.array(dtype=wp.vec4i), clipped: ClippedFaces, cases: FaceC
 
 
 @wp.kernel
-def flat1_adj(pix: wp.array(dtype=wp.int32), clipped: ClippedFaces, cases: FaceCases,
-              conversion: wp.array(dtype=wp.mat33), bary_grad: wp.array(dtype=wp.vec3)):
+def flat1_adj(
+    pix: wp.array(dtype=wp.int32),
+    clipped: ClippedFaces,
+    cases: FaceCases,
+    conversion: wp.array(dtype=wp.mat33),
+    bary_grad: wp.array(dtype=wp.vec3),
+):
     i = wp.tid()
     p = pix[i]
     if p >= 0:
@@ -103,9 +129,34 @@ def main():
     print(f"slots {n}, filled {filled:.3f}, split faces {(buf.cases.face_case.numpy() > 1).sum()}")
     ref = None
     for name, fn in (
-        ("4d", lambda: wp.launch(_unclip_in_place, dim=shape, inputs=[pix, buf.clipped, buf.cases, conv], outputs=[out, bary], device=dev)),
-        ("flat1", lambda: wp.launch(flat1, dim=n, inputs=[flat_pix, buf.clipped, buf.cases, conv, out_flat, flat_bary], device=dev)),
-        ("flat4", lambda: wp.launch(flat4, dim=n // 4, inputs=[pix4, buf.clipped, buf.cases, conv, out4, flat_bary], device=dev)),
+        (
+            "4d",
+            lambda: wp.launch(
+                _unclip_in_place,
+                dim=shape,
+                inputs=[pix, buf.clipped, buf.cases, conv],
+                outputs=[out, bary],
+                device=dev,
+            ),
+        ),
+        (
+            "flat1",
+            lambda: wp.launch(
+                flat1,
+                dim=n,
+                inputs=[flat_pix, buf.clipped, buf.cases, conv, out_flat, flat_bary],
+                device=dev,
+            ),
+        ),
+        (
+            "flat4",
+            lambda: wp.launch(
+                flat4,
+                dim=n // 4,
+                inputs=[pix4, buf.clipped, buf.cases, conv, out4, flat_bary],
+                device=dev,
+            ),
+        ),
     ):
         out.fill_(-7)
         fn()
@@ -117,9 +168,31 @@ def main():
     gflat = g.flatten()
     cg = wp.zeros_like(conv)
     for name, fn in (
-        ("4d", lambda: wp.launch(_unclip_in_place_adjoint, dim=shape, inputs=[pix, buf.clipped, buf.cases, conv, ws.raster.face_verts, 1, 0], outputs=[g, cg], device=dev)),
-        ("flat1", lambda: wp.launch(flat1_adj, dim=n, inputs=[flat_pix, buf.clipped, buf.cases, conv, gflat], device=dev)),
-        ("flat4", lambda: wp.launch(flat4_adj, dim=n // 4, inputs=[pix4, buf.clipped, buf.cases, conv, gflat], device=dev)),
+        (
+            "4d",
+            lambda: wp.launch(
+                _unclip_in_place_adjoint,
+                dim=shape,
+                inputs=[pix, buf.clipped, buf.cases, conv, ws.raster.face_verts, 1, 0],
+                outputs=[g, cg],
+                device=dev,
+            ),
+        ),
+        (
+            "flat1",
+            lambda: wp.launch(
+                flat1_adj, dim=n, inputs=[flat_pix, buf.clipped, buf.cases, conv, gflat], device=dev
+            ),
+        ),
+        (
+            "flat4",
+            lambda: wp.launch(
+                flat4_adj,
+                dim=n // 4,
+                inputs=[pix4, buf.clipped, buf.cases, conv, gflat],
+                device=dev,
+            ),
+        ),
     ):
         print(f"adj {name:6s} {timed(fn):.4f} ms")
 

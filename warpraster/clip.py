@@ -46,7 +46,7 @@ from .backward.tape import active_tape
 from .fragments import fragment_values
 from .geometry import pixel_centre
 from .meshes import MeshArrays, PackedMeshes, mesh_arrays
-from .raster.stores import load4i, store4i
+from .stores import load4i, store4i
 
 # fuse_fp off: PyTorch3D computes the crossings as separately rounded float32
 # operations; without FMA contraction CUDA gives those same bits (as the cpu device

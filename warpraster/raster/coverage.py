@@ -17,7 +17,7 @@ from ..geometry import (
     perspective_correct,
     point_triangle_dist2,
 )
-from .stores import WideRows
+from ..stores import WideRows
 
 # fuse_fp off: no a*b+c contraction into FMA, so every decision is made on the
 # same separately rounded float32 values as PyTorch3D's kernel (docs/PERF.md).

@@ -4,8 +4,8 @@ import warp as wp
 
 from ..geometry import EPS, face_area
 from ..meshes import MeshArrays
+from ..stores import store4
 from .coverage import PassArgs
-from .stores import store4
 
 # fuse_fp off: no a*b+c contraction into FMA, so every decision is made on the
 # same separately rounded float32 values as PyTorch3D's kernel (docs/PERF.md).

@@ -10,8 +10,8 @@ import warp as wp
 from .. import variants
 from ..fragments import fragment_values
 from ..geometry import pixel_centre
+from ..stores import load4i, store4
 from .coverage import PassArgs
-from .stores import load4i, store4
 
 # fuse_fp off: no a*b+c contraction into FMA, so every decision is made on the
 # same separately rounded float32 values as PyTorch3D's kernel (docs/PERF.md).

@@ -14,6 +14,7 @@ import warp as wp
 
 from .. import variants
 from ..geometry import pixel_centre
+from ..stores import store4i
 from .coverage import (
     NO_FACE,
     PassArgs,
@@ -28,7 +29,6 @@ from .coverage import (
 )
 from .faces import FAR
 from .small_faces import EMPTY_KEY, bits_depth
-from .stores import store4i
 
 # fuse_fp off: no a*b+c contraction into FMA, so every decision is made on the
 # same separately rounded float32 values as PyTorch3D's kernel (docs/PERF.md).

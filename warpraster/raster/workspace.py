@@ -16,10 +16,10 @@ from ..backward import FaceGradBuffers
 from ..fragments import FragmentRows, Fragments, allocate_fragments
 from ..meshes import MeshArrays, mesh_arrays
 from ..settings import RasterSettings, Tuning
+from ..stores import WideRows
 from . import binning
 from .coverage import FaceSetup, PassArgs
 from .outputs import wide_views
-from .stores import WideRows
 
 
 def bin_shape(bin_size: int | None, faces_per_pixel: int) -> tuple[int, int]:

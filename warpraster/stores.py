@@ -1,4 +1,5 @@
-"""16-byte loads and stores for the raster passes (``float4`` / ``int4`` casts).
+"""16-byte loads and stores (``float4`` / ``int4`` casts) for the raster passes and
+the clipped path's map back.
 
 Warp's vectors are 4-byte aligned, so ``a[i] = v`` on a ``vec4`` array compiles
 to four 4-byte stores (lanes 16 bytes apart, partial sectors per instruction);
