@@ -446,3 +446,39 @@ def test_bad_inputs_raise_before_any_kernel(device):
         shading.HardGouraudShader(cameras=cams, device=device)(
             frag, np.zeros((3, 3)), np.zeros((1, 3), np.int32), textures=tex
         )
+
+
+def test_reused_buffers_see_rebound_and_rewritten_parameters():
+    """A shader call through one ShadingBuffers keeps its kernel argument structs
+    between calls. Truth: a call with fresh buffers. Rebinding a light's array to a
+    new one, writing into it in place, and passing other materials per call must
+    each give exactly the fresh call's image (the same kernels on the same inputs)."""
+    from warpraster.shading.shaders import ShadingBuffers
+
+    d, _spec, ren, verts, tex, lights = cases.warp_scene("r03_softphong_directional_k8", "cpu",
+                                                        requires_grad=False)  # fmt: skip
+    faces = d["faces_packed"].astype(np.int32)
+    ren(verts, faces, d["mesh_to_face_first_idx"], d["num_faces_per_mesh"], textures=tex)
+    frag, shader = ren.fragments, ren.shader
+    buf = ShadingBuffers(frag.pix_to_face.shape, verts.shape[0], faces.shape[0], "cpu",
+                         requires_grad=False)  # fmt: skip
+
+    def both(**kw):
+        reused = shader(frag, verts, faces, textures=tex, buffers=buf, **kw).numpy().copy()
+        return reused, shader(frag, verts, faces, textures=tex, **kw).numpy()
+
+    first, fresh = both()
+    np.testing.assert_array_equal(first, fresh)
+    key = "direction" if hasattr(lights, "direction") else "location"
+    old = getattr(lights, key).numpy()
+    setattr(lights, key, wp.array(old * -1.0 + 0.3, dtype=wp.vec3))  # rebound
+    rebound, fresh = both()
+    assert not np.array_equal(rebound, first)
+    np.testing.assert_array_equal(rebound, fresh)
+    getattr(lights, key).assign(old)  # written in place: back to the first image
+    rewritten, _ = both()
+    np.testing.assert_array_equal(rewritten, first)
+    other = shading.Materials(diffuse_color=((0.2, 0.9, 0.4),))
+    per_call, fresh = both(materials=other)
+    assert not np.array_equal(per_call, first)
+    np.testing.assert_array_equal(per_call, fresh)

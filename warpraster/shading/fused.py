@@ -448,7 +448,15 @@ def _softmax_denominator(zraw: float, wsum: float, gamma: float):
 
 
 # ----------------------------------------------------------------------------- kernels
-@wp.kernel(enable_backward=False)
+#: CUDA register cap of both pixel kernels. Uncapped they take ~112 (forward) and
+#: ~118 (adjoint) registers: 2 blocks of 256 per SM, and they wait on their
+#: gathers. Capped at 80 (H200, `python scripts/gpu_render_regs.py`, graph replay,
+#: median of 20): K=8 soft Phong 0.775 -> 0.739 ms forward, 1.789 -> 1.712 ms
+#: forward + backward; the adjoint alone at 80: 1.749; both at 64: 0.749 / 1.749.
+PIXEL_MAX_REGISTERS = 80
+
+
+@wp.kernel(enable_backward=False, cuda_max_registers=PIXEL_MAX_REGISTERS)
 def _shade_blend_kernel(
     # Fragments in:
     frag: PixelFragments,
@@ -483,7 +491,7 @@ def _add_camera_grad(a: ShadeInputs, g: ShadeGrads, n: int, g_eye: wp.vec3):
     wp.atomic_add(g.cam.T, rt, -(wp.transpose(a.cam.R[rr]) * g_eye))
 
 
-@wp.kernel(enable_backward=False)
+@wp.kernel(enable_backward=False, cuda_max_registers=PIXEL_MAX_REGISTERS)
 def _shade_blend_adjoint(
     # Fragments in:
     frag: PixelFragments,
