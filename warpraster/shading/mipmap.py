@@ -651,7 +651,15 @@ def slot_uv(corners: UVCorners, f: int, b: wp.vec3, yi: int, xi: int, shape: wp.
     return uv, duv_dx, duv_dy
 
 
-@wp.kernel
+#: CUDA register cap of the mip-mapped sampling kernel (its forward, and Warp's
+#: generated backward, which uncapped takes over 200 registers). K=1 hard Phong
+#: with a 1024² mip-mapped texture on an H200 (`python scripts/gpu_render_regs.py`,
+#: graph replay, median of 20): 0.858 -> 0.789 ms forward, 2.508 -> 2.322 ms
+#: forward + backward (80: 0.809 / 2.299).
+SAMPLE_MAX_REGISTERS = 64
+
+
+@wp.kernel(cuda_max_registers=SAMPLE_MAX_REGISTERS)
 def _sample_uv_mipmap(
     # Fragments in (pix_to_face, bary_coords):
     frag: PixelFragments,
