@@ -24,7 +24,10 @@ Two backwards (``deterministic``):
   per source in orders fixed by the topology; no float atomics. The forward is
   atomic-free too (vertex normals summed per vertex). So a step, and its graph
   replay, is bit-identical run after run on CUDA as on the cpu device (with
-  :func:`~warpraster.sim.image_loss`, which sums in a fixed order).
+  :func:`~warpraster.sim.image_loss`, which sums in a fixed order, or
+  :func:`~warpraster.sim.frame_loss`, the same loss whose per-pixel gradient
+  this backward computes itself: faster, and the sensor then needs no
+  ``grad_channels``).
 * ``False``: Warp's generated adjoints of steps 1, 2 and 4 and the rasterizer's
   atomic backward for step 3. On CUDA their float atomics make the last bits of
   the gradients vary run to run (bit-identical on the cpu device only).
