@@ -376,21 +376,18 @@ def _unclip_adjoint_fn(
         bary_grad_out[n, y, x, k] = bary_grad_out[n, y, x, k] + g
 
 
+def _run_to_run(fn, name: str, *, enable_backward: bool = False) -> wp.Kernel:
+    """``fn`` as a kernel in Warp's RUN_TO_RUN mode (module of its own), for
+    ``deterministic=True``: float atomics become a scatter, sort and fixed-order sum."""
+    options = {"fuse_fp": False, "deterministic": wp.DeterministicMode.RUN_TO_RUN}
+    return wp.kernel(fn, name=name, enable_backward=enable_backward, module="unique",
+                     module_options=options)  # fmt: skip
+
+
 _unclip_adjoint = wp.kernel(_unclip_adjoint_fn, enable_backward=False)
-#: The same kernels in Warp's RUN_TO_RUN mode, for ``deterministic=True``.
-_RUN_TO_RUN = {"fuse_fp": False, "deterministic": wp.DeterministicMode.RUN_TO_RUN}
-_unclip_adjoint_deterministic = wp.kernel(
-    _unclip_adjoint_fn,
-    name="_unclip_adjoint_deterministic",
-    enable_backward=False,
-    module="unique",
-    module_options=_RUN_TO_RUN,
-)
-_clip_geometry_deterministic = wp.kernel(
-    _clip_geometry.func,
-    name="_clip_geometry_deterministic",
-    module="unique",
-    module_options=_RUN_TO_RUN,
+_unclip_adjoint_deterministic = _run_to_run(_unclip_adjoint_fn, "_unclip_adjoint_deterministic")
+_clip_geometry_deterministic = _run_to_run(
+    _clip_geometry.func, "_clip_geometry_deterministic", enable_backward=True
 )
 
 
@@ -499,12 +496,8 @@ def _unclip_in_place_adjoint_fn(
 
 
 _unclip_in_place_adjoint = wp.kernel(_unclip_in_place_adjoint_fn, enable_backward=False)
-_unclip_in_place_adjoint_deterministic = wp.kernel(
-    _unclip_in_place_adjoint_fn,
-    name="_unclip_in_place_adjoint_deterministic",
-    enable_backward=False,
-    module="unique",
-    module_options=_RUN_TO_RUN,
+_unclip_in_place_adjoint_deterministic = _run_to_run(
+    _unclip_in_place_adjoint_fn, "_unclip_in_place_adjoint_deterministic"
 )
 
 
@@ -763,29 +756,40 @@ def unclip_fragments(
     _check_array(out_bary_coords, "out_bary_coords", wp.vec3, 4, shape, d)
     if out_pix_to_face.ptr == pix_to_face.ptr or out_bary_coords.ptr == bary_coords.ptr:
         raise ValueError("unclip_fragments needs output arrays distinct from its inputs")
-    wp.launch(
-        _unclip,
-        dim=shape,
-        inputs=[pix_to_face, bary_coords, buffers.clipped, buffers.barycentric_conversion],
-        outputs=[out_pix_to_face, out_bary_coords],
-        device=d,
-        record_tape=False,
-    )
+    conversion = buffers.barycentric_conversion
+    _map_back(
+        buffers, shape, (_unclip, _unclip_adjoint, _unclip_adjoint_deterministic), deterministic,
+        [pix_to_face, bary_coords, buffers.clipped, conversion],
+        [out_pix_to_face, out_bary_coords],
+        lambda: [pix_to_face, bary_coords, buffers.clipped, buffers.cases, conversion,
+                 out_bary_coords.grad],
+        # an input without a gradient gets a scratch one (allocated while recording)
+        lambda: [bary_coords.grad if bary_coords.grad is not None else wp.empty_like(bary_coords)],
+        watched=out_bary_coords, arrays=[out_bary_coords, bary_coords, conversion],
+    )  # fmt: skip
+
+
+def _map_back(buffers, dim, kernels, deterministic, inputs, outputs, adjoint_inputs,
+              adjoint_outputs, *, watched, arrays) -> None:  # fmt: skip
+    """Launches ``kernels[0]`` unrecorded; on an active tape, when ``watched`` has a
+    gradient, records its adjoint (``kernels[1]``, or ``kernels[2]`` when
+    ``deterministic``) on ``adjoint_inputs()`` -> ``adjoint_outputs()`` and the
+    conversion matrices' gradient (a scratch one where they have none)."""
+    d = buffers.device
+    wp.launch(kernels[0], dim=dim, inputs=inputs, outputs=outputs, device=d, record_tape=False)
     tape = active_tape()
-    if tape is None or out_bary_coords.grad is None:
+    if tape is None or watched.grad is None:
         return
     conversion = buffers.barycentric_conversion
-    kernel = _unclip_adjoint_deterministic if deterministic else _unclip_adjoint
-    # an input without a gradient gets a scratch one (allocated while recording)
-    bary_grad = bary_coords.grad if bary_coords.grad is not None else wp.empty_like(bary_coords)
     conv_grad = conversion.grad if conversion.grad is not None else wp.empty_like(conversion)
+    kernel = kernels[2] if deterministic else kernels[1]
+    grads = adjoint_outputs()
 
     def backward():
-        inputs = [pix_to_face, bary_coords, buffers.clipped, buffers.cases, conversion,
-                  out_bary_coords.grad]  # fmt: skip
-        wp.launch(kernel, dim=shape, inputs=inputs, outputs=[bary_grad, conv_grad], device=d)
+        wp.launch(kernel, dim=dim, inputs=adjoint_inputs(), outputs=[*grads, conv_grad],
+                  device=d)  # fmt: skip
 
-    tape.record_func(backward, arrays=[out_bary_coords, bary_coords, conversion])
+    tape.record_func(backward, arrays=arrays)
 
 
 def unclip_in_place(
@@ -809,32 +813,18 @@ def unclip_in_place(
     ``face_verts`` (the clipped list's set-up rows) with the render's
     ``perspective_correct`` and ``clip_barycentric_coords``. No checks: internal.
     """
-    d = buffers.device
     _n, height, width, k = pix_to_face.shape
     conversion = buffers.barycentric_conversion
     slots = buffers.slot_views(pix_to_face)
-    out = buffers.slot_views(out_pix_to_face)
-    threads = (slots.flat.shape[0] + 3) // 4
-    bary = bary_coords.flatten()
-    wp.launch(
-        _unclip_in_place,
-        dim=threads,
-        inputs=[slots, buffers.clipped, buffers.cases, conversion],
-        outputs=[out, bary],
-        device=d,
-        record_tape=False,
-    )
-    tape = active_tape()
-    if tape is None or bary_coords.grad is None:
-        return
-    kernel = _unclip_in_place_adjoint_deterministic if deterministic else _unclip_in_place_adjoint
-    conv_grad = conversion.grad if conversion.grad is not None else wp.empty_like(conversion)
     flags = [int(bool(perspective_correct)), int(bool(clip_barycentric_coords))]
-    bary_grad = bary_coords.grad.flatten()
     size = wp.vec3i(height, width, k)
-
-    def backward():
-        inputs = [slots, buffers.clipped, buffers.cases, conversion, face_verts, size, *flags]
-        wp.launch(kernel, dim=threads, inputs=inputs, outputs=[bary_grad, conv_grad], device=d)
-
-    tape.record_func(backward, arrays=[bary_coords, conversion])
+    _map_back(
+        buffers, (slots.flat.shape[0] + 3) // 4,
+        (_unclip_in_place, _unclip_in_place_adjoint, _unclip_in_place_adjoint_deterministic),
+        deterministic,
+        [slots, buffers.clipped, buffers.cases, conversion],
+        [buffers.slot_views(out_pix_to_face), bary_coords.flatten()],
+        lambda: [slots, buffers.clipped, buffers.cases, conversion, face_verts, size, *flags],
+        lambda: [bary_coords.grad.flatten()],
+        watched=bary_coords, arrays=[bary_coords, conversion],
+    )  # fmt: skip
