@@ -43,6 +43,7 @@ import enum
 import numpy as np
 import warp as wp
 
+from ..backward.tape import active_tape
 from ..geometry import pixel_centre
 from ..meshes import as_faces_array, as_vec3_array
 from .interpolate import (
@@ -134,11 +135,16 @@ class MipLevels:
 
 
 @wp.func
+def level_size(p: MipLevels, level: int) -> wp.vec2i:
+    """(h, w) of ``level`` of the pyramid ``p``."""
+    return wp.vec2i(wp.max(p.maps.shape[1] >> level, 1), wp.max(p.maps.shape[2] >> level, 1))
+
+
+@wp.func
 def level_index(p: MipLevels, level: int, m: int, y: int, x: int, c: int) -> int:
     """Index in ``p.levels`` of texel (y, x), channel c of map m at ``level`` >= 1."""
-    h = wp.max(p.maps.shape[1] >> level, 1)
-    w = wp.max(p.maps.shape[2] >> level, 1)
-    return p.offsets[level] + ((m * h + y) * w + x) * p.maps.shape[3] + c
+    hw = level_size(p, level)
+    return p.offsets[level] + ((m * hw[0] + y) * hw[1] + x) * p.maps.shape[3] + c
 
 
 @wp.func
@@ -270,10 +276,9 @@ def clamp_branch(x: float, lo: float, hi: float) -> float:
 
 
 @wp.func
-def boundary_texel(
-    p: MipLevels, level: int, m: int, y: int, x: int, c: int, h: int, w: int, boundary: int
-) -> float:
-    """Texel of a bilinear tap, wrapped (wrap), or 0 outside the level (zero, clamp)."""
+def wrap_tap(y: int, x: int, h: int, w: int, boundary: int):
+    """(row, column, inside) of texel (y, x) of an h x w level: wrapped (wrap); ``inside``
+    False off the level (zero, clamp: the tap reads 0)."""
     xx = x
     yy = y
     if boundary == BoundaryMode.WRAP:
@@ -285,18 +290,28 @@ def boundary_texel(
             yy = yy + h
         if yy >= h:
             yy = yy - h
-    if xx < 0 or xx >= w or yy < 0 or yy >= h:
+    return yy, xx, xx >= 0 and xx < w and yy >= 0 and yy < h
+
+
+@wp.func
+def boundary_texel(
+    p: MipLevels, level: int, m: int, y: int, x: int, c: int, h: int, w: int, boundary: int
+) -> float:
+    """Texel of a bilinear tap, wrapped (wrap), or 0 outside the level (zero, clamp)."""
+    yy, xx, inside = wrap_tap(y, x, h, w, boundary)
+    if not inside:
         return 0.0
     return level_texel(p, level, m, yy, xx, c)
 
 
 @wp.func
-def bilinear_level(
-    p: MipLevels, level: int, m: int, c: int, u: float, v: float, boundary: int
-) -> float:
-    """Bilinear sample of ``level`` at (u, v) (texel centres at (i + 0.5) / size)."""
-    h = wp.max(p.maps.shape[1] >> level, 1)
-    w = wp.max(p.maps.shape[2] >> level, 1)
+def bilinear_taps(h: int, w: int, u: float, v: float, boundary: int):
+    """Where a bilinear sample of an h x w level at (u, v) reads (texel centres at
+    (i + 0.5) / size): ``(x0, y0, dx, dy, fx, fy, near)``, the first tap (x0, y0),
+    the column / row offsets of the others (0 where clamp pins the sample to an
+    edge texel's centre: the sample then has zero gradient along that axis), the
+    fractions, and ``near``: False far outside the level (zero mode) or NaN, where
+    the sample is 0."""
     uu = u
     vv = v
     if boundary == BoundaryMode.WRAP:
@@ -314,14 +329,32 @@ def bilinear_level(
         if y == 0.0 or y == float(h - 1):
             dy = 0
     # Far outside (zero mode) or NaN: no tap inside; keeps int() in range.
-    if not (x > -2.0 and x < float(w) + 1.0 and y > -2.0 and y < float(h) + 1.0):
+    near = x > -2.0 and x < float(w) + 1.0 and y > -2.0 and y < float(h) + 1.0
+    x0 = int(0)
+    y0 = int(0)
+    fx = float(0.0)
+    fy = float(0.0)
+    if near:
+        x0f = wp.floor(x)
+        y0f = wp.floor(y)
+        x0 = int(x0f)
+        y0 = int(y0f)
+        fx = x - x0f
+        fy = y - y0f
+    return x0, y0, dx, dy, fx, fy, near
+
+
+@wp.func
+def bilinear_level(
+    p: MipLevels, level: int, m: int, c: int, u: float, v: float, boundary: int
+) -> float:
+    """Bilinear sample of ``level`` at (u, v) (texel centres at (i + 0.5) / size)."""
+    hw = level_size(p, level)
+    h = hw[0]
+    w = hw[1]
+    x0, y0, dx, dy, fx, fy, near = bilinear_taps(h, w, u, v, boundary)
+    if not near:
         return 0.0
-    x0f = wp.floor(x)
-    y0f = wp.floor(y)
-    x0 = int(x0f)
-    y0 = int(y0f)
-    fx = x - x0f
-    fy = y - y0f
     a00 = boundary_texel(p, level, m, y0, x0, c, h, w, boundary)
     a10 = boundary_texel(p, level, m, y0, x0 + dx, c, h, w, boundary)
     a01 = boundary_texel(p, level, m, y0 + dy, x0, c, h, w, boundary)
@@ -332,12 +365,9 @@ def bilinear_level(
 
 
 @wp.func
-def nearest_base(
-    maps: wp.array4d(dtype=wp.float32), m: int, c: int, u: float, v: float, boundary: int
-) -> float:
-    """Nearest texel of the base level (nvdiffrast's nearest mode)."""
-    h = maps.shape[1]
-    w = maps.shape[2]
+def nearest_tap(h: int, w: int, u: float, v: float, boundary: int):
+    """(row, column, inside) of the texel nearest to (u, v) in an h x w level
+    (nvdiffrast's nearest mode); ``inside`` False off the level in zero mode."""
     uu = u
     vv = v
     if boundary == BoundaryMode.WRAP:
@@ -354,19 +384,29 @@ def nearest_base(
     y = wp.min(y, float(h) + 1.0)
     ix = int(wp.floor(x))
     iy = int(wp.floor(y))
+    inside = True
     if boundary == BoundaryMode.ZERO:
-        if ix < 0 or ix >= w or iy < 0 or iy >= h:
-            return 0.0
-    ix = wp.clamp(ix, 0, w - 1)
-    iy = wp.clamp(iy, 0, h - 1)
+        inside = ix >= 0 and ix < w and iy >= 0 and iy < h
+    return wp.clamp(iy, 0, h - 1), wp.clamp(ix, 0, w - 1), inside
+
+
+@wp.func
+def nearest_base(
+    maps: wp.array4d(dtype=wp.float32), m: int, c: int, u: float, v: float, boundary: int
+) -> float:
+    """Nearest texel of the base level (nvdiffrast's nearest mode)."""
+    iy, ix, inside = nearest_tap(maps.shape[1], maps.shape[2], u, v, boundary)
+    if not inside:
+        return 0.0
     return maps[m, iy, ix, c]
 
 
 @wp.func
-def mip_level(
-    dudx: float, dvdx: float, dudy: float, dvdy: float, h: int, w: int, max_level: int
-) -> float:
-    """nvdiffrast's level: 0.5 log2 of the squared major axis of the texel footprint."""
+def texel_footprint(dudx: float, dvdx: float, dudy: float, dvdy: float, h: int, w: int):
+    """nvdiffrast's pixel footprint in texels of an h x w level: ``(sx, tx, sy, ty, a,
+    b, cc, l2a, major)``, the texel-space derivatives, the quadratic form's
+    ``A = sx^2 + tx^2``, ``B = sy^2 + ty^2``, ``C = sx sy + tx ty``, the square root
+    ``l2a`` (0 where its argument is not positive) and the squared major axis."""
     sx = dudx * float(w)
     sy = dudy * float(w)
     tx = dvdx * float(h)
@@ -379,7 +419,15 @@ def mip_level(
     l2a = float(0.0)
     if l2n > 0.0:
         l2a = wp.sqrt(l2n)
-    major = l2b + l2a
+    return sx, tx, sy, ty, a, b, cc, l2a, l2b + l2a
+
+
+@wp.func
+def mip_level(
+    dudx: float, dvdx: float, dudy: float, dvdy: float, h: int, w: int, max_level: int
+) -> float:
+    """nvdiffrast's level: 0.5 log2 of the squared major axis of the texel footprint."""
+    sx, tx, sy, ty, a, b, cc, l2a, major = texel_footprint(dudx, dvdx, dudy, dvdy, h, w)
     flevel = float(0.0)
     if major > 0.0:
         flevel = 0.5 * wp.log2(major)
@@ -630,24 +678,42 @@ class CornerTables:
 
 
 @wp.func
+def corner_uvs(corners: UVCorners, f: int):
+    """The UVs (``vec2``) of face ``f``'s three corners."""
+    t = corners.uv[f]
+    return wp.vec2(t[0, 0], t[0, 1]), wp.vec2(t[1, 0], t[1, 1]), wp.vec2(t[2, 0], t[2, 1])
+
+
+@wp.func
+def blend3(w: wp.vec3, a: wp.vec2, b: wp.vec2, c: wp.vec2) -> wp.vec2:
+    """w[0] a + w[1] b + w[2] c."""
+    return w[0] * a + w[1] * b + w[2] * c
+
+
+@wp.func
+def pixel_bary_derivatives(corners: UVCorners, f: int, yi: int, xi: int, shape: wp.vec2i):
+    """(d bary / d X_ndc, d bary / d Y_ndc, step) of face ``f`` at the centre of pixel
+    (yi, xi) of an image of ``shape`` (H, W); ``step`` times a derivative is per
+    pixel, x right, y down."""
+    p = pixel_centre(yi, xi, shape[0], shape[1])
+    m = corners.ndc[f]
+    dbx, dby = bary_derivatives(p, m[0], m[1], m[2], corners.perspective)
+    return dbx, dby, -2.0 / float(wp.min(shape[0], shape[1]))
+
+
+@wp.func
 def slot_uv(corners: UVCorners, f: int, b: wp.vec3, yi: int, xi: int, shape: wp.vec2i):
     """(uv, duv/dx, duv/dy) of a filled slot of face ``f`` in an image of ``shape``
     (H, W): the UVs interpolated with the barycentrics, and their analytic
     screen-space derivatives (per pixel, x right, y down) when ``corners.derivatives``."""
-    t = corners.uv[f]
-    uv0 = wp.vec2(t[0, 0], t[0, 1])
-    uv1 = wp.vec2(t[1, 0], t[1, 1])
-    uv2 = wp.vec2(t[2, 0], t[2, 1])
-    uv = b[0] * uv0 + b[1] * uv1 + b[2] * uv2
+    uv0, uv1, uv2 = corner_uvs(corners, f)
+    uv = blend3(b, uv0, uv1, uv2)
     duv_dx = wp.vec2(0.0)
     duv_dy = wp.vec2(0.0)
     if corners.derivatives != 0:
-        p = pixel_centre(yi, xi, shape[0], shape[1])
-        m = corners.ndc[f]
-        dbx, dby = bary_derivatives(p, m[0], m[1], m[2], corners.perspective)
-        step = -2.0 / float(wp.min(shape[0], shape[1]))
-        duv_dx = step * (dbx[0] * uv0 + dbx[1] * uv1 + dbx[2] * uv2)
-        duv_dy = step * (dby[0] * uv0 + dby[1] * uv1 + dby[2] * uv2)
+        dbx, dby, step = pixel_bary_derivatives(corners, f, yi, xi, shape)
+        duv_dx = step * blend3(dbx, uv0, uv1, uv2)
+        duv_dy = step * blend3(dby, uv0, uv1, uv2)
     return uv, duv_dx, duv_dy
 
 
@@ -737,6 +803,10 @@ class TexturesUVMipmap(UVTextures):
         self._fragments = LastStruct(PixelFragments)
         self._screen = LastStruct(ScreenFaces)
         self._corners = LastStruct(UVCorners)
+        self._adjoint = None  # the recorder of the sampling adjoint (mip_adjoint.py)
+        #: Record Warp's generated adjoint of the sampling kernel instead of the
+        #: hand-written one (tests and timings compare the two).
+        self._generated_adjoint = False
 
     @property
     def sampler(self) -> MipSampler:
@@ -830,16 +900,26 @@ class TexturesUVMipmap(UVTextures):
                                     perspective=screen.perspective)  # fmt: skip
         # One thread per slot and channel: a thread per slot doing the three
         # channels was slower on an H200 (0.36 vs 0.28 ms forward, 1.54 vs 1.24 ms
-        # backward on the K = 1 bench scene; docs/PERF.md).
+        # backward on the K = 1 bench scene; docs/PERF.md). Its adjoint is
+        # hand-written, one thread per slot (mip_adjoint.py), unless
+        # ``_generated_adjoint`` asks for Warp's.
+        frag = self._fragments(self.device, pix_to_face=p2f, bary_coords=bary)
+        view = float_view(texels)
+        dim = (nn, h, w, k * c)
+        sampler = self.sampler
         wp.launch(
             _sample_uv_mipmap,
-            dim=(nn, h, w, k * c),
-            inputs=[
-                self._fragments(self.device, pix_to_face=p2f, bary_coords=bary),
-                corner_args,
-                self.sampler,
-            ],
-            outputs=[float_view(texels)],
+            dim=dim,
+            inputs=[frag, corner_args, sampler],
+            outputs=[view],
             device=self.device,
+            record_tape=self._generated_adjoint,
         )
+        tape = active_tape()
+        if not self._generated_adjoint and tape is not None and view.grad is not None:
+            if self._adjoint is None:
+                from .mip_adjoint import SampleAdjoint  # builds on this module
+
+                self._adjoint = SampleAdjoint()
+            self._adjoint.record(tape, dim, frag, corner_args, sampler, view)
         return texels

@@ -1,0 +1,455 @@
+"""The hand-written adjoint of :class:`~warpraster.shading.mipmap.TexturesUVMipmap`'s
+sampling kernel.
+
+The forward (``mipmap._sample_uv_mipmap``) runs one thread per slot and channel.
+Warp's generated adjoint of it replays the whole slot in every channel's thread
+and adds the slot's UV / projected-vertex gradients into the per-face corner
+tables once per channel. :func:`record_sample_adjoint` registers instead, with
+``tape.record_func``, one thread per slot (:func:`_sample_uv_mipmap_adjoint`)
+that recomputes the UV, its screen-space derivatives and the mip level once,
+adds every channel's texel gradients (atomics into the base maps and the level
+buffer, as the generated adjoint does), sums the gradients of the sampling
+position (and, ``linear-mipmap-linear``, of the level fraction) over the
+channels, and takes the chain to the barycentrics (one store per slot) and to
+the corner tables (one atomic add per slot and table) once.
+
+It gives what the generated adjoint gives, up to the order of float sums,
+including where that adjoint is zero: a clamped level (0 or the coarsest), the
+square root of an exactly isotropic footprint and a zero footprint, clamp mode
+pinned to an edge texel's centre, far outside the map in zero mode, ``floor``
+(no gradient), the nearest filter (no UV gradient). Like Warp's adjoint of the
+forward's store, it consumes (zeroes) the texels' gradient it reads.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from ..geometry import EPS, barycentric, pixel_centre
+from .mipmap import (
+    FilterMode,
+    MipLevels,
+    MipSampler,
+    UVCorners,
+    blend3,
+    bilinear_taps,
+    boundary_texel,
+    corner_uvs,
+    level_index,
+    level_size,
+    mat32,
+    mip_level,
+    nearest_tap,
+    pixel_bary_derivatives,
+    texel_footprint,
+    wrap_tap,
+)
+from .params import row
+from .pixel_args import PixelFragments
+from .textures import LastStruct
+
+wp.set_module_options({"enable_backward": False, "fuse_fp": False})
+
+__all__ = ["SampleAdjoint", "SampleGrads"]
+
+#: Bits of :attr:`SampleGrads.want`: the gradients the adjoint writes.
+WANT_BASE = 1  # texels of the base maps
+WANT_LEVELS = 2  # texels of levels 1..L
+WANT_UV = 4
+WANT_NDC = 8
+WANT_BARY = 16
+
+INV_LN2 = wp.constant(1.4426950408889634)
+
+
+@wp.struct
+class SampleGrads:
+    """Where the adjoint adds: ``texels`` (the pyramid's :class:`MipLevels` with the
+    ``.grad`` of its base maps and level buffer, and its offsets), the corner
+    tables' ``uv`` (F,) ``mat32`` and ``ndc`` (F,) ``mat33`` gradients, the
+    barycentrics' ``bary`` (N, H, W, K) ``vec3`` gradient; ``want`` says which
+    of them are written (``WANT_*`` bits; the others are placeholders)."""
+
+    texels: MipLevels
+    uv: wp.array(dtype=mat32)
+    ndc: wp.array(dtype=wp.mat33)
+    bary: wp.array4d(dtype=wp.vec3)
+    want: int
+
+
+# ----------------------------------------------------------------------------- funcs
+@wp.func
+def edge_grads(p: wp.vec2, a: wp.vec2, b: wp.vec2):
+    """(d/da, d/db) of the edge function E(p, a, b) (``geometry.edge_function``)."""
+    return wp.vec2(p[1] - b[1], b[0] - p[0]), wp.vec2(a[1] - p[1], p[0] - a[0])
+
+
+@wp.func
+def bary_derivatives_grad(
+    p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, perspective: int, gdx: wp.vec3, gdy: wp.vec3
+):
+    """Adjoint of :func:`~warpraster.shading.interpolate.bary_derivatives`: the
+    gradients (vec3 each) to ``v0``, ``v1``, ``v2`` of ``dot(gdx, dx) + dot(gdy, dy)``,
+    where (dx, dy) are its outputs at NDC point ``p`` (a constant)."""
+    area = (v2[0] - v0[0]) * (v1[1] - v0[1]) - (v2[1] - v0[1]) * (v1[0] - v0[0]) + EPS
+    # d area / d x_i and d area / d y_i (also the numerators of the screen derivatives)
+    nx = wp.vec3(v2[1] - v1[1], v0[1] - v2[1], v1[1] - v0[1])
+    ny = wp.vec3(v1[0] - v2[0], v2[0] - v0[0], v0[0] - v1[0])
+    dsx = nx / area
+    dsy = ny / area
+    g_dsx = gdx
+    g_dsy = gdy
+    g_area = float(0.0)
+    gx = wp.vec3(0.0)
+    gy = wp.vec3(0.0)
+    gz = wp.vec3(0.0)
+    if perspective != 0:
+        p0 = wp.vec2(v0[0], v0[1])
+        p1 = wp.vec2(v1[0], v1[1])
+        p2 = wp.vec2(v2[0], v2[1])
+        s = barycentric(p, p0, p1, p2)
+        zz = wp.vec3(v1[2] * v2[2], v0[2] * v2[2], v0[2] * v1[2])
+        w = wp.cw_mul(s, zz)
+        wsum = w[0] + w[1] + w[2]
+        denom = wp.max(wsum, EPS)
+        dwx = wp.cw_mul(dsx, zz)
+        dwy = wp.cw_mul(dsy, zz)
+        g_dwx = gdx / denom
+        g_dwy = gdy / denom
+        g_w = wp.vec3(0.0)
+        if wsum > EPS:
+            # d = (dw - b sum(dw)) / denom with b = w / denom, denom = wsum
+            b = w / denom
+            sum_x = dwx[0] + dwx[1] + dwx[2]
+            sum_y = dwy[0] + dwy[1] + dwy[2]
+            dx = (dwx - b * sum_x) / denom
+            dy = (dwy - b * sum_y) / denom
+            g_dwx = g_dwx + wp.vec3(-wp.dot(b, gdx) / denom)
+            g_dwy = g_dwy + wp.vec3(-wp.dot(b, gdy) / denom)
+            g_b = -(sum_x * gdx + sum_y * gdy) / denom
+            g_denom = -(wp.dot(gdx, dx) + wp.dot(gdy, dy) + wp.dot(g_b, b)) / denom
+            g_w = g_b / denom + wp.vec3(g_denom)
+        # else: denom is the constant EPS
+        g_dsx = wp.cw_mul(g_dwx, zz)
+        g_dsy = wp.cw_mul(g_dwy, zz)
+        g_zz = wp.cw_mul(g_dwx, dsx) + wp.cw_mul(g_dwy, dsy) + wp.cw_mul(g_w, s)
+        gz = wp.vec3(
+            g_zz[1] * v2[2] + g_zz[2] * v1[2],
+            g_zz[0] * v2[2] + g_zz[2] * v0[2],
+            g_zz[0] * v1[2] + g_zz[1] * v0[2],
+        )
+        # s_i = E_i / area, E_0 = E(p, v1, v2), E_1 = E(p, v2, v0), E_2 = E(p, v0, v1)
+        g_s = wp.cw_mul(g_w, zz)
+        g_area = -wp.dot(g_s, s) / area
+        ge = g_s / area
+        a1, b2 = edge_grads(p, p1, p2)
+        a2, b0 = edge_grads(p, p2, p0)
+        a0, b1 = edge_grads(p, p0, p1)
+        g0 = ge[1] * b0 + ge[2] * a0
+        g1 = ge[0] * a1 + ge[2] * b1
+        g2 = ge[0] * b2 + ge[1] * a2
+        gx = wp.vec3(g0[0], g1[0], g2[0])
+        gy = wp.vec3(g0[1], g1[1], g2[1])
+    # ds = n / area
+    g_area = g_area - (wp.dot(g_dsx, dsx) + wp.dot(g_dsy, dsy)) / area
+    g_nx = g_dsx / area
+    g_ny = g_dsy / area
+    gx = gx + g_area * nx + wp.vec3(g_ny[2] - g_ny[1], g_ny[0] - g_ny[2], g_ny[1] - g_ny[0])
+    gy = gy + g_area * ny + wp.vec3(g_nx[1] - g_nx[2], g_nx[2] - g_nx[0], g_nx[0] - g_nx[1])
+    return (
+        wp.vec3(gx[0], gy[0], gz[0]),
+        wp.vec3(gx[1], gy[1], gz[1]),
+        wp.vec3(gx[2], gy[2], gz[2]),
+    )
+
+
+@wp.func
+def mip_level_grad(
+    dudx: float, dvdx: float, dudy: float, dvdy: float, h: int, w: int, max_level: int, g: float
+) -> wp.vec4:
+    """Adjoint of :func:`~warpraster.shading.mipmap.mip_level`: ``g`` times its
+    gradient to (dudx, dvdx, dudy, dvdy); zero where the level is clamped (on or
+    beyond 0 and ``max_level``) or the footprint is zero; the square root's term
+    only where its argument is positive."""
+    sx, tx, sy, ty, a, b, cc, l2a, major = texel_footprint(dudx, dvdx, dudy, dvdy, h, w)
+    if not (major > 0.0):
+        return wp.vec4(0.0)
+    flevel = 0.5 * wp.log2(major)
+    if flevel <= 0.0 or flevel >= float(max_level):
+        return wp.vec4(0.0)
+    g_major = (1.0 / major) * INV_LN2 * (0.5 * g)
+    g_a = 0.5 * g_major
+    g_b = 0.5 * g_major
+    g_cc = float(0.0)
+    if l2a > 0.0:
+        g_l2n = 0.5 * (1.0 / l2a) * g_major
+        g_amb = 0.5 * (a - b) * g_l2n
+        g_a = g_a + g_amb
+        g_b = g_b - g_amb
+        g_cc = 2.0 * cc * g_l2n
+    g_sx = 2.0 * sx * g_a + sy * g_cc
+    g_tx = 2.0 * tx * g_a + ty * g_cc
+    g_sy = 2.0 * sy * g_b + sx * g_cc
+    g_ty = 2.0 * ty * g_b + tx * g_cc
+    return wp.vec4(g_sx * float(w), g_tx * float(h), g_sy * float(w), g_ty * float(h))
+
+
+@wp.func
+def add_texel_grad(
+    gp: MipLevels, level: int, m: int, y: int, x: int, c: int, h: int, w: int, boundary: int,
+    value: float,
+):  # fmt: skip
+    """Adds ``value`` to the gradient of the texel a bilinear tap (y, x) reads (none
+    outside the level in zero / clamp mode)."""
+    yy, xx, inside = wrap_tap(y, x, h, w, boundary)
+    if inside:
+        if level == 0:
+            wp.atomic_add(gp.maps, m, yy, xx, c, value)
+        else:
+            wp.atomic_add(gp.levels, level_index(gp, level, m, yy, xx, c), value)
+
+
+@wp.func
+def wants_level(want: int, level: int) -> bool:
+    """Whether the texel gradients of ``level`` are written (``WANT_*`` bits)."""
+    if level == 0:
+        return (want & WANT_BASE) != 0
+    return (want & WANT_LEVELS) != 0
+
+
+@wp.func
+def bilinear_channel_grad(
+    p: MipLevels, gp: MipLevels, level: int, m: int, c: int, x0: int, y0: int, dx: int, dy: int,
+    fx: float, fy: float, boundary: int, g: float, texels: bool,
+):  # fmt: skip
+    """One channel of a bilinear sample of ``level`` at the taps of
+    :func:`~warpraster.shading.mipmap.bilinear_taps`, and its adjoint for the output
+    gradient ``g``: ``(value, g_fx, g_fy)``; adds the four texel gradients when
+    ``texels``."""
+    hw = level_size(p, level)
+    h = hw[0]
+    w = hw[1]
+    a00 = boundary_texel(p, level, m, y0, x0, c, h, w, boundary)
+    a10 = boundary_texel(p, level, m, y0, x0 + dx, c, h, w, boundary)
+    a01 = boundary_texel(p, level, m, y0 + dy, x0, c, h, w, boundary)
+    a11 = boundary_texel(p, level, m, y0 + dy, x0 + dx, c, h, w, boundary)
+    top = a00 + fx * (a10 - a00)
+    bottom = a01 + fx * (a11 - a01)
+    g_bottom = fy * g
+    g_top = g - g_bottom
+    if texels:
+        add_texel_grad(gp, level, m, y0, x0, c, h, w, boundary, g_top - fx * g_top)
+        add_texel_grad(gp, level, m, y0, x0 + dx, c, h, w, boundary, fx * g_top)
+        add_texel_grad(gp, level, m, y0 + dy, x0, c, h, w, boundary, g_bottom - fx * g_bottom)
+        add_texel_grad(gp, level, m, y0 + dy, x0 + dx, c, h, w, boundary, fx * g_bottom)
+    g_fx = g_top * (a10 - a00) + g_bottom * (a11 - a01)
+    return top + fy * (bottom - top), g_fx, g * (bottom - top)
+
+
+# ----------------------------------------------------------------------------- kernel
+@wp.kernel
+def _sample_uv_mipmap_adjoint(
+    # Fragments in (pix_to_face, bary_coords):
+    frag: PixelFragments,
+    # Corners in (per face):
+    corners: UVCorners,
+    # Texture in:
+    t: MipSampler,
+    # Gradient in (consumed: zeroed once read): (N, H, W, K * C) float view
+    texels_grad: wp.array4d(dtype=wp.float32),
+    # Gradients out (added to):
+    g: SampleGrads,
+):
+    """One thread per slot: the adjoint of ``mipmap._sample_uv_mipmap`` over all C channels."""
+    n, yi, xi, k = wp.tid()
+    nc = t.p.maps.shape[3]
+    j0 = k * nc
+    f = frag.pix_to_face[n, yi, xi, k]
+    if f < 0:
+        for c in range(nc):
+            texels_grad[n, yi, xi, j0 + c] = 0.0
+        return
+    # the forward's slot_uv, keeping its terms
+    b = frag.bary_coords[n, yi, xi, k]
+    uv0, uv1, uv2 = corner_uvs(corners, f)
+    uv = blend3(b, uv0, uv1, uv2)
+    duv_dx = wp.vec2(0.0)
+    duv_dy = wp.vec2(0.0)
+    dbx = wp.vec3(0.0)
+    dby = wp.vec3(0.0)
+    step = float(0.0)
+    shape = wp.vec2i(frag.pix_to_face.shape[1], frag.pix_to_face.shape[2])
+    if corners.derivatives != 0:
+        dbx, dby, step = pixel_bary_derivatives(corners, f, yi, xi, shape)
+        duv_dx = step * blend3(dbx, uv0, uv1, uv2)
+        duv_dy = step * blend3(dby, uv0, uv1, uv2)
+    # the forward's mip_sample_channel, per slot
+    m = row(n, t.p.maps.shape[0])
+    u = uv[0]
+    v = uv[1]
+    dvx = duv_dx[1]
+    dvy = duv_dy[1]
+    if t.flip_v != 0:
+        v = 1.0 - v
+        dvx = -dvx
+        dvy = -dvy
+    g_u = float(0.0)
+    g_v = float(0.0)
+    g_d = wp.vec4(0.0)  # to (du/dx, dv/dx, du/dy, dv/dy) as the sampler sees them
+    two = False  # linear-mipmap-linear above level 0: two levels blended
+    base = level_size(t.p, 0)
+    if t.filter_mode == FilterMode.NEAREST:
+        iy, ix, inside = nearest_tap(base[0], base[1], u, v, t.boundary)
+        for c in range(nc):
+            gc = texels_grad[n, yi, xi, j0 + c]
+            texels_grad[n, yi, xi, j0 + c] = 0.0
+            if inside and (g.want & WANT_BASE) != 0:
+                wp.atomic_add(g.texels.maps, m, iy, ix, c, gc)
+    else:
+        level0 = int(0)
+        level1 = int(0)
+        frac = float(0.0)
+        if t.filter_mode != FilterMode.LINEAR and t.max_level != 0:
+            flevel = mip_level(duv_dx[0], dvx, duv_dy[0], dvy, base[0], base[1], t.max_level)
+            level0 = int(wp.floor(flevel))
+            if t.filter_mode == FilterMode.LINEAR_MIPMAP_LINEAR and flevel > 0.0:
+                two = True
+                level1 = wp.min(level0 + 1, t.max_level)
+                frac = flevel - float(level0)
+        s0 = level_size(t.p, level0)
+        s1 = level_size(t.p, level1)
+        want0 = wants_level(g.want, level0)
+        want1 = wants_level(g.want, level1)
+        x0, y0, dx0, dy0, fx0, fy0, near0 = bilinear_taps(s0[0], s0[1], u, v, t.boundary)
+        x1, y1, dx1, dy1, fx1, fy1, near1 = bilinear_taps(s1[0], s1[1], u, v, t.boundary)
+        g_fx0 = float(0.0)
+        g_fy0 = float(0.0)
+        g_fx1 = float(0.0)
+        g_fy1 = float(0.0)
+        g_frac = float(0.0)
+        for c in range(nc):
+            gc = texels_grad[n, yi, xi, j0 + c]
+            texels_grad[n, yi, xi, j0 + c] = 0.0
+            ga = gc
+            gb = float(0.0)
+            if two:  # a + frac (bb - a)
+                gb = frac * gc
+                ga = gc - gb
+            va = float(0.0)
+            if near0:
+                va, gx, gy = bilinear_channel_grad(
+                    t.p, g.texels, level0, m, c, x0, y0, dx0, dy0, fx0, fy0, t.boundary, ga,
+                    want0,
+                )  # fmt: skip
+                g_fx0 += gx
+                g_fy0 += gy
+            if two:
+                vb = float(0.0)
+                if near1:
+                    vb, gx, gy = bilinear_channel_grad(
+                        t.p, g.texels, level1, m, c, x1, y1, dx1, dy1, fx1, fy1, t.boundary, gb,
+                        want1,
+                    )  # fmt: skip
+                    g_fx1 += gx
+                    g_fy1 += gy
+                g_frac += gc * (vb - va)
+        # x = u * w - 0.5 (u wrapped: d/du 1; clamp pinned: dx = 0, no gradient)
+        g_u = g_fx0 * float(s0[1] * dx0) + g_fx1 * float(s1[1] * dx1)
+        g_v = g_fy0 * float(s0[0] * dy0) + g_fy1 * float(s1[0] * dy1)
+        if two:
+            g_d = mip_level_grad(
+                duv_dx[0], dvx, duv_dy[0], dvy, base[0], base[1], t.max_level, g_frac
+            )
+    if t.flip_v != 0:
+        g_v = -g_v
+        g_d = wp.vec4(g_d[0], -g_d[1], g_d[2], -g_d[3])
+    # the chain through slot_uv, once per slot
+    g_uv = wp.vec2(g_u, g_v)
+    g0 = b[0] * g_uv
+    g1 = b[1] * g_uv
+    g2 = b[2] * g_uv
+    if two and corners.derivatives != 0:
+        sdx = step * wp.vec2(g_d[0], g_d[1])
+        sdy = step * wp.vec2(g_d[2], g_d[3])
+        g0 = g0 + dbx[0] * sdx + dby[0] * sdy
+        g1 = g1 + dbx[1] * sdx + dby[1] * sdy
+        g2 = g2 + dbx[2] * sdx + dby[2] * sdy
+        if (g.want & WANT_NDC) != 0:
+            g_dbx = wp.vec3(wp.dot(sdx, uv0), wp.dot(sdx, uv1), wp.dot(sdx, uv2))
+            g_dby = wp.vec3(wp.dot(sdy, uv0), wp.dot(sdy, uv1), wp.dot(sdy, uv2))
+            ndc = corners.ndc[f]
+            p = pixel_centre(yi, xi, shape[0], shape[1])
+            gv0, gv1, gv2 = bary_derivatives_grad(
+                p, ndc[0], ndc[1], ndc[2], corners.perspective, g_dbx, g_dby
+            )
+            wp.atomic_add(g.ndc, f, wp.matrix_from_rows(gv0, gv1, gv2))
+    if (g.want & WANT_UV) != 0:
+        wp.atomic_add(g.uv, f, mat32(g0[0], g0[1], g1[0], g1[1], g2[0], g2[1]))
+    if (g.want & WANT_BARY) != 0:
+        g_b = wp.vec3(wp.dot(g_uv, uv0), wp.dot(g_uv, uv1), wp.dot(g_uv, uv2))
+        g.bary[n, yi, xi, k] = g.bary[n, yi, xi, k] + g_b
+
+
+# ----------------------------------------------------------------------------- recording
+def _grad_of(arr: wp.array | None) -> wp.array | None:
+    """``arr.grad`` when ``arr`` carries one, else None."""
+    if arr is not None and arr.requires_grad and arr.grad is not None:
+        return arr.grad
+    return None
+
+
+class SampleAdjoint:
+    """Records the adjoint of one texture object's sampling launches on the active
+    tape (the structs it passes are made again only when the gradient arrays
+    change: no device allocation per call)."""
+
+    def __init__(self):
+        self._texel_grads = LastStruct(MipLevels)
+        self._grads = LastStruct(SampleGrads)
+
+    def record(
+        self,
+        tape,
+        dim: tuple,
+        frag: PixelFragments,
+        corners: UVCorners,
+        sampler: MipSampler,
+        texels: wp.array,
+    ) -> None:
+        """Registers the adjoint of a ``_sample_uv_mipmap`` launch of ``dim`` (N, H,
+        W, K * C) with these arguments and its (N, H, W, K * C) float32 output view
+        ``texels`` (which carries a gradient) on ``tape``."""
+        device = texels.device
+        pairs = [  # (array, its gradient, WANT bit)
+            (sampler.p.maps, _grad_of(sampler.p.maps), WANT_BASE),
+            (sampler.p.levels, _grad_of(sampler.p.levels), WANT_LEVELS),
+            (corners.uv, _grad_of(corners.uv), WANT_UV),
+            (corners.ndc, _grad_of(corners.ndc) if corners.derivatives else None, WANT_NDC),
+            (frag.bary_coords, _grad_of(frag.bary_coords), WANT_BARY),
+        ]
+        want = 0
+        sources = [texels]
+        for arr, grad, bit in pairs:
+            if grad is not None:
+                want |= bit
+                sources.append(arr)
+        texel_grads = self._texel_grads(
+            device, maps=pairs[0][1], levels=pairs[1][1], offsets=sampler.p.offsets
+        )
+        grads = self._grads(device, texels=texel_grads, uv=pairs[2][1], ndc=pairs[3][1],
+                            bary=pairs[4][1], want=want)  # fmt: skip
+        n, h, w, kc = dim
+        k = kc // max(sampler.p.maps.shape[3], 1)
+        texels_grad = texels.grad
+
+        def backward():
+            wp.launch(
+                _sample_uv_mipmap_adjoint,
+                dim=(n, h, w, k),
+                inputs=[frag, corners, sampler, texels_grad],
+                outputs=[grads],
+                device=device,
+            )
+
+        tape.record_func(backward, arrays=sources)
+
