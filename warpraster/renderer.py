@@ -22,6 +22,7 @@ from .raster import ClipWorkspace, RasterWorkspace
 from .raster.workspace import CallGraph
 from .rasterize import rasterize_meshes
 from .rasterizer import MeshRasterizer
+from .shading.corner_lists import CornerLists
 from .shading.normals import vertex_normals
 from .shading.params import new_struct
 from .shading.pixel_args import PixelFragments
@@ -177,15 +178,18 @@ class RenderOutputs:
         fragments: the step's :class:`~warpraster.Fragments` (raster workspace arrays).
     """
 
-    def __init__(self, shape, num_verts, num_faces, device, requires_grad, workspace):
+    def __init__(
+        self, shape, num_verts, num_faces, device, requires_grad, workspace, corner_lists=None
+    ):
         n, h, w, _ = shape
         self.workspace = workspace
         self.verts_ndc = wp.zeros(
             num_verts, dtype=wp.vec3, device=device, requires_grad=requires_grad
         )
         self.shading = ShadingBuffers(
-            shape, num_verts, num_faces, device, requires_grad=requires_grad
-        )
+            shape, num_verts, num_faces, device, requires_grad=requires_grad,
+            corner_lists=corner_lists,
+        )  # fmt: skip
         self.image = self.shading.image
         self.depth = wp.zeros((n, h, w), dtype=wp.float32, device=device)
         self.normals = wp.zeros((n, h, w), dtype=wp.vec3, device=device)
@@ -297,6 +301,10 @@ class Renderer:
             self.count,
             validate=True,
         )
+        #: each vertex's face corners (static faces, listed once): the vertex normals
+        #: and the corner tables' backward gather per vertex instead of scattering
+        #: with atomics (deterministic)
+        self.corner_lists = CornerLists(self.faces, self.num_verts)
         self.vert_to_mesh = None
         if n > 1 and len(cameras) > 1 or n > 1 and shader.mode == ShadingMode.GOURAUD:
             self.vert_to_mesh = vert_to_mesh_from_faces(
@@ -344,7 +352,8 @@ class Renderer:
                 device=self.device,
                 requires_grad=self.requires_grad,
             )
-        out = RenderOutputs(self.shape, self.num_verts, nf, self.device, self.requires_grad, ws)
+        out = RenderOutputs(self.shape, self.num_verts, nf, self.device, self.requires_grad, ws,
+                            self.corner_lists)  # fmt: skip
         out.channel_mesh = new_struct(
             ChannelMesh,
             self.device,
@@ -410,7 +419,8 @@ class Renderer:
         )
         nrm = out.shading.verts_normals
         if self._shader_skips_normals:
-            vertex_normals(v, self.faces, out=nrm, sums_out=out.shading.normal_sums, validate=False)
+            vertex_normals(v, self.faces, out=nrm, sums_out=out.shading.normal_sums,
+                           validate=False, corner_lists=self.corner_lists)  # fmt: skip
         wp.launch(
             _channels_kernel,
             dim=self.shape[:3],

@@ -9,15 +9,21 @@ Both follow PyTorch3D's ``Meshes`` exactly:
   to vertex i (twice the face area times the unit normal: area weighting), then
   each sum is divided by ``max(|sum|, 1e-6)``. A vertex in no face gets (0, 0, 0).
 
-The kernels are loop-free (the scatter is one ``atomic_add`` per face corner), so
-Warp's generated adjoint gives exact gradients to the vertices on a ``wp.Tape``.
+Without corner lists the kernels are loop-free (the scatter is one ``atomic_add``
+per face corner), so Warp's generated adjoint gives exact gradients to the
+vertices on a ``wp.Tape``. With the :class:`~warpraster.shading.corner_lists.CornerLists`
+of static faces the sums are gathered instead (one thread per vertex over its
+corners, ascending), forward and backward: no atomics, the same bits run to run,
+and a hand-written adjoint on the tape.
 """
 
 from __future__ import annotations
 
 import warp as wp
 
+from ..backward.tape import active_tape
 from ..meshes import as_faces_array, as_vec3_array
+from .corner_lists import CornerLists, VertexCorners, corner_of
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -49,6 +55,14 @@ def _face_normals(
     normals_out[f] = normalize_clamped(wp.cross(verts[faces[f, 1]] - v0, verts[faces[f, 2]] - v0))
 
 
+@wp.func
+def corner_cross(verts: wp.array(dtype=wp.vec3), faces: wp.array2d(dtype=wp.int32), f: int, c: int):
+    """``cross(v_j - v_i, v_k - v_i)`` at corner c of face f (i, j, k the face's
+    vertices from corner c on, in the face's order)."""
+    vi = verts[faces[f, c]]
+    return wp.cross(verts[faces[f, (c + 1) % 3]] - vi, verts[faces[f, (c + 2) % 3]] - vi)
+
+
 @wp.kernel
 def _scatter_corner_normals(
     # Mesh in:
@@ -58,11 +72,65 @@ def _scatter_corner_normals(
     sums_out: wp.array(dtype=wp.vec3),
 ):
     f, c = wp.tid()
-    i = faces[f, c]
-    vi = verts[i]
-    vj = verts[faces[f, (c + 1) % 3]]
-    vk = verts[faces[f, (c + 2) % 3]]
-    wp.atomic_add(sums_out, i, wp.cross(vj - vi, vk - vi))
+    wp.atomic_add(sums_out, faces[f, c], corner_cross(verts, faces, f, c))
+
+
+@wp.kernel(enable_backward=False)
+def _gather_corner_normals(
+    # Mesh in:
+    verts: wp.array(dtype=wp.vec3),
+    corners: VertexCorners,
+    # Data out:
+    sums_out: wp.array(dtype=wp.vec3),
+):
+    """Vertex i: the sum of its corners' cross products, in list order (a loop, so
+    not differentiated by Warp: :func:`_corner_normals_adjoint` is its adjoint)."""
+    i = wp.tid()
+    s = wp.vec3(0.0)
+    for e in range(corners.start[i], corners.start[i + 1]):
+        fc = corner_of(corners, e)
+        s = s + corner_cross(verts, corners.faces, fc[0], fc[1])
+    sums_out[i] = s
+
+
+@wp.func
+def _corner_grad(
+    verts: wp.array(dtype=wp.vec3),
+    corners: VertexCorners,
+    sums_grad: wp.array(dtype=wp.vec3),
+    e: int,
+):
+    """List entry e (vertex p, corner c of face f): the gradient at v_p of the
+    face's three corner terms ``sums_grad[i] . cross(v_j - v_i, v_k - v_i)``.
+
+    They are one cross product, ``cross(v_b - v_a, v_c - v_a)`` for the face
+    (a, b, c), so the face adds ``G . cross(v_b - v_a, v_c - v_a)`` with
+    ``G = sums_grad[a] + sums_grad[b] + sums_grad[c]``, whose gradient at v_a is
+    ``cross(G, v_c - v_b)`` (cyclically at b and c)."""
+    fc = corner_of(corners, e)
+    faces = corners.faces
+    f = fc[0]
+    g = sums_grad[faces[f, 0]] + sums_grad[faces[f, 1]] + sums_grad[faces[f, 2]]
+    return wp.cross(g, verts[faces[f, (fc[1] + 2) % 3]] - verts[faces[f, (fc[1] + 1) % 3]])
+
+
+@wp.kernel(enable_backward=False)
+def _corner_normals_adjoint(
+    # Mesh in:
+    verts: wp.array(dtype=wp.vec3),
+    corners: VertexCorners,
+    # Gradient in:
+    sums_grad: wp.array(dtype=wp.vec3),
+    # Gradient out (added to):
+    verts_grad_out: wp.array(dtype=wp.vec3),
+):
+    """Vertex p: the gradient of ``sum_corners sums_grad[i] . cross(v_j - v_i, v_k - v_i)``
+    with respect to v_p, over the faces around p, in list order (:func:`_corner_grad`)."""
+    p = wp.tid()
+    g = wp.vec3(0.0)
+    for e in range(corners.start[p], corners.start[p + 1]):
+        g = g + _corner_grad(verts, corners, sums_grad, e)
+    verts_grad_out[p] = verts_grad_out[p] + g
 
 
 @wp.kernel
@@ -120,6 +188,24 @@ def face_normals(verts, faces, *, out: wp.array | None = None, validate: bool = 
     return out
 
 
+def _gather_normal_sums(v: wp.array, corners: VertexCorners, sums: wp.array) -> None:
+    """Launches the per-vertex gather of the corner sums outside the tape and records
+    its adjoint on the active tape (when ``v`` and ``sums`` carry gradients)."""
+    nv = v.shape[0]
+    wp.launch(_gather_corner_normals, dim=nv, inputs=[v, corners], outputs=[sums],
+              device=v.device, record_tape=False)  # fmt: skip
+    tape = active_tape()
+    if tape is None or v.grad is None or sums.grad is None:
+        return
+    v_grad, sums_grad = v.grad, sums.grad
+
+    def backward():
+        wp.launch(_corner_normals_adjoint, dim=nv, inputs=[v, corners, sums_grad],
+                  outputs=[v_grad], device=v.device)  # fmt: skip
+
+    tape.record_func(backward, arrays=[v, sums])
+
+
 def vertex_normals(
     verts,
     faces,
@@ -127,6 +213,7 @@ def vertex_normals(
     out: wp.array | None = None,
     sums_out: wp.array | None = None,
     validate: bool = True,
+    corner_lists: CornerLists | None = None,
 ) -> wp.array:
     """Area-weighted unit vertex normals, as PyTorch3D's ``Meshes.verts_normals_packed``.
 
@@ -139,23 +226,34 @@ def vertex_normals(
             allocates nothing (capturable). Give each call recorded on one tape
             its own buffers.
         validate: check face indices on the host (a device read).
+        corner_lists: the :class:`~warpraster.shading.corner_lists.CornerLists` of
+            ``faces`` (built once for static faces; ``faces`` must be the very array
+            they list): the sums are then gathered per vertex, forward and backward,
+            with no atomics (the same bits run to run). None: scattered with atomics,
+            differentiated by Warp (faces may change from call to call).
 
     Returns:
         ``wp.array`` (V,) of ``vec3``. On a ``wp.Tape`` gradients flow to ``verts``.
     """
     v, f = _inputs(verts, faces, validate)
     nv = v.shape[0]
+    if corner_lists is not None:
+        corner_lists.check(f, nv)
     out = _vec3_buffer(out, "out", nv, v.device, v.requires_grad)
     sums = _vec3_buffer(sums_out, "sums_out", nv, v.device, v.requires_grad)
-    sums.zero_()
-    if f.shape[0]:
-        wp.launch(
-            _scatter_corner_normals,
-            dim=(f.shape[0], 3),
-            inputs=[v, f],
-            outputs=[sums],
-            device=v.device,
-        )
+    if corner_lists is not None:
+        if nv:
+            _gather_normal_sums(v, corner_lists.args, sums)
+    else:
+        sums.zero_()
+        if f.shape[0]:
+            wp.launch(
+                _scatter_corner_normals,
+                dim=(f.shape[0], 3),
+                inputs=[v, f],
+                outputs=[sums],
+                device=v.device,
+            )
     if nv:
         wp.launch(_normalize_rows, dim=nv, inputs=[sums], outputs=[out], device=v.device)
     return out

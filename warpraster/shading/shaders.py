@@ -38,13 +38,16 @@ import warp as wp
 from ..backward.tape import active_tape
 from ..meshes import as_faces_array, as_index_array, as_vec3_array
 from .blending import BlendParams, check_fragments, launch_sigmoid_blend, z_param
+from .corner_lists import CornerLists, VertexCorners
 from .fused import (
     ShadeInputs,
+    _grad_or,
     camera_centre,
     launch_shade_blend,
     lit_colour,
     new_inputs,
     slot_colour,
+    with_grad,
 )
 from .interpolate import interpolate_vertex_attributes
 from .lighting import LightsBase, PointLights
@@ -97,6 +100,63 @@ def _gather_faces_kernel(
         corners_out.nrm[f] = wp.matrix_from_rows(normals[i0], normals[i1], normals[i2])
     if texel_source == TexelSource.VERTEX:
         corners_out.col[f] = wp.matrix_from_rows(vert_colors[i0], vert_colors[i1], vert_colors[i2])
+
+
+@wp.func
+def _wanted_row(rows: wp.array(dtype=wp.vec3), r: int, wanted: int):
+    """``rows[r]``, or zero (not read) where not ``wanted``."""
+    if wanted != 0:
+        return rows[r]
+    return wp.vec3(0.0)
+
+
+@wp.func
+def _add_wanted(grad_out: wp.array(dtype=wp.vec3), i: int, g: wp.vec3, wanted: int):
+    """``grad_out[i] += g`` where ``wanted`` (one writer per row: no atomic)."""
+    if wanted != 0:
+        grad_out[i] = grad_out[i] + g
+
+
+@wp.kernel(enable_backward=False)
+def _gather_faces_adjoint(
+    # Mesh in:
+    corners: VertexCorners,
+    # Gradient in: the tables' gradients as (3F,) rows (row 3 f + c: corner c of
+    # face f, as the list's entries), and which vertex rows to write
+    pos_rows: wp.array(dtype=wp.vec3),
+    nrm_rows: wp.array(dtype=wp.vec3),
+    col_rows: wp.array(dtype=wp.vec3),
+    want: wp.vec3i,  # (positions, vertex normals (not flat shading), vertex colours)
+    # Gradient out (added to), (V,) each:
+    verts_grad_out: wp.array(dtype=wp.vec3),
+    normals_grad_out: wp.array(dtype=wp.vec3),
+    vert_colors_grad_out: wp.array(dtype=wp.vec3),
+):
+    """Vertex v: adds the table rows of its face corners, in list order (the adjoint
+    of :func:`_gather_faces_kernel`'s per-vertex rows, gathered: no atomics)."""
+    v = wp.tid()
+    sums = wp.mat33(0.0)  # rows: position, normal, colour gradients
+    for e in range(corners.start[v], corners.start[v + 1]):
+        r = corners.entries[e]
+        sums += wp.matrix_from_rows(
+            _wanted_row(pos_rows, r, want[0]),
+            _wanted_row(nrm_rows, r, want[1]),
+            _wanted_row(col_rows, r, want[2]),
+        )
+    _add_wanted(verts_grad_out, v, sums[0], want[0])
+    _add_wanted(normals_grad_out, v, sums[1], want[1])
+    _add_wanted(vert_colors_grad_out, v, sums[2], want[2])
+
+
+@wp.kernel(enable_backward=False)
+def _face_normal_rows_adjoint(
+    # Gradient in: (3F,) rows of the normal tables' gradients (flat shading: row 3 f)
+    nrm_rows: wp.array(dtype=wp.vec3),
+    # Gradient out (added to), (F,):
+    normals_grad_out: wp.array(dtype=wp.vec3),
+):
+    f = wp.tid()
+    normals_grad_out[f] = normals_grad_out[f] + nrm_rows[3 * f]
 
 
 @wp.kernel
@@ -155,9 +215,23 @@ class ShadingBuffers:
         verts_normals, normal_sums: (V,) ``vec3`` vertex normals and their scratch sums.
         faces_normals: (F,) ``vec3`` face normals.
         ones: (N, H, W, K) ``vec3`` of ones (silhouette colours).
+        corner_lists: the :class:`~warpraster.shading.corner_lists.CornerLists` of
+            static faces, or None. Given, every shader call with these buffers must
+            pass the very faces array listed (checked: ValueError otherwise), and the
+            vertex normals and the corner tables' backward gather per vertex (no
+            atomics); None: Warp's generated adjoints (faces may change per call).
     """
 
-    def __init__(self, shape, num_verts: int, num_faces: int, device, requires_grad: bool = True):
+    def __init__(
+        self,
+        shape,
+        num_verts: int,
+        num_faces: int,
+        device,
+        requires_grad: bool = True,
+        *,
+        corner_lists: CornerLists | None = None,
+    ):
         n, h, w, k = shape
         self.shape = tuple(shape)
         self.num_verts = int(num_verts)
@@ -177,6 +251,16 @@ class ShadingBuffers:
         self.face_tables = FaceTables(self.num_faces, device, rg)
         self.structs = StructCache()  # the kernels' argument structs, kept between calls
         self._corners = None
+        if corner_lists is not None and (
+            corner_lists.num_verts != self.num_verts
+            or corner_lists.faces.shape[0] != self.num_faces
+        ):
+            raise ValueError(
+                f"corner_lists were built for {corner_lists.faces.shape[0]} faces and "
+                f"{corner_lists.num_verts} vertices, the buffers are for {self.num_faces} "
+                f"and {self.num_verts}"
+            )
+        self.corner_lists = corner_lists
 
     def _slot_vec3s(self) -> wp.array:
         return wp.zeros(
@@ -316,9 +400,9 @@ def _normals(kind: str, given, verts, faces, device, buffers: ShadingBuffers):
             raise ValueError(f"{kind}_normals must have {want} rows, got {arr.shape[0]}")
         return arr
     if kind == "verts":
-        return vertex_normals(
-            verts, faces, out=buffers.verts_normals, sums_out=buffers.normal_sums, validate=False
-        )
+        return vertex_normals(verts, faces, out=buffers.verts_normals,
+                              sums_out=buffers.normal_sums, validate=False,
+                              corner_lists=buffers.corner_lists)  # fmt: skip
     return face_normals(verts, faces, out=buffers.faces_normals, validate=False)
 
 
@@ -339,18 +423,76 @@ class FaceTables:
         self.num_faces = int(num_faces)
         self.pos, self.nrm, self.col = mats(), mats(), mats()
         self.corners = new_struct(FaceCorners, device, pos=self.pos, nrm=self.nrm, col=self.col)
+        self._grad_rows = None
+
+    def grad_rows(self) -> tuple[wp.array, wp.array, wp.array] | None:
+        """The gradients of ``pos``, ``nrm``, ``col`` viewed as (3F,) ``vec3`` rows
+        (row 3 f + c: corner c of face f; views made once), None without gradients."""
+        if self.pos.grad is None:
+            return None
+        if self._grad_rows is None:
+            self._grad_rows = tuple(_rows_view(t.grad) for t in (self.pos, self.nrm, self.col))
+        return self._grad_rows
 
 
-def gather_faces(verts, faces, normals, *, mode, texels_from, vert_colors, tables) -> None:
-    """Launches the per-face corner gather into ``tables`` (on the tape)."""
-    if faces.shape[0]:
-        wp.launch(
-            _gather_faces_kernel,
-            dim=faces.shape[0],
-            inputs=[verts, faces, normals, int(mode), int(texels_from), vert_colors],
-            outputs=[tables.corners],
-            device=verts.device,
-        )
+def _rows_view(mats: wp.array) -> wp.array:
+    """A (F,) ``mat33`` array seen as its (3F,) ``vec3`` rows (same memory)."""
+    rows = wp.array(ptr=mats.ptr, dtype=wp.vec3, shape=(3 * mats.shape[0],), device=mats.device)
+    rows._ref = mats  # keep the owner alive
+    return rows
+
+
+def gather_faces(
+    verts, faces, normals, *, mode, texels_from, vert_colors, tables, corner_lists=None
+) -> None:
+    """Launches the per-face corner gather into ``tables`` (on the tape).
+
+    ``corner_lists``: the :class:`~warpraster.shading.corner_lists.CornerLists` of
+    ``faces`` (static faces, the very array listed): the backward then gathers
+    each vertex's table rows (:func:`_gather_faces_adjoint`, recorded by hand: no
+    atomics, the same bits run to run). None: Warp's generated adjoint (scatters
+    the rows with atomics; faces may change from call to call). Either way every
+    vertex, normal and colour gradient is the same sum; only its order differs.
+    The hand-written backward leaves the tables' gradients as they are (the
+    generated one zeroes each row it reads): ``tape.zero()`` clears both.
+    """
+    nf = faces.shape[0]
+    if not nf:
+        return
+    device = verts.device
+    inputs = [verts, faces, normals, int(mode), int(texels_from), vert_colors]
+    if corner_lists is None:
+        wp.launch(_gather_faces_kernel, dim=nf, inputs=inputs, outputs=[tables.corners],
+                  device=device)  # fmt: skip
+        return
+    corner_lists.check(faces, verts.shape[0])
+    wp.launch(_gather_faces_kernel, dim=nf, inputs=inputs, outputs=[tables.corners],
+              device=device, record_tape=False)  # fmt: skip
+    tape = active_tape()
+    rows = tables.grad_rows()
+    if tape is None or rows is None:
+        return
+    flat = int(mode) == int(ShadingMode.FLAT)
+    spare = placeholder(wp.vec3, 1, device)
+    pos_grad, want_pos = _grad_or(verts, spare)
+    nrm_grad, want_nrm = _grad_or(normals, spare)
+    col_grad, want_col = _grad_or(vert_colors, spare)
+    want_col = want_col and int(texels_from) == int(TexelSource.VERTEX)
+    want = wp.vec3i(int(want_pos), int(want_nrm and not flat), int(want_col))
+    if not any(want) and not (flat and want_nrm):
+        return
+
+    def backward():
+        if any(want):
+            wp.launch(_gather_faces_adjoint, dim=verts.shape[0],
+                      inputs=[corner_lists.args, *rows, want],
+                      outputs=[pos_grad, nrm_grad, col_grad], device=device)  # fmt: skip
+        if flat and want_nrm:
+            wp.launch(_face_normal_rows_adjoint, dim=nf, inputs=[rows[1]], outputs=[nrm_grad],
+                      device=device)  # fmt: skip
+
+    sources = (verts, normals, vert_colors) if want_col else (verts, normals)
+    tape.record_func(backward, arrays=with_grad(tables.pos, tables.nrm, tables.col, *sources))
 
 
 def lit_inputs(
@@ -576,6 +718,8 @@ class ShaderBase:
             raise ValueError(
                 "buffers were made for another image shape, vertex or face count or device"
             )
+        if buffers.corner_lists is not None:
+            buffers.corner_lists.check(f, v.shape[0], "buffers.corner_lists")
         frag_key = (
             fragments.pix_to_face,
             fragments.bary_coords,
@@ -688,7 +832,7 @@ class ShaderBase:
         else:
             nrm = _normals("verts", verts_normals, v, f, device, buffers)
         gather_faces(v, f, nrm, mode=self.mode, texels_from=src, vert_colors=vc,
-                     tables=buffers.face_tables)  # fmt: skip
+                     tables=buffers.face_tables, corner_lists=buffers.corner_lists)  # fmt: skip
         return {"lit": 1, "mode": int(self.mode), "texel_source": int(src), "texels": tx}
 
     # -- step 2
