@@ -31,20 +31,18 @@ from .mipmap import (
     MipLevels,
     MipSampler,
     UVCorners,
-    blend3,
     bilinear_taps,
     boundary_texel,
-    corner_uvs,
     level_index,
     level_size,
     mat32,
     mip_level,
     nearest_tap,
-    pixel_bary_derivatives,
+    sample_point,
+    slot_uv_terms,
     texel_footprint,
     wrap_tap,
 )
-from .params import row
 from .pixel_args import PixelFragments
 from .textures import LastStruct
 
@@ -194,56 +192,95 @@ def mip_level_grad(
     return wp.vec4(g_sx * float(w), g_tx * float(h), g_sy * float(w), g_ty * float(h))
 
 
+@wp.struct
+class LevelTaps:
+    """A bilinear sample's taps in one level (a local value of the kernel):
+    :func:`~warpraster.shading.mipmap.bilinear_taps` of ``level`` (size ``h`` x
+    ``w``), ``gx``, ``gy`` the derivatives d fx / d u and d fy / d v (0 where clamp
+    pins the sample), and ``want``: whether this level's texel gradients are written."""
+
+    level: int
+    h: int
+    w: int
+    x0: int
+    y0: int
+    dx: int
+    dy: int
+    fx: float
+    fy: float
+    near: bool
+    gx: float
+    gy: float
+    want: bool
+
+
+@wp.func
+def level_taps(t: MipSampler, level: int, u: float, v: float, want: int) -> LevelTaps:
+    """The :class:`LevelTaps` of the sample at (u, v) in ``level`` (``want``: the
+    kernel's ``WANT_*`` bits)."""
+    q = LevelTaps()
+    hw = level_size(t.p, level)
+    q.level = level
+    q.h = hw[0]
+    q.w = hw[1]
+    x0, y0, dx, dy, fx, fy, near = bilinear_taps(q.h, q.w, u, v, t.boundary)
+    q.x0 = x0
+    q.y0 = y0
+    q.dx = dx
+    q.dy = dy
+    q.fx = fx
+    q.fy = fy
+    q.near = near
+    # x = u * w - 0.5 (u wrapped: d/du 1; clamp pinned to an edge centre: dx = 0)
+    q.gx = float(q.w * q.dx)
+    q.gy = float(q.h * q.dy)
+    if level == 0:
+        q.want = (want & WANT_BASE) != 0
+    else:
+        q.want = (want & WANT_LEVELS) != 0
+    return q
+
+
 @wp.func
 def add_texel_grad(
-    gp: MipLevels, level: int, m: int, y: int, x: int, c: int, h: int, w: int, boundary: int,
-    value: float,
-):  # fmt: skip
-    """Adds ``value`` to the gradient of the texel a bilinear tap (y, x) reads (none
+    gp: MipLevels, q: LevelTaps, m: int, y: int, x: int, c: int, boundary: int, value: float
+):
+    """Adds ``value`` to the gradient of the texel the tap (y, x) of ``q`` reads (none
     outside the level in zero / clamp mode)."""
-    yy, xx, inside = wrap_tap(y, x, h, w, boundary)
+    yy, xx, inside = wrap_tap(y, x, q.h, q.w, boundary)
     if inside:
-        if level == 0:
+        if q.level == 0:
             wp.atomic_add(gp.maps, m, yy, xx, c, value)
         else:
-            wp.atomic_add(gp.levels, level_index(gp, level, m, yy, xx, c), value)
-
-
-@wp.func
-def wants_level(want: int, level: int) -> bool:
-    """Whether the texel gradients of ``level`` are written (``WANT_*`` bits)."""
-    if level == 0:
-        return (want & WANT_BASE) != 0
-    return (want & WANT_LEVELS) != 0
+            wp.atomic_add(gp.levels, level_index(gp, q.level, m, yy, xx, c), value)
 
 
 @wp.func
 def bilinear_channel_grad(
-    p: MipLevels, gp: MipLevels, level: int, m: int, c: int, x0: int, y0: int, dx: int, dy: int,
-    fx: float, fy: float, boundary: int, g: float, texels: bool,
-):  # fmt: skip
-    """One channel of a bilinear sample of ``level`` at the taps of
-    :func:`~warpraster.shading.mipmap.bilinear_taps`, and its adjoint for the output
-    gradient ``g``: ``(value, g_fx, g_fy)``; adds the four texel gradients when
-    ``texels``."""
-    hw = level_size(p, level)
-    h = hw[0]
-    w = hw[1]
-    a00 = boundary_texel(p, level, m, y0, x0, c, h, w, boundary)
-    a10 = boundary_texel(p, level, m, y0, x0 + dx, c, h, w, boundary)
-    a01 = boundary_texel(p, level, m, y0 + dy, x0, c, h, w, boundary)
-    a11 = boundary_texel(p, level, m, y0 + dy, x0 + dx, c, h, w, boundary)
-    top = a00 + fx * (a10 - a00)
-    bottom = a01 + fx * (a11 - a01)
-    g_bottom = fy * g
+    p: MipLevels, gp: MipLevels, q: LevelTaps, m: int, c: int, boundary: int, g: float
+) -> wp.vec3:
+    """Channel ``c`` of the bilinear sample at the taps ``q`` and its adjoint for the
+    output gradient ``g``: ``(value, g_u, g_v)`` (all 0 far outside the level); adds
+    the four texel gradients when ``q.want``."""
+    if not q.near:
+        return wp.vec3(0.0)
+    x1 = q.x0 + q.dx
+    y1 = q.y0 + q.dy
+    a00 = boundary_texel(p, q.level, m, q.y0, q.x0, c, q.h, q.w, boundary)
+    a10 = boundary_texel(p, q.level, m, q.y0, x1, c, q.h, q.w, boundary)
+    a01 = boundary_texel(p, q.level, m, y1, q.x0, c, q.h, q.w, boundary)
+    a11 = boundary_texel(p, q.level, m, y1, x1, c, q.h, q.w, boundary)
+    top = a00 + q.fx * (a10 - a00)
+    bottom = a01 + q.fx * (a11 - a01)
+    g_bottom = q.fy * g
     g_top = g - g_bottom
-    if texels:
-        add_texel_grad(gp, level, m, y0, x0, c, h, w, boundary, g_top - fx * g_top)
-        add_texel_grad(gp, level, m, y0, x0 + dx, c, h, w, boundary, fx * g_top)
-        add_texel_grad(gp, level, m, y0 + dy, x0, c, h, w, boundary, g_bottom - fx * g_bottom)
-        add_texel_grad(gp, level, m, y0 + dy, x0 + dx, c, h, w, boundary, fx * g_bottom)
+    if q.want:
+        add_texel_grad(gp, q, m, q.y0, q.x0, c, boundary, g_top - q.fx * g_top)
+        add_texel_grad(gp, q, m, q.y0, x1, c, boundary, q.fx * g_top)
+        add_texel_grad(gp, q, m, y1, q.x0, c, boundary, g_bottom - q.fx * g_bottom)
+        add_texel_grad(gp, q, m, y1, x1, c, boundary, q.fx * g_bottom)
     g_fx = g_top * (a10 - a00) + g_bottom * (a11 - a01)
-    return top + fy * (bottom - top), g_fx, g * (bottom - top)
+    return wp.vec3(top + q.fy * (bottom - top), g_fx * q.gx, (g * (bottom - top)) * q.gy)
 
 
 # ----------------------------------------------------------------------------- kernel
@@ -269,35 +306,14 @@ def _sample_uv_mipmap_adjoint(
         for c in range(nc):
             texels_grad[n, yi, xi, j0 + c] = 0.0
         return
-    # the forward's slot_uv, keeping its terms
     b = frag.bary_coords[n, yi, xi, k]
-    uv0, uv1, uv2 = corner_uvs(corners, f)
-    uv = blend3(b, uv0, uv1, uv2)
-    duv_dx = wp.vec2(0.0)
-    duv_dy = wp.vec2(0.0)
-    dbx = wp.vec3(0.0)
-    dby = wp.vec3(0.0)
-    step = float(0.0)
     shape = wp.vec2i(frag.pix_to_face.shape[1], frag.pix_to_face.shape[2])
-    if corners.derivatives != 0:
-        dbx, dby, step = pixel_bary_derivatives(corners, f, yi, xi, shape)
-        duv_dx = step * blend3(dbx, uv0, uv1, uv2)
-        duv_dy = step * blend3(dby, uv0, uv1, uv2)
-    # the forward's mip_sample_channel, per slot
-    m = row(n, t.p.maps.shape[0])
-    u = uv[0]
-    v = uv[1]
-    dvx = duv_dx[1]
-    dvy = duv_dy[1]
-    if t.flip_v != 0:
-        v = 1.0 - v
-        dvx = -dvx
-        dvy = -dvy
-    g_u = float(0.0)
-    g_v = float(0.0)
-    g_d = wp.vec4(0.0)  # to (du/dx, dv/dx, du/dy, dv/dy) as the sampler sees them
-    two = False  # linear-mipmap-linear above level 0: two levels blended
+    uv, duv_dx, duv_dy, uv0, uv1, uv2, dbx, dby, step = slot_uv_terms(corners, f, b, yi, xi, shape)
+    m, u, v, dvx, dvy = sample_point(t, n, uv, duv_dx, duv_dy)
     base = level_size(t.p, 0)
+    g_uv = wp.vec2(0.0)  # to (u, v) as the sampler reads them
+    g_d = wp.vec4(0.0)  # to (du/dx, dv/dx, du/dy, dv/dy) as the sampler reads them
+    two = False  # linear-mipmap-linear above level 0: two levels blended
     if t.filter_mode == FilterMode.NEAREST:
         iy, ix, inside = nearest_tap(base[0], base[1], u, v, t.boundary)
         for c in range(nc):
@@ -316,55 +332,29 @@ def _sample_uv_mipmap_adjoint(
                 two = True
                 level1 = wp.min(level0 + 1, t.max_level)
                 frac = flevel - float(level0)
-        s0 = level_size(t.p, level0)
-        s1 = level_size(t.p, level1)
-        want0 = wants_level(g.want, level0)
-        want1 = wants_level(g.want, level1)
-        x0, y0, dx0, dy0, fx0, fy0, near0 = bilinear_taps(s0[0], s0[1], u, v, t.boundary)
-        x1, y1, dx1, dy1, fx1, fy1, near1 = bilinear_taps(s1[0], s1[1], u, v, t.boundary)
-        g_fx0 = float(0.0)
-        g_fy0 = float(0.0)
-        g_fx1 = float(0.0)
-        g_fy1 = float(0.0)
+        q0 = level_taps(t, level0, u, v, g.want)
+        q1 = level_taps(t, level1, u, v, g.want)
         g_frac = float(0.0)
         for c in range(nc):
             gc = texels_grad[n, yi, xi, j0 + c]
             texels_grad[n, yi, xi, j0 + c] = 0.0
-            ga = gc
-            gb = float(0.0)
-            if two:  # a + frac (bb - a)
+            if two:  # a + frac (b - a)
                 gb = frac * gc
-                ga = gc - gb
-            va = float(0.0)
-            if near0:
-                va, gx, gy = bilinear_channel_grad(
-                    t.p, g.texels, level0, m, c, x0, y0, dx0, dy0, fx0, fy0, t.boundary, ga,
-                    want0,
-                )  # fmt: skip
-                g_fx0 += gx
-                g_fy0 += gy
-            if two:
-                vb = float(0.0)
-                if near1:
-                    vb, gx, gy = bilinear_channel_grad(
-                        t.p, g.texels, level1, m, c, x1, y1, dx1, dy1, fx1, fy1, t.boundary, gb,
-                        want1,
-                    )  # fmt: skip
-                    g_fx1 += gx
-                    g_fy1 += gy
-                g_frac += gc * (vb - va)
-        # x = u * w - 0.5 (u wrapped: d/du 1; clamp pinned: dx = 0, no gradient)
-        g_u = g_fx0 * float(s0[1] * dx0) + g_fx1 * float(s1[1] * dx1)
-        g_v = g_fy0 * float(s0[0] * dy0) + g_fy1 * float(s1[0] * dy1)
+                ra = bilinear_channel_grad(t.p, g.texels, q0, m, c, t.boundary, gc - gb)
+                rb = bilinear_channel_grad(t.p, g.texels, q1, m, c, t.boundary, gb)
+                g_uv += wp.vec2(ra[1] + rb[1], ra[2] + rb[2])
+                g_frac += gc * (rb[0] - ra[0])
+            else:
+                ra = bilinear_channel_grad(t.p, g.texels, q0, m, c, t.boundary, gc)
+                g_uv += wp.vec2(ra[1], ra[2])
         if two:
             g_d = mip_level_grad(
                 duv_dx[0], dvx, duv_dy[0], dvy, base[0], base[1], t.max_level, g_frac
             )
     if t.flip_v != 0:
-        g_v = -g_v
+        g_uv = wp.vec2(g_uv[0], -g_uv[1])
         g_d = wp.vec4(g_d[0], -g_d[1], g_d[2], -g_d[3])
     # the chain through slot_uv, once per slot
-    g_uv = wp.vec2(g_u, g_v)
     g0 = b[0] * g_uv
     g1 = b[1] * g_uv
     g2 = b[2] * g_uv

@@ -462,13 +462,9 @@ def mip_sampler(
 
 
 @wp.func
-def mip_sample_channel(
-    t: MipSampler, n: int, c: int, uv: wp.vec2, uv_dx: wp.vec2, uv_dy: wp.vec2
-) -> float:
-    """Channel ``c`` of image ``n``'s map (the one map when shared) sampled as
-    nvdiffrast's ``texture`` at ``uv``."""
-    m = row(n, t.p.maps.shape[0])
-    u = uv[0]
+def sample_point(t: MipSampler, n: int, uv: wp.vec2, uv_dx: wp.vec2, uv_dy: wp.vec2):
+    """(map m, u, v, dv/dx, dv/dy) that image ``n``'s sample reads: the map's row
+    (0 when shared) and v, with its derivatives, flipped (``1 - v``) with ``flip_v``."""
     v = uv[1]
     dvx = uv_dx[1]
     dvy = uv_dy[1]
@@ -476,6 +472,16 @@ def mip_sample_channel(
         v = 1.0 - v
         dvx = -dvx
         dvy = -dvy
+    return row(n, t.p.maps.shape[0]), uv[0], v, dvx, dvy
+
+
+@wp.func
+def mip_sample_channel(
+    t: MipSampler, n: int, c: int, uv: wp.vec2, uv_dx: wp.vec2, uv_dy: wp.vec2
+) -> float:
+    """Channel ``c`` of image ``n``'s map (the one map when shared) sampled as
+    nvdiffrast's ``texture`` at ``uv``."""
+    m, u, v, dvx, dvy = sample_point(t, n, uv, uv_dx, uv_dy)
     if t.filter_mode == FilterMode.NEAREST:
         return nearest_base(t.p.maps, m, c, u, v, t.boundary)
     if t.filter_mode == FilterMode.LINEAR or t.max_level == 0:
@@ -702,18 +708,30 @@ def pixel_bary_derivatives(corners: UVCorners, f: int, yi: int, xi: int, shape: 
 
 
 @wp.func
-def slot_uv(corners: UVCorners, f: int, b: wp.vec3, yi: int, xi: int, shape: wp.vec2i):
-    """(uv, duv/dx, duv/dy) of a filled slot of face ``f`` in an image of ``shape``
-    (H, W): the UVs interpolated with the barycentrics, and their analytic
-    screen-space derivatives (per pixel, x right, y down) when ``corners.derivatives``."""
+def slot_uv_terms(corners: UVCorners, f: int, b: wp.vec3, yi: int, xi: int, shape: wp.vec2i):
+    """:func:`slot_uv`'s outputs and the terms they are made of: ``(uv, duv_dx,
+    duv_dy, uv0, uv1, uv2, dbx, dby, step)``, the corner UVs and, with derivatives,
+    :func:`pixel_bary_derivatives` (zeros without)."""
     uv0, uv1, uv2 = corner_uvs(corners, f)
     uv = blend3(b, uv0, uv1, uv2)
     duv_dx = wp.vec2(0.0)
     duv_dy = wp.vec2(0.0)
+    dbx = wp.vec3(0.0)
+    dby = wp.vec3(0.0)
+    step = float(0.0)
     if corners.derivatives != 0:
         dbx, dby, step = pixel_bary_derivatives(corners, f, yi, xi, shape)
         duv_dx = step * blend3(dbx, uv0, uv1, uv2)
         duv_dy = step * blend3(dby, uv0, uv1, uv2)
+    return uv, duv_dx, duv_dy, uv0, uv1, uv2, dbx, dby, step
+
+
+@wp.func
+def slot_uv(corners: UVCorners, f: int, b: wp.vec3, yi: int, xi: int, shape: wp.vec2i):
+    """(uv, duv/dx, duv/dy) of a filled slot of face ``f`` in an image of ``shape``
+    (H, W): the UVs interpolated with the barycentrics, and their analytic
+    screen-space derivatives (per pixel, x right, y down) when ``corners.derivatives``."""
+    uv, duv_dx, duv_dy, uv0, uv1, uv2, dbx, dby, step = slot_uv_terms(corners, f, b, yi, xi, shape)
     return uv, duv_dx, duv_dy
 
 
