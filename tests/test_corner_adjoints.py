@@ -36,8 +36,7 @@ EPS32 = float(np.finfo(np.float32).eps)
 def shared_mesh(rng, nv=40, nf=120):
     """Random faces over few vertices (every vertex in ~9 faces), one face with a
     repeated vertex, one vertex in no face."""
-    v, f = random_mesh(rng, nv=nv, nf=nf)
-    return v, f
+    return random_mesh(rng, nv=nv, nf=nf)
 
 
 def rounding_bound(terms_abs: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -412,8 +412,10 @@ class FaceTables:
     Gathering the three corners of every face once (F threads) lets the per-slot
     kernel read one row per face: its adjoint then adds into per-face rows
     (contended by the slots of one face) instead of per-vertex rows (contended by
-    the slots of all faces around a vertex), and the gather's adjoint scatters F
-    rows to the vertices.
+    the slots of all faces around a vertex), and the gather's adjoint sends the F
+    rows to the vertices: scattered with atomics (Warp's generated adjoint), or
+    gathered per vertex over :class:`~warpraster.shading.corner_lists.CornerLists`
+    (see :func:`gather_faces`).
     """
 
     def __init__(self, num_faces: int, device, requires_grad: bool):
