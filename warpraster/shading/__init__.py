@@ -1,6 +1,7 @@
 """Shading: from fragments to pictures (interpolation, normals, textures, lights, shaders)."""
 
 from .blending import BlendParams, hard_rgb_blend, sigmoid_alpha_blend, softmax_rgb_blend
+from .corner_lists import CornerLists
 from .interpolate import interpolate_face_attributes, interpolate_vertex_attributes
 from .lighting import AmbientLights, DirectionalLights, LightKind, PointLights
 from .materials import Materials
@@ -26,6 +27,7 @@ from .shaders import (
 from .textures import PaddingMode, SamplingMode, TexturesUV, TexturesVertex
 
 __all__ = [
+    "CornerLists",
     "AmbientLights",
     "BlendParams",
     "DirectionalLights",
