@@ -88,7 +88,8 @@ def _scene(device):
 
 def _sample_grads(device, filt, boundary, *, flip_v, perspective, n_maps, generated, seed):
     """Samples the scene under a tape and back-propagates random output gradients:
-    the gradients of the base maps, verts_uvs, verts_ndc and the barycentrics."""
+    the gradients of the base maps, verts_uvs, verts_ndc and the barycentrics (and
+    what is left of the output's)."""
     frags, ndc, faces, uvs = _scene(device)
     rng = np.random.default_rng(seed)
     maps = wp.array(rng.uniform(size=(n_maps, MAP_H, MAP_W, 3)).astype(np.float32),
@@ -112,6 +113,8 @@ def _sample_grads(device, filt, boundary, *, flip_v, perspective, n_maps, genera
         "verts_uvs": verts_uvs.grad.numpy(),
         "verts_ndc": verts_ndc.grad.numpy(),
         "bary": bary.grad.numpy(),
+        # consumed, as Warp's adjoint of the forward's store does (zeroed once read)
+        "texels": out.grad.numpy(),
     }
 
 
@@ -172,6 +175,7 @@ def test_hand_adjoint_equals_generated(device, filt, boundary):
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * np.abs(b).max(),
                                        err_msg=f"{name} (variant {variant})")  # fmt: skip
         assert np.abs(want["maps"]).max() > 0
+        assert not want["texels"].any()
         smooth = filt != "nearest"  # nearest: piecewise constant in the UVs
         assert (np.abs(want["verts_uvs"]).max() > 0) == smooth
         assert (np.abs(want["bary"]).max() > 0) == smooth
