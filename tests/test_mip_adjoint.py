@@ -86,7 +86,8 @@ def _scene(device):
     return _SCENES[key]
 
 
-def _sample_grads(device, filt, boundary, *, flip_v, perspective, n_maps, generated, seed):
+def _sample_grads(device, filt, boundary, *, flip_v, perspective, n_maps, generated, seed,
+                  max_mip_level=None):  # fmt: skip
     """Samples the scene under a tape and back-propagates random output gradients:
     the gradients of the base maps, verts_uvs, verts_ndc and the barycentrics (and
     what is left of the output's)."""
@@ -98,7 +99,7 @@ def _sample_grads(device, filt, boundary, *, flip_v, perspective, n_maps, genera
     verts_ndc = wp.array(ndc, dtype=wp.vec3, device=device, requires_grad=True)
     bary = wp.array(frags.bary_coords.numpy(), dtype=wp.vec3, device=device, requires_grad=True)
     tex = TexturesUVMipmap(maps, faces, verts_uvs, filter_mode=filt, boundary_mode=boundary,
-                           flip_v=flip_v)  # fmt: skip
+                           flip_v=flip_v, max_mip_level=max_mip_level)  # fmt: skip
     tex._generated_adjoint = generated
     tape = wp.Tape()
     with tape:
@@ -154,26 +155,30 @@ def test_scene_reads_clamped_and_blended_levels(device):
 
 
 # ----------------------------------------------------------------------------- vs generated
+def _hand_equals_generated(device, filt, boundary, **options) -> dict:
+    """Asserts that every gradient of the hand-written adjoint equals the generated
+    adjoint's (``_sample_grads`` options); returns the generated ones."""
+    got, want = (_sample_grads(device, filt, boundary, generated=g, **options) for g in (0, 1))
+    for name in want:
+        # The same float32 per-slot terms, in another order: the hand adjoint sums a
+        # slot's channels (and levels) before the chain, writes the level's and the
+        # barycentric derivatives' adjoints out by hand (a few ulps each), and the
+        # atomics add in another order. An entry sums at most a few hundred such
+        # terms, each within ~1e-7 relative of the largest entry: 1e-5 of it.
+        b = want[name]
+        np.testing.assert_allclose(got[name], b, rtol=0, atol=1e-5 * np.abs(b).max(),
+                                   err_msg=f"{name} ({filt}, {boundary}, {options})")  # fmt: skip
+    return want
+
+
 @pytest.mark.parametrize("filt,boundary", list(itertools.product(FILTERS, BOUNDARIES)))
 def test_hand_adjoint_equals_generated(device, filt, boundary):
     """Every gradient equals Warp's generated adjoint's, in two variants: flip_v,
     perspective correction and one shared map; no flip, no perspective and one map
     per image."""
-    for variant, (flip_v, perspective, n_maps) in enumerate([(True, True, 1), (False, False, 2)]):
-        got, want = (
-            _sample_grads(device, filt, boundary, flip_v=flip_v, perspective=perspective,
-                          n_maps=n_maps, generated=gen, seed=17 + variant)  # fmt: skip
-            for gen in (False, True)
-        )
-        for name in want:
-            a, b = got[name], want[name]
-            # The same float32 per-slot terms, in another order: the hand adjoint sums a
-            # slot's channels (and levels) before the chain, writes the level's and the
-            # barycentric derivatives' adjoints out by hand (a few ulps each), and the
-            # atomics add in another order. An entry sums at most a few hundred such
-            # terms, each within ~1e-7 relative of the largest entry: 1e-5 of it.
-            np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * np.abs(b).max(),
-                                       err_msg=f"{name} (variant {variant})")  # fmt: skip
+    for seed, (flip_v, perspective, n_maps) in enumerate([(True, True, 1), (False, False, 2)]):
+        options = dict(flip_v=flip_v, perspective=perspective, n_maps=n_maps, seed=seed)
+        want = _hand_equals_generated(device, filt, boundary, **options)
         assert np.abs(want["maps"]).max() > 0
         assert not want["texels"].any()
         smooth = filt != "nearest"  # nearest: piecewise constant in the UVs
@@ -181,6 +186,17 @@ def test_hand_adjoint_equals_generated(device, filt, boundary):
         assert (np.abs(want["bary"]).max() > 0) == smooth
         # the projected vertices reach the output only through the level fraction
         assert (np.abs(want["verts_ndc"]).max() > 0) == (filt == "linear-mipmap-linear")
+
+
+@pytest.mark.parametrize("max_mip_level", [0, 2])
+def test_hand_adjoint_equals_generated_with_few_levels(device, max_mip_level):
+    """A pyramid of the base only (the mip-mapped modes then filter bilinearly) or
+    of two levels above it (many slots clamped to the coarsest)."""
+    for filt in ("linear-mipmap-linear", "linear-mipmap-nearest"):
+        want = _hand_equals_generated(device, filt, "wrap", flip_v=True, perspective=True,
+                                      n_maps=2, seed=29, max_mip_level=max_mip_level)  # fmt: skip
+        blended = filt == "linear-mipmap-linear" and max_mip_level > 0
+        assert (np.abs(want["verts_ndc"]).max() > 0) == blended
 
 
 def _bench_like_renderer(device, filt):
@@ -223,9 +239,8 @@ def test_renderer_gradients_equal_generated(device, filt):
 
 
 # ----------------------------------------------------------------------------- finite differences
-def _forward(device, tex, frags, ndc, faces, perspective=True) -> np.ndarray:
-    return tex.sample_textures(frags, faces, verts_ndc=ndc,
-                               perspective_correct=perspective).numpy().astype(np.float64)  # fmt: skip
+def _forward(device, tex, frags, ndc, faces) -> np.ndarray:
+    return tex.sample_textures(frags, faces, verts_ndc=ndc).numpy().astype(np.float64)
 
 
 def test_texel_gradients_match_finite_differences(device):

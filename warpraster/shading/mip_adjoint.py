@@ -442,4 +442,3 @@ class SampleAdjoint:
             )
 
         tape.record_func(backward, arrays=sources)
-
