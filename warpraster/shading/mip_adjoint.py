@@ -4,8 +4,8 @@ sampling kernel.
 The forward (``mipmap._sample_uv_mipmap``) runs one thread per slot and channel.
 Warp's generated adjoint of it replays the whole slot in every channel's thread
 and adds the slot's UV / projected-vertex gradients into the per-face corner
-tables once per channel. :func:`record_sample_adjoint` registers instead, with
-``tape.record_func``, one thread per slot (:func:`_sample_uv_mipmap_adjoint`)
+tables once per channel. :meth:`SampleAdjoint.record` registers instead, with
+``tape.record_func``, one thread per slot (``_sample_uv_mipmap_adjoint``)
 that recomputes the UV, its screen-space derivatives and the mip level once,
 adds every channel's texel gradients (atomics into the base maps and the level
 buffer, as the generated adjoint does), sums the gradients of the sampling

@@ -34,6 +34,9 @@ fraction to the UV derivatives. The square root and logarithm are taken only
 where their argument is positive, so the adjoint stays finite: the square
 root's kink at an exactly isotropic footprint contributes nothing there, and a
 degenerate (zero) footprint or a clamped level gets zero gradient.
+:func:`texture` records that generated adjoint; :class:`TexturesUVMipmap`
+records a hand-written one that gives the same gradients with one thread per
+slot instead of one per slot and channel (:mod:`.mip_adjoint`).
 """
 
 from __future__ import annotations
