@@ -27,19 +27,22 @@ import warp as wp
 
 from ..geometry import EPS, barycentric, pixel_centre
 from .mipmap import (
+    BoundaryMode,
     FilterMode,
     MipLevels,
     MipSampler,
     UVCorners,
-    bilinear_taps,
+    bilinear_position,
     boundary_texel,
     level_index,
     level_size,
     mat32,
     mip_level,
-    nearest_tap,
+    near_level,
+    nearest_cell,
     sample_point,
     slot_uv_terms,
+    texel_cell,
     texel_footprint,
     wrap_tap,
 )
@@ -195,8 +198,9 @@ def mip_level_grad(
 @wp.struct
 class LevelTaps:
     """A bilinear sample's taps in one level (a local value of the kernel):
-    :func:`~warpraster.shading.mipmap.bilinear_taps` of ``level`` (size ``h`` x
-    ``w``), ``gx``, ``gy`` the derivatives d fx / d u and d fy / d v (0 where clamp
+    :func:`~warpraster.shading.mipmap.bilinear_position`, ``near_level`` and
+    ``texel_cell`` of ``level`` (size ``h`` x ``w``; the taps are not set where not
+    ``near``), ``gx``, ``gy`` the derivatives d fx / d u and d fy / d v (0 where clamp
     pins the sample), and ``want``: whether this level's texel gradients are written."""
 
     level: int
@@ -223,14 +227,16 @@ def level_taps(t: MipSampler, level: int, u: float, v: float, want: int) -> Leve
     q.level = level
     q.h = hw[0]
     q.w = hw[1]
-    x0, y0, dx, dy, fx, fy, near = bilinear_taps(q.h, q.w, u, v, t.boundary)
-    q.x0 = x0
-    q.y0 = y0
+    x, y, dx, dy = bilinear_position(q.h, q.w, u, v, t.boundary)
     q.dx = dx
     q.dy = dy
-    q.fx = fx
-    q.fy = fy
-    q.near = near
+    q.near = near_level(x, y, q.h, q.w)
+    if q.near:
+        x0, y0, fx, fy = texel_cell(x, y)
+        q.x0 = x0
+        q.y0 = y0
+        q.fx = fx
+        q.fy = fy
     # x = u * w - 0.5 (u wrapped: d/du 1; clamp pinned to an edge centre: dx = 0)
     q.gx = float(q.w * q.dx)
     q.gy = float(q.h * q.dy)
@@ -315,7 +321,12 @@ def _sample_uv_mipmap_adjoint(
     g_d = wp.vec4(0.0)  # to (du/dx, dv/dx, du/dy, dv/dy) as the sampler reads them
     two = False  # linear-mipmap-linear above level 0: two levels blended
     if t.filter_mode == FilterMode.NEAREST:
-        iy, ix, inside = nearest_tap(base[0], base[1], u, v, t.boundary)
+        iy, ix = nearest_cell(base[0], base[1], u, v, t.boundary)
+        inside = True
+        if t.boundary == BoundaryMode.ZERO:
+            inside = ix >= 0 and ix < base[1] and iy >= 0 and iy < base[0]
+        iy = wp.clamp(iy, 0, base[0] - 1)
+        ix = wp.clamp(ix, 0, base[1] - 1)
         for c in range(nc):
             gc = texels_grad[n, yi, xi, j0 + c]
             texels_grad[n, yi, xi, j0 + c] = 0.0

@@ -308,13 +308,12 @@ def boundary_texel(
 
 
 @wp.func
-def bilinear_taps(h: int, w: int, u: float, v: float, boundary: int):
+def bilinear_position(h: int, w: int, u: float, v: float, boundary: int):
     """Where a bilinear sample of an h x w level at (u, v) reads (texel centres at
-    (i + 0.5) / size): ``(x0, y0, dx, dy, fx, fy, near)``, the first tap (x0, y0),
-    the column / row offsets of the others (0 where clamp pins the sample to an
-    edge texel's centre: the sample then has zero gradient along that axis), the
-    fractions, and ``near``: False far outside the level (zero mode) or NaN, where
-    the sample is 0."""
+    (i + 0.5) / size): ``(x, y, dx, dy)``, the texel-space position (wrapped, or
+    clamped to the edge texels' centres) and the column / row offsets of the taps
+    after the first (0 where clamp pins the sample to an edge texel's centre: the
+    sample then has zero gradient along that axis)."""
     uu = u
     vv = v
     if boundary == BoundaryMode.WRAP:
@@ -331,20 +330,24 @@ def bilinear_taps(h: int, w: int, u: float, v: float, boundary: int):
             dx = 0
         if y == 0.0 or y == float(h - 1):
             dy = 0
-    # Far outside (zero mode) or NaN: no tap inside; keeps int() in range.
-    near = x > -2.0 and x < float(w) + 1.0 and y > -2.0 and y < float(h) + 1.0
-    x0 = int(0)
-    y0 = int(0)
-    fx = float(0.0)
-    fy = float(0.0)
-    if near:
-        x0f = wp.floor(x)
-        y0f = wp.floor(y)
-        x0 = int(x0f)
-        y0 = int(y0f)
-        fx = x - x0f
-        fy = y - y0f
-    return x0, y0, dx, dy, fx, fy, near
+    return x, y, dx, dy
+
+
+@wp.func
+def near_level(x: float, y: float, h: int, w: int) -> bool:
+    """Whether a bilinear sample at texel-space (x, y) of an h x w level has a tap
+    inside (False far outside in zero mode, or NaN: the sample is 0; keeps int()
+    in range)."""
+    return x > -2.0 and x < float(w) + 1.0 and y > -2.0 and y < float(h) + 1.0
+
+
+@wp.func
+def texel_cell(x: float, y: float):
+    """(x0, y0, fx, fy): the first tap of a bilinear sample at texel-space (x, y)
+    and the fractions."""
+    x0f = wp.floor(x)
+    y0f = wp.floor(y)
+    return int(x0f), int(y0f), x - x0f, y - y0f
 
 
 @wp.func
@@ -355,9 +358,10 @@ def bilinear_level(
     hw = level_size(p, level)
     h = hw[0]
     w = hw[1]
-    x0, y0, dx, dy, fx, fy, near = bilinear_taps(h, w, u, v, boundary)
-    if not near:
+    x, y, dx, dy = bilinear_position(h, w, u, v, boundary)
+    if not near_level(x, y, h, w):
         return 0.0
+    x0, y0, fx, fy = texel_cell(x, y)
     a00 = boundary_texel(p, level, m, y0, x0, c, h, w, boundary)
     a10 = boundary_texel(p, level, m, y0, x0 + dx, c, h, w, boundary)
     a01 = boundary_texel(p, level, m, y0 + dy, x0, c, h, w, boundary)
@@ -368,9 +372,9 @@ def bilinear_level(
 
 
 @wp.func
-def nearest_tap(h: int, w: int, u: float, v: float, boundary: int):
-    """(row, column, inside) of the texel nearest to (u, v) in an h x w level
-    (nvdiffrast's nearest mode); ``inside`` False off the level in zero mode."""
+def nearest_cell(h: int, w: int, u: float, v: float, boundary: int):
+    """(row, column) of the texel nearest to (u, v) in an h x w level (nvdiffrast's
+    nearest mode), before the zero test and the clamp to the level."""
     uu = u
     vv = v
     if boundary == BoundaryMode.WRAP:
@@ -385,12 +389,7 @@ def nearest_tap(h: int, w: int, u: float, v: float, boundary: int):
         y = -1.0
     x = wp.min(x, float(w) + 1.0)
     y = wp.min(y, float(h) + 1.0)
-    ix = int(wp.floor(x))
-    iy = int(wp.floor(y))
-    inside = True
-    if boundary == BoundaryMode.ZERO:
-        inside = ix >= 0 and ix < w and iy >= 0 and iy < h
-    return wp.clamp(iy, 0, h - 1), wp.clamp(ix, 0, w - 1), inside
+    return int(wp.floor(y)), int(wp.floor(x))
 
 
 @wp.func
@@ -398,10 +397,13 @@ def nearest_base(
     maps: wp.array4d(dtype=wp.float32), m: int, c: int, u: float, v: float, boundary: int
 ) -> float:
     """Nearest texel of the base level (nvdiffrast's nearest mode)."""
-    iy, ix, inside = nearest_tap(maps.shape[1], maps.shape[2], u, v, boundary)
-    if not inside:
-        return 0.0
-    return maps[m, iy, ix, c]
+    h = maps.shape[1]
+    w = maps.shape[2]
+    iy, ix = nearest_cell(h, w, u, v, boundary)
+    if boundary == BoundaryMode.ZERO:
+        if ix < 0 or ix >= w or iy < 0 or iy >= h:
+            return 0.0
+    return maps[m, wp.clamp(iy, 0, h - 1), wp.clamp(ix, 0, w - 1), c]
 
 
 @wp.func
