@@ -290,7 +290,15 @@ def bilinear_channel_grad(
 
 
 # ----------------------------------------------------------------------------- kernel
-@wp.kernel
+#: CUDA register cap of the adjoint (145 registers uncapped). K=1 hard Phong with
+#: a 1024² mip-mapped texture on an H200 (`python scripts/gpu_mip_adjoint.py
+#: --regs 64,96`): the kernel 0.477 ms uncapped, 0.356 at 96, 0.395 at 64; render
+#: + MSE + backward, graph replay, 2.205 -> 2.081 ms at 96 (Warp's generated
+#: adjoint: 0.788 ms, 2.516).
+ADJOINT_MAX_REGISTERS = 96
+
+
+@wp.kernel(cuda_max_registers=ADJOINT_MAX_REGISTERS)
 def _sample_uv_mipmap_adjoint(
     # Fragments in (pix_to_face, bary_coords):
     frag: PixelFragments,
