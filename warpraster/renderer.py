@@ -246,19 +246,28 @@ class Renderer:
         requires_grad: allocate gradients (for a ``wp.Tape``).
         device: Warp device (default: the camera's).
 
-    Example::
+    Gradients accumulate, in the caller's arrays and in the renderer's own
+    (fragments, per-face tables, texture scratch): clear them between steps
+    with ``tape.zero()`` (or ``tape.reset()``), which reaches every array the
+    render recorded. Zeroing only your own arrays' ``.grad`` and recording the
+    next step on a fresh ``wp.Tape()`` leaves the renderer's gradients of the
+    previous step in place, and they are added again.
+
+    Example (one step captured; each replay clears the gradients before the
+    backward)::
 
         r = Renderer(cameras=cams, raster_settings=settings, shader=SoftPhongShader(...),
                      faces=faces, mesh_to_face_first_idx=first, num_faces_per_mesh=count,
                      num_verts=V, textures=TexturesVertex(colors))
+        tape = wp.Tape()
         with wp.ScopedCapture() as cap:
-            tape = wp.Tape()
             loss.zero_()
             with tape:
                 out = r.render(verts)
                 image_mse(out.image, target, out=loss)
+            tape.zero()
             tape.backward(loss)
-        wp.capture_launch(cap.graph)
+        wp.capture_launch(cap.graph)  # per step, after updating verts in place
     """
 
     def __init__(
