@@ -38,7 +38,8 @@ from warpraster.shading import (
     TexturesUVMipmap,
     interpolate_vertex_attributes,
 )
-from warpraster.shading.mipmap import _sample_uv_mipmap, mip_level_sizes
+from warpraster.shading.corner_lists import CornerLists
+from warpraster.shading.mipmap import _gather_corners, _sample_uv_mipmap, mip_level_sizes
 from warpraster.shading.reductions import image_mse
 
 FILTERS = ["nearest", "linear", "linear-mipmap-nearest", "linear-mipmap-linear"]
@@ -87,10 +88,12 @@ def _scene(device):
 
 
 def _sample_grads(device, filt, boundary, *, flip_v, perspective, n_maps, generated, seed,
-                  max_mip_level=None):  # fmt: skip
+                  max_mip_level=None, lists=False):  # fmt: skip
     """Samples the scene under a tape and back-propagates random output gradients:
     the gradients of the base maps, verts_uvs, verts_ndc and the barycentrics (and
-    what is left of the output's)."""
+    what is left of the output's). ``lists``: pass the faces' CornerLists (the
+    corner tables' adjoint then gathers per vertex on the hand path; without them
+    the projected-vertex side keeps Warp's generated adjoint)."""
     frags, ndc, faces, uvs = _scene(device)
     rng = np.random.default_rng(seed)
     maps = wp.array(rng.uniform(size=(n_maps, MAP_H, MAP_W, 3)).astype(np.float32),
@@ -103,11 +106,18 @@ def _sample_grads(device, filt, boundary, *, flip_v, perspective, n_maps, genera
     tex._generated_adjoint = generated
     tape = wp.Tape()
     with tape:
-        out = tex.sample_textures((frags.pix_to_face, bary), faces, verts_ndc=verts_ndc,
-                                  perspective_correct=perspective)  # fmt: skip
+        faces_w = wp.array(np.asarray(faces, np.int32), dtype=wp.int32, device=device)
+        out = tex.sample_textures(
+            (frags.pix_to_face, bary), faces_w, verts_ndc=verts_ndc,
+            perspective_correct=perspective,
+            corner_lists=CornerLists(faces_w, len(ndc)) if lists else None,
+        )  # fmt: skip
     out.grad.assign(rng.normal(size=tuple(out.shape) + (3,)).astype(np.float32))
     kernels = [launch[0] for launch in tape.launches if isinstance(launch, (list, tuple))]
     assert (_sample_uv_mipmap in kernels) == generated  # the hand path records no launch
+    # Warp's adjoint of the corner gather: generated, or mip-mapped (the projected
+    # vertices carry a gradient) without corner lists
+    assert (_gather_corners in kernels) == bool(generated or (tex.uses_mipmaps and not lists))
     tape.backward()
     return {
         "maps": maps.grad.numpy(),
@@ -177,7 +187,10 @@ def test_hand_adjoint_equals_generated(device, filt, boundary):
     perspective correction and one shared map; no flip, no perspective and one map
     per image."""
     for seed, (flip_v, perspective, n_maps) in enumerate([(True, True, 1), (False, False, 2)]):
-        options = dict(flip_v=flip_v, perspective=perspective, n_maps=n_maps, seed=seed)
+        # the first variant with the faces' corner lists (per-vertex gathers of the
+        # corner tables' gradients), the second with Warp's adjoint of that gather
+        options = dict(flip_v=flip_v, perspective=perspective, n_maps=n_maps, seed=seed,
+                       lists=seed == 0)  # fmt: skip
         want = _hand_equals_generated(device, filt, boundary, **options)
         assert np.abs(want["maps"]).max() > 0
         assert not want["texels"].any()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..geometry import EPS, barycentric, pixel_centre
+from .corner_lists import VertexCorners, corner_of
 from .mipmap import (
     BoundaryMode,
     FilterMode,
@@ -461,3 +462,73 @@ class SampleAdjoint:
             )
 
         tape.record_func(backward, arrays=sources)
+
+
+# ----------------------------------------------------------------------------- corner tables
+@wp.kernel
+def _uv_corners_adjoint(
+    # In: each UV vertex's corners, the per-face UV rows' gradient
+    lists: VertexCorners,
+    uv_grad: wp.array(dtype=mat32),
+    # Out (added to): (T, 2)
+    verts_uvs_grad: wp.array2d(dtype=wp.float32),
+):
+    """UV vertex t: adds the rows of its corners (ascending 3 f + c): the adjoint of
+    :func:`~warpraster.shading.mipmap._gather_corners`' UV rows, without atomics."""
+    t = wp.tid()
+    g0 = float(0.0)
+    g1 = float(0.0)
+    for e in range(lists.start[t], lists.start[t + 1]):
+        fc = corner_of(lists, e)
+        m = uv_grad[fc[0]]
+        g0 += m[fc[1], 0]
+        g1 += m[fc[1], 1]
+    verts_uvs_grad[t, 0] = verts_uvs_grad[t, 0] + g0
+    verts_uvs_grad[t, 1] = verts_uvs_grad[t, 1] + g1
+
+
+@wp.kernel
+def _ndc_corners_adjoint(
+    # In: each vertex's corners, the per-face projected-vertex rows' gradient
+    lists: VertexCorners,
+    ndc_grad: wp.array(dtype=wp.mat33),
+    # Out (added to): (V,)
+    verts_ndc_grad: wp.array(dtype=wp.vec3),
+):
+    """Vertex v: adds the rows of its corners (ascending 3 f + c): the adjoint of the
+    corner gather's projected-vertex rows, without atomics."""
+    v = wp.tid()
+    g = wp.vec3(0.0)
+    for e in range(lists.start[v], lists.start[v + 1]):
+        fc = corner_of(lists, e)
+        m = ndc_grad[fc[0]]
+        g += m[fc[1]]
+    verts_ndc_grad[v] = verts_ndc_grad[v] + g
+
+
+def record_corners_adjoint(tape, tables, uv_lists, verts_uvs, ndc_lists, verts_ndc) -> None:
+    """Registers the gathers above as the adjoint of one corner-table gather:
+    into ``verts_uvs.grad`` over ``uv_lists`` (the texture's ``faces_uvs``), and
+    into ``verts_ndc.grad`` over ``ndc_lists`` (the mesh faces; None: the tables'
+    projected rows were not gathered). Afterwards the tables' gradients are
+    cleared (consumed, as Warp's adjoint of the gather's stores leaves them)."""
+    device = tables.uv.device
+    uv_grad = verts_uvs.grad
+    ndc_grad = verts_ndc.grad if (ndc_lists is not None and verts_ndc is not None) else None
+
+    def backward():
+        if uv_grad is not None and uv_lists.num_verts:
+            wp.launch(_uv_corners_adjoint, dim=uv_lists.num_verts,
+                      inputs=[uv_lists.args, tables.uv.grad], outputs=[uv_grad],
+                      device=device)  # fmt: skip
+        if ndc_grad is not None and ndc_lists.num_verts:
+            wp.launch(_ndc_corners_adjoint, dim=ndc_lists.num_verts,
+                      inputs=[ndc_lists.args, tables.ndc.grad], outputs=[ndc_grad],
+                      device=device)  # fmt: skip
+        for table in (tables.uv, tables.ndc):
+            if table.grad is not None:
+                table.grad.zero_()
+
+    arrays = [a for a in (tables.uv, tables.ndc, verts_uvs, verts_ndc)
+              if a is not None and a.grad is not None]  # fmt: skip
+    tape.record_func(backward, arrays=arrays)

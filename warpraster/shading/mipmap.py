@@ -49,6 +49,7 @@ import warp as wp
 from ..backward.tape import active_tape
 from ..geometry import pixel_centre
 from ..meshes import as_faces_array, as_vec3_array
+from .corner_lists import CornerLists
 from .interpolate import (
     ScreenFaces,
     alloc_vector_out,
@@ -870,6 +871,7 @@ class TexturesUVMipmap(UVTextures):
         #: Record Warp's generated adjoint of the sampling kernel instead of the
         #: hand-written one (tests and timings compare the two).
         self._generated_adjoint = False
+        self._uv_lists = None  # CornerLists of faces_uvs, made by the first call needing them
 
     @property
     def sampler(self) -> MipSampler:
@@ -895,6 +897,7 @@ class TexturesUVMipmap(UVTextures):
         *,
         rebuild_mipmaps: bool = True,
         corners: CornerTables | None = None,
+        corner_lists=None,
     ) -> wp.array:
         """Per-slot texels for :meth:`sample_textures` (its arguments, then the options).
 
@@ -906,6 +909,10 @@ class TexturesUVMipmap(UVTextures):
             rebuild_mipmaps: rebuild the pyramid from the base texels first.
             corners: preallocated :class:`CornerTables` for the faces (one per call
                 recorded on a tape; allocated here when None).
+            corner_lists: the :class:`~warpraster.shading.CornerLists` of ``faces``
+                (static faces, e.g. a ``Renderer``'s): the corner tables' adjoint
+                then gathers per vertex without atomics (the UV side always does,
+                over lists of ``faces_uvs`` made by the first call that needs them).
 
         Returns:
             ``wp.array`` (N, H, W, K) of ``vector(C, float32)``; on a ``wp.Tape``
@@ -949,6 +956,15 @@ class TexturesUVMipmap(UVTextures):
         screen = self._screen(self.device, verts_ndc=vn, ndc_faces=fcs,
                               perspective=int(bool(perspective_correct)),
                               with_derivatives=int(vn is not None))  # fmt: skip
+        tape = active_tape()
+        # the tables' adjoint as per-vertex gathers (mip_adjoint.record_corners_adjoint)
+        # where every vertex array with a gradient has its corner lists
+        hand = tape is not None and rg and not self._generated_adjoint
+        if hand and vn is not None and vn.grad is not None:
+            if corner_lists is None:
+                hand = False
+            else:
+                corner_lists.check(fcs, vn.shape[0])
         if nf:
             wp.launch(
                 _gather_corners,
@@ -956,7 +972,15 @@ class TexturesUVMipmap(UVTextures):
                 inputs=[self.uvs, screen],
                 outputs=[corners.uv, corners.ndc],
                 device=self.device,
+                record_tape=not hand,
             )
+            if hand:
+                from .mip_adjoint import record_corners_adjoint  # builds on this module
+
+                if self._uv_lists is None:  # set-up: one host read of faces_uvs
+                    self._uv_lists = CornerLists(self.faces_uvs, self.verts_uvs.shape[0])
+                record_corners_adjoint(tape, corners, self._uv_lists, self.verts_uvs,
+                                       corner_lists if vn is not None else None, vn)  # fmt: skip
         nn, h, w, k = p2f.shape
         corner_args = self._corners(self.device, uv=corners.uv, ndc=corners.ndc,
                                     derivatives=screen.with_derivatives,
@@ -978,7 +1002,6 @@ class TexturesUVMipmap(UVTextures):
             device=self.device,
             record_tape=self._generated_adjoint,
         )
-        tape = active_tape()
         if not self._generated_adjoint and tape is not None and view.grad is not None:
             if self._adjoint is None:
                 from .mip_adjoint import SampleAdjoint  # builds on this module

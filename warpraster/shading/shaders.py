@@ -379,6 +379,7 @@ def texel_source(
     extra = {}
     if buffers is not None and isinstance(textures, TexturesUVMipmap):
         extra["corners"] = buffers.corner_tables(faces.shape[0])
+        extra["corner_lists"] = buffers.corner_lists
     texels = sample(
         fragments,
         faces,
