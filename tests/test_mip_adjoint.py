@@ -468,7 +468,7 @@ def test_a_mip_textured_step_allocates_nothing_and_captures(monkeypatch):
 
 
 def test_pyramid_rebuild_adjoint_is_the_generated_one_bit_for_bit(device):
-    """The pyramid's hand-written adjoint (per coarse texel, atomic-free) against Warp's
+    """The pyramid's hand-written adjoint (a gather per fine texel) against Warp's
     generated adjoint of each level's build kernel, launched by hand coarse to
     fine: every fine texel feeds one parent, so both make the same single float
     add and must agree to the bit, on maps whose halving goes through the

@@ -190,50 +190,31 @@ def _build_level(
     levels_out[level_index(p, level, m, y, x, c)] = value
 
 
-@wp.func
-def _add_child_grad(p: MipLevels, fine: int, m: int, y: int, x: int, c: int, g: float,
-                    levels_grad: wp.array(dtype=wp.float32),
-                    maps_grad: wp.array4d(dtype=wp.float32)):  # fmt: skip
-    """Adds ``g`` to the gradient of texel (y, x, c) of map m at level ``fine``."""
+@wp.kernel(enable_backward=False)
+def _build_level_adjoint(
+    # Texture in (sizes and offsets), and the level receiving: its parent is fine + 1
+    p: MipLevels,
+    fine: int,
+    # Gradients: the parent's read from ``levels_grad``; the fine level's added
+    # into ``maps_grad`` (fine = 0) or ``levels_grad``
+    levels_grad: wp.array(dtype=wp.float32),
+    maps_grad: wp.array4d(dtype=wp.float32),
+):
+    """Adjoint of :func:`_build_level` as a gather, one thread per fine texel: it
+    feeds exactly one parent texel, so it adds that parent's gradient times its
+    weight (0.25, or 0.5 along a 1-texel extent): the one float add Warp's
+    generated adjoint made with an atomic, without the atomic."""
+    m, y, x, c = wp.tid()
+    hw = level_size(p, fine)
+    weight = float(0.25)
+    if hw[0] == 1 or hw[1] == 1:
+        weight = 0.5
+    g = weight * levels_grad[level_index(p, fine + 1, m, y // 2, x // 2, c)]
     if fine == 0:
         maps_grad[m, y, x, c] = maps_grad[m, y, x, c] + g
     else:
         i = level_index(p, fine, m, y, x, c)
         levels_grad[i] = levels_grad[i] + g
-
-
-@wp.kernel(enable_backward=False)
-def _build_level_adjoint(
-    # Texture in (sizes and offsets), the level whose gradient is handed down
-    p: MipLevels,
-    level: int,
-    # Gradients: level's read from ``levels_grad`` (and consumed: zeroed), its
-    # children's added into ``maps_grad`` (level 1) or ``levels_grad``
-    levels_grad: wp.array(dtype=wp.float32),
-    maps_grad: wp.array4d(dtype=wp.float32),
-):
-    """Adjoint of :func:`_build_level`, one thread per texel of ``level`` as the
-    forward: the texel's children (2 or 4 texels of the level below) are its
-    alone, so each gets its one add (``weight * g``, the add Warp's generated
-    adjoint made) without an atomic."""
-    m, y, x, c = wp.tid()
-    i = level_index(p, level, m, y, x, c)
-    g = levels_grad[i]
-    levels_grad[i] = 0.0
-    src = level - 1
-    hw = level_size(p, src)
-    if hw[0] == 1:
-        _add_child_grad(p, src, m, 0, 2 * x, c, 0.5 * g, levels_grad, maps_grad)
-        _add_child_grad(p, src, m, 0, 2 * x + 1, c, 0.5 * g, levels_grad, maps_grad)
-    elif hw[1] == 1:
-        _add_child_grad(p, src, m, 2 * y, 0, c, 0.5 * g, levels_grad, maps_grad)
-        _add_child_grad(p, src, m, 2 * y + 1, 0, c, 0.5 * g, levels_grad, maps_grad)
-    else:
-        q = 0.25 * g
-        _add_child_grad(p, src, m, 2 * y, 2 * x, c, q, levels_grad, maps_grad)
-        _add_child_grad(p, src, m, 2 * y, 2 * x + 1, c, q, levels_grad, maps_grad)
-        _add_child_grad(p, src, m, 2 * y + 1, 2 * x, c, q, levels_grad, maps_grad)
-        _add_child_grad(p, src, m, 2 * y + 1, 2 * x + 1, c, q, levels_grad, maps_grad)
 
 
 class MipPyramid:
@@ -296,9 +277,9 @@ class MipPyramid:
 
     def build(self) -> MipPyramid:
         """Recomputes levels 1..L from the base texels (L launches). On a tape, with
-        gradients on the base, records the hand-written adjoint: L launches, coarse
-        to fine (:func:`_build_level_adjoint`), each level's gradient consumed
-        (zeroed) as it is handed down, as Warp's adjoint of a store does."""
+        gradients on the base, records the hand-written adjoint: L gathers, coarse
+        to fine (:func:`_build_level_adjoint`), then the levels' gradient is
+        cleared (consumed, as Warp's adjoint of a store does)."""
         n, _, _, c = self.maps.shape
         for lev in range(1, len(self.sizes)):
             lh, lw = self.sizes[lev]
@@ -311,11 +292,12 @@ class MipPyramid:
         levels_grad = self.levels.grad
 
         def backward():
-            for lev in range(self.max_level, 0, -1):
-                lh, lw = self.sizes[lev]
-                wp.launch(_build_level_adjoint, dim=(n, lh, lw, c),
-                          inputs=[self.arrays, lev, levels_grad, maps_grad],
+            for fine in range(self.max_level - 1, -1, -1):
+                fh, fw = self.sizes[fine]
+                wp.launch(_build_level_adjoint, dim=(n, fh, fw, c),
+                          inputs=[self.arrays, fine, levels_grad, maps_grad],
                           device=self.device)  # fmt: skip
+            levels_grad.zero_()
 
         tape.record_func(backward, arrays=[self.maps, self.levels])
         return self
