@@ -190,33 +190,6 @@ def _build_level(
     levels_out[level_index(p, level, m, y, x, c)] = value
 
 
-@wp.kernel(enable_backward=False)
-def _build_level_adjoint(
-    # Texture in (sizes and offsets), and the level receiving: its parent is fine + 1
-    p: MipLevels,
-    fine: int,
-    # Gradients: the parent's read from ``levels_grad``; the fine level's added
-    # into ``maps_grad`` (fine = 0) or ``levels_grad``
-    levels_grad: wp.array(dtype=wp.float32),
-    maps_grad: wp.array4d(dtype=wp.float32),
-):
-    """Adjoint of :func:`_build_level` as a gather, one thread per fine texel: it
-    feeds exactly one parent texel, so it adds that parent's gradient times its
-    weight (0.25, or 0.5 along a 1-texel extent): the one float add Warp's
-    generated adjoint made with an atomic, without the atomic."""
-    m, y, x, c = wp.tid()
-    hw = level_size(p, fine)
-    weight = float(0.25)
-    if hw[0] == 1 or hw[1] == 1:
-        weight = 0.5
-    g = weight * levels_grad[level_index(p, fine + 1, m, y // 2, x // 2, c)]
-    if fine == 0:
-        maps_grad[m, y, x, c] = maps_grad[m, y, x, c] + g
-    else:
-        i = level_index(p, fine, m, y, x, c)
-        levels_grad[i] = levels_grad[i] + g
-
-
 class MipPyramid:
     """Mip levels of a batch of maps, in one flat device buffer.
 
@@ -276,30 +249,17 @@ class MipPyramid:
         return self._samplers[key]
 
     def build(self) -> MipPyramid:
-        """Recomputes levels 1..L from the base texels (L launches). On a tape, with
-        gradients on the base, records the hand-written adjoint: L gathers, coarse
-        to fine (:func:`_build_level_adjoint`), then the levels' gradient is
-        cleared (consumed, as Warp's adjoint of a store does)."""
+        """Recomputes levels 1..L from the base texels (L launches)."""
         n, _, _, c = self.maps.shape
         for lev in range(1, len(self.sizes)):
             lh, lw = self.sizes[lev]
-            wp.launch(_build_level, dim=(n, lh, lw, c), inputs=[self.arrays, lev],
-                      outputs=[self.levels], device=self.device, record_tape=False)  # fmt: skip
-        tape = active_tape()
-        if tape is None or self.maps.grad is None or self.max_level == 0:
-            return self
-        maps_grad = self.maps.grad
-        levels_grad = self.levels.grad
-
-        def backward():
-            for fine in range(self.max_level - 1, -1, -1):
-                fh, fw = self.sizes[fine]
-                wp.launch(_build_level_adjoint, dim=(n, fh, fw, c),
-                          inputs=[self.arrays, fine, levels_grad, maps_grad],
-                          device=self.device)  # fmt: skip
-            levels_grad.zero_()
-
-        tape.record_func(backward, arrays=[self.maps, self.levels])
+            wp.launch(
+                _build_level,
+                dim=(n, lh, lw, c),
+                inputs=[self.arrays, lev],
+                outputs=[self.levels],
+                device=self.device,
+            )
         return self
 
 
