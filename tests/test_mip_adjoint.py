@@ -27,6 +27,7 @@ import itertools
 import numpy as np
 import pytest
 import warp as wp
+from host_counts import count_allocations_and_reads
 
 import warpraster as wr
 from warpraster.camera import look_at_view_transform
@@ -422,7 +423,6 @@ def test_a_mip_textured_step_allocates_nothing_and_captures(monkeypatch):
     """Render + MSE + backward with the hand-written adjoint: a second step allocates
     nothing and reads nothing back (cpu allocator counted; the same code runs on
     CUDA), and the step captured in a graph replays to the eager gradients."""
-    import warp._src.context as ctx
 
     device = "cpu"
     r, tex, verts = _bench_like_renderer(device, "linear-mipmap-linear")
@@ -439,21 +439,8 @@ def test_a_mip_textured_step_allocates_nothing_and_captures(monkeypatch):
         tape.backward(loss)
 
     step()
-    calls = {"alloc": 0, "numpy": 0}
-    real_alloc, real_numpy = ctx.CpuDefaultAllocator.allocate, wp.array.numpy
-
-    def counting_alloc(self, size):
-        calls["alloc"] += 1
-        return real_alloc(self, size)
-
-    def counting_numpy(self):
-        calls["numpy"] += 1
-        return real_numpy(self)
-
-    monkeypatch.setattr(ctx.CpuDefaultAllocator, "allocate", counting_alloc)
-    monkeypatch.setattr(wp.array, "numpy", counting_numpy)
-    step()
-    monkeypatch.undo()
+    with count_allocations_and_reads(monkeypatch) as calls:
+        step()
     assert calls == {"alloc": 0, "numpy": 0}
     eager = [a.numpy().copy() for a in (verts.grad, tex.maps.grad, tex.verts_uvs.grad)]
     assert all(np.abs(e).max() > 0 for e in eager)

@@ -9,6 +9,7 @@ import numpy as np
 import p3d_render_cases as cases
 import pytest
 import warp as wp
+from host_counts import count_allocations_and_reads
 from p3d_render_cases import rel_l2
 
 import warpraster as wr
@@ -335,7 +336,6 @@ def test_a_step_after_the_first_allocates_nothing_and_reads_nothing_back(name, m
     """Render + MSE + backward, a second time: no memory allocated, no host read
     (the contract that lets the step be captured and replayed). The cpu device's
     allocator is counted; the same code runs on CUDA."""
-    import warp._src.context as ctx
 
     d, spec, r, verts, tex, lts = _renderer_for_case(name, "cpu")
     target = wp.array(d["images"] * 0.9, dtype=wp.float32, device="cpu")
@@ -351,23 +351,9 @@ def test_a_step_after_the_first_allocates_nothing_and_reads_nothing_back(name, m
         tape.zero()
 
     step()
-    calls = {"alloc": 0, "numpy": 0}
-    real_alloc = ctx.CpuDefaultAllocator.allocate
-    real_numpy = wp.array.numpy
-
-    def counting_alloc(self, size):
-        calls["alloc"] += 1
-        return real_alloc(self, size)
-
-    def counting_numpy(self):
-        calls["numpy"] += 1
-        return real_numpy(self)
-
-    monkeypatch.setattr(ctx.CpuDefaultAllocator, "allocate", counting_alloc)
-    monkeypatch.setattr(wp.array, "numpy", counting_numpy)
-    step()
-    r.render(verts)  # and an eager render outside a tape
-    monkeypatch.undo()
+    with count_allocations_and_reads(monkeypatch) as calls:
+        step()
+        r.render(verts)  # and an eager render outside a tape
     assert calls == {"alloc": 0, "numpy": 0}
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import warp as wp
 from conftest import DEVICES
+from host_counts import count_allocations_and_reads
 
 import warpraster.sim as wsim
 from warpraster.distributed import shard_frames
@@ -194,24 +195,9 @@ def test_step_allocates_nothing_reads_nothing_and_replays_from_a_graph(monkeypat
     _, multi, inputs, _ = _split(4, CPU2, local=True, image_size=(8, 10))
     multi.update(**inputs)
 
-    import warp._src.context as ctx
-
-    calls = {"alloc": 0, "numpy": 0}
-    real_alloc, real_numpy = ctx.CpuDefaultAllocator.allocate, wp.array.numpy
-
-    def counting_alloc(self, size):
-        calls["alloc"] += 1
-        return real_alloc(self, size)
-
-    def counting_numpy(self):
-        calls["numpy"] += 1
-        return real_numpy(self)
-
-    monkeypatch.setattr(ctx.CpuDefaultAllocator, "allocate", counting_alloc)
-    monkeypatch.setattr(wp.array, "numpy", counting_numpy)
-    multi.update(**inputs)
+    with count_allocations_and_reads(monkeypatch) as calls:
+        multi.update(**inputs)
     assert calls == {"alloc": 0, "numpy": 0}
-    monkeypatch.undo()
 
     with wp.ScopedCapture(device="cpu") as cap:
         multi.update(**inputs)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import warp as wp
 from conftest import DEVICES
+from host_counts import count_allocations_and_reads
 
 import warpraster.sim as wsim
 
@@ -285,25 +286,9 @@ def test_step_replays_bit_for_bit_from_a_graph_and_allocates_nothing(monkeypatch
     sim.step()  # the first step: modules load, launch caches fill
 
     # a step after the first: no allocation, no host read
-    import warp._src.context as ctx
-
-    calls = {"alloc": 0, "numpy": 0}
-    real_alloc = ctx.CpuDefaultAllocator.allocate
-    real_numpy = wp.array.numpy
-
-    def counting_alloc(self, size):
-        calls["alloc"] += 1
-        return real_alloc(self, size)
-
-    def counting_numpy(self):
-        calls["numpy"] += 1
-        return real_numpy(self)
-
-    monkeypatch.setattr(ctx.CpuDefaultAllocator, "allocate", counting_alloc)
-    monkeypatch.setattr(wp.array, "numpy", counting_numpy)
-    sim.step()
+    with count_allocations_and_reads(monkeypatch) as calls:
+        sim.step()
     assert calls == {"alloc": 0, "numpy": 0}
-    monkeypatch.undo()
     eager = snapshot()
 
     sim.capture()
