@@ -1,8 +1,9 @@
-"""Times variants of the clipped path's unclip map (forward and adjoint) on the
-K=8 renderer bench scene's real fragments: the 4-d launch, a flat one-slot-per-
-thread launch, and 16-byte (4 slots) per thread. Checks each against the 4-d one.
+"""Times the clipped path's map back (forward and adjoint) on the K=8 renderer bench
+scene's real fragments: the library's kernels (four slots a thread, 16-byte
+accesses) against the two layouts they replaced, a 4-d launch (one thread per
+slot, as before) and a flat one-slot-per-thread launch. Checks the maps agree.
 
-``python scripts/gpu_unclip_variants.py`` (CUDA).
+``python scripts/gpu_unclip_variants.py`` (CUDA). docs/PERF.md has the figures.
 """
 
 import numpy as np
@@ -16,82 +17,40 @@ from warpraster.clip import (
     _unclip_in_place,
     _unclip_in_place_adjoint,
 )
-from warpraster.stores import load4i, store4i
 
 wp.set_module_options({"enable_backward": False})
 
 
+@wp.func
+def _map(clipped: ClippedFaces, cases: FaceCases, conversion: wp.array(dtype=wp.mat33),
+         p: int, b: wp.vec3):  # fmt: skip
+    """(input face, converted barycentrics) of a slot holding clipped face p."""
+    if p < 0:
+        return -1, b
+    u = clipped.to_unclipped[p]
+    if cases.face_case[u] != _KEEP:
+        return u, conversion[p] * b
+    return u, b
+
+
 @wp.kernel
-def flat1(
-    pix: wp.array(dtype=wp.int32),
-    clipped: ClippedFaces,
-    cases: FaceCases,
-    conversion: wp.array(dtype=wp.mat33),
-    out: wp.array(dtype=wp.int32),
-    bary: wp.array(dtype=wp.vec3),
-):
+def four_d(pix: wp.array4d(dtype=wp.int32), clipped: ClippedFaces, cases: FaceCases,
+           conversion: wp.array(dtype=wp.mat33), out: wp.array4d(dtype=wp.int32),
+           bary: wp.array4d(dtype=wp.vec3)):  # fmt: skip
+    n, y, x, k = wp.tid()
+    u, b = _map(clipped, cases, conversion, pix[n, y, x, k], bary[n, y, x, k])
+    out[n, y, x, k] = u
+    bary[n, y, x, k] = b
+
+
+@wp.kernel
+def flat1(pix: wp.array(dtype=wp.int32), clipped: ClippedFaces, cases: FaceCases,
+          conversion: wp.array(dtype=wp.mat33), out: wp.array(dtype=wp.int32),
+          bary: wp.array(dtype=wp.vec3)):  # fmt: skip
     i = wp.tid()
-    p = pix[i]
-    u = int(-1)
-    if p >= 0:
-        u = clipped.to_unclipped[p]
-        if cases.face_case[u] != _KEEP:
-            bary[i] = conversion[p] * bary[i]
+    u, b = _map(clipped, cases, conversion, pix[i], bary[i])
     out[i] = u
-
-
-@wp.kernel
-def flat4(
-    pix: wp.array(dtype=wp.vec4i),
-    clipped: ClippedFaces,
-    cases: FaceCases,
-    conversion: wp.array(dtype=wp.mat33),
-    out: wp.array(dtype=wp.vec4i),
-    bary: wp.array(dtype=wp.vec3),
-):
-    j = wp.tid()
-    p = load4i(pix, j)
-    u = wp.vec4i(-1, -1, -1, -1)
-    for l in range(4):
-        q = p[l]
-        if q >= 0:
-            v = clipped.to_unclipped[q]
-            u[l] = v
-            if cases.face_case[v] != _KEEP:
-                bary[4 * j + l] = conversion[q] * bary[4 * j + l]
-    store4i(out, j, u)
-
-
-@wp.kernel
-def flat4_adj(
-    pix: wp.array(dtype=wp.vec4i),
-    clipped: ClippedFaces,
-    cases: FaceCases,
-    conversion: wp.array(dtype=wp.mat33),
-    bary_grad: wp.array(dtype=wp.vec3),
-):
-    j = wp.tid()
-    p = load4i(pix, j)
-    for l in range(4):
-        q = p[l]
-        if q >= 0:
-            if cases.face_case[clipped.to_unclipped[q]] != _KEEP:
-                bary_grad[4 * j + l] = wp.transpose(conversion[q]) * bary_grad[4 * j + l]
-
-
-@wp.kernel
-def flat1_adj(
-    pix: wp.array(dtype=wp.int32),
-    clipped: ClippedFaces,
-    cases: FaceCases,
-    conversion: wp.array(dtype=wp.mat33),
-    bary_grad: wp.array(dtype=wp.vec3),
-):
-    i = wp.tid()
-    p = pix[i]
-    if p >= 0:
-        if cases.face_case[clipped.to_unclipped[p]] != _KEEP:
-            bary_grad[i] = wp.transpose(conversion[p]) * bary_grad[i]
+    bary[i] = b
 
 
 def timed(fn, runs=50):
@@ -109,92 +68,41 @@ def main():
     wp.config.quiet = True
     dev = wp.get_device("cuda:0")
     r, verts = make_renderer("softphong_ico5x8_512_k8", dev)
-    r.render(verts)
-    wp.synchronize()
     ws = r.render(verts).workspace
-    inner = ws.raster.fragments
-    buf = ws.clip
-    pix = inner.pix_to_face
-    n = pix.size
-    shape = tuple(pix.shape)
-    flat_pix = pix.flatten()
-    bary = inner.bary_coords
-    flat_bary = bary.flatten()
-    out = wp.empty_like(pix)
-    out_flat = out.flatten()
-    pix4 = wp.array(ptr=flat_pix.ptr, dtype=wp.vec4i, shape=(n // 4,), device=dev)
-    out4 = wp.array(ptr=out_flat.ptr, dtype=wp.vec4i, shape=(n // 4,), device=dev)
+    inner, buf = ws.raster.fragments, ws.clip
+    pix, bary = inner.pix_to_face, inner.bary_coords
     conv = buf.barycentric_conversion
-    filled = (pix.numpy() >= 0).mean()
-    print(f"slots {n}, filled {filled:.3f}, split faces {(buf.cases.face_case.numpy() > 1).sum()}")
+    out = wp.empty_like(pix)
+    slots, out_slots = buf.slot_views(pix), buf.slot_views(out)
+    n = pix.size
+    print(f"slots {n}, filled {(pix.numpy() >= 0).mean():.3f}, "
+          f"split faces {(buf.cases.face_case.numpy() > 1).sum()}")  # fmt: skip
+    common = [buf.clipped, buf.cases, conv]
+    variants = {
+        "4d": lambda: wp.launch(four_d, dim=pix.shape, inputs=[pix, *common, out, bary],
+                                device=dev),  # fmt: skip
+        "flat1": lambda: wp.launch(flat1, dim=n, inputs=[pix.flatten(), *common, out.flatten(),
+                                   bary.flatten()], device=dev),  # fmt: skip
+        "library": lambda: wp.launch(_unclip_in_place, dim=(n + 3) // 4,
+                                     inputs=[slots, *common, out_slots, bary.flatten()],
+                                     device=dev),  # fmt: skip
+    }
     ref = None
-    for name, fn in (
-        (
-            "4d",
-            lambda: wp.launch(
-                _unclip_in_place,
-                dim=shape,
-                inputs=[pix, buf.clipped, buf.cases, conv],
-                outputs=[out, bary],
-                device=dev,
-            ),
-        ),
-        (
-            "flat1",
-            lambda: wp.launch(
-                flat1,
-                dim=n,
-                inputs=[flat_pix, buf.clipped, buf.cases, conv, out_flat, flat_bary],
-                device=dev,
-            ),
-        ),
-        (
-            "flat4",
-            lambda: wp.launch(
-                flat4,
-                dim=n // 4,
-                inputs=[pix4, buf.clipped, buf.cases, conv, out4, flat_bary],
-                device=dev,
-            ),
-        ),
-    ):
+    for name, fn in variants.items():
         out.fill_(-7)
         fn()
         got = out.numpy()
-        if ref is None:
-            ref = got
-        print(f"fwd {name:6s} {timed(fn):.4f} ms equal={np.array_equal(got, ref)}")
+        ref = got if ref is None else ref
+        print(f"fwd {name:8s} {timed(fn):.4f} ms equal={np.array_equal(got, ref)}")
     g = wp.zeros_like(bary)
-    gflat = g.flatten()
     cg = wp.zeros_like(conv)
-    for name, fn in (
-        (
-            "4d",
-            lambda: wp.launch(
-                _unclip_in_place_adjoint,
-                dim=shape,
-                inputs=[pix, buf.clipped, buf.cases, conv, ws.raster.face_verts, 1, 0],
-                outputs=[g, cg],
-                device=dev,
-            ),
-        ),
-        (
-            "flat1",
-            lambda: wp.launch(
-                flat1_adj, dim=n, inputs=[flat_pix, buf.clipped, buf.cases, conv, gflat], device=dev
-            ),
-        ),
-        (
-            "flat4",
-            lambda: wp.launch(
-                flat4_adj,
-                dim=n // 4,
-                inputs=[pix4, buf.clipped, buf.cases, conv, gflat],
-                device=dev,
-            ),
-        ),
-    ):
-        print(f"adj {name:6s} {timed(fn):.4f} ms")
+    size = wp.vec3i(*pix.shape[1:])
+    adj = lambda: wp.launch(  # noqa: E731
+        _unclip_in_place_adjoint, dim=(n + 3) // 4,
+        inputs=[slots, *common, ws.raster.face_verts, size, 1, 0], outputs=[g.flatten(), cg],
+        device=dev,
+    )  # fmt: skip
+    print(f"adj library  {timed(adj):.4f} ms")
 
 
 if __name__ == "__main__":
