@@ -159,6 +159,17 @@ def level_texel(p: MipLevels, level: int, m: int, y: int, x: int, c: int) -> flo
     return p.levels[level_index(p, level, m, y, x, c)]
 
 
+@wp.func
+def flat_index4(i: int, d1: int, d2: int, d3: int):
+    """(a, b, c, d) of flat index ``i`` = ((a d1 + b) d2 + c) d3 + d (32-bit divisions;
+    a 4-d launch decodes its thread index with 64-bit ones)."""
+    d = i % d3
+    t = i // d3
+    c = t % d2
+    t = t // d2
+    return t // d1, t % d1, c, d
+
+
 @wp.kernel
 def _build_level(
     # Texture in (levels below ``level``):
@@ -167,7 +178,12 @@ def _build_level(
     # Data out (the same flat buffer as ``p.levels``, level ``level``):
     levels_out: wp.array(dtype=wp.float32),
 ):
-    m, y, x, c = wp.tid()
+    """One thread per texel and channel of ``level``, launched flat: the (map, row,
+    column, channel) index decoded with 32-bit integer divisions (a 4-d launch
+    decodes its thread index with 64-bit ones, a sizeable part of this small
+    kernel's time on a GPU)."""
+    hw = level_size(p, level)
+    m, y, x, c = flat_index4(wp.tid(), hw[0], hw[1], p.maps.shape[3])
     src = level - 1
     hi = wp.max(p.maps.shape[1] >> src, 1)
     wi = wp.max(p.maps.shape[2] >> src, 1)
@@ -255,7 +271,7 @@ class MipPyramid:
             lh, lw = self.sizes[lev]
             wp.launch(
                 _build_level,
-                dim=(n, lh, lw, c),
+                dim=n * lh * lw * c,
                 inputs=[self.arrays, lev],
                 outputs=[self.levels],
                 device=self.device,
@@ -760,8 +776,10 @@ def _sample_uv_mipmap(
     # Data out: (N, H, W, K * C) float view of a vector(C) array
     texels_out: wp.array4d(dtype=wp.float32),
 ):
-    """One thread per slot and channel (any channel count C)."""
-    n, yi, xi, j = wp.tid()
+    """One thread per slot and channel (any channel count C), launched flat (the
+    index decoded with 32-bit divisions: see :func:`_build_level`)."""
+    n, yi, xi, j = flat_index4(wp.tid(), texels_out.shape[1], texels_out.shape[2],
+                               texels_out.shape[3])  # fmt: skip
     k, c = slot_channel(j, t.p.maps.shape[3])
     f = frag.pix_to_face[n, yi, xi, k]
     if f < 0:
@@ -956,7 +974,7 @@ class TexturesUVMipmap(UVTextures):
         sampler = self.sampler
         wp.launch(
             _sample_uv_mipmap,
-            dim=dim,
+            dim=nn * h * w * k * c,  # flat (see the kernel)
             inputs=[frag, corner_args, sampler],
             outputs=[view],
             device=self.device,
