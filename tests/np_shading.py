@@ -81,3 +81,15 @@ def softmax_blend(p2f, dists, zbuf, colors, background, sigma, gamma, znear, zfa
     denom = w.sum(-1, keepdims=True) + delta
     rgb = ((w[..., None] * colors).sum(-2) + delta * background) / denom
     return np.concatenate([rgb, (1.0 - alpha)[..., None]], -1)
+
+
+def central_difference(fn, x, g, h):
+    """d sum(fn(x) * g) / dx by float64 central differences of step ``h``, entry by
+    entry of ``x``."""
+    out = np.zeros_like(x, dtype=np.float64)
+    for idx in np.ndindex(x.shape):
+        xp, xm = x.copy(), x.copy()
+        xp[idx] += h
+        xm[idx] -= h
+        out[idx] = ((fn(xp) - fn(xm)) * g).sum() / (2 * h)
+    return out

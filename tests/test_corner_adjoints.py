@@ -20,6 +20,7 @@ import numpy as np
 import p3d_render_cases as cases
 import pytest
 import warp as wp
+from np_shading import central_difference
 from test_normals import np_vertex_normals, random_mesh
 
 from warpraster.renderer import Renderer
@@ -152,14 +153,7 @@ def test_gathered_vertex_normals_gradient_matches_finite_differences(device):
     out.grad.assign(g.astype(np.float32))
     tape.backward()
     got = verts.grad.numpy()
-    v64 = v.astype(np.float64)
-    num = np.zeros_like(v64)
-    for i in range(v.shape[0]):
-        for j in range(3):
-            hp, hm = v64.copy(), v64.copy()
-            hp[i, j] += 1e-6
-            hm[i, j] -= 1e-6
-            num[i, j] = ((np_vertex_normals(hp, f) - np_vertex_normals(hm, f)) * g).sum() / 2e-6
+    num = central_difference(lambda x: np_vertex_normals(x, f), v.astype(np.float64), g, 1e-6)
     # float32 adjoint of O(1)-conditioned normalisations vs float64 FD: 1e-3 of
     # the largest entry (as test_normals.py)
     assert np.abs(got - num).max() <= 1e-3 * np.abs(num).max()
