@@ -13,6 +13,7 @@ import np_shading as ref
 import numpy as np
 import pytest
 import warp as wp
+from np_shading import central_difference
 from p3d_render_cases import rel_l2
 
 import warpraster as wr
@@ -53,13 +54,7 @@ def _warp(p2f, dists, zbuf, colors, bg, device):
 
 def _fd(fn, x, g, h=1e-7):
     """Central differences of sum(fn(x) * g) (float64; truncation ~h^2, rounding ~1e-9)."""
-    out = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        xp, xm = x.copy(), x.copy()
-        xp[idx] += h
-        xm[idx] -= h
-        out[idx] = ((fn(xp) - fn(xm)) * g).sum() / (2 * h)
-    return out
+    return central_difference(fn, x, g, h)
 
 
 # Values: float32 evaluation of sums of K O(1) terms and exp of O(10)
