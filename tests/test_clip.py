@@ -646,6 +646,26 @@ def test_p12_clip_then_numpy_rasterizer_matches_pytorch3d(device):
     np.testing.assert_allclose(np.abs(frag.dists[off]), np.abs(c["dists"][off]), atol=1e-6)
 
 
+def _oracle_unclipped(buf, got, size, k, device, **flags):
+    """The oracle of a clipped render: the clipped list in ``buf`` (``got``: its host
+    copy) through the float32 NumPy rasterizer, mapped back by unclip_fragments.
+    Returns (oracle fragments, input-face slots, barycentrics) on ``device``."""
+    total = got["total"]
+    frag = np_reference.rasterize_reference(
+        buf.verts.numpy(), got["faces"][:total], got["first"], got["count"], size,
+        faces_per_pixel=k, clipped_faces_neighbor_idx=got["neighbor"][:total],
+        dtype=np.float32, **flags,
+    )  # fmt: skip
+    ref_p = wp.empty(frag.pix_to_face.shape, dtype=wp.int32, device=device)
+    ref_b = wp.empty(frag.pix_to_face.shape, dtype=wp.vec3, device=device)
+    unclip_fragments(
+        wp.array(frag.pix_to_face.astype(np.int32), dtype=wp.int32, device=device),
+        wp.array(frag.bary_coords.astype(np.float32), dtype=wp.vec3, device=device),
+        buf, ref_p, ref_b,
+    )  # fmt: skip
+    return frag, ref_p, ref_b
+
+
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
 @pytest.mark.parametrize("bin_size", [0, 8])
 def test_p12_rasterize_meshes_forward_and_gradient_match_pytorch3d(device, bin_size, deterministic):
@@ -720,18 +740,7 @@ def test_clipped_rasterization_matches_the_oracle_on_random_scenes(device, bin_s
     got = clipped_numpy(buf)
     total = got["total"]
     assert (got["neighbor"][:total] >= 0).sum() >= 4  # some quads really were split
-    frag = np_reference.rasterize_reference(
-        buf.verts.numpy(), got["faces"][:total], got["first"], got["count"], size,
-        faces_per_pixel=k, clipped_faces_neighbor_idx=got["neighbor"][:total],
-        dtype=np.float32, **flags,
-    )  # fmt: skip
-    ref_p = wp.empty(frag.pix_to_face.shape, dtype=wp.int32, device=device)
-    ref_b = wp.empty(frag.pix_to_face.shape, dtype=wp.vec3, device=device)
-    unclip_fragments(
-        wp.array(frag.pix_to_face.astype(np.int32), dtype=wp.int32, device=device),
-        wp.array(frag.bary_coords.astype(np.float32), dtype=wp.vec3, device=device),
-        buf, ref_p, ref_b,
-    )  # fmt: skip
+    frag, ref_p, ref_b = _oracle_unclipped(buf, got, size, k, device, **flags)
     valid = ref_p.numpy() >= 0
     assert valid.sum() > 30
     np.testing.assert_array_equal(out["pix_to_face"], ref_p.numpy())
@@ -775,17 +784,7 @@ def test_split_face_bins_take_the_ordered_queue_and_the_rest_the_register_queue(
     got = clipped_numpy(buf)
     total = got["total"]
     assert (got["neighbor"][:total] >= 0).sum() >= 2  # the quad really was split
-    frag = np_reference.rasterize_reference(
-        buf.verts.numpy(), got["faces"][:total], got["first"], got["count"], size,
-        faces_per_pixel=k, clipped_faces_neighbor_idx=got["neighbor"][:total], dtype=np.float32,
-    )  # fmt: skip
-    ref_p = wp.empty(frag.pix_to_face.shape, dtype=wp.int32, device=device)
-    ref_b = wp.empty(frag.pix_to_face.shape, dtype=wp.vec3, device=device)
-    unclip_fragments(
-        wp.array(frag.pix_to_face.astype(np.int32), dtype=wp.int32, device=device),
-        wp.array(frag.bary_coords.astype(np.float32), dtype=wp.vec3, device=device),
-        buf, ref_p, ref_b,
-    )  # fmt: skip
+    frag, ref_p, ref_b = _oracle_unclipped(buf, got, size, k, device)
     np.testing.assert_array_equal(out["pix_to_face"], ref_p.numpy())
 
 
