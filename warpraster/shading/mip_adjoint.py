@@ -299,40 +299,47 @@ def bilinear_channel_grad(
 ADJOINT_MAX_REGISTERS = 96
 
 
+@wp.struct
+class SampleInputs:
+    """The inputs of a ``mipmap._sample_uv_mipmap`` launch, which its adjoint reads
+    again: the fragments ``frag`` (``pix_to_face``, ``bary_coords``), the per-face
+    ``corners`` and the texture's sampler ``t``."""
+
+    frag: PixelFragments
+    corners: UVCorners
+    t: MipSampler
+
+
 @wp.kernel(cuda_max_registers=ADJOINT_MAX_REGISTERS)
 def _sample_uv_mipmap_adjoint(
-    # Fragments in (pix_to_face, bary_coords):
-    frag: PixelFragments,
-    # Corners in (per face):
-    corners: UVCorners,
-    # Texture in:
-    t: MipSampler,
-    # Gradient in (consumed: zeroed once read): (N, H, W, K * C) float view
+    # In: the forward's inputs; the output's gradient (consumed: zeroed once
+    # read), an (N, H, W, K * C) float view
+    a: SampleInputs,
     texels_grad: wp.array4d(dtype=wp.float32),
     # Gradients out (added to):
     g: SampleGrads,
 ):
     """One thread per slot: the adjoint of ``mipmap._sample_uv_mipmap`` over all C channels."""
     n, yi, xi, k = wp.tid()
-    nc = t.p.maps.shape[3]
+    nc = a.t.p.maps.shape[3]
     j0 = k * nc
-    f = frag.pix_to_face[n, yi, xi, k]
+    f = a.frag.pix_to_face[n, yi, xi, k]
     if f < 0:
         for c in range(nc):
             texels_grad[n, yi, xi, j0 + c] = 0.0
         return
-    b = frag.bary_coords[n, yi, xi, k]
-    shape = wp.vec2i(frag.pix_to_face.shape[1], frag.pix_to_face.shape[2])
-    uv, duv_dx, duv_dy, uv0, uv1, uv2, dbx, dby, step = slot_uv_terms(corners, f, b, yi, xi, shape)
-    m, u, v, dvx, dvy = sample_point(t, n, uv, duv_dx, duv_dy)
-    base = level_size(t.p, 0)
+    b = a.frag.bary_coords[n, yi, xi, k]
+    shape = wp.vec2i(a.frag.pix_to_face.shape[1], a.frag.pix_to_face.shape[2])
+    uv, duv_dx, duv_dy, uv0, uv1, uv2, dbx, dby, step = slot_uv_terms(a.corners, f, b, yi, xi, shape)
+    m, u, v, dvx, dvy = sample_point(a.t, n, uv, duv_dx, duv_dy)
+    base = level_size(a.t.p, 0)
     g_uv = wp.vec2(0.0)  # to (u, v) as the sampler reads them
     g_d = wp.vec4(0.0)  # to (du/dx, dv/dx, du/dy, dv/dy) as the sampler reads them
     two = False  # linear-mipmap-linear above level 0: two levels blended
-    if t.filter_mode == FilterMode.NEAREST:
-        iy, ix = nearest_cell(base[0], base[1], u, v, t.boundary)
+    if a.t.filter_mode == FilterMode.NEAREST:
+        iy, ix = nearest_cell(base[0], base[1], u, v, a.t.boundary)
         inside = True
-        if t.boundary == BoundaryMode.ZERO:
+        if a.t.boundary == BoundaryMode.ZERO:
             inside = ix >= 0 and ix < base[1] and iy >= 0 and iy < base[0]
         iy = wp.clamp(iy, 0, base[0] - 1)
         ix = wp.clamp(ix, 0, base[1] - 1)
@@ -345,40 +352,40 @@ def _sample_uv_mipmap_adjoint(
         level0 = int(0)
         level1 = int(0)
         frac = float(0.0)
-        if t.filter_mode != FilterMode.LINEAR and t.max_level != 0:
-            flevel = mip_level(duv_dx[0], dvx, duv_dy[0], dvy, base[0], base[1], t.max_level)
+        if a.t.filter_mode != FilterMode.LINEAR and a.t.max_level != 0:
+            flevel = mip_level(duv_dx[0], dvx, duv_dy[0], dvy, base[0], base[1], a.t.max_level)
             level0 = int(wp.floor(flevel))
-            if t.filter_mode == FilterMode.LINEAR_MIPMAP_LINEAR and flevel > 0.0:
+            if a.t.filter_mode == FilterMode.LINEAR_MIPMAP_LINEAR and flevel > 0.0:
                 two = True
-                level1 = wp.min(level0 + 1, t.max_level)
+                level1 = wp.min(level0 + 1, a.t.max_level)
                 frac = flevel - float(level0)
-        q0 = level_taps(t, level0, u, v, g.want)
-        q1 = level_taps(t, level1, u, v, g.want)
+        q0 = level_taps(a.t, level0, u, v, g.want)
+        q1 = level_taps(a.t, level1, u, v, g.want)
         g_frac = float(0.0)
         for c in range(nc):
             gc = texels_grad[n, yi, xi, j0 + c]
             texels_grad[n, yi, xi, j0 + c] = 0.0
             if two:  # a + frac (b - a)
                 gb = frac * gc
-                ra = bilinear_channel_grad(t.p, g.texels, q0, m, c, t.boundary, gc - gb)
-                rb = bilinear_channel_grad(t.p, g.texels, q1, m, c, t.boundary, gb)
+                ra = bilinear_channel_grad(a.t.p, g.texels, q0, m, c, a.t.boundary, gc - gb)
+                rb = bilinear_channel_grad(a.t.p, g.texels, q1, m, c, a.t.boundary, gb)
                 g_uv += wp.vec2(ra[1] + rb[1], ra[2] + rb[2])
                 g_frac += gc * (rb[0] - ra[0])
             else:
-                ra = bilinear_channel_grad(t.p, g.texels, q0, m, c, t.boundary, gc)
+                ra = bilinear_channel_grad(a.t.p, g.texels, q0, m, c, a.t.boundary, gc)
                 g_uv += wp.vec2(ra[1], ra[2])
         if two:
             g_d = mip_level_grad(
-                duv_dx[0], dvx, duv_dy[0], dvy, base[0], base[1], t.max_level, g_frac
+                duv_dx[0], dvx, duv_dy[0], dvy, base[0], base[1], a.t.max_level, g_frac
             )
-    if t.flip_v != 0:
+    if a.t.flip_v != 0:
         g_uv = wp.vec2(g_uv[0], -g_uv[1])
         g_d = wp.vec4(g_d[0], -g_d[1], g_d[2], -g_d[3])
     # the chain through slot_uv, once per slot
     g0 = b[0] * g_uv
     g1 = b[1] * g_uv
     g2 = b[2] * g_uv
-    if two and corners.derivatives != 0:
+    if two and a.corners.derivatives != 0:
         sdx = step * wp.vec2(g_d[0], g_d[1])
         sdy = step * wp.vec2(g_d[2], g_d[3])
         g0 = g0 + dbx[0] * sdx + dby[0] * sdy
@@ -387,10 +394,10 @@ def _sample_uv_mipmap_adjoint(
         if (g.want & WANT_NDC) != 0:
             g_dbx = wp.vec3(wp.dot(sdx, uv0), wp.dot(sdx, uv1), wp.dot(sdx, uv2))
             g_dby = wp.vec3(wp.dot(sdy, uv0), wp.dot(sdy, uv1), wp.dot(sdy, uv2))
-            ndc = corners.ndc[f]
+            ndc = a.corners.ndc[f]
             p = pixel_centre(yi, xi, shape[0], shape[1])
             gv0, gv1, gv2 = bary_derivatives_grad(
-                p, ndc[0], ndc[1], ndc[2], corners.perspective, g_dbx, g_dby
+                p, ndc[0], ndc[1], ndc[2], a.corners.perspective, g_dbx, g_dby
             )
             wp.atomic_add(g.ndc, f, wp.matrix_from_rows(gv0, gv1, gv2))
     if (g.want & WANT_UV) != 0:
@@ -414,6 +421,7 @@ class SampleAdjoint:
     change: no device allocation per call)."""
 
     def __init__(self):
+        self._inputs = LastStruct(SampleInputs)
         self._texel_grads = LastStruct(MipLevels)
         self._grads = LastStruct(SampleGrads)
 
@@ -451,12 +459,13 @@ class SampleAdjoint:
         n, h, w, kc = dim
         k = kc // max(sampler.p.maps.shape[3], 1)
         texels_grad = texels.grad
+        inputs = self._inputs(device, frag=frag, corners=corners, t=sampler)
 
         def backward():
             wp.launch(
                 _sample_uv_mipmap_adjoint,
                 dim=(n, h, w, k),
-                inputs=[frag, corners, sampler, texels_grad],
+                inputs=[inputs, texels_grad],
                 outputs=[grads],
                 device=device,
             )
