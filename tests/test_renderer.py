@@ -77,6 +77,41 @@ def test_renderer_matches_reference_and_mesh_renderer(name, device):
     assert (nrm[p2f < 0] == 0).all()
 
 
+@pytest.mark.parametrize("channels", [(), ("depth", "mesh_ids"), ("normals",)])
+def test_a_subset_of_channels_writes_only_those_and_the_same_values(channels, device):
+    """Channels not asked for are None and cost no launch (none asked for); the
+    image and the channels asked for equal those of a renderer writing all four
+    (the same kernels: bit for bit); a flat shader still gets its normals channel."""
+    d, spec, full, verts, tex, lts = _renderer_for_case("r02_hardphong_point_vertexcolor", device)
+    want = full.render(verts)
+    kwargs = dict(
+        cameras=full.cameras,
+        raster_settings=cases.raster_settings(spec),
+        faces=d["faces_packed"].astype(np.int32),
+        mesh_to_face_first_idx=d["mesh_to_face_first_idx"],
+        num_faces_per_mesh=d["num_faces_per_mesh"],
+        num_verts=len(d["verts_packed"]),
+        textures=tex,
+    )
+    r = Renderer(shader=full.shader, channels=channels, **kwargs)
+    got = r.render(verts)
+    np.testing.assert_array_equal(got.image.numpy(), want.image.numpy())
+    for name in ("depth", "normals", "face_ids", "mesh_ids"):
+        if name in channels:
+            np.testing.assert_array_equal(getattr(got, name).numpy(), getattr(want, name).numpy())
+        else:
+            assert getattr(got, name) is None
+    if channels == ("normals",):
+        flat = shading.HardFlatShader(cameras=full.cameras, lights=lts,
+                                      materials=cases.materials(spec, device))  # fmt: skip
+        got = Renderer(shader=flat, channels=channels, **kwargs).render(verts)
+        np.testing.assert_array_equal(got.normals.numpy(), want.normals.numpy())
+    with pytest.raises(ValueError, match="channels"):
+        Renderer(shader=full.shader, channels=("depth", "colour"), **kwargs)
+    with pytest.raises(ValueError, match="channels"):
+        Renderer(shader=full.shader, channels="depth", **kwargs)
+
+
 def test_render_loss_backward_capture_equals_eager(device):
     # One graph: zero the loss, render, MSE to a target, backward. Replayed after
     # the vertices are moved in place it must equal an eager step at the new

@@ -15,7 +15,9 @@ Two scenes, generated in code, seen by one perspective camera per image:
 Each is timed as the :class:`~warpraster.renderer.Renderer` call alone
 (forward) and as render + image MSE + ``tape.backward`` (forward + backward),
 eagerly and replayed from a captured graph; medians of ``--runs`` after warm-up
-(CUDA events on a GPU, wall clock on the CPU). Memory: the renderer's own
+(CUDA events on a GPU, wall clock on the CPU); by default once with the image
+alone (as the anchors, which produce only colour) and once with the extra
+channels (depth, normals, face and mesh ids, ``+channels``). Memory: the renderer's own
 buffers (raster workspace, shading buffers, image and channels).
 """
 
@@ -31,7 +33,7 @@ import warp as wp
 from .camera import FoVPerspectiveCameras, look_at_view_transform
 from .primitives import ico_sphere
 from .rasterizer import RasterizationSettings
-from .renderer import Renderer
+from .renderer import CHANNELS, Renderer
 from .shading import (
     BlendParams,
     HardPhongShader,
@@ -67,8 +69,9 @@ def _scene(copies: int = 8, level: int = 5, seed: int = 0):
     return verts.astype(np.float32), faces, first, count, uvs, colors
 
 
-def make_renderer(name: str, device) -> tuple[Renderer, wp.array]:
-    """The renderer and vertex array of a benchmark scene."""
+def make_renderer(name: str, device, channels=CHANNELS) -> tuple[Renderer, wp.array]:
+    """The renderer and vertex array of a benchmark scene (``channels``: the extra
+    channels it writes beside the image)."""
     verts, faces, first, count, uvs, colors = _scene()
     n = len(first)
     R, T = look_at_view_transform(dist=2.7, elev=10.0, azim=20.0)
@@ -93,12 +96,12 @@ def make_renderer(name: str, device) -> tuple[Renderer, wp.array]:
                                     device=device, requires_grad=True)  # fmt: skip
     r = Renderer(cameras=cams, raster_settings=settings, shader=shader, faces=faces,
                  mesh_to_face_first_idx=first, num_faces_per_mesh=count, num_verts=len(verts),
-                 textures=textures, device=device)  # fmt: skip
+                 textures=textures, channels=channels, device=device)  # fmt: skip
     return r, wp.array(verts, dtype=wp.vec3, device=device, requires_grad=True)
 
 
-def run(name: str, device, runs: int) -> dict:
-    r, verts = make_renderer(name, device)
+def run(name: str, device, runs: int, channels=CHANNELS) -> dict:
+    r, verts = make_renderer(name, device, channels)
     out = r.render(verts)
     target = wp.zeros_like(out.image)
     target.assign(out.image.numpy() * 0.9)
@@ -130,10 +133,12 @@ def run(name: str, device, runs: int) -> dict:
         graph_fwd = statistics.median(timed(lambda: wp.capture_launch(g1)) for _ in range(runs))
         graph_both = statistics.median(timed(lambda: wp.capture_launch(g2)) for _ in range(runs))
     o = r.outputs[0]
-    nbytes = sum(a.capacity for a in (o.image, o.depth, o.normals, o.face_ids, o.mesh_ids))
+    nbytes = sum(a.capacity for a in (o.image, o.depth, o.normals, o.face_ids, o.mesh_ids)
+                 if a is not None)  # fmt: skip
+    covered = o.fragments.pix_to_face.numpy()[..., 0] >= 0
     return {"name": name, "fwd_ms": fwd, "fwd_bwd_ms": both, "graph_fwd_ms": graph_fwd,
             "graph_fwd_bwd_ms": graph_both, "image_mb": nbytes / 2**20,
-            "coverage": float((o.face_ids.numpy() >= 0).mean())}  # fmt: skip
+            "coverage": float(covered.mean())}  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -142,6 +147,9 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None, help="Warp device (default: Warp's default)")
     ap.add_argument("--runs", type=int, default=20, help="timed runs per scene (median)")
     ap.add_argument("--scenes", default=None, help="comma-separated scene names (default: all)")
+    ap.add_argument("--channels", choices=("none", "all", "both"), default="both",
+                    help="extra channels (depth, normals, face and mesh ids) beside the "
+                    "image: none (the image alone, as the anchors), all, or both rows")  # fmt: skip
     args = ap.parse_args(argv)
     wp.config.quiet = True
     wp.config.log_level = getattr(wp, "LOG_WARNING", 30)  # no per-module load lines
@@ -149,15 +157,18 @@ def main(argv=None) -> int:
     device = wp.get_device(args.device)
     names = list(TARGETS) if not args.scenes else args.scenes.split(",")
     print(f"warpraster renderer bench on {device} ({getattr(device, 'name', '')})")
-    print(f"{'scene':<34}{'fwd ms':>9}{'f+b ms':>9}{'graph f':>9}{'graph f+b':>10}"
+    print(f"{'scene':<44}{'fwd ms':>9}{'f+b ms':>9}{'graph f':>9}{'graph f+b':>10}"
           f"{'target f / f+b':>16}{'cover':>7}")  # fmt: skip
+    variants = {"none": [()], "all": [CHANNELS], "both": [(), CHANNELS]}[args.channels]
     for name in names:
-        row = run(name, device, args.runs)
-        tf, tb = TARGETS.get(name, (None, None))
-        g = (f"{row['graph_fwd_ms']:>9.3f}{row['graph_fwd_bwd_ms']:>10.3f}"
-             if row["graph_fwd_ms"] is not None else f"{'-':>9}{'-':>10}")  # fmt: skip
-        print(f"{name:<34}{row['fwd_ms']:>9.3f}{row['fwd_bwd_ms']:>9.3f}{g}"
-              f"{f'{tf} / {tb}':>16}{row['coverage']:>7.2f}", flush=True)  # fmt: skip
+        for channels in variants:
+            row = run(name, device, args.runs, channels)
+            tf, tb = TARGETS.get(name, (None, None))
+            g = (f"{row['graph_fwd_ms']:>9.3f}{row['graph_fwd_bwd_ms']:>10.3f}"
+                 if row["graph_fwd_ms"] is not None else f"{'-':>9}{'-':>10}")  # fmt: skip
+            label = name + (" +channels" if channels else "")
+            print(f"{label:<44}{row['fwd_ms']:>9.3f}{row['fwd_bwd_ms']:>9.3f}{g}"
+                  f"{f'{tf} / {tb}':>16}{row['coverage']:>7.2f}", flush=True)  # fmt: skip
     return 0
 
 

@@ -121,14 +121,21 @@ class ChannelMesh:
     has_objects: int
 
 
+#: the extra channels a :class:`Renderer` can write beside the image
+CHANNELS = ("depth", "normals", "face_ids", "mesh_ids")
+
+
 @wp.struct
 class Channels:
-    """The extra channels, (N, H, W) each (see :class:`RenderOutputs`)."""
+    """The extra channels, (N, H, W) each (see :class:`RenderOutputs`), and which
+    are written (``want``: bit i for ``CHANNELS[i]``; the others are (1, 1, 1)
+    placeholders)."""
 
     depth: wp.array3d(dtype=wp.float32)
     normals: wp.array3d(dtype=wp.vec3)
     face_ids: wp.array3d(dtype=wp.int32)
     mesh_ids: wp.array3d(dtype=wp.int32)
+    want: int
 
 
 @wp.kernel(enable_backward=False)
@@ -142,27 +149,34 @@ def _channels_kernel(
 ):
     n, y, x = wp.tid()
     f = slot.pix_to_face[n, y, x, 0]
-    depth = float(-1.0)
-    nrm = wp.vec3(0.0)
-    object_id = int(-1)
-    if f >= 0:
-        depth = slot.zbuf[n, y, x, 0]
-        b = slot.bary_coords[n, y, x, 0]
-        s = (
-            b[0] * mesh.verts_normals[mesh.faces[f, 0]]
-            + b[1] * mesh.verts_normals[mesh.faces[f, 1]]
-            + b[2] * mesh.verts_normals[mesh.faces[f, 2]]
-        )
-        ln = wp.length(s)
-        if ln > 0.0:
-            nrm = s / ln
-        object_id = n
-        if mesh.has_objects != 0:
-            object_id = mesh.face_to_object[f]
-    channels_out.depth[n, y, x] = depth
-    channels_out.normals[n, y, x] = nrm
-    channels_out.face_ids[n, y, x] = f
-    channels_out.mesh_ids[n, y, x] = object_id
+    want = channels_out.want
+    if (want & 1) != 0:
+        depth = float(-1.0)
+        if f >= 0:
+            depth = slot.zbuf[n, y, x, 0]
+        channels_out.depth[n, y, x] = depth
+    if (want & 2) != 0:
+        nrm = wp.vec3(0.0)
+        if f >= 0:
+            b = slot.bary_coords[n, y, x, 0]
+            s = (
+                b[0] * mesh.verts_normals[mesh.faces[f, 0]]
+                + b[1] * mesh.verts_normals[mesh.faces[f, 1]]
+                + b[2] * mesh.verts_normals[mesh.faces[f, 2]]
+            )
+            ln = wp.length(s)
+            if ln > 0.0:
+                nrm = s / ln
+        channels_out.normals[n, y, x] = nrm
+    if (want & 4) != 0:
+        channels_out.face_ids[n, y, x] = f
+    if (want & 8) != 0:
+        object_id = int(-1)
+        if f >= 0:
+            object_id = n
+            if mesh.has_objects != 0:
+                object_id = mesh.face_to_object[f]
+        channels_out.mesh_ids[n, y, x] = object_id
 
 
 class RenderOutputs:
@@ -176,10 +190,20 @@ class RenderOutputs:
         face_ids: (N, H, W) int32 packed face index of the nearest face, -1 where empty.
         mesh_ids: (N, H, W) int32 mesh (or object, see ``face_to_object``), -1 where empty.
         fragments: the step's :class:`~warpraster.Fragments` (raster workspace arrays).
+
+    A channel the :class:`Renderer` was not asked for (its ``channels``) is None.
     """
 
     def __init__(
-        self, shape, num_verts, num_faces, device, requires_grad, workspace, corner_lists=None
+        self,
+        shape,
+        num_verts,
+        num_faces,
+        device,
+        requires_grad,
+        workspace,
+        corner_lists=None,
+        channels: tuple = CHANNELS,
     ):
         n, h, w, _ = shape
         self.workspace = workspace
@@ -191,19 +215,21 @@ class RenderOutputs:
             corner_lists=corner_lists,
         )  # fmt: skip
         self.image = self.shading.image
-        self.depth = wp.zeros((n, h, w), dtype=wp.float32, device=device)
-        self.normals = wp.zeros((n, h, w), dtype=wp.vec3, device=device)
-        self.face_ids = wp.zeros((n, h, w), dtype=wp.int32, device=device)
-        self.mesh_ids = wp.zeros((n, h, w), dtype=wp.int32, device=device)
+        dtypes = {"depth": wp.float32, "normals": wp.vec3, "face_ids": wp.int32,
+                  "mesh_ids": wp.int32}  # fmt: skip
+        arrays = {}
+        for name in CHANNELS:
+            wanted = name in channels
+            arrays[name] = wp.zeros((n, h, w) if wanted else (1, 1, 1), dtype=dtypes[name],
+                                    device=device)  # fmt: skip
+            setattr(self, name, arrays[name] if wanted else None)
         self.fragments: Fragments | None = None
         #: the channels kernel's arguments, built once (``channel_mesh`` by the Renderer)
         self.channels = new_struct(
             Channels,
             device,
-            depth=self.depth,
-            normals=self.normals,
-            face_ids=self.face_ids,
-            mesh_ids=self.mesh_ids,
+            want=sum(1 << i for i, name in enumerate(CHANNELS) if name in channels),
+            **arrays,
         )
         self.pixel_frags = new_struct(PixelFragments, device)
         self.channel_mesh: ChannelMesh | None = None
@@ -241,6 +267,10 @@ class Renderer:
         textures: ``None``, ``TexturesVertex``, ``TexturesUV`` or ``TexturesUVMipmap``.
         face_to_object: optional (F,) int32 object id per face for ``mesh_ids``
             (default: the mesh index n).
+        channels: the extra channels to write beside the image, any of
+            ``("depth", "normals", "face_ids", "mesh_ids")`` (default: all); the
+            others are None in :class:`RenderOutputs` and cost nothing (no
+            launch when none is asked for).
         steps: output sets, one per render recorded on one tape (a render
             overwrites its step's buffers; the tape needs each step's own).
         requires_grad: allocate gradients (for a ``wp.Tape``).
@@ -282,6 +312,7 @@ class Renderer:
         num_verts: int,
         textures=None,
         face_to_object=None,
+        channels=CHANNELS,
         steps: int = 1,
         requires_grad: bool = True,
         device=None,
@@ -290,6 +321,11 @@ class Renderer:
             raise TypeError(f"shader must be a warpraster shader, got {type(shader).__name__}")
         if int(steps) < 1:
             raise ValueError(f"steps must be >= 1, got {steps}")
+        if isinstance(channels, str) or not all(c in CHANNELS for c in channels):
+            raise ValueError(
+                f"channels must be a sequence of names from {CHANNELS}, got {channels!r}"
+            )
+        self.channels = tuple(c for c in CHANNELS if c in channels)
         self.rasterizer = MeshRasterizer(cameras=cameras, raster_settings=raster_settings)
         self.cameras = cameras
         self.device = wp.get_device(device if device is not None else cameras.device)
@@ -331,8 +367,8 @@ class Renderer:
         self._has_objects = int(face_to_object is not None)
         self.requires_grad = bool(requires_grad)
         # the normals channel needs vertex normals; Phong and Gouraud compute them anyway
-        self._shader_skips_normals = shader.mode == ShadingMode.FLAT or isinstance(
-            shader, SoftSilhouetteShader
+        self._shader_skips_normals = "normals" in self.channels and (
+            shader.mode == ShadingMode.FLAT or isinstance(shader, SoftSilhouetteShader)
         )
         self.outputs = [self._make_outputs() for _ in range(int(steps))]
         #: Render calls outside a tape that repeat the previous call's vertex array
@@ -362,7 +398,7 @@ class Renderer:
                 requires_grad=self.requires_grad,
             )
         out = RenderOutputs(self.shape, self.num_verts, nf, self.device, self.requires_grad, ws,
-                            self.corner_lists)  # fmt: skip
+                            self.corner_lists, self.channels)  # fmt: skip
         out.channel_mesh = new_struct(
             ChannelMesh,
             self.device,
@@ -430,6 +466,8 @@ class Renderer:
         if self._shader_skips_normals:
             vertex_normals(v, self.faces, out=nrm, sums_out=out.shading.normal_sums,
                            validate=False, corner_lists=self.corner_lists)  # fmt: skip
+        if not self.channels:
+            return
         wp.launch(
             _channels_kernel,
             dim=self.shape[:3],
