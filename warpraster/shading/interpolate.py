@@ -43,6 +43,7 @@ import warp as wp
 from ..geometry import EPS, barycentric, pixel_centre
 from ..meshes import as_faces_array, as_vec3_array
 from .params import new_struct
+from .pixel_args import PixelFragments
 
 # Same float rounding as PyTorch3D's separately rounded products (see fragments.py).
 wp.set_module_options({"fuse_fp": False})
@@ -320,26 +321,34 @@ def bary_derivatives(p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, perspect
     return dsx, dsy
 
 
+@wp.struct
+class InterpolatedSlots:
+    """Where an interpolation writes, (N, H, W, K * dim) float32 views of
+    ``vector(dim)`` arrays: the ``values`` and, written only ``with_derivatives``, their
+    screen-space derivatives ``ddx``, ``ddy``."""
+
+    values: wp.array4d(dtype=wp.float32)
+    ddx: wp.array4d(dtype=wp.float32)
+    ddy: wp.array4d(dtype=wp.float32)
+
+
 @wp.kernel
 def _interpolate(
-    # Fragments in:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    bary_coords: wp.array4d(dtype=wp.vec3),
+    # In: the fragments (pix_to_face, bary_coords), the attribute, the projected faces
+    frag: PixelFragments,
     attrs: SlotAttributes,
     screen: ScreenFaces,
-    # Data out: (N, H, W, K * dim) float views of vector(dim) arrays
-    values_out: wp.array4d(dtype=wp.float32),
-    ddx_out: wp.array4d(dtype=wp.float32),
-    ddy_out: wp.array4d(dtype=wp.float32),
+    # Out:
+    slots_out: InterpolatedSlots,
 ):
     n, yi, xi, j = wp.tid()
     k, c = slot_channel(j, attrs.dim)
-    f = pix_to_face[n, yi, xi, k]
+    f = frag.pix_to_face[n, yi, xi, k]
     if f < 0:
-        values_out[n, yi, xi, j] = 0.0
+        slots_out.values[n, yi, xi, j] = 0.0
         if screen.with_derivatives != 0:
-            ddx_out[n, yi, xi, j] = 0.0
-            ddy_out[n, yi, xi, j] = 0.0
+            slots_out.ddx[n, yi, xi, j] = 0.0
+            slots_out.ddy[n, yi, xi, j] = 0.0
         return
     a0 = float(0.0)
     a1 = float(0.0)
@@ -352,11 +361,11 @@ def _interpolate(
         a0 = attrs.vert_attributes[attrs.faces[f, 0], c]
         a1 = attrs.vert_attributes[attrs.faces[f, 1], c]
         a2 = attrs.vert_attributes[attrs.faces[f, 2], c]
-    b = bary_coords[n, yi, xi, k]
-    values_out[n, yi, xi, j] = b[0] * a0 + b[1] * a1 + b[2] * a2
+    b = frag.bary_coords[n, yi, xi, k]
+    slots_out.values[n, yi, xi, j] = b[0] * a0 + b[1] * a1 + b[2] * a2
     if screen.with_derivatives != 0:
-        height = pix_to_face.shape[1]
-        width = pix_to_face.shape[2]
+        height = frag.pix_to_face.shape[1]
+        width = frag.pix_to_face.shape[2]
         p = pixel_centre(yi, xi, height, width)
         dbx, dby = bary_derivatives(
             p,
@@ -367,8 +376,8 @@ def _interpolate(
         )
         # One pixel step is 2 / min(H, W) NDC units; columns run to -X, rows to -Y.
         step = -2.0 / float(wp.min(height, width))
-        ddx_out[n, yi, xi, j] = step * (dbx[0] * a0 + dbx[1] * a1 + dbx[2] * a2)
-        ddy_out[n, yi, xi, j] = step * (dby[0] * a0 + dby[1] * a1 + dby[2] * a2)
+        slots_out.ddx[n, yi, xi, j] = step * (dbx[0] * a0 + dbx[1] * a1 + dbx[2] * a2)
+        slots_out.ddy[n, yi, xi, j] = step * (dby[0] * a0 + dby[1] * a1 + dby[2] * a2)
 
 
 def _launch(p2f, bary, face_attrs, vert_attrs, faces, d, verts_ndc, ndc_faces, persp, outs):
@@ -381,9 +390,11 @@ def _launch(p2f, bary, face_attrs, vert_attrs, faces, d, verts_ndc, ndc_faces, p
     screen = new_struct(ScreenFaces, device, verts_ndc=verts_ndc, ndc_faces=ndc_faces,
                         perspective=int(bool(persp)),
                         with_derivatives=1 if verts_ndc is not None else 0)  # fmt: skip
-    views = [float_view(o) if o is not None else None for o in outs]
-    wp.launch(_interpolate, dim=(n, h, w, k * d), inputs=[p2f, bary, attrs, screen],
-              outputs=views, device=device)  # fmt: skip
+    frag = new_struct(PixelFragments, device, pix_to_face=p2f, bary_coords=bary)
+    values, ddx, ddy = (float_view(o) if o is not None else None for o in outs)
+    slots = new_struct(InterpolatedSlots, device, values=values, ddx=ddx, ddy=ddy)
+    wp.launch(_interpolate, dim=(n, h, w, k * d), inputs=[frag, attrs, screen],
+              outputs=[slots], device=device)  # fmt: skip
 
 
 def alloc_vector_out(out, name, shape, d, device, requires_grad):
