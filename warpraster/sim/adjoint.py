@@ -67,13 +67,12 @@ from .kernel_args import (
     Csr,
     FaceSums,
     FaceWalk,
-    FlatRecords,
     Outline,
     PixelRecords,
     ProjGrads,
     SourceGroups,
-    StripSums,
     make,
+    pixel_row,
 )
 from .loss import LossTerms
 from .pixel_adjoint import CHANNELS_ADJOINT
@@ -178,13 +177,12 @@ class SensorBackward:
         self.pix_albedo = wp.zeros(mimg, dtype=wp.vec3, device=dev)
         self.pix_light = wp.zeros(mimg, dtype=wp.vec4, device=dev)
         fa = max(num_faces, 1) if rg else 1
-        self.face_sums = self._mat33_sums(FaceSums, fa)
+        self.face_sums = self._face_sums((fa, 1))
         cap = max(min(int(big_capacity), fa), 1) if rg else 1
         self.big = make(BigFaces, count=wp.zeros(1, dtype=wp.int32, device=dev),
                         faces=wp.zeros(cap, dtype=wp.int32, device=dev), area=int(big_area),
                         capacity=cap)  # fmt: skip
-        self.strip_sums = self._mat33_sums(StripSums, (cap, max(int(big_strips), 1)) if rg
-                                           else (1, 1))  # fmt: skip
+        self.strip_sums = self._face_sums((cap, max(int(big_strips), 1)) if rg else (1, 1))
         pa = max(num_proj, 1) if rg else 1
         self.proj_grads = make(ProjGrads, point=wp.zeros(pa, dtype=wp.vec3, device=dev),
                                vn=wp.zeros(pa, dtype=wp.vec3, device=dev))  # fmt: skip
@@ -206,10 +204,7 @@ class SensorBackward:
         )  # fmt: skip
         self.outline = make(Outline, on=self.outline_on, verts=self.outline_verts,
                             g_bary=self.outline_g_bary, g_depth=self.outline_g_depth)  # fmt: skip
-        self.flat = make(
-            FlatRecords, face=self.rec_face.flatten(), origin=self._dummy3.flatten(),
-            albedo=self.pix_albedo.flatten(), light=self.pix_light.flatten(),
-        )  # fmt: skip
+        self.flat = pixel_row(self.records)  # what the block reductions read
         self._grads = {}  # per frame slot: (its channel gradients as a Channels, mask)
         self._no_loss = make(
             LossTerms, color=self._dummy4[wp.vec3], color_target=self._dummy4[wp.vec3],
@@ -236,10 +231,11 @@ class SensorBackward:
         loss's tape entry runs just before the update's)."""
         self._armed[id(frame)] = terms
 
-    def _mat33_sums(self, cls, shape):
-        """A :class:`FaceSums` or :class:`StripSums` of zeroed ``shape`` arrays."""
+    def _face_sums(self, shape):
+        """A :class:`FaceSums` of zeroed ``shape`` arrays: (F, 1) per face, (capacity,
+        strips) per big-face strip."""
         dev = self.device
-        return make(cls, ndc=wp.zeros(shape, dtype=wp.mat33, device=dev),
+        return make(FaceSums, ndc=wp.zeros(shape, dtype=wp.mat33, device=dev),
                     world=wp.zeros(shape, dtype=wp.mat33, device=dev),
                     vn=wp.zeros(shape, dtype=wp.mat33, device=dev))  # fmt: skip
 
@@ -275,7 +271,7 @@ class SensorBackward:
             self._camera = dict(proj=self._camera_grads(p), image=self._camera_grads(n))
             origin = wp.zeros((n, h, w), dtype=wp.vec3, device=dev)
             self.records.origin = origin
-            self.flat.origin = origin.flatten()
+            self.flat = pixel_row(self.records)
         return self._camera
 
     def _camera_grads(self, count: int) -> CameraGrads:

@@ -23,7 +23,6 @@ from .kernel_args import (
     PixelRecords,
     ProjGrads,
     SourceGroups,
-    StripSums,
     View,
 )
 from .render import _MIN_DEPTH, SOFT_SLOTS, face_corners, image_camera
@@ -135,12 +134,15 @@ def _walk(
 
 
 @wp.func
-def _store(sums_out: FaceSums, f: int, ndc: wp.mat33, world: wp.mat33, vn: wp.mat33, smooth: int):
-    """Face f's sums (its normal records only with smooth normals)."""
-    sums_out.ndc[f] = ndc
-    sums_out.world[f] = world
+def _store(
+    sums_out: FaceSums, i: int, t: int, ndc: wp.mat33, world: wp.mat33, vn: wp.mat33, smooth: int
+):
+    """The sums of face (or list slot) i, strip t (the normal records only with smooth
+    normals)."""
+    sums_out.ndc[i, t] = ndc
+    sums_out.world[i, t] = world
     if smooth != 0:
-        sums_out.vn[f] = vn
+        sums_out.vn[i, t] = vn
 
 
 @wp.func
@@ -164,7 +166,7 @@ def _make_face_kernels(soft_on: bool, smooth_on: bool):
         # Data in:
         scene: FrameScene,
         records: PixelRecords,
-        # Data out, (F,) rows = corners; the big-face list (count zeroed before):
+        # Data out, (F, 1) rows = corners; the big-face list (count zeroed before):
         sums_out: FaceSums,
         big_out: BigFaces,
     ):
@@ -189,7 +191,7 @@ def _make_face_kernels(soft_on: bool, smooth_on: bool):
                     f, walk.face_image[f], x0, x1, y0, y1, 1, wp.static(int(soft_on)),
                     wp.static(int(smooth_on)), scene, records,
                 )  # fmt: skip
-        _store(sums_out, f, acc_ndc, acc_world, acc_vn, wp.static(int(smooth_on)))
+        _store(sums_out, f, 0, acc_ndc, acc_world, acc_vn, wp.static(int(smooth_on)))
 
     @wp.kernel(module="unique")
     def big_face_strips_kernel(
@@ -200,7 +202,7 @@ def _make_face_kernels(soft_on: bool, smooth_on: bool):
         records: PixelRecords,
         big: BigFaces,
         # Data out, (capacity, strips):
-        strips_out: StripSums,
+        strips_out: FaceSums,
     ):
         """Big face in list slot ``slot``: strip t sums rows y0 + t, y0 + t + strips, ..."""
         slot, t = wp.tid()
@@ -212,17 +214,14 @@ def _make_face_kernels(soft_on: bool, smooth_on: bool):
             f, walk.face_image[f], x0, x1, y0 + t, y1, strips_out.ndc.shape[1],
             wp.static(int(soft_on)), wp.static(int(smooth_on)), scene, records,
         )  # fmt: skip
-        strips_out.ndc[slot, t] = acc_ndc
-        strips_out.world[slot, t] = acc_world
-        if wp.static(smooth_on):
-            strips_out.vn[slot, t] = acc_vn
+        _store(strips_out, slot, t, acc_ndc, acc_world, acc_vn, wp.static(int(smooth_on)))
 
     @wp.kernel(module="unique")
     def big_face_sum_kernel(
         # Data in:
         big: BigFaces,
-        strips: StripSums,
-        # Data out, (F,):
+        strips: FaceSums,
+        # Data out, (F, 1):
         sums_out: FaceSums,
     ):
         """Big face in list slot ``slot``: its strips' sums, in strip order."""
@@ -238,7 +237,7 @@ def _make_face_kernels(soft_on: bool, smooth_on: bool):
             acc_world = acc_world + strips.world[slot, t]
             if wp.static(smooth_on):
                 acc_vn = acc_vn + strips.vn[slot, t]
-        _store(sums_out, f, acc_ndc, acc_world, acc_vn, wp.static(int(smooth_on)))
+        _store(sums_out, f, 0, acc_ndc, acc_world, acc_vn, wp.static(int(smooth_on)))
 
     return face_gather_kernel, big_face_strips_kernel, big_face_sum_kernel
 
@@ -279,10 +278,10 @@ def proj_gather_kernel(
         corner = proj_corners.entries[e]
         f = corner // 3
         r = corner - 3 * f
-        g_ndc = g_ndc + row(sums.ndc[f], r)
-        g_w = g_w + row(sums.world[f], r)
+        g_ndc = g_ndc + row(sums.ndc[f, 0], r)
+        g_w = g_w + row(sums.world[f, 0], r)
         if smooth != 0:
-            g_vn = g_vn + row(sums.vn[f], r)
+            g_vn = g_vn + row(sums.vn[f, 0], r)
     w, c = image_camera(view, view.proj_image[j])
     aspect_min = view.aspect_min
     tf = camera_transforms[c, w]

@@ -13,8 +13,8 @@ Static (set-up): :class:`VertexSources`, :class:`View`, :class:`Surface`,
 :class:`FaceWalk`.
 Per frame slot: :class:`FrameArrays`, :class:`PixelFragments`, :class:`Channels`
 and :class:`FrameScene` (all a pixel reads).
-Backward scratch: :class:`PixelRecords` (and :class:`FlatRecords`), :class:`Outline`,
-:class:`FaceSums`, :class:`StripSums`, :class:`BigFaces`, :class:`ProjGrads`, :class:`CameraGrads`.
+Backward scratch: :class:`PixelRecords` (and their :func:`pixel_row` view), :class:`Outline`,
+:class:`FaceSums`, :class:`BigFaces`, :class:`ProjGrads`, :class:`CameraGrads`.
 """
 
 from __future__ import annotations
@@ -187,16 +187,6 @@ class PixelRecords:
 
 
 @wp.struct
-class FlatRecords:
-    """:class:`PixelRecords` read by the block reductions, as flat (N H W,) views."""
-
-    face: wp.array(dtype=wp.int32)
-    origin: wp.array(dtype=wp.vec3)
-    albedo: wp.array(dtype=wp.vec3)
-    light: wp.array(dtype=wp.vec4)
-
-
-@wp.struct
 class Outline:
     """Per soft pixel (N, H, W): whether its outline point is used, its face's NDC
     vertices (rows), and the gradients of its barycentrics and depth."""
@@ -209,17 +199,10 @@ class Outline:
 
 @wp.struct
 class FaceSums:
-    """Per packed face (F,), rows = corners: the summed gradients of its NDC
-    vertices, world vertices and raw vertex normals."""
-
-    ndc: wp.array(dtype=wp.mat33)
-    world: wp.array(dtype=wp.mat33)
-    vn: wp.array(dtype=wp.mat33)
-
-
-@wp.struct
-class StripSums:
-    """:class:`FaceSums` of the big faces per row strip, (capacity, strips)."""
+    """Per row strip of a packed face's pixel box, (faces, strips), rows = corners: the
+    summed gradients of the face's NDC vertices, world vertices and raw vertex
+    normals. The per-face sums are (F, 1) (a face's whole box as one strip); the big
+    faces' strips are (capacity, strips), summed into the per-face ones."""
 
     ndc: wp.array2d(dtype=wp.mat33)
     world: wp.array2d(dtype=wp.mat33)
@@ -262,6 +245,16 @@ def make(cls, **fields):
     for name, value in fields.items():
         setattr(s, name, value)
     return s
+
+
+def pixel_row(records: PixelRecords) -> PixelRecords:
+    """The same records viewed as one row of pixels, (1, 1, N H W) (``soft``: (1, 1,
+    N H W, SOFT_SLOTS)), no copy: the block reductions read pixel i as ``[0, 0, i]``."""
+    views = {}
+    for name in PixelRecords.vars:
+        a = getattr(records, name)
+        views[name] = a.reshape((1, 1, a.shape[0] * a.shape[1] * a.shape[2], *a.shape[3:]))
+    return make(PixelRecords, **views)
 
 
 def sensor_structs(sensor) -> tuple[VertexSources, View, Surface, Look]:
@@ -310,7 +303,6 @@ __all__ = [
     "Csr",
     "FaceSums",
     "FaceWalk",
-    "FlatRecords",
     "FrameArrays",
     "FrameScene",
     "Look",
@@ -320,11 +312,11 @@ __all__ = [
     "ProjGrads",
     "SensorMesh",
     "SourceGroups",
-    "StripSums",
     "Surface",
     "VertexSources",
     "View",
     "frame_structs",
     "make",
+    "pixel_row",
     "sensor_structs",
 ]

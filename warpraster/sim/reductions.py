@@ -11,7 +11,7 @@ from __future__ import annotations
 import warp as wp
 
 from .gathers import rotate_adj_q
-from .kernel_args import CameraGrads, Csr, FlatRecords, SourceGroups, Surface, VertexSources
+from .kernel_args import CameraGrads, Csr, PixelRecords, SourceGroups, Surface, VertexSources
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
 
@@ -75,7 +75,7 @@ def image_camera_reduce_kernel(
     pixels: int,
     # Data in:
     proj: CameraGrads,
-    records: FlatRecords,
+    records: PixelRecords,  # as one row of pixels (kernel_args.pixel_row)
     # Data out, (N,):
     image_out: CameraGrads,
 ):
@@ -93,8 +93,8 @@ def image_camera_reduce_kernel(
         j += wp.block_dim()
     i = n * pixels + lane
     while i < (n + 1) * pixels:
-        if records.face[i] >= 0:
-            gt = gt + records.origin[i]
+        if records.face[0, 0, i] >= 0:
+            gt = gt + records.origin[0, 0, i]
         i += wp.block_dim()
     t = block_sum3(gt)
     q = block_sum4(gq)
@@ -137,8 +137,8 @@ def material_reduce_kernel(
     # Model:
     surface: Surface,
     count: int,
-    # Data in:
-    records: FlatRecords,
+    # Data in, the records as one row of pixels (kernel_args.pixel_row):
+    records: PixelRecords,
     # Data out (added to):
     shape_colors_grad_out: wp.array(dtype=wp.vec3),
     light_direction_grad_out: wp.array(dtype=wp.vec3),
@@ -151,14 +151,14 @@ def material_reduce_kernel(
     acc = wp.vec4(0.0)
     i = lane
     while i < count:
-        f = records.face[i]
+        f = records.face[0, 0, i]
         if f >= 0:
             if s < num_shapes:
                 if surface.face_shape[f] == s:
-                    g = records.albedo[i]
+                    g = records.albedo[0, 0, i]
                     acc = acc + wp.vec4(g[0], g[1], g[2], 0.0)
             else:
-                acc = acc + records.light[i]
+                acc = acc + records.light[0, 0, i]
         i += wp.block_dim()
     a = block_sum4(acc)
     rgb = wp.vec3(a[0], a[1], a[2])
