@@ -270,41 +270,8 @@ def _build_two_levels(
     _store_texel(p, levels_out, level + 1, m, y, x, c, v)
 
 
-@wp.kernel
-def _build_three_levels(
-    # Texture in (levels below ``level``):
-    p: MipLevels,
-    level: int,
-    # Data out (the same flat buffer as ``p.levels``, levels ``level`` to ``level + 2``):
-    levels_out: wp.array(dtype=wp.float32),
-):
-    """Levels ``level`` to ``level + 2`` in one launch: one thread per texel and
-    channel of ``level + 2`` (flat launch), its 4 x 4 block of ``level`` and 2 x 2
-    block of ``level + 1`` kept in registers."""
-    hw = level_size(p, level + 2)
-    m, y, x, c = flat_index4(wp.tid(), hw[0], hw[1], p.maps.shape[3])
-    h1 = level_size(p, level + 1)
-    y0 = wp.where(h1[0] > 1, 2 * y, 0)
-    x0 = wp.where(h1[1] > 1, 2 * x, 0)
-    v00 = _two_levels(p, levels_out, level, m, y0, x0, c)
-    _store_texel(p, levels_out, level + 1, m, y0, x0, c, v00)
-    v01 = float(0.0)
-    v10 = float(0.0)
-    v11 = float(0.0)
-    if h1[1] > 1:
-        v01 = _two_levels(p, levels_out, level, m, y0, x0 + 1, c)
-        _store_texel(p, levels_out, level + 1, m, y0, x0 + 1, c, v01)
-    if h1[0] > 1:
-        v10 = _two_levels(p, levels_out, level, m, y0 + 1, x0, c)
-        _store_texel(p, levels_out, level + 1, m, y0 + 1, x0, c, v10)
-        if h1[1] > 1:
-            v11 = _two_levels(p, levels_out, level, m, y0 + 1, x0 + 1, c)
-            _store_texel(p, levels_out, level + 1, m, y0 + 1, x0 + 1, c, v11)
-    _store_texel(p, levels_out, level + 2, m, y, x, c, _halved_block(v00, v01, v10, v11, h1))
-
-
 #: levels per launch -> build kernel
-_BUILD_KERNELS = {1: _build_level, 2: _build_two_levels, 3: _build_three_levels}
+_BUILD_KERNELS = {1: _build_level, 2: _build_two_levels}
 
 
 class MipPyramid:
@@ -350,6 +317,7 @@ class MipPyramid:
             MipLevels, self.device, maps=self.maps, levels=self.levels, offsets=self.offsets
         )
         self._samplers: dict = {}
+        self._adjoint: MipLevels | None = None  # the gradients as MipLevels, made on first use
         self.build()
 
     @property
@@ -365,12 +333,20 @@ class MipPyramid:
             self._samplers[key] = mip_sampler(self.arrays, self.max_level, *key)
         return self._samplers[key]
 
-    #: most levels one build launch computes (1, 2 or 3)
-    levels_per_launch: int = 3
+    #: most levels one build launch computes (1 or 2)
+    levels_per_launch: int = 2
 
     def build(self) -> MipPyramid:
-        """Recomputes levels 1..L from the base texels (one launch per
-        :attr:`levels_per_launch` levels)."""
+        """Recomputes levels 1..L from the base texels: two levels per launch
+        (the finer one kept in registers for the coarser).
+
+        On a tape (base texels with ``requires_grad``) it records a backward that
+        runs Warp's generated adjoint of the one-level kernel, level by level from
+        the coarsest: the two-level kernel's generated adjoint, with its longer
+        chain per thread, took as long as the launches it saves (H200, 8 maps of
+        1024 x 1024 x 3: forward 0.125 -> 0.081 ms, forward + backward 0.405 ->
+        0.403 ms; three levels per launch: 0.110 and 1.381 ms).
+        """
         n, _, _, c = self.maps.shape
         lev = 1
         while lev < len(self.sizes):
@@ -382,9 +358,33 @@ class MipPyramid:
                 inputs=[self.arrays, lev],
                 outputs=[self.levels],
                 device=self.device,
+                record_tape=False,
             )
             lev += g
+        tape = active_tape()
+        if tape is not None and self.maps.requires_grad and len(self.sizes) > 1:
+            tape.record_func(self._build_backward, arrays=[self.maps, self.levels])
         return self
+
+    def _build_backward(self) -> None:
+        """The build's adjoint: level L down to 1, each the generated adjoint of
+        :func:`_build_level` (adds a level's gradient into the level below)."""
+        if self._adjoint is None:
+            self._adjoint = new_struct(MipLevels, self.device, maps=self.maps.grad,
+                                       levels=self.levels.grad, offsets=self.offsets)  # fmt: skip
+        n, _, _, c = self.maps.shape
+        for lev in range(len(self.sizes) - 1, 0, -1):
+            lh, lw = self.sizes[lev]
+            wp.launch(
+                _build_level,
+                dim=n * lh * lw * c,
+                inputs=[self.arrays, lev],
+                outputs=[self.levels],
+                adj_inputs=[self._adjoint, 0],
+                adj_outputs=[self.levels.grad],
+                adjoint=True,
+                device=self.device,
+            )
 
 
 def build_mipmaps(maps, *, max_mip_level: int | None = None) -> MipPyramid:
