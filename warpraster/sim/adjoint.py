@@ -67,10 +67,11 @@ from .kernel_args import (
     Csr,
     FaceSums,
     FaceWalk,
+    Materials,
     Outline,
     PixelRecords,
-    ProjGrads,
     SourceGroups,
+    VertexGrads,
     make,
     pixel_row,
 )
@@ -180,11 +181,11 @@ class SensorBackward:
         self.face_sums = self._face_sums((fa, 1))
         cap = max(min(int(big_capacity), fa), 1) if rg else 1
         self.big = make(BigFaces, count=wp.zeros(1, dtype=wp.int32, device=dev),
-                        faces=wp.zeros(cap, dtype=wp.int32, device=dev), area=int(big_area),
-                        capacity=cap)  # fmt: skip
+                        faces=wp.zeros(cap, dtype=wp.int32, device=dev),
+                        area=int(big_area))  # fmt: skip
         self.strip_sums = self._face_sums((cap, max(int(big_strips), 1)) if rg else (1, 1))
         pa = max(num_proj, 1) if rg else 1
-        self.proj_grads = make(ProjGrads, point=wp.zeros(pa, dtype=wp.vec3, device=dev),
+        self.proj_grads = make(VertexGrads, point=wp.zeros(pa, dtype=wp.vec3, device=dev),
                                vn=wp.zeros(pa, dtype=wp.vec3, device=dev))  # fmt: skip
         va = max(num_verts, 1) if rg else 1
         self.vn_grad = wp.zeros(va, dtype=wp.vec3, device=dev)
@@ -206,6 +207,8 @@ class SensorBackward:
                             g_bary=self.outline_g_bary, g_depth=self.outline_g_depth)  # fmt: skip
         self.flat = pixel_row(self.records)  # what the block reductions read
         self._grads = {}  # per frame slot: (its channel gradients as a Channels, mask)
+        self._vertex_grads = {}  # per frame slot: its sensor vertices' VertexGrads
+        self._material_grads = None  # (key, the material gradients as a Materials)
         self._no_loss = make(
             LossTerms, color=self._dummy4[wp.vec3], color_target=self._dummy4[wp.vec3],
             depth=self._dummy4[wp.float32], depth_target=self._dummy4[wp.float32],
@@ -310,6 +313,25 @@ class SensorBackward:
             self._grads[id(frame)] = cached
         return cached[1], cached[2]
 
+    def _vertex_grads_of(self, frame) -> VertexGrads:
+        """The frame's sensor-vertex gradients (``points.grad`` and the normal scratch)
+        as a :class:`VertexGrads`, packed once per slot and ``points.grad``."""
+        cached = self._vertex_grads.get(id(frame))
+        if cached is None or cached.point is not frame.points.grad:
+            cached = make(VertexGrads, point=frame.points.grad, vn=self.vn_grad)
+            self._vertex_grads[id(frame)] = cached
+        return cached
+
+    def _material_grads_of(self) -> Materials:
+        """The ``.grad`` arrays of the sensor's :class:`Materials`, packed once per set
+        of gradient arrays."""
+        mats = self.sensor.look.materials
+        arrays = {name: getattr(mats, name).grad for name in Materials.vars}
+        key = tuple(id(a) for a in arrays.values())
+        if self._material_grads is None or self._material_grads[0] != key:
+            self._material_grads = (key, make(Materials, **arrays))
+        return self._material_grads[1]
+
     def run(self, frame, *, camera_transforms, camera_fovs, particle_q, body_q) -> None:
         """Adds d(loss)/d(inputs) of frame ``frame`` (from its channels' ``.grad``) to the
         ``.grad`` of ``particle_q``, ``body_q``, ``camera_transforms``, ``camera_fovs``
@@ -362,7 +384,7 @@ class SensorBackward:
             strips = self.strip_sums
             wp.launch(big_face_strips_kernel, dim=strips.ndc.shape, inputs=[*walk, self.big],
                       outputs=[strips], device=dev, record_tape=False)  # fmt: skip
-            wp.launch(big_face_sum_kernel, dim=self.big.capacity, inputs=[self.big, strips],
+            wp.launch(big_face_sum_kernel, dim=self.big.faces.shape[0], inputs=[self.big, strips],
                       outputs=[self.face_sums], device=dev, record_tape=False)  # fmt: skip
         wp.launch(
             proj_gather_kernel,
@@ -373,29 +395,30 @@ class SensorBackward:
             device=dev,
             record_tape=False,
         )  # fmt: skip
-        points_grad = frame.points.grad
+        vertex = self._vertex_grads_of(frame)  # frame.points.grad and the normal scratch
+        num_verts = vertex.point.shape[0]
         wp.launch(
             vertex_gather_kernel,
-            dim=points_grad.shape[0],
+            dim=num_verts,
             inputs=[self.vertex_projs, smooth, self.proj_grads],
-            outputs=[points_grad, self.vn_grad],
+            outputs=[vertex],
             device=dev,
             record_tape=False,
         )  # fmt: skip
         if smooth:
             wp.launch(normal_face_adjoint_kernel, dim=s.sensor_faces.shape[0],
-                      inputs=[s.sensor_faces, frame.points, self.vn_grad],
+                      inputs=[s.sensor_mesh, frame.points, vertex],
                       outputs=[self.normal_face_grad], device=dev, record_tape=False)  # fmt: skip
-            wp.launch(normal_vertex_gather_kernel, dim=points_grad.shape[0],
-                      inputs=[self.vertex_corners, self.normal_face_grad],
-                      outputs=[points_grad], device=dev, record_tape=False)  # fmt: skip
+            wp.launch(normal_vertex_gather_kernel, dim=num_verts,
+                      inputs=[s.sensor_mesh, self.normal_face_grad],
+                      outputs=[vertex], device=dev, record_tape=False)  # fmt: skip
         if self.particles is not None and particle_q.grad is not None:
             wp.launch(particle_gather_kernel, dim=self.particles.ids.shape[0],
-                      inputs=[self.particles, points_grad], outputs=[particle_q.grad],
+                      inputs=[self.particles, vertex], outputs=[particle_q.grad],
                       device=dev, record_tape=False)  # fmt: skip
         if self.bodies is not None and body_q.grad is not None:
             wp.launch_tiled(body_reduce_kernel, dim=[self.bodies.ids.shape[0]],
-                            inputs=[self.bodies, s.sources, body_q, points_grad],
+                            inputs=[self.bodies, s.sources, body_q, vertex],
                             outputs=[body_q.grad], block_dim=BLOCK, device=dev,
                             record_tape=False)  # fmt: skip
         if cam_on:
@@ -425,7 +448,7 @@ class SensorBackward:
                 material_reduce_kernel,
                 dim=[s.shape_colors.shape[0] + 1],
                 inputs=[s.surface, n * h * w, self.flat],
-                outputs=[s.shape_colors.grad, s.light_direction.grad, s.light_intensity.grad],
+                outputs=[self._material_grads_of()],
                 block_dim=BLOCK,
                 device=dev,
                 record_tape=False,

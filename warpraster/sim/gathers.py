@@ -21,11 +21,12 @@ from .kernel_args import (
     FaceWalk,
     FrameScene,
     PixelRecords,
-    ProjGrads,
+    SensorMesh,
     SourceGroups,
+    VertexGrads,
     View,
 )
-from .render import _MIN_DEPTH, SOFT_SLOTS, face_corners, image_camera
+from .render import _MIN_DEPTH, SOFT_SLOTS, corner_face, face_corners, image_camera
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
 
@@ -148,7 +149,7 @@ def _store(
 @wp.func
 def _listed(big: BigFaces, slot: int) -> int:
     """The big face in list slot ``slot``, -1 past the listed ones."""
-    if slot >= wp.min(big.count[0], big.capacity):
+    if slot >= wp.min(big.count[0], big.faces.shape[0]):
         return -1
     return big.faces[slot]
 
@@ -183,7 +184,7 @@ def _make_face_kernels(soft_on: bool, smooth_on: bool):
             big = False
             if (x1 - x0 + 1) * (y1 - y0 + 1) > big_out.area:
                 slot = wp.atomic_add(big_out.count, 0, 1)
-                if slot < big_out.capacity:
+                if slot < big_out.faces.shape[0]:
                     big_out.faces[slot] = f
                     big = True
             if not big:
@@ -264,7 +265,7 @@ def proj_gather_kernel(
     camera_transforms: wp.array2d(dtype=wp.transform),
     camera_fovs: wp.array(dtype=float),
     # Data out, (P,):
-    proj_out: ProjGrads,
+    proj_out: VertexGrads,
     camera_out: CameraGrads,
 ):
     """Projected vertex j: its face corners' gradients summed in CSR order, then the
@@ -275,9 +276,7 @@ def proj_gather_kernel(
     g_w = wp.vec3(0.0)
     g_vn = wp.vec3(0.0)
     for e in range(proj_corners.start[j], proj_corners.start[j + 1]):
-        corner = proj_corners.entries[e]
-        f = corner // 3
-        r = corner - 3 * f
+        f, r = corner_face(proj_corners.entries[e])
         g_ndc = g_ndc + row(sums.ndc[f, 0], r)
         g_w = g_w + row(sums.world[f, 0], r)
         if smooth != 0:
@@ -315,10 +314,9 @@ def vertex_gather_kernel(
     vertex_projs: Csr,
     smooth: int,
     # Data in, (P,):
-    proj: ProjGrads,
+    proj: VertexGrads,
     # Data out, (V,):
-    points_grad_out: wp.array(dtype=wp.vec3),
-    vn_grad_out: wp.array(dtype=wp.vec3),
+    vertex_out: VertexGrads,
 ):
     """Sensor vertex v: the gradients of its projections, in CSR order."""
     v = wp.tid()
@@ -329,26 +327,28 @@ def vertex_gather_kernel(
         g = g + proj.point[j]
         if smooth != 0:
             gn = gn + proj.vn[j]
-    points_grad_out[v] = g
-    vn_grad_out[v] = gn
+    vertex_out.point[v] = g
+    vertex_out.vn[v] = gn
 
 
 @wp.kernel
 def normal_face_adjoint_kernel(
     # Model:
-    faces: wp.array2d(dtype=wp.int32),
-    # Data in:
+    mesh: SensorMesh,
+    # Data in: the sensor vertices' points and (``vertex.vn``) raw normal gradients
     points: wp.array(dtype=wp.vec3),
-    vn_grad: wp.array(dtype=wp.vec3),
+    vertex: VertexGrads,
     # Data out, (F_sensor,) rows = corners:
     face_grad_out: wp.array(dtype=wp.mat33),
 ):
-    """Adjoint of one face's term ``cross(p1 - p0, p2 - p0)`` of its three vertex normals."""
+    """Adjoint of one face's term ``cross(p1 - p0, p2 - p0)`` of its three vertex normals
+    (``render.vertex_normals_gather_kernel``)."""
     f = wp.tid()
-    i = face_corners(faces, f)
+    i = face_corners(mesh.faces, f)
     p0 = points[i[0]]
     e1 = points[i[1]] - p0
     e2 = points[i[2]] - p0
+    vn_grad = vertex.vn
     g = vn_grad[i[0]] + vn_grad[i[1]] + vn_grad[i[2]]
     g1 = wp.cross(e2, g)
     g2 = wp.cross(g, e1)
@@ -358,36 +358,36 @@ def normal_face_adjoint_kernel(
 @wp.kernel
 def normal_vertex_gather_kernel(
     # Model:
-    vertex_corners: Csr,
+    mesh: SensorMesh,
     # Data in:
     face_grad: wp.array(dtype=wp.mat33),
-    # Data out (added to), (V,):
-    points_grad_out: wp.array(dtype=wp.vec3),
+    # Data out, (V,): added to ``vertex_out.point``
+    vertex_out: VertexGrads,
 ):
     """Sensor vertex v: adds its corners' normal gradients, in CSR order."""
     v = wp.tid()
-    g = points_grad_out[v]
-    for e in range(vertex_corners.start[v], vertex_corners.start[v + 1]):
-        corner = vertex_corners.entries[e]
-        f = corner // 3
-        g = g + row(face_grad[f], corner - 3 * f)
-    points_grad_out[v] = g
+    corners = mesh.corners
+    g = vertex_out.point[v]
+    for e in range(corners.start[v], corners.start[v + 1]):
+        f, r = corner_face(corners.entries[e])
+        g = g + row(face_grad[f], r)
+    vertex_out.point[v] = g
 
 
 @wp.kernel
 def particle_gather_kernel(
     # Model:
     particles: SourceGroups,
-    # Data in:
-    points_grad: wp.array(dtype=wp.vec3),
+    # Data in, (V,):
+    vertex: VertexGrads,
     # Data out (added to):
     particle_grad_out: wp.array(dtype=wp.vec3),
 ):
-    """Used particle u: adds its sensor vertices' gradients (CSR order)."""
+    """Used particle u: adds its sensor vertices' point gradients (CSR order)."""
     u = wp.tid()
     g = wp.vec3(0.0)
     for e in range(particles.start[u], particles.start[u + 1]):
-        g = g + points_grad[particles.verts[e]]
+        g = g + vertex.point[particles.verts[e]]
     p = particles.ids[u]
     particle_grad_out[p] = particle_grad_out[p] + g
 

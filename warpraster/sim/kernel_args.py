@@ -9,12 +9,13 @@ with their ``.grad`` arrays, so the generated-adjoint path
 (``deterministic=False``) differentiates through them as through plain arrays.
 
 Static (set-up): :class:`VertexSources`, :class:`View`, :class:`Surface`,
-:class:`Look`, :class:`Csr`, :class:`SensorMesh`, :class:`SourceGroups`,
-:class:`FaceWalk`.
+:class:`Look` (with its :class:`Materials`), :class:`Csr`, :class:`SensorMesh`,
+:class:`SourceGroups`, :class:`FaceWalk`.
 Per frame slot: :class:`FrameArrays`, :class:`PixelFragments`, :class:`Channels`
 and :class:`FrameScene` (all a pixel reads).
 Backward scratch: :class:`PixelRecords` (and their :func:`pixel_row` view), :class:`Outline`,
-:class:`FaceSums`, :class:`BigFaces`, :class:`ProjGrads`, :class:`CameraGrads`.
+:class:`FaceSums`, :class:`BigFaces`, :class:`VertexGrads`, :class:`CameraGrads`,
+:class:`Materials` (the material gradients).
 """
 
 from __future__ import annotations
@@ -61,10 +62,19 @@ class Surface:
 
 
 @wp.struct
+class Materials:
+    """The material arrays (which may require gradients), or their gradients: shape
+    colours (S,), light direction and intensity (1,)."""
+
+    shape_colors: wp.array(dtype=wp.vec3)
+    light_direction: wp.array(dtype=wp.vec3)
+    light_intensity: wp.array(dtype=float)
+
+
+@wp.struct
 class Look:
     """Shading and coverage options (see ``render.CHANNEL_KERNELS``) and the
-    material arrays (which may require gradients): shape colours (S,), light
-    direction and intensity (1,)."""
+    :class:`Materials`."""
 
     sigma: float
     ambient: int
@@ -75,9 +85,7 @@ class Look:
     clear_color: wp.vec3
     clear_depth: float
     smooth: int
-    shape_colors: wp.array(dtype=wp.vec3)
-    light_direction: wp.array(dtype=wp.vec3)
-    light_intensity: wp.array(dtype=float)
+    materials: Materials
 
 
 @wp.struct
@@ -212,18 +220,17 @@ class FaceSums:
 @wp.struct
 class BigFaces:
     """The faces whose pixel box holds more than ``area`` pixels: ``count`` (1,)
-    listed so far, ``faces`` (capacity,) the list."""
+    listed so far, ``faces`` (capacity,) the list (its length is the capacity)."""
 
     count: wp.array(dtype=wp.int32)
     faces: wp.array(dtype=wp.int32)
     area: int
-    capacity: int
 
 
 @wp.struct
-class ProjGrads:
-    """Per projected (or sensor) vertex: the gradients of its world point and of its
-    raw vertex normal."""
+class VertexGrads:
+    """Per projected vertex (P,) or sensor vertex (V,): the gradients of its world
+    point and of its raw vertex normal."""
 
     point: wp.array(dtype=wp.vec3)
     vn: wp.array(dtype=wp.vec3)
@@ -269,12 +276,13 @@ def sensor_structs(sensor) -> tuple[VertexSources, View, Surface, Look]:
     surface = make(Surface, faces=sensor.faces, face_vertices=sensor.face_vertices,
                    face_shape=sensor.face_shape, shape_index=sensor.shape_index)  # fmt: skip
     sky, ground, ambient_intensity = sensor.ambient_terms
+    materials = make(Materials, shape_colors=sensor.shape_colors,
+                     light_direction=sensor.light_direction,
+                     light_intensity=sensor.light_intensity)  # fmt: skip
     look = make(
         Look, sigma=sensor.silhouette_sigma, ambient=int(sensor.ambient), up=sensor.up, sky=sky,
         ground=ground, ambient_intensity=ambient_intensity, clear_color=sensor.clear_color,
-        clear_depth=sensor.clear_depth, smooth=int(sensor.smooth_normals),
-        shape_colors=sensor.shape_colors, light_direction=sensor.light_direction,
-        light_intensity=sensor.light_intensity,
+        clear_depth=sensor.clear_depth, smooth=int(sensor.smooth_normals), materials=materials,
     )  # fmt: skip
     return sources, view, surface, look
 
@@ -306,14 +314,15 @@ __all__ = [
     "FrameArrays",
     "FrameScene",
     "Look",
+    "Materials",
     "Outline",
     "PixelFragments",
     "PixelRecords",
-    "ProjGrads",
     "SensorMesh",
     "SourceGroups",
     "Surface",
     "VertexSources",
+    "VertexGrads",
     "View",
     "frame_structs",
     "make",

@@ -146,15 +146,16 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool, max_registers: int 
             m2 = wp.normalize(vn[i[2]])
             s_raw = b[0] * m0 + b[1] * m1 + b[2] * m2
             nrm = wp.normalize(s_raw)
-        albedo = look.shape_colors[surface.face_shape[f]]
+        mat = look.materials
+        albedo = mat.shape_colors[surface.face_shape[f]]
         amb = wp.vec3(0.0)
         if look.ambient != 0:
             amb = ambient_light(look, nrm)
-        l_raw = look.light_direction[0]
+        l_raw = mat.light_direction[0]
         to_light = -wp.normalize(l_raw)
         ndl = wp.dot(nrm, to_light)
         ndotl = wp.max(ndl, 0.0)
-        intensity = look.light_intensity[0]
+        intensity = mat.light_intensity[0]
         shaded = wp.cw_mul(albedo, amb) + albedo * (ndotl * intensity)
         # ---- adjoint
         clear_depth = look.clear_depth

@@ -11,7 +11,16 @@ from __future__ import annotations
 import warp as wp
 
 from .gathers import rotate_adj_q
-from .kernel_args import CameraGrads, Csr, PixelRecords, SourceGroups, Surface, VertexSources
+from .kernel_args import (
+    CameraGrads,
+    Csr,
+    Materials,
+    PixelRecords,
+    SourceGroups,
+    Surface,
+    VertexGrads,
+    VertexSources,
+)
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
 
@@ -44,7 +53,7 @@ def body_reduce_kernel(
     sources: VertexSources,
     # Data in:
     body_q: wp.array(dtype=wp.transform),
-    points_grad: wp.array(dtype=wp.vec3),
+    vertex: VertexGrads,
     # Data out (added to):
     body_grad_out: wp.array(dtype=wp.transform),
 ):
@@ -58,7 +67,7 @@ def body_reduce_kernel(
     e = bodies.start[u] + lane
     while e < bodies.start[u + 1]:
         v = bodies.verts[e]
-        g = points_grad[v]
+        g = vertex.point[v]
         gt = gt + g
         gq = gq + rotate_adj_q(q, sources.local[v], g)
         e += wp.block_dim()
@@ -139,15 +148,13 @@ def material_reduce_kernel(
     count: int,
     # Data in, the records as one row of pixels (kernel_args.pixel_row):
     records: PixelRecords,
-    # Data out (added to):
-    shape_colors_grad_out: wp.array(dtype=wp.vec3),
-    light_direction_grad_out: wp.array(dtype=wp.vec3),
-    light_intensity_grad_out: wp.array(dtype=float),
+    # Data out (added to): the material gradients
+    grads_out: Materials,
 ):
     """Block s < S: the albedo gradient of the pixels showing shape s; block S: the
     light gradients of every covered pixel (strided, then tile sums)."""
     s, lane = wp.tid()
-    num_shapes = shape_colors_grad_out.shape[0]
+    num_shapes = grads_out.shape_colors.shape[0]
     acc = wp.vec4(0.0)
     i = lane
     while i < count:
@@ -164,10 +171,10 @@ def material_reduce_kernel(
     rgb = wp.vec3(a[0], a[1], a[2])
     if lane == 0:
         if s < num_shapes:
-            shape_colors_grad_out[s] = shape_colors_grad_out[s] + rgb
+            grads_out.shape_colors[s] = grads_out.shape_colors[s] + rgb
         else:
-            light_direction_grad_out[0] = light_direction_grad_out[0] + rgb
-            light_intensity_grad_out[0] = light_intensity_grad_out[0] + a[3]
+            grads_out.light_direction[0] = grads_out.light_direction[0] + rgb
+            grads_out.light_intensity[0] = grads_out.light_intensity[0] + a[3]
 
 
 __all__ = [

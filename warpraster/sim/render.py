@@ -105,6 +105,14 @@ def face_corners(faces: wp.array2d(dtype=wp.int32), f: int) -> wp.vec3i:
 
 
 @wp.func
+def corner_face(corner: int):
+    """(face, corner within it) of corner index ``3 face + c`` (the CSR lists of face
+    corners)."""
+    f = corner // 3
+    return f, corner - 3 * f
+
+
+@wp.func
 def area_normal(points: wp.array(dtype=wp.vec3), i: wp.vec3i) -> wp.vec3:
     """``cross(p1 - p0, p2 - p0)`` of the face with corners i: its normal, twice its area long."""
     p0 = points[i[0]]
@@ -145,7 +153,8 @@ def vertex_normals_gather_kernel(
     acc = wp.vec3(0.0)
     corners = mesh.corners
     for e in range(corners.start[v], corners.start[v + 1]):
-        acc = acc + area_normal(points, face_corners(mesh.faces, corners.entries[e] // 3))
+        f, _c = corner_face(corners.entries[e])
+        acc = acc + area_normal(points, face_corners(mesh.faces, f))
     normals_out[v] = acc
 
 
@@ -377,13 +386,14 @@ def _make_channels_kernel(soft: bool):
                 + b[2] * wp.normalize(vn[i[2]])
             )
         s = surface.face_shape[f]
-        albedo = look.shape_colors[s]
+        mat = look.materials
+        albedo = mat.shape_colors[s]
         shaded = wp.vec3(0.0)
         if look.ambient != 0:
             shaded = wp.cw_mul(albedo, ambient_light(look, nrm))
-        to_light = -wp.normalize(look.light_direction[0])
+        to_light = -wp.normalize(mat.light_direction[0])
         ndotl = wp.max(wp.dot(nrm, to_light), 0.0)
-        shaded = shaded + albedo * (ndotl * look.light_intensity[0])
+        shaded = shaded + albedo * (ndotl * mat.light_intensity[0])
         clear_depth = look.clear_depth
         out.color[w, c, y, x] = a * shaded + (1.0 - a) * look.clear_color
         out.albedo[w, c, y, x] = a * albedo
