@@ -60,7 +60,7 @@ from .interpolate import (
     float_view,
     slot_channel,
 )
-from .params import new_struct, row
+from .params import component, float_rows, new_struct, row
 from .pixel_args import PixelFragments
 from .textures import (
     FaceUVs,
@@ -765,24 +765,23 @@ def _gather_corners(
     uvs: FaceUVs,
     # Geometry in (derivatives; absent without mipmaps):
     screen: ScreenFaces,
-    # Data out: per face, its three corners' UVs (rows) and projected vertices
-    uv_out: wp.array(dtype=mat32),
-    ndc_out: wp.array(dtype=wp.mat33),
+    # Data out: per face, its three corners' UVs (rows) and projected vertices, as
+    # flat floats: (6 F,) UVs (6 f + 2 r + c) and (9 F,) vertices (9 f + 3 r + c)
+    uv_out: wp.array(dtype=float),
+    ndc_out: wp.array(dtype=float),
 ):
-    f = wp.tid()
-    t0 = uvs.faces_uvs[f, 0]
-    t1 = uvs.faces_uvs[f, 1]
-    t2 = uvs.faces_uvs[f, 2]
-    uv_out[f] = mat32(
-        uvs.verts_uvs[t0, 0], uvs.verts_uvs[t0, 1], uvs.verts_uvs[t1, 0], uvs.verts_uvs[t1, 1],
-        uvs.verts_uvs[t2, 0], uvs.verts_uvs[t2, 1],
-    )  # fmt: skip
+    """Nine threads per face, one per float of the vertex rows (the first six also
+    store the UVs): consecutive threads store consecutive floats (see
+    :func:`~warpraster.shading.shaders._gather_faces_kernel`)."""
+    j = wp.tid()
+    f = j // 9
+    rc = j - 9 * f
+    if rc < 6:
+        r = rc // 2
+        uv_out[6 * f + rc] = uvs.verts_uvs[uvs.faces_uvs[f, r], rc - 2 * r]
     if screen.with_derivatives != 0:
-        ndc_out[f] = wp.matrix_from_rows(
-            screen.verts_ndc[screen.ndc_faces[f, 0]],
-            screen.verts_ndc[screen.ndc_faces[f, 1]],
-            screen.verts_ndc[screen.ndc_faces[f, 2]],
-        )
+        r = rc // 3
+        ndc_out[j] = component(screen.verts_ndc[screen.ndc_faces[f, r]], rc - 3 * r)
 
 
 @wp.struct
@@ -800,7 +799,7 @@ class UVCorners:
 class CornerTables:
     """Per-face corner tables the sampling kernel reads (UVs, projected vertices).
 
-    Gathered once per call by F threads, so the sampling kernel's adjoint adds
+    Gathered once per call (nine threads per face), so the sampling kernel's adjoint adds
     into per-face rows (shared by the slots and channels of one face, ~15 on the
     bench scene) instead of per-vertex rows (shared by all faces around a vertex,
     ~90), and the gather's adjoint adds F rows into the vertices.
@@ -811,6 +810,8 @@ class CornerTables:
         n = max(self.num_faces, 1)
         self.uv = wp.zeros(n, dtype=mat32, device=device, requires_grad=requires_grad)
         self.ndc = wp.zeros(n, dtype=wp.mat33, device=device, requires_grad=requires_grad)
+        #: both as flat floats for the gather (same memory, gradients too)
+        self.floats = (float_rows(self.uv), float_rows(self.ndc))
 
 
 @wp.func
@@ -1054,9 +1055,9 @@ class TexturesUVMipmap(UVTextures):
         if nf:
             wp.launch(
                 _gather_corners,
-                dim=nf,
+                dim=9 * nf,
                 inputs=[self.uvs, screen],
-                outputs=[corners.uv, corners.ndc],
+                outputs=corners.floats,
                 device=self.device,
                 record_tape=not hand,
             )

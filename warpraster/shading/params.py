@@ -19,7 +19,16 @@ import warp as wp
 
 from ..meshes import as_vec3_array
 
-__all__ = ["check_batch", "new_struct", "placeholder", "row", "scalar_param", "vec3_param"]
+__all__ = [
+    "check_batch",
+    "component",
+    "float_rows",
+    "new_struct",
+    "placeholder",
+    "row",
+    "scalar_param",
+    "vec3_param",
+]
 
 
 @wp.func
@@ -28,6 +37,12 @@ def row(n: int, count: int) -> int:
     if count == 1:
         return 0
     return n
+
+
+@wp.func
+def component(v: wp.vec3, c: int) -> float:
+    """``v[c]`` for a run-time ``c`` in 0..2, in registers (no local-memory index)."""
+    return wp.where(c == 0, v[0], wp.where(c == 1, v[1], v[2]))
 
 
 _PLACEHOLDERS: dict = {}  # (dtype, ndim, device) -> a one-element array (allocated once)
@@ -155,3 +170,14 @@ def batch_fits(owner: str, batch: int, n_images: int) -> None:
             f"{owner} has a batch of {batch}, but {n_images} images are rendered "
             "(expected 1 or one per image)"
         )
+
+
+def float_rows(mats: wp.array) -> wp.array:
+    """A contiguous array of matrices seen as its flat float32 values (same
+    memory), its gradient likewise when it has one (for a generated adjoint)."""
+    size = mats.shape[0] * mats.dtype._length_
+    flat = wp.array(ptr=mats.ptr, dtype=wp.float32, shape=(size,), device=mats.device)
+    flat._ref = mats  # keep the owner alive
+    if mats.grad is not None:
+        flat.grad = float_rows(mats.grad)
+    return flat

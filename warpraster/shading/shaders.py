@@ -55,7 +55,7 @@ from .materials import Materials
 from .mipmap import CornerTables, TexturesUVMipmap
 from .modes import BlendMode, ShadingMode, TexelSource
 from .normals import face_normals, vertex_normals
-from .params import new_struct, placeholder
+from .params import component, float_rows, new_struct, placeholder
 from .pixel_args import FaceCorners, StructCache, pixel_fragments
 
 wp.set_module_options({"fuse_fp": False})
@@ -86,20 +86,29 @@ def _gather_faces_kernel(
     mode: int,
     texel_source: int,
     vert_colors: wp.array(dtype=wp.vec3),
-    # Data out: one row per face corner
-    corners_out: FaceCorners,
+    # Data out: the (F,) mat33 corner tables as (9 F,) floats, value 9 f + 3 r + c
+    # holding component c of corner r of face f
+    pos_out: wp.array(dtype=float),
+    nrm_out: wp.array(dtype=float),
+    col_out: wp.array(dtype=float),
 ):
-    f = wp.tid()
-    i0 = faces[f, 0]
-    i1 = faces[f, 1]
-    i2 = faces[f, 2]
-    corners_out.pos[f] = wp.matrix_from_rows(verts[i0], verts[i1], verts[i2])
+    """One thread per table float: consecutive threads store consecutive floats
+    (a thread per face storing its 36-byte rows issued 27 strided 4-byte stores,
+    each touching 32 sectors: on an H200 the gather took 0.049 ms for 164k faces,
+    L2-bound at 2% of DRAM bandwidth)."""
+    j = wp.tid()
+    f = j // 9
+    rc = j - 9 * f
+    r = rc // 3
+    c = rc - 3 * r
+    i = faces[f, r]
+    pos_out[j] = component(verts[i], c)
     if mode == ShadingMode.FLAT:
-        corners_out.nrm[f] = wp.matrix_from_rows(normals[f], wp.vec3(0.0), wp.vec3(0.0))
+        nrm_out[j] = wp.where(r == 0, component(normals[f], c), 0.0)
     else:
-        corners_out.nrm[f] = wp.matrix_from_rows(normals[i0], normals[i1], normals[i2])
+        nrm_out[j] = component(normals[i], c)
     if texel_source == TexelSource.VERTEX:
-        corners_out.col[f] = wp.matrix_from_rows(vert_colors[i0], vert_colors[i1], vert_colors[i2])
+        col_out[j] = component(vert_colors[i], c)
 
 
 @wp.func
@@ -426,6 +435,8 @@ class FaceTables:
         self.num_faces = int(num_faces)
         self.pos, self.nrm, self.col = mats(), mats(), mats()
         self.corners = new_struct(FaceCorners, device, pos=self.pos, nrm=self.nrm, col=self.col)
+        #: the tables as (9F,) floats for the gather (same memory, gradients too)
+        self.floats = tuple(float_rows(t) for t in (self.pos, self.nrm, self.col))
         self._grad_rows = None
 
     def grad_rows(self) -> tuple[wp.array, wp.array, wp.array] | None:
@@ -465,11 +476,11 @@ def gather_faces(
     device = verts.device
     inputs = [verts, faces, normals, int(mode), int(texels_from), vert_colors]
     if corner_lists is None:
-        wp.launch(_gather_faces_kernel, dim=nf, inputs=inputs, outputs=[tables.corners],
+        wp.launch(_gather_faces_kernel, dim=9 * nf, inputs=inputs, outputs=tables.floats,
                   device=device)  # fmt: skip
         return
     corner_lists.check(faces, verts.shape[0])
-    wp.launch(_gather_faces_kernel, dim=nf, inputs=inputs, outputs=[tables.corners],
+    wp.launch(_gather_faces_kernel, dim=9 * nf, inputs=inputs, outputs=tables.floats,
               device=device, record_tape=False)  # fmt: skip
     tape = active_tape()
     rows = tables.grad_rows()
