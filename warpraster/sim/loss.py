@@ -36,10 +36,10 @@ def _square(d: float) -> float:
 
 @wp.func
 def _chunk_sum(image: wp.array(dtype=Any), target: wp.array(dtype=Any), b: int, chunk: int,
-               count: int, lane: int, stride: int) -> float:  # fmt: skip
-    """This thread's part of the sum of |image - target|^2 over chunk b (lanes strided;
-    vec3 or float pixels)."""
-    end = wp.min((b + 1) * chunk, count)
+               lane: int, stride: int) -> float:  # fmt: skip
+    """This thread's part of the sum of |image - target|^2 over chunk b of the pixels
+    (lanes strided; vec3 or float pixels)."""
+    end = wp.min((b + 1) * chunk, image.shape[0])
     i = b * chunk + lane
     v = float(0.0)
     while i < end:
@@ -48,27 +48,44 @@ def _chunk_sum(image: wp.array(dtype=Any), target: wp.array(dtype=Any), b: int, 
     return v
 
 
-def _make_partial_sums(value_type):
+def _make_squared_error_kernels(value_type):
+    """(partial sums, gradient) kernels of the squared error of ``value_type`` pixels."""
+
     def partial_sums(
         image: wp.array(dtype=value_type),
         target: wp.array(dtype=value_type),
-        count: int,
         chunk: int,
         # Data out:
         partials_out: wp.array(dtype=float),
     ):
         """partials_out[b] = sum of |image - target|^2 over pixels [b chunk, (b+1) chunk)."""
         b, lane = wp.tid()
-        v = _chunk_sum(image, target, b, chunk, count, lane, wp.block_dim())
+        v = _chunk_sum(image, target, b, chunk, lane, wp.block_dim())
         total = wp.tile_extract(wp.tile_sum(wp.tile(v)), 0)
         if lane == 0:
             partials_out[b] = total
 
+    def squared_error_grad(
+        image: wp.array(dtype=value_type),
+        target: wp.array(dtype=value_type),
+        weight: float,
+        loss_grad: wp.array(dtype=float),
+        # Data out (added to):
+        image_grad_out: wp.array(dtype=value_type),
+    ):
+        """d loss / d image = 2 weight (image - target) * d(out)/d loss, added per pixel."""
+        i = wp.tid()
+        image_grad_out[i] = image_grad_out[i] + (2.0 * weight * loss_grad[0]) * (
+            image[i] - target[i]
+        )
+
     partial_sums.__qualname__ = f"_partial_sums_{value_type.__name__}"
-    return wp.kernel(partial_sums)
+    squared_error_grad.__qualname__ = f"_squared_error_grad_{value_type.__name__}"
+    return wp.kernel(partial_sums), wp.kernel(squared_error_grad)
 
 
-_PARTIAL_SUMS = {wp.vec3: _make_partial_sums(wp.vec3), wp.float32: _make_partial_sums(wp.float32)}
+#: (partial sums, gradient) kernels by pixel type.
+_SQUARED_ERROR = {t: _make_squared_error_kernels(t) for t in (wp.vec3, wp.float32)}
 
 
 @wp.func
@@ -116,31 +133,6 @@ def _partials(device, count: int) -> wp.array:
     return buf
 
 
-@wp.kernel
-def _squared_error_grad_vec3(
-    image: wp.array(dtype=wp.vec3),
-    target: wp.array(dtype=wp.vec3),
-    weight: float,
-    loss_grad: wp.array(dtype=float),
-    image_grad_out: wp.array(dtype=wp.vec3),
-):
-    """d loss / d image = 2 weight (image - target) * d(out)/d loss, added per pixel."""
-    i = wp.tid()
-    image_grad_out[i] = image_grad_out[i] + (2.0 * weight * loss_grad[0]) * (image[i] - target[i])
-
-
-@wp.kernel
-def _squared_error_grad_float(
-    image: wp.array(dtype=float),
-    target: wp.array(dtype=float),
-    weight: float,
-    loss_grad: wp.array(dtype=float),
-    image_grad_out: wp.array(dtype=float),
-):
-    i = wp.tid()
-    image_grad_out[i] = image_grad_out[i] + (2.0 * weight * loss_grad[0]) * (image[i] - target[i])
-
-
 def _active_tape():
     runtime = getattr(getattr(wp, "_src", wp).context, "runtime", None)
     return getattr(runtime, "tape", None)
@@ -179,12 +171,9 @@ def image_loss(
         )
     if loss_out.dtype != wp.float32 or loss_out.ndim != 1 or loss_out.shape[0] < 1:
         raise ValueError("loss_out must be a 1-d float32 array of length >= 1")
-    if image.dtype == wp.vec3:
-        bwd = _squared_error_grad_vec3
-    elif image.dtype == wp.float32:
-        bwd = _squared_error_grad_float
-    else:
+    if image.dtype not in _SQUARED_ERROR:
         raise TypeError(f"image must hold vec3 or float32, got {image.dtype}")
+    partial_sums, bwd = _SQUARED_ERROR[image.dtype]
     if not (image.is_contiguous and target.is_contiguous):
         raise ValueError("image and target must be contiguous")
     flat = image.flatten()
@@ -193,7 +182,7 @@ def image_loss(
     w = float(weight)
     blocks = max((n + CHUNK - 1) // CHUNK, 1)
     partials = _partials(image.device, blocks)
-    wp.launch_tiled(_PARTIAL_SUMS[image.dtype], dim=[blocks], inputs=[flat, flat_target, n, CHUNK],
+    wp.launch_tiled(partial_sums, dim=[blocks], inputs=[flat, flat_target, CHUNK],
                     outputs=[partials], block_dim=BLOCK, device=image.device,
                     record_tape=False)  # fmt: skip
     wp.launch_tiled(_add_partials, dim=[1], inputs=[partials, blocks, w], outputs=[loss_out],
@@ -247,11 +236,9 @@ def loss_grads(t: LossTerms, gc: wp.vec3, gd: float, w: int, c: int, y: int, x: 
 def _frame_partial_sums(
     color: wp.array(dtype=wp.vec3),
     color_target: wp.array(dtype=wp.vec3),
-    color_count: int,
     color_blocks: int,
     depth: wp.array(dtype=float),
     depth_target: wp.array(dtype=float),
-    depth_count: int,
     chunk: int,
     # Data out:
     partials_out: wp.array(dtype=float),
@@ -261,10 +248,9 @@ def _frame_partial_sums(
     b, lane = wp.tid()
     v = float(0.0)
     if b < color_blocks:
-        v = _chunk_sum(color, color_target, b, chunk, color_count, lane, wp.block_dim())
+        v = _chunk_sum(color, color_target, b, chunk, lane, wp.block_dim())
     else:
-        v = _chunk_sum(depth, depth_target, b - color_blocks, chunk, depth_count, lane,
-                       wp.block_dim())  # fmt: skip
+        v = _chunk_sum(depth, depth_target, b - color_blocks, chunk, lane, wp.block_dim())
     total = wp.tile_extract(wp.tile_sum(wp.tile(v)), 0)
     if lane == 0:
         partials_out[b] = total
@@ -391,7 +377,7 @@ def frame_loss(
     wc = float(color_weight)
     wd = float(depth_weight)
     wp.launch_tiled(_frame_partial_sums, dim=[bc + bd],
-                    inputs=[color, tc, nc, bc, depth, td, nd, CHUNK], outputs=[partials],
+                    inputs=[color, tc, bc, depth, td, CHUNK], outputs=[partials],
                     block_dim=BLOCK, device=device, record_tape=False)  # fmt: skip
     wp.launch_tiled(_add_frame_partials, dim=[1], inputs=[partials, bc, bd, wc, wd],
                     outputs=[loss_out], block_dim=BLOCK, device=device,
