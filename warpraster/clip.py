@@ -121,6 +121,32 @@ class ClippedFaces:
     neighbor: wp.array(dtype=wp.int32)
 
 
+@wp.struct
+class ClipSettings:
+    """One :func:`clip_faces` call's settings as its kernels read them: the plane
+    ``z_clip`` (clipping only where ``do_z_clip`` != 0), ``cull_rule`` (0: no
+    culling, else a :class:`FrustumCullRule`) and ``perspective`` (1: the crossings'
+    x, y interpolated on ``xy * z``)."""
+
+    z_clip: float
+    do_z_clip: int
+    cull_rule: int
+    perspective: int
+
+
+@wp.struct
+class ClipMap:
+    """What the map back from the clipped list reads (views of :class:`ClipBuffers`):
+    ``to_unclipped`` (2F,) the input face of each clipped face, ``face_case`` (F,)
+    each input face's case and ``conversion`` (2F,) ``mat33``, ``b_original =
+    M @ b_clipped``. Shared by the copying and the in-place map back and their
+    adjoints."""
+
+    to_unclipped: wp.array(dtype=wp.int32)
+    face_case: wp.array(dtype=wp.int32)
+    conversion: wp.array(dtype=wp.mat33)
+
+
 # ----------------------------------------------------------------------------- kernels
 @wp.func
 def _all_beyond(v: wp.vec3, lo: float, hi: float) -> bool:
@@ -150,9 +176,7 @@ def _crossing_weight(p1: wp.vec3, q: wp.vec3, clip: float) -> float:
 def _classify_faces(
     # In:
     meshes: MeshArrays,
-    z_clip: float,
-    do_z_clip: int,
-    cull_rule: int,
+    settings: ClipSettings,
     # Out: its face_case, face_pivot, face_w3 and counts
     cases_out: FaceCases,
 ):
@@ -163,15 +187,16 @@ def _classify_faces(
     v0 = verts[faces[f, 0]]
     v1 = verts[faces[f, 1]]
     v2 = verts[faces[f, 2]]
+    z_clip = settings.z_clip
     culled = False
-    if cull_rule == 1:
+    if settings.cull_rule == 1:
         culled = _all_beyond(v0, -1.0, 1.0) or _all_beyond(v1, -1.0, 1.0)
-    elif cull_rule == 2:
+    elif settings.cull_rule == 2:
         culled = _outside_planes(v0, v1, v2)
     b0 = int(0)
     b1 = int(0)
     b2 = int(0)
-    if do_z_clip != 0:
+    if settings.do_z_clip != 0:
         b0 = wp.where(v0[2] < z_clip, 1, 0)
         b1 = wp.where(v1[2] < z_clip, 1, 0)
         b2 = wp.where(v2[2] < z_clip, 1, 0)
@@ -286,12 +311,13 @@ def _bary2(i: int, j: int, wi: float, wj: float) -> wp.vec3:
 
 @wp.kernel
 def _clip_geometry(
-    # In:
+    # In: the input vertices and faces as plain arrays (through a struct, Warp's
+    # generated adjoint adds to the gradient the struct was filled with, outside
+    # the RUN_TO_RUN mode's fixed-order sums)
     verts: wp.array(dtype=wp.vec3),
     faces: wp.array2d(dtype=wp.int32),
     cases: FaceCases,
-    z_clip: float,
-    perspective: int,
+    settings: ClipSettings,
     # Out:
     clipped_verts: wp.array(dtype=wp.vec3),
     conversion: wp.array(dtype=wp.mat33),
@@ -303,6 +329,8 @@ def _clip_geometry(
     f = wp.tid()
     case = cases.face_case[f]
     o = cases.offsets[f]
+    z_clip = settings.z_clip
+    perspective = settings.perspective
     nv = verts.shape[0]
     if case == _KEEP:
         conversion[o] = wp.identity(n=3, dtype=wp.float32)
@@ -327,53 +355,75 @@ def _clip_geometry(
             conversion[o + 1] = wp.matrix_from_cols(b5, b2, _bary2(i3, i1, 1.0, 0.0))
 
 
-@wp.kernel
+@wp.func
+def _was_split(m: ClipMap, face: int) -> bool:
+    """Whether input face ``face`` was split (its clipped faces' conversion is not
+    the identity: only their slots are converted, and only their matrices' gradient
+    is added; a kept face's identity is a constant nothing reads the gradient of)."""
+    return m.face_case[face] != _KEEP
+
+
+@wp.struct
+class MappedSlots:
+    """(N, H, W, K) fragments the copying map back reads or writes: ``pix_to_face``
+    int32 (-1: empty slot), ``bary`` vec3 and ``bary_grad``, the gradient of
+    ``bary`` (added to by the adjoint; None outside it)."""
+
+    pix_to_face: wp.array4d(dtype=wp.int32)
+    bary: wp.array4d(dtype=wp.vec3)
+    bary_grad: wp.array4d(dtype=wp.vec3)
+
+
+def _mapped_slots(pix_to_face: wp.array, bary: wp.array, bary_grad: wp.array | None = None
+                  ) -> MappedSlots:  # fmt: skip
+    slots = MappedSlots()
+    slots.pix_to_face = pix_to_face
+    slots.bary = bary
+    slots.bary_grad = bary_grad
+    return slots
+
+
+@wp.kernel(enable_backward=False)
 def _unclip(
     # In:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    bary: wp.array4d(dtype=wp.vec3),
-    clipped: ClippedFaces,
-    conversion: wp.array(dtype=wp.mat33),
-    # Out:
-    out_pix_to_face: wp.array4d(dtype=wp.int32),
-    out_bary: wp.array4d(dtype=wp.vec3),
+    src: MappedSlots,
+    m: ClipMap,
+    # Out: its pix_to_face and bary
+    dst_out: MappedSlots,
 ):
     n, y, x, k = wp.tid()
-    p = pix_to_face[n, y, x, k]
-    b = bary[n, y, x, k]
+    p = src.pix_to_face[n, y, x, k]
+    b = src.bary[n, y, x, k]
     if p >= 0:
-        out_pix_to_face[n, y, x, k] = clipped.to_unclipped[p]
-        out_bary[n, y, x, k] = conversion[p] * b
+        dst_out.pix_to_face[n, y, x, k] = m.to_unclipped[p]
+        dst_out.bary[n, y, x, k] = m.conversion[p] * b
     else:
-        out_pix_to_face[n, y, x, k] = -1
-        out_bary[n, y, x, k] = b
+        dst_out.pix_to_face[n, y, x, k] = -1
+        dst_out.bary[n, y, x, k] = b
 
 
 def _unclip_adjoint_fn(
-    # In:
-    pix_to_face: wp.array4d(dtype=wp.int32),
-    bary: wp.array4d(dtype=wp.vec3),
-    clipped: ClippedFaces,
-    cases: FaceCases,
-    conversion: wp.array(dtype=wp.mat33),
-    out_bary_grad: wp.array4d(dtype=wp.vec3),
-    # Out (accumulated):
-    bary_grad_out: wp.array4d(dtype=wp.vec3),
+    # In: as _unclip (dst: the gradient of its bary in bary_grad)
+    src: MappedSlots,
+    m: ClipMap,
+    dst: MappedSlots,
+    # Out (accumulated): the gradient of m.conversion, and src.bary_grad
     conversion_grad_out: wp.array(dtype=wp.mat33),
 ):
     """Adjoint of :func:`_unclip`, one thread per slot: ``b_out = M b`` gives
     ``db += M^T g`` (no other thread writes the slot) and ``dM += g b^T``, added
-    only for split faces: a kept face's M is the constant identity, whose
-    gradient nothing reads, so most slots add nothing to a shared row."""
+    only for split faces (:func:`_was_split`), so most slots add nothing to a
+    shared row."""
     n, y, x, k = wp.tid()
-    p = pix_to_face[n, y, x, k]
-    g = out_bary_grad[n, y, x, k]
+    p = src.pix_to_face[n, y, x, k]
+    g = dst.bary_grad[n, y, x, k]
+    db = src.bary_grad[n, y, x, k]
     if p >= 0:
-        bary_grad_out[n, y, x, k] = bary_grad_out[n, y, x, k] + wp.transpose(conversion[p]) * g
-        if cases.face_case[clipped.to_unclipped[p]] != _KEEP:
-            wp.atomic_add(conversion_grad_out, p, wp.outer(g, bary[n, y, x, k]))
+        src.bary_grad[n, y, x, k] = db + wp.transpose(m.conversion[p]) * g
+        if _was_split(m, m.to_unclipped[p]):
+            wp.atomic_add(conversion_grad_out, p, wp.outer(g, src.bary[n, y, x, k]))
     else:
-        bary_grad_out[n, y, x, k] = bary_grad_out[n, y, x, k] + g
+        src.bary_grad[n, y, x, k] = db + g
 
 
 def _run_to_run(fn, name: str, *, enable_backward: bool = False) -> wp.Kernel:
@@ -431,15 +481,22 @@ def _store_slots(s: SlotViews, j: int, u: wp.vec4i):
                 s.flat[4 * j + lane] = u[lane]
 
 
+@wp.struct
+class SlotPair:
+    """The two slot arrays of an in-place map back: ``src`` the clipped list's
+    pix_to_face (read) and ``dst`` the input-face pix_to_face (written), each as
+    :class:`SlotViews` (same shape, each its own alignment)."""
+
+    src: SlotViews
+    dst: SlotViews
+
+
 @wp.kernel(enable_backward=False)
 def _unclip_in_place(
-    # In: the clipped list's slots
-    slots: SlotViews,
-    clipped: ClippedFaces,
-    cases: FaceCases,
-    conversion: wp.array(dtype=wp.mat33),
-    # Out: input-face slots; barycentrics (flat) in place
-    out: SlotViews,
+    # In: the clipped list's slots (slots.src), the map
+    slots: SlotPair,
+    m: ClipMap,
+    # Out: input-face slots (slots.dst); the barycentrics (flat), converted in place
     bary: wp.array(dtype=wp.vec3),
 ):
     """:func:`_unclip` with the barycentrics converted in place, and only for the
@@ -447,52 +504,76 @@ def _unclip_in_place(
     thread, read and written as 16 bytes: 8 bytes a slot instead of a copy of
     every slot's 16 (4.5x faster than a 4-d launch on the K = 8 bench scene)."""
     j = wp.tid()
-    p = _load_slots(slots, j)
+    p = _load_slots(slots.src, j)
     u = wp.vec4i(-1, -1, -1, -1)
     for lane in range(4):
         q = p[lane]
         if q >= 0:
-            v = clipped.to_unclipped[q]
+            v = m.to_unclipped[q]
             u[lane] = v
-            if cases.face_case[v] != _KEEP:
-                bary[4 * j + lane] = conversion[q] * bary[4 * j + lane]
-    _store_slots(out, j, u)
+            if _was_split(m, v):
+                bary[4 * j + lane] = m.conversion[q] * bary[4 * j + lane]
+    _store_slots(slots.dst, j, u)
+
+
+@wp.struct
+class ClippedRows:
+    """What the raster output pass computed the clipped list's barycentrics from,
+    for the in-place adjoint to recompute them: ``face_verts`` (2F,) ``mat33`` the
+    clipped faces' set-up rows (row c = vertex c), ``size`` (H, W, K) of the slot
+    array, and the render's ``perspective`` and ``clip_bary`` flags (0/1)."""
+
+    face_verts: wp.array(dtype=wp.mat33)
+    size: wp.vec3i
+    perspective: int
+    clip_bary: int
+
+
+@wp.func
+def _clipped_bary(rows: ClippedRows, q: int, i: int) -> wp.vec3:
+    """Barycentrics of clipped face q at flat slot i, as the output pass computed them."""
+    size = rows.size
+    pixel = i // size[2]
+    y = (pixel // size[1]) % size[0]
+    m = rows.face_verts[q]
+    centre = pixel_centre(y, pixel % size[1], size[0], size[1])
+    _z, b, _d = fragment_values(centre, m[0], m[1], m[2], rows.perspective, rows.clip_bary)
+    return b
+
+
+@wp.struct
+class InPlaceGrads:
+    """The gradients the in-place adjoint updates: ``bary`` (N H W K,) ``vec3``, the
+    one the clipped and the unclipped fragments share (converted in place), and
+    ``conversion`` (2F,) ``mat33`` (added to)."""
+
+    bary: wp.array(dtype=wp.vec3)
+    conversion: wp.array(dtype=wp.mat33)
 
 
 def _unclip_in_place_adjoint_fn(
-    # In: as _unclip_in_place, the image size, and the clipped faces' set-up rows
+    # In: the clipped list's slots and the map, as _unclip_in_place, and what the
+    # clipped barycentrics were computed from
     slots: SlotViews,
-    clipped: ClippedFaces,
-    cases: FaceCases,
-    conversion: wp.array(dtype=wp.mat33),
-    face_verts: wp.array(dtype=wp.mat33),
-    size: wp.vec3i,
-    perspective: int,
-    clip_bary: int,
-    # Out: the barycentric gradient (flat) in place, the conversion's accumulated
-    bary_grad: wp.array(dtype=wp.vec3),
-    conversion_grad_out: wp.array(dtype=wp.mat33),
+    m: ClipMap,
+    rows: ClippedRows,
+    # In and out:
+    grads: InPlaceGrads,
 ):
     """Adjoint of :func:`_unclip_in_place` on the gradient the clipped and the
-    unclipped fragments share (``size``: H, W, K): for split faces only,
-    ``g <- M^T g`` and ``dM += g b^T``, ``b`` the clipped face's barycentrics
-    recomputed as the output pass computed them (rows of ``face_verts`` are its
-    vertices)."""
+    unclipped fragments share: for split faces only, ``g <- M^T g`` and
+    ``dM += g b^T``, ``b`` the clipped face's barycentrics recomputed
+    (:func:`_clipped_bary`)."""
     j = wp.tid()
     p = _load_slots(slots, j)
     for lane in range(4):
         q = p[lane]
         if q >= 0:
-            if cases.face_case[clipped.to_unclipped[q]] != _KEEP:
+            if _was_split(m, m.to_unclipped[q]):
                 i = 4 * j + lane
-                pixel = i // size[2]
-                y = (pixel // size[1]) % size[0]
-                g = bary_grad[i]
-                m = face_verts[q]
-                centre = pixel_centre(y, pixel % size[1], size[0], size[1])
-                _z, b, _d = fragment_values(centre, m[0], m[1], m[2], perspective, clip_bary)
-                wp.atomic_add(conversion_grad_out, q, wp.outer(g, b))
-                bary_grad[i] = wp.transpose(conversion[q]) * g
+                g = grads.bary[i]
+                wp.atomic_add(grads.conversion, q, wp.outer(g, _clipped_bary(rows, q, i)))
+                grads.bary[i] = wp.transpose(m.conversion[q]) * g
 
 
 _unclip_in_place_adjoint = wp.kernel(_unclip_in_place_adjoint_fn, enable_backward=False)
@@ -582,8 +663,13 @@ class ClipBuffers:
         self.clipped.faces = self.faces
         self.clipped.to_unclipped = self.faces_clipped_to_unclipped_idx
         self.clipped.neighbor = self.clipped_faces_neighbor_idx
+        self.map = ClipMap()
+        self.map.to_unclipped = self.faces_clipped_to_unclipped_idx
+        self.map.face_case = self.face_case
+        self.map.conversion = self.barycentric_conversion
         self._inputs = None  # (key, MeshArrays) of the last call's input arrays
         self._slot_views = {}  # slot array (ptr, shape) -> its SlotViews
+        self._structs = {}  # name -> (key, struct) of the last in-place map back
 
     def slot_views(self, slots: wp.array) -> SlotViews:
         """A contiguous int32 slot array as :class:`SlotViews` (made once per array)."""
@@ -596,6 +682,36 @@ class ClipBuffers:
                                   device=slots.device)  # fmt: skip
             views.aligned = int(slots.ptr % 16 == 0)
         return views
+
+    def slot_pair(self, src: wp.array, dst: wp.array) -> SlotPair:
+        """Two contiguous int32 slot arrays as :class:`SlotPair` (kept while they are
+        the same arrays)."""
+        key = ((src.ptr, src.shape), (dst.ptr, dst.shape))
+        return self._last("pair", key, lambda: _struct(SlotPair, src=self.slot_views(src),
+                                                       dst=self.slot_views(dst)))  # fmt: skip
+
+    def clipped_rows(self, face_verts: wp.array, size: tuple, flags: tuple) -> ClippedRows:
+        """:class:`ClippedRows` of the clipped list's set-up rows, (H, W, K) and the
+        (perspective, clip_bary) flags (kept while they are the same)."""
+        key = (face_verts.ptr, face_verts.shape, size, flags)
+        return self._last("rows", key, lambda: _struct(
+            ClippedRows, face_verts=face_verts, size=wp.vec3i(*size), perspective=flags[0],
+            clip_bary=flags[1]))  # fmt: skip
+
+    def in_place_grads(self, bary_grad: wp.array, conversion_grad: wp.array) -> InPlaceGrads:
+        """:class:`InPlaceGrads` of a contiguous (N, H, W, K) ``vec3`` gradient and the
+        conversion matrices' (kept while they are the same arrays)."""
+        key = (bary_grad.ptr, bary_grad.shape, conversion_grad.ptr)
+        return self._last("grads", key, lambda: _struct(
+            InPlaceGrads, bary=bary_grad.flatten(), conversion=conversion_grad))  # fmt: skip
+
+    def _last(self, name: str, key: tuple, build):
+        """The struct ``name`` made by ``build()``, rebuilt only when ``key`` changed
+        (setting a struct's array field costs microseconds)."""
+        hit = self._structs.get(name)
+        if hit is None or hit[0] != key:
+            hit = self._structs[name] = (key, build())
+        return hit[1]
 
     def inputs_for(self, verts: wp.array, faces: wp.array, first: wp.array, count: wp.array
                    ) -> MeshArrays:  # fmt: skip
@@ -617,6 +733,14 @@ class ClipBuffers:
             self.clipped_faces_neighbor_idx,
             has_neighbors=True,
         )
+
+
+def _struct(cls, **fields):
+    """A ``cls`` (a ``wp.struct``) with these fields."""
+    value = cls()
+    for name, field in fields.items():
+        setattr(value, name, field)
+    return value
 
 
 def _check_array(arr, name: str, dtype, ndim: int, shape, device) -> None:
@@ -691,15 +815,17 @@ def clip_faces(
         if perspective_correct and z_clip_value == 0.0:
             raise ValueError("z_clip_value must be nonzero with perspective_correct")
     rule = FrustumCullRule(frustum_cull_rule)
-    cull = int(rule) if cull_to_frustum else 0
-    clip = 0.0 if z_clip_value is None else z_clip_value
+    settings = ClipSettings()
+    settings.z_clip = 0.0 if z_clip_value is None else z_clip_value
+    settings.do_z_clip = int(z_clip_value is not None)
+    settings.cull_rule = int(rule) if cull_to_frustum else 0
+    settings.perspective = int(bool(perspective_correct))
 
     meshes = buffers.inputs_for(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh)
     cases = buffers.cases
     if f > 0:
-        do_clip = int(z_clip_value is not None)
-        wp.launch(_classify_faces, dim=f, inputs=[meshes, clip, do_clip, cull], outputs=[cases],
-                  device=d, record_tape=False)  # fmt: skip
+        wp.launch(_classify_faces, dim=f, inputs=[meshes, settings], outputs=[cases], device=d,
+                  record_tape=False)  # fmt: skip
     wp.utils.array_scan(buffers.counts, buffers.offsets, inclusive=False)
     if f > 0:
         wp.launch(_write_topology, dim=2 * f, inputs=[meshes, cases], outputs=[buffers.clipped],
@@ -714,7 +840,7 @@ def clip_faces(
         wp.launch(
             _clip_geometry_deterministic if deterministic else _clip_geometry,
             dim=f,
-            inputs=[verts, faces, cases, clip, int(bool(perspective_correct))],
+            inputs=[verts, faces, cases, settings],
             outputs=[buffers.verts, buffers.barycentric_conversion],
             device=d,
         )
@@ -756,38 +882,46 @@ def unclip_fragments(
     _check_array(out_bary_coords, "out_bary_coords", wp.vec3, 4, shape, d)
     if out_pix_to_face.ptr == pix_to_face.ptr or out_bary_coords.ptr == bary_coords.ptr:
         raise ValueError("unclip_fragments needs output arrays distinct from its inputs")
-    conversion = buffers.barycentric_conversion
+
+    def adjoint(conv_grad):
+        # an input without a gradient gets a scratch one (allocated while recording)
+        grad = bary_coords.grad if bary_coords.grad is not None else wp.empty_like(bary_coords)
+        src = _mapped_slots(pix_to_face, bary_coords, grad)
+
+        def args():  # the output's gradient is read at each backward
+            dst = _mapped_slots(out_pix_to_face, out_bary_coords, out_bary_coords.grad)
+            return [src, buffers.map, dst, conv_grad]
+
+        return args
+
     _map_back(
         buffers, shape, (_unclip, _unclip_adjoint, _unclip_adjoint_deterministic), deterministic,
-        [pix_to_face, bary_coords, buffers.clipped, conversion],
-        [out_pix_to_face, out_bary_coords],
-        lambda: [pix_to_face, bary_coords, buffers.clipped, buffers.cases, conversion,
-                 out_bary_coords.grad],
-        # an input without a gradient gets a scratch one (allocated while recording)
-        lambda: [bary_coords.grad if bary_coords.grad is not None else wp.empty_like(bary_coords)],
-        watched=out_bary_coords, arrays=[out_bary_coords, bary_coords, conversion],
+        [_mapped_slots(pix_to_face, bary_coords), buffers.map,
+         _mapped_slots(out_pix_to_face, out_bary_coords)],
+        adjoint, watched=out_bary_coords,
+        arrays=[out_bary_coords, bary_coords, buffers.barycentric_conversion],
     )  # fmt: skip
 
 
-def _map_back(buffers, dim, kernels, deterministic, inputs, outputs, adjoint_inputs,
-              adjoint_outputs, *, watched, arrays) -> None:  # fmt: skip
-    """Launches ``kernels[0]`` unrecorded; on an active tape, when ``watched`` has a
-    gradient, records its adjoint (``kernels[1]``, or ``kernels[2]`` when
-    ``deterministic``) on ``adjoint_inputs()`` -> ``adjoint_outputs()`` and the
-    conversion matrices' gradient (a scratch one where they have none)."""
+def _map_back(buffers, dim, kernels, deterministic, inputs, adjoint, *, watched, arrays
+              ) -> None:  # fmt: skip
+    """Launches ``kernels[0]`` on ``inputs``, unrecorded; on an active tape, when
+    ``watched`` has a gradient, records its adjoint (``kernels[1]``, or ``kernels[2]``
+    when ``deterministic``) launched on ``adjoint(conversion_grad)()``. ``adjoint`` is
+    called once, when recording, with the conversion matrices' gradient (a scratch
+    one where they have none); what it returns, at each backward."""
     d = buffers.device
-    wp.launch(kernels[0], dim=dim, inputs=inputs, outputs=outputs, device=d, record_tape=False)
+    wp.launch(kernels[0], dim=dim, inputs=inputs, device=d, record_tape=False)
     tape = active_tape()
     if tape is None or watched.grad is None:
         return
     conversion = buffers.barycentric_conversion
     conv_grad = conversion.grad if conversion.grad is not None else wp.empty_like(conversion)
     kernel = kernels[2] if deterministic else kernels[1]
-    grads = adjoint_outputs()
+    args = adjoint(conv_grad)
 
     def backward():
-        wp.launch(kernel, dim=dim, inputs=adjoint_inputs(), outputs=[*grads, conv_grad],
-                  device=d)  # fmt: skip
+        wp.launch(kernel, dim=dim, inputs=args(), device=d)
 
     tape.record_func(backward, arrays=arrays)
 
@@ -814,17 +948,17 @@ def unclip_in_place(
     ``perspective_correct`` and ``clip_barycentric_coords``. No checks: internal.
     """
     _n, height, width, k = pix_to_face.shape
-    conversion = buffers.barycentric_conversion
-    slots = buffers.slot_views(pix_to_face)
-    flags = [int(bool(perspective_correct)), int(bool(clip_barycentric_coords))]
-    size = wp.vec3i(height, width, k)
+    slots = buffers.slot_pair(pix_to_face, out_pix_to_face)
+
+    def adjoint(conv_grad):
+        flags = (int(bool(perspective_correct)), int(bool(clip_barycentric_coords)))
+        args = [slots.src, buffers.map, buffers.clipped_rows(face_verts, (height, width, k), flags),
+                buffers.in_place_grads(bary_coords.grad, conv_grad)]  # fmt: skip
+        return lambda: args
+
     _map_back(
-        buffers, (slots.flat.shape[0] + 3) // 4,
+        buffers, (slots.src.flat.shape[0] + 3) // 4,
         (_unclip_in_place, _unclip_in_place_adjoint, _unclip_in_place_adjoint_deterministic),
-        deterministic,
-        [slots, buffers.clipped, buffers.cases, conversion],
-        [buffers.slot_views(out_pix_to_face), bary_coords.flatten()],
-        lambda: [slots, buffers.clipped, buffers.cases, conversion, face_verts, size, *flags],
-        lambda: [bary_coords.grad.flatten()],
-        watched=bary_coords, arrays=[bary_coords, conversion],
+        deterministic, [slots, buffers.map, bary_coords.flatten()], adjoint,
+        watched=bary_coords, arrays=[bary_coords, buffers.barycentric_conversion],
     )  # fmt: skip
