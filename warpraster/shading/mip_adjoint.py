@@ -330,7 +330,9 @@ def _sample_uv_mipmap_adjoint(
         return
     b = a.frag.bary_coords[n, yi, xi, k]
     shape = wp.vec2i(a.frag.pix_to_face.shape[1], a.frag.pix_to_face.shape[2])
-    uv, duv_dx, duv_dy, uv0, uv1, uv2, dbx, dby, step = slot_uv_terms(a.corners, f, b, yi, xi, shape)
+    uv, duv_dx, duv_dy, uv0, uv1, uv2, dbx, dby, step = slot_uv_terms(
+        a.corners, f, b, yi, xi, shape
+    )
     m, u, v, dvx, dvy = sample_point(a.t, n, uv, duv_dx, duv_dy)
     base = level_size(a.t.p, 0)
     g_uv = wp.vec2(0.0)  # to (u, v) as the sampler reads them
