@@ -270,6 +270,89 @@ def _build_two_levels(
     _store_texel(p, levels_out, level + 1, m, y, x, c, v)
 
 
+@wp.func
+def _add_texel(g: MipLevels, level: int, m: int, y: int, x: int, c: int, v: float):
+    """Adds ``v`` to the gradient of texel (y, x), channel c of map m at ``level``
+    (``g``: the gradients as a :class:`MipLevels`; one writer per texel: no atomic)."""
+    if level == 0:
+        g.maps[m, y, x, c] = g.maps[m, y, x, c] + v
+    else:
+        i = level_index(g, level, m, y, x, c)
+        g.levels[i] = g.levels[i] + v
+
+
+@wp.func
+def _halved_texel_adjoint(g: MipLevels, src: int, m: int, y: int, x: int, c: int, gv: float):
+    """Adjoint of :func:`_halved_texel` for the gradient ``gv`` of texel (y, x) of
+    level ``src + 1``: adds its share to each texel of level ``src`` it averages
+    (the same float32 products as Warp's generated adjoint)."""
+    hs = wp.max(g.maps.shape[1] >> src, 1)
+    ws = wp.max(g.maps.shape[2] >> src, 1)
+    if hs == 1:
+        s = 0.5 * gv
+        _add_texel(g, src, m, 0, 2 * x, c, s)
+        _add_texel(g, src, m, 0, 2 * x + 1, c, s)
+    elif ws == 1:
+        s = 0.5 * gv
+        _add_texel(g, src, m, 2 * y, 0, c, s)
+        _add_texel(g, src, m, 2 * y + 1, 0, c, s)
+    else:
+        s = 0.25 * gv
+        _add_texel(g, src, m, 2 * y, 2 * x, c, s)
+        _add_texel(g, src, m, 2 * y, 2 * x + 1, c, s)
+        _add_texel(g, src, m, 2 * y + 1, 2 * x, c, s)
+        _add_texel(g, src, m, 2 * y + 1, 2 * x + 1, c, s)
+
+
+@wp.func
+def _fine_texel_adjoint(
+    g: MipLevels, level: int, m: int, y: int, x: int, c: int, share: float
+):  # fmt: skip
+    """Texel (y, x) of ``level`` (>= 1) receives ``share`` from the level above, and
+    its total gradient goes to the level below."""
+    i = level_index(g, level, m, y, x, c)
+    gv = g.levels[i] + share
+    g.levels[i] = gv
+    _halved_texel_adjoint(g, level - 1, m, y, x, c, gv)
+
+
+@wp.kernel(enable_backward=False)
+def _build_levels_adjoint(
+    # Gradients in (levels ``level`` and, when ``two``, ``level + 1``) and out (added
+    # to: the levels below), as a MipLevels of the pyramid's gradient arrays:
+    g: MipLevels,
+    level: int,
+    two: int,
+):
+    """Adjoint of :func:`_build_two_levels` (``two`` = 1: one thread per texel and
+    channel of ``level + 1``) or of :func:`_build_level` (``two`` = 0: one per texel
+    of ``level``), by hand: each texel below is added to by exactly one thread, so
+    no atomics, and the same sums as the chain of generated level adjoints (whose
+    atomics, 4 per texel, and forward replay took 0.28 ms for the 10 levels of
+    the K=1 bench texture on an H200)."""
+    top = level + two
+    hw = level_size(g, top)
+    m, y, x, c = flat_index4(wp.tid(), hw[0], hw[1], g.maps.shape[3])
+    if two == 0:
+        _halved_texel_adjoint(g, level - 1, m, y, x, c, g.levels[level_index(g, level, m, y, x, c)])
+        return
+    lw = level_size(g, level)
+    share = g.levels[level_index(g, top, m, y, x, c)]
+    if lw[0] == 1 or lw[1] == 1:
+        share = 0.5 * share
+    else:
+        share = 0.25 * share
+    y0 = wp.where(lw[0] > 1, 2 * y, 0)
+    x0 = wp.where(lw[1] > 1, 2 * x, 0)
+    _fine_texel_adjoint(g, level, m, y0, x0, c, share)
+    if lw[1] > 1:
+        _fine_texel_adjoint(g, level, m, y0, x0 + 1, c, share)
+    if lw[0] > 1:
+        _fine_texel_adjoint(g, level, m, y0 + 1, x0, c, share)
+        if lw[1] > 1:
+            _fine_texel_adjoint(g, level, m, y0 + 1, x0 + 1, c, share)
+
+
 #: levels per launch -> build kernel
 _BUILD_KERNELS = {1: _build_level, 2: _build_two_levels}
 
@@ -340,17 +423,17 @@ class MipPyramid:
         """Recomputes levels 1..L from the base texels: two levels per launch
         (the finer one kept in registers for the coarser).
 
-        On a tape (base texels with ``requires_grad``) it records a backward that
-        runs Warp's generated adjoint of the one-level kernel, level by level from
-        the coarsest: the two-level kernel's generated adjoint, with its longer
-        chain per thread, took as long as the launches it saves (H200, 8 maps of
-        1024 x 1024 x 3: forward 0.125 -> 0.081 ms, forward + backward 0.405 ->
-        0.403 ms; three levels per launch: 0.110 and 1.381 ms).
+        On a tape (base texels with ``requires_grad``) it records a hand-written
+        backward, group by group from the coarsest (:func:`_build_levels_adjoint`:
+        no atomics, the same sums as Warp's generated adjoint). H200, 8 maps of
+        1024 x 1024 x 3, the generated adjoint of one level per launch: forward
+        0.125 ms, forward + backward 0.405; two levels per launch: 0.081 and 0.403
+        with its own generated adjoint (its longer chain per thread took as long
+        as the launches saved), 0.363 with the one-level kernel's generated
+        adjoint per level; three: 0.110 and 1.381 ms.
         """
         n, _, _, c = self.maps.shape
-        lev = 1
-        while lev < len(self.sizes):
-            g = min(self.levels_per_launch, len(self.sizes) - lev)
+        for lev, g in self._groups():
             lh, lw = self.sizes[lev + g - 1]
             wp.launch(
                 _BUILD_KERNELS[g],
@@ -360,31 +443,32 @@ class MipPyramid:
                 device=self.device,
                 record_tape=False,
             )
-            lev += g
         tape = active_tape()
         if tape is not None and self.maps.requires_grad and len(self.sizes) > 1:
             tape.record_func(self._build_backward, arrays=[self.maps, self.levels])
         return self
 
+    def _groups(self) -> list:
+        """[(first level, levels)] of the build launches."""
+        groups = []
+        lev = 1
+        while lev < len(self.sizes):
+            g = min(self.levels_per_launch, len(self.sizes) - lev)
+            groups.append((lev, g))
+            lev += g
+        return groups
+
     def _build_backward(self) -> None:
-        """The build's adjoint: level L down to 1, each the generated adjoint of
-        :func:`_build_level` (adds a level's gradient into the level below)."""
+        """The build's adjoint, group by group from the coarsest (see
+        :func:`_build_levels_adjoint`)."""
         if self._adjoint is None:
             self._adjoint = new_struct(MipLevels, self.device, maps=self.maps.grad,
                                        levels=self.levels.grad, offsets=self.offsets)  # fmt: skip
         n, _, _, c = self.maps.shape
-        for lev in range(len(self.sizes) - 1, 0, -1):
-            lh, lw = self.sizes[lev]
-            wp.launch(
-                _build_level,
-                dim=n * lh * lw * c,
-                inputs=[self.arrays, lev],
-                outputs=[self.levels],
-                adj_inputs=[self._adjoint, 0],
-                adj_outputs=[self.levels.grad],
-                adjoint=True,
-                device=self.device,
-            )
+        for lev, g in reversed(self._groups()):
+            lh, lw = self.sizes[lev + g - 1]
+            wp.launch(_build_levels_adjoint, dim=n * lh * lw * c,
+                      inputs=[self._adjoint, lev, g - 1], device=self.device)  # fmt: skip
 
 
 def build_mipmaps(maps, *, max_mip_level: int | None = None) -> MipPyramid:
