@@ -256,13 +256,8 @@ class SensorBackward:
         pos = np.searchsorted(ids, idx[sel])
         keys = np.full(src.shape[0], -1, np.int64)
         keys[sel] = pos
-        start, entries = csr(keys, ids.size)
-        dev = self.device
-        return make(
-            SourceGroups, start=wp.array(start, dtype=wp.int32, device=dev),
-            verts=wp.array(entries, dtype=wp.int32, device=dev),
-            ids=wp.array(ids.astype(np.int32), dtype=wp.int32, device=dev),
-        )  # fmt: skip
+        ids = wp.array(ids.astype(np.int32), dtype=wp.int32, device=self.device)
+        return make(SourceGroups, verts=self._csr(keys, ids.shape[0]), ids=ids)
 
     def _camera_scratch(self):
         if self._camera is None:

@@ -386,8 +386,9 @@ def particle_gather_kernel(
     """Used particle u: adds its sensor vertices' point gradients (CSR order)."""
     u = wp.tid()
     g = wp.vec3(0.0)
-    for e in range(particles.start[u], particles.start[u + 1]):
-        g = g + vertex.point[particles.verts[e]]
+    verts = particles.verts
+    for e in range(verts.start[u], verts.start[u + 1]):
+        g = g + vertex.point[verts.entries[e]]
     p = particles.ids[u]
     particle_grad_out[p] = particle_grad_out[p] + g
 

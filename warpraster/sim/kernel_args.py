@@ -109,11 +109,10 @@ class SensorMesh:
 
 @wp.struct
 class SourceGroups:
-    """The sensor vertices of each used particle or body u: ``verts[start[u]:
-    start[u + 1]]`` (ascending); ``ids[u]`` its particle or body index."""
+    """The sensor vertices of each used particle or body u: the list ``verts`` of key u
+    (a :class:`Csr`, ascending); ``ids[u]`` its particle or body index."""
 
-    start: wp.array(dtype=wp.int32)
-    verts: wp.array(dtype=wp.int32)
+    verts: Csr
     ids: wp.array(dtype=wp.int32)
 
 

@@ -64,9 +64,10 @@ def body_reduce_kernel(
     q = wp.transform_get_rotation(body_q[b])
     gt = wp.vec3(0.0)
     gq = wp.vec4(0.0)
-    e = bodies.start[u] + lane
-    while e < bodies.start[u + 1]:
-        v = bodies.verts[e]
+    verts = bodies.verts
+    e = verts.start[u] + lane
+    while e < verts.start[u + 1]:
+        v = verts.entries[e]
         g = vertex.point[v]
         gt = gt + g
         gq = gq + rotate_adj_q(q, sources.local[v], g)
