@@ -376,11 +376,7 @@ class MappedSlots:
 
 def _mapped_slots(pix_to_face: wp.array, bary: wp.array, bary_grad: wp.array | None = None
                   ) -> MappedSlots:  # fmt: skip
-    slots = MappedSlots()
-    slots.pix_to_face = pix_to_face
-    slots.bary = bary
-    slots.bary_grad = bary_grad
-    return slots
+    return _struct(MappedSlots, pix_to_face=pix_to_face, bary=bary, bary_grad=bary_grad)
 
 
 @wp.kernel(enable_backward=False)
@@ -653,20 +649,15 @@ class ClipBuffers:
         self.offsets = wp.zeros(f + 1, dtype=wp.int32, device=d)
         self.num_clipped_faces = self.offsets[f:]
         # the same arrays as kernel arguments
-        self.cases = FaceCases()
-        self.cases.face_case = self.face_case
-        self.cases.face_pivot = self.face_pivot
-        self.cases.face_w3 = self.face_w3
-        self.cases.counts = self.counts
-        self.cases.offsets = self.offsets
-        self.clipped = ClippedFaces()
-        self.clipped.faces = self.faces
-        self.clipped.to_unclipped = self.faces_clipped_to_unclipped_idx
-        self.clipped.neighbor = self.clipped_faces_neighbor_idx
-        self.map = ClipMap()
-        self.map.to_unclipped = self.faces_clipped_to_unclipped_idx
-        self.map.face_case = self.face_case
-        self.map.conversion = self.barycentric_conversion
+        self.cases = _struct(FaceCases, face_case=self.face_case, face_pivot=self.face_pivot,
+                             face_w3=self.face_w3, counts=self.counts,
+                             offsets=self.offsets)  # fmt: skip
+        self.clipped = _struct(ClippedFaces, faces=self.faces,
+                               to_unclipped=self.faces_clipped_to_unclipped_idx,
+                               neighbor=self.clipped_faces_neighbor_idx)  # fmt: skip
+        self.map = _struct(ClipMap, to_unclipped=self.faces_clipped_to_unclipped_idx,
+                           face_case=self.face_case,
+                           conversion=self.barycentric_conversion)  # fmt: skip
         self._inputs = None  # (key, MeshArrays) of the last call's input arrays
         self._slot_views = {}  # slot array (ptr, shape) -> its SlotViews
         self._structs = {}  # name -> (key, struct) of the last in-place map back
@@ -815,11 +806,13 @@ def clip_faces(
         if perspective_correct and z_clip_value == 0.0:
             raise ValueError("z_clip_value must be nonzero with perspective_correct")
     rule = FrustumCullRule(frustum_cull_rule)
-    settings = ClipSettings()
-    settings.z_clip = 0.0 if z_clip_value is None else z_clip_value
-    settings.do_z_clip = int(z_clip_value is not None)
-    settings.cull_rule = int(rule) if cull_to_frustum else 0
-    settings.perspective = int(bool(perspective_correct))
+    settings = _struct(
+        ClipSettings,
+        z_clip=0.0 if z_clip_value is None else z_clip_value,
+        do_z_clip=int(z_clip_value is not None),
+        cull_rule=int(rule) if cull_to_frustum else 0,
+        perspective=int(bool(perspective_correct)),
+    )
 
     meshes = buffers.inputs_for(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh)
     cases = buffers.cases
