@@ -839,3 +839,41 @@ def test_in_place_map_back_gradient_equals_the_copying_one(device, size, k):
     # float atomics add per-slot terms in another order: ~1e-6 relative; 1e-5 of the
     # largest entry leaves margin
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+def test_in_place_map_back_follows_a_new_gradient_array(device):
+    """The in-place map back keeps its argument structs between calls (in its
+    ClipBuffers) and must rebuild them when an array changes: a render through one
+    ClipWorkspace whose barycentric gradient array is replaced by a new one between
+    calls converts the new array, so the vertex gradient equals the first call's.
+    A stale struct would convert the old array and leave the new one's split slots
+    unconverted."""
+    rng = np.random.default_rng(5)
+    verts, faces, first, count = random_batch(rng, [30, 24], z_range=(-0.5, 3.0))
+    verts[:, :2] *= 0.4
+    dev = to_device(verts, faces, first, count, device, requires_grad=True)
+    size = dict(image_size=(12, 16), faces_per_pixel=4)
+    ws = wr.ClipWorkspace(num_verts=len(verts), num_faces=len(faces), num_meshes=len(first),
+                          device=device, requires_grad=True, **size)  # fmt: skip
+    grads = []
+    for call in range(2):
+        if call == 1:  # a new gradient array, before the call records its adjoints
+            ws.fragments.bary_coords.grad = wp.zeros_like(ws.fragments.bary_coords)
+        tape = wp.Tape()
+        with tape:
+            out = rasterize_meshes(*dev, workspace=ws, perspective_correct=True,
+                                   z_clip_value=0.6, **size)  # fmt: skip
+        gb = wp.array(np.random.default_rng(9).uniform(-1, 1, (*out.shape, 3)).astype(np.float32),
+                      dtype=wp.vec3, device=device)  # fmt: skip
+        tape.backward(grads={out.bary_coords: gb})
+        grads.append(dev[0].grad.numpy().copy())
+        tape.zero()
+        dev[0].grad.zero_()
+    assert (out.pix_to_face.numpy() >= 0).sum() > 20
+    assert np.abs(grads[0]).max() > 0.1
+    # the same float operations in the same order on the cpu device; a GPU adds
+    # the per-slot terms with float atomics in another order (~1e-6 relative)
+    if wp.get_device(device).is_cpu:
+        np.testing.assert_array_equal(grads[1], grads[0])
+    else:
+        np.testing.assert_allclose(grads[1], grads[0], rtol=0, atol=1e-5 * np.abs(grads[0]).max())

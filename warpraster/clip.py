@@ -950,7 +950,7 @@ def unclip_in_place(
         return lambda: args
 
     _map_back(
-        buffers, (slots.src.flat.shape[0] + 3) // 4,
+        buffers, (pix_to_face.size + 3) // 4,
         (_unclip_in_place, _unclip_in_place_adjoint, _unclip_in_place_adjoint_deterministic),
         deterministic, [slots, buffers.map, bary_coords.flatten()], adjoint,
         watched=bary_coords, arrays=[bary_coords, buffers.barycentric_conversion],
