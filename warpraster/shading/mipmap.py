@@ -271,44 +271,86 @@ def _build_two_levels(
 
 
 @wp.func
-def _halving_weight(hw: wp.vec2i) -> float:
-    """The weight of each texel of an (hw[0], hw[1]) level in the next one's texel
-    (a 2 x 2 box, or a 1 x 2 pair where one extent is 1)."""
-    if hw[0] == 1 or hw[1] == 1:
-        return 0.5
-    return 0.25
+def _add_texel(g: MipLevels, level: int, m: int, y: int, x: int, c: int, v: float):
+    """Adds ``v`` to the gradient of texel (y, x), channel c of map m at ``level``
+    (``g``: the gradients as a :class:`MipLevels`; one writer per texel: no atomic)."""
+    if level == 0:
+        g.maps[m, y, x, c] = g.maps[m, y, x, c] + v
+    else:
+        i = level_index(g, level, m, y, x, c)
+        g.levels[i] = g.levels[i] + v
+
+
+@wp.func
+def _halved_texel_adjoint(g: MipLevels, src: int, m: int, y: int, x: int, c: int, gv: float):
+    """Adjoint of :func:`_halved_texel` for the gradient ``gv`` of texel (y, x) of
+    level ``src + 1``: adds its share to each texel of level ``src`` it averages
+    (the same float32 products as Warp's generated adjoint)."""
+    hs = wp.max(g.maps.shape[1] >> src, 1)
+    ws = wp.max(g.maps.shape[2] >> src, 1)
+    if hs == 1:
+        s = 0.5 * gv
+        _add_texel(g, src, m, 0, 2 * x, c, s)
+        _add_texel(g, src, m, 0, 2 * x + 1, c, s)
+    elif ws == 1:
+        s = 0.5 * gv
+        _add_texel(g, src, m, 2 * y, 0, c, s)
+        _add_texel(g, src, m, 2 * y + 1, 0, c, s)
+    else:
+        s = 0.25 * gv
+        _add_texel(g, src, m, 2 * y, 2 * x, c, s)
+        _add_texel(g, src, m, 2 * y, 2 * x + 1, c, s)
+        _add_texel(g, src, m, 2 * y + 1, 2 * x, c, s)
+        _add_texel(g, src, m, 2 * y + 1, 2 * x + 1, c, s)
+
+
+@wp.func
+def _fine_texel_adjoint(
+    g: MipLevels, level: int, m: int, y: int, x: int, c: int, share: float
+):  # fmt: skip
+    """Texel (y, x) of ``level`` (>= 1) receives ``share`` from the level above, and
+    its total gradient goes to the level below."""
+    i = level_index(g, level, m, y, x, c)
+    gv = g.levels[i] + share
+    g.levels[i] = gv
+    _halved_texel_adjoint(g, level - 1, m, y, x, c, gv)
 
 
 @wp.kernel(enable_backward=False)
 def _build_levels_adjoint(
     # Gradients in (levels ``level`` and, when ``two``, ``level + 1``) and out (added
-    # to: level ``level - 1``), as a MipLevels of the pyramid's gradient arrays:
+    # to: the levels below), as a MipLevels of the pyramid's gradient arrays:
     g: MipLevels,
     level: int,
     two: int,
 ):
-    """Adjoint of :func:`_build_two_levels` (``two`` = 1) or :func:`_build_level`
-    (``two`` = 0), by hand: one thread per texel and channel of level ``level - 1``
-    (flat launch), which adds its share of its parent's gradient (the parent's
-    own plus its share of the grandparent's when ``two``) to its own. Coalesced
-    read-modify-writes, no atomics, the same float32 sums as the chain of Warp's
-    generated level adjoints (their atomics, 4 per texel, and forward replay took
-    0.28 ms for the 10 levels of the K=1 bench texture on an H200; a thread per
-    parent adding to its 4 or 16 children, 0.196 ms)."""
-    src = level - 1
-    hs = level_size(g, src)
-    m, y, x, c = flat_index4(wp.tid(), hs[0], hs[1], g.maps.shape[3])
-    # extents > 1 are even, so the parent of (y, x) is (y // 2, x // 2) either way
-    gv = g.levels[level_index(g, level, m, y // 2, x // 2, c)]
-    if two != 0:
-        grand = g.levels[level_index(g, level + 1, m, y // 4, x // 4, c)]
-        gv = gv + _halving_weight(level_size(g, level)) * grand
-    share = _halving_weight(hs) * gv
-    if src == 0:
-        g.maps[m, y, x, c] = g.maps[m, y, x, c] + share
+    """Adjoint of :func:`_build_two_levels` (``two`` = 1: one thread per texel and
+    channel of ``level + 1``) or of :func:`_build_level` (``two`` = 0: one per texel
+    of ``level``), by hand: each texel below is added to by exactly one thread, so
+    no atomics, and the same sums as the chain of generated level adjoints (whose
+    atomics, 4 per texel, and forward replay took 0.28 ms for the 10 levels of
+    the K=1 bench texture on an H200)."""
+    top = level + two
+    hw = level_size(g, top)
+    m, y, x, c = flat_index4(wp.tid(), hw[0], hw[1], g.maps.shape[3])
+    if two == 0:
+        _halved_texel_adjoint(g, level - 1, m, y, x, c, g.levels[level_index(g, level, m, y, x, c)])
+        return
+    lw = level_size(g, level)
+    share = g.levels[level_index(g, top, m, y, x, c)]
+    if lw[0] == 1 or lw[1] == 1:
+        share = 0.5 * share
     else:
-        i = level_index(g, src, m, y, x, c)
-        g.levels[i] = g.levels[i] + share
+        share = 0.25 * share
+    y0 = wp.where(lw[0] > 1, 2 * y, 0)
+    x0 = wp.where(lw[1] > 1, 2 * x, 0)
+    _fine_texel_adjoint(g, level, m, y0, x0, c, share)
+    if lw[1] > 1:
+        _fine_texel_adjoint(g, level, m, y0, x0 + 1, c, share)
+    if lw[0] > 1:
+        _fine_texel_adjoint(g, level, m, y0 + 1, x0, c, share)
+        if lw[1] > 1:
+            _fine_texel_adjoint(g, level, m, y0 + 1, x0 + 1, c, share)
 
 
 #: levels per launch -> build kernel
@@ -384,11 +426,14 @@ class MipPyramid:
         On a tape (base texels with ``requires_grad``) it records a hand-written
         backward, group by group from the coarsest (:func:`_build_levels_adjoint`:
         no atomics, the same sums as Warp's generated adjoint). H200, 8 maps of
-        1024 x 1024 x 3, the generated adjoint of one level per launch: forward
-        0.125 ms, forward + backward 0.405; two levels per launch: 0.081 and 0.403
-        with its own generated adjoint (its longer chain per thread took as long
-        as the launches saved), 0.363 with the one-level kernel's generated
-        adjoint per level; three: 0.110 and 1.381 ms.
+        1024 x 1024 x 3 (``python scripts/gpu_pyramid_variants.py``), the generated
+        adjoint of one level per launch: forward 0.125 ms, forward + backward
+        0.405; two levels per launch: 0.081 and 0.403 with its own generated
+        adjoint (its longer chain per thread took as long as the launches saved),
+        0.363 with the one-level kernel's generated adjoint per level, 0.339 with
+        this backward (0.439 with one thread per texel below reading its parent:
+        25 M threads, each decoding its index with three run-time divisions);
+        three levels per launch: 0.110 and 1.381 ms.
         """
         n, _, _, c = self.maps.shape
         for lev, g in self._groups():
@@ -424,7 +469,7 @@ class MipPyramid:
                                        levels=self.levels.grad, offsets=self.offsets)  # fmt: skip
         n, _, _, c = self.maps.shape
         for lev, g in reversed(self._groups()):
-            lh, lw = self.sizes[lev - 1]
+            lh, lw = self.sizes[lev + g - 1]
             wp.launch(_build_levels_adjoint, dim=n * lh * lw * c,
                       inputs=[self._adjoint, lev, g - 1], device=self.device)  # fmt: skip
 
