@@ -168,6 +168,14 @@ def rasterize_meshes(
             )
     if settings.deterministic and not workspace.deterministic:
         raise ValueError("deterministic=True needs a workspace made with deterministic=True")
+    return rasterize_checked(meshes, settings, workspace)
+
+
+def rasterize_checked(meshes, settings: RasterSettings, workspace) -> Fragments:
+    """Rasterizes packed ``meshes`` (:func:`~warpraster.meshes.pack_meshes`) into
+    ``workspace``, all three already checked against each other (as
+    :func:`rasterize_meshes` does, or a renderer once at set-up): the clipped path
+    (a :class:`ClipWorkspace`) or the plain one."""
     if settings.clipped:
         return rasterize_clipped(meshes, settings, workspace)
     return rasterize_packed(meshes, workspace, settings)

@@ -17,10 +17,10 @@ import warp as wp
 from .backward.tape import active_tape
 from .camera import vert_to_mesh_from_faces
 from .fragments import Fragments
-from .meshes import as_faces_array, as_index_array, as_vec3_array, pack_meshes
+from .meshes import PackedMeshes, as_faces_array, as_index_array, as_vec3_array, pack_meshes
 from .raster import ClipWorkspace, RasterWorkspace
 from .raster.workspace import CallGraph
-from .rasterize import rasterize_meshes
+from .rasterize import rasterize_checked
 from .rasterizer import MeshRasterizer
 from .shading.corner_lists import CornerLists
 from .shading.normals import vertex_normals
@@ -224,6 +224,8 @@ class RenderOutputs:
                                     device=device)  # fmt: skip
             setattr(self, name, arrays[name] if wanted else None)
         self.fragments: Fragments | None = None
+        #: the packed meshes the rasterizer reads (set by the Renderer)
+        self.meshes: PackedMeshes | None = None
         #: the channels kernel's arguments, built once (``channel_mesh`` by the Renderer)
         self.channels = new_struct(
             Channels,
@@ -356,6 +358,7 @@ class Renderer:
                 self.faces, self.first, self.count, self.num_verts, device=dev
             )
         self.settings = self.rasterizer.settings_for(cameras)
+        self.settings.check_slots(n)
         h, w = self.settings.image_size
         k = self.settings.faces_per_pixel
         self.shape = (n, h, w, k)
@@ -399,6 +402,9 @@ class Renderer:
             )
         out = RenderOutputs(self.shape, self.num_verts, nf, self.device, self.requires_grad, ws,
                             self.corner_lists, self.channels)  # fmt: skip
+        # the packed meshes the rasterizer reads (projected vertices, static topology,
+        # checked at set-up against the workspace made for them above)
+        out.meshes = pack_meshes(out.verts_ndc, self.faces, self.first, self.count, validate=False)
         out.channel_mesh = new_struct(
             ChannelMesh,
             self.device,
@@ -440,15 +446,7 @@ class Renderer:
 
     def _launch(self, v: wp.array, out: RenderOutputs) -> None:
         self.cameras.transform_points_ndc(v, self.vert_to_mesh, None, out.verts_ndc)
-        frags = rasterize_meshes(
-            out.verts_ndc,
-            self.faces,
-            self.first,
-            self.count,
-            settings=self.settings,
-            workspace=out.workspace,
-            validate=False,
-        )
+        frags = rasterize_checked(out.meshes, self.settings, out.workspace)
         out.fragments = frags
         self.shader(
             frags,
