@@ -660,7 +660,7 @@ class ClipBuffers:
                            conversion=self.barycentric_conversion)  # fmt: skip
         self._inputs = None  # (key, MeshArrays) of the last call's input arrays
         self._slot_views = {}  # slot array (ptr, shape) -> its SlotViews
-        self._structs = {}  # name -> (key, struct) of the last in-place map back
+        self._structs = {}  # name -> (key, struct) kept by _kept
 
     def slot_views(self, slots: wp.array) -> SlotViews:
         """A contiguous int32 slot array as :class:`SlotViews` (made once per array)."""
@@ -674,34 +674,14 @@ class ClipBuffers:
             views.aligned = int(slots.ptr % 16 == 0)
         return views
 
-    def slot_pair(self, src: wp.array, dst: wp.array) -> SlotPair:
-        """Two contiguous int32 slot arrays as :class:`SlotPair` (kept while they are
-        the same arrays)."""
-        key = ((src.ptr, src.shape), (dst.ptr, dst.shape))
-        return self._last("pair", key, lambda: _struct(SlotPair, src=self.slot_views(src),
-                                                       dst=self.slot_views(dst)))  # fmt: skip
-
-    def clipped_rows(self, face_verts: wp.array, size: tuple, flags: tuple) -> ClippedRows:
-        """:class:`ClippedRows` of the clipped list's set-up rows, (H, W, K) and the
-        (perspective, clip_bary) flags (kept while they are the same)."""
-        key = (face_verts.ptr, face_verts.shape, size, flags)
-        return self._last("rows", key, lambda: _struct(
-            ClippedRows, face_verts=face_verts, size=wp.vec3i(*size), perspective=flags[0],
-            clip_bary=flags[1]))  # fmt: skip
-
-    def in_place_grads(self, bary_grad: wp.array, conversion_grad: wp.array) -> InPlaceGrads:
-        """:class:`InPlaceGrads` of a contiguous (N, H, W, K) ``vec3`` gradient and the
-        conversion matrices' (kept while they are the same arrays)."""
-        key = (bary_grad.ptr, bary_grad.shape, conversion_grad.ptr)
-        return self._last("grads", key, lambda: _struct(
-            InPlaceGrads, bary=bary_grad.flatten(), conversion=conversion_grad))  # fmt: skip
-
-    def _last(self, name: str, key: tuple, build):
-        """The struct ``name`` made by ``build()``, rebuilt only when ``key`` changed
-        (setting a struct's array field costs microseconds)."""
+    def _kept(self, name: str, cls, **fields):
+        """A ``cls`` (a ``wp.struct``) of ``fields``, made again only when one changed
+        (an array: its pointer or shape): setting a struct's array field costs
+        microseconds, and the in-place map back's structs are the same call after call."""
+        key = tuple((v.ptr, v.shape) if isinstance(v, wp.array) else v for v in fields.values())
         hit = self._structs.get(name)
         if hit is None or hit[0] != key:
-            hit = self._structs[name] = (key, build())
+            hit = self._structs[name] = (key, _struct(cls, **fields))
         return hit[1]
 
     def inputs_for(self, verts: wp.array, faces: wp.array, first: wp.array, count: wp.array
@@ -941,13 +921,17 @@ def unclip_in_place(
     ``perspective_correct`` and ``clip_barycentric_coords``. No checks: internal.
     """
     _n, height, width, k = pix_to_face.shape
-    slots = buffers.slot_pair(pix_to_face, out_pix_to_face)
+    slots = buffers._kept("pair", SlotPair, src=buffers.slot_views(pix_to_face),
+                          dst=buffers.slot_views(out_pix_to_face))  # fmt: skip
 
     def adjoint(conv_grad):
-        flags = (int(bool(perspective_correct)), int(bool(clip_barycentric_coords)))
-        args = [slots.src, buffers.map, buffers.clipped_rows(face_verts, (height, width, k), flags),
-                buffers.in_place_grads(bary_coords.grad, conv_grad)]  # fmt: skip
-        return lambda: args
+        rows = buffers._kept("rows", ClippedRows, face_verts=face_verts,
+                             size=wp.vec3i(height, width, k),
+                             perspective=int(bool(perspective_correct)),
+                             clip_bary=int(bool(clip_barycentric_coords)))  # fmt: skip
+        grads = buffers._kept("grads", InPlaceGrads, bary=bary_coords.grad.flatten(),
+                              conversion=conv_grad)  # fmt: skip
+        return lambda: [slots.src, buffers.map, rows, grads]
 
     _map_back(
         buffers, (pix_to_face.size + 3) // 4,
