@@ -399,11 +399,20 @@ def _depth_range(a: ShadeInputs, n: int):
 
 @wp.func
 def _softmax_sums(
-    frag: PixelFragments, a: ShadeInputs, n: int, y: int, x: int, eye: wp.vec3, zn: float, zf: float
+    frag: PixelFragments,
+    a: ShadeInputs,
+    n: int,
+    y: int,
+    x: int,
+    eye: wp.vec3,
+    zn: float,
+    zf: float,
+    with_colour: int,
 ):
     """The softmax blend's sums over a pixel's slots: (largest inverse depth
     before the eps clamp, the first slot holding it, slots in use, coverage
-    ``prod(1 - p_k)``, ``sum w_k``, ``sum w_k c_k``)."""
+    ``prod(1 - p_k)``, ``sum w_k``, ``sum w_k c_k``); the last only ``with_colour``
+    (0 without: no slot is lit)."""
     kk = frag.pix_to_face.shape[3]
     zraw = float(-1.0e38)
     kmax = int(0)
@@ -433,7 +442,8 @@ def _softmax_sums(
             keep *= 1.0 - p
             wk = p * wp.exp((zinv(f, frag.zbuf[n, y, x, k], zn, zf) - zmax) / a.gamma)
             wsum += wk
-            csum += wk * slot_colour(a, n, y, x, k, f, frag.bary_coords[n, y, x, k], eye)
+            if with_colour != 0:
+                csum += wk * slot_colour(a, n, y, x, k, f, frag.bary_coords[n, y, x, k], eye)
     return zraw, kmax, used, keep, wsum, csum
 
 
@@ -477,7 +487,7 @@ def _shade_blend_kernel(
             _write_rgba(image_out, n, y, x, bg, 0.0)
         return
     zn, zf = _depth_range(a, n)
-    zraw, _kmax, _used, keep, wsum, csum = _softmax_sums(frag, a, n, y, x, eye, zn, zf)
+    zraw, _kmax, _used, keep, wsum, csum = _softmax_sums(frag, a, n, y, x, eye, zn, zf, 1)
     _zmax, _dexp, delta, denom = _softmax_denominator(zraw, wsum, a.gamma)
     _write_rgba(image_out, n, y, x, (csum + delta * bg) / denom, 1.0 - keep)
 
@@ -497,10 +507,17 @@ def _shade_blend_adjoint(
     frag: PixelFragments,
     # Shading in:
     a: ShadeInputs,
+    # The forward's image and its gradient:
+    image: wp.array4d(dtype=wp.float32),
     image_grad: wp.array4d(dtype=wp.float32),
     # Gradients out (accumulated):
     g: ShadeGrads,
 ):
+    """The adjoint of :func:`_shade_blend_kernel`, one thread per pixel. The
+    softmax blend's colour ``(sum w_k c_k + delta bg) / den`` is read from the
+    forward's image (the same float32 value), so only the weights are recomputed
+    before the slot loop, without lighting the slots (which the slot loop does
+    again)."""
     n, y, x = wp.tid()
     eye = _pixel_eye(a, n)
     brow = row(n, a.background.shape[0])
@@ -517,10 +534,10 @@ def _shade_blend_adjoint(
             _add_camera_grad(a, g, n, g_eye)
         return
     zn, zf = _depth_range(a, n)
-    # recompute the forward
-    zraw, kmax, used, keep, wsum, csum = _softmax_sums(frag, a, n, y, x, eye, zn, zf)
+    # recompute the forward's weights; its colour is in the image
+    zraw, kmax, used, keep, wsum, _csum = _softmax_sums(frag, a, n, y, x, eye, zn, zf, 0)
     zmax, dexp, delta, denom = _softmax_denominator(zraw, wsum, a.gamma)
-    rgb = (csum + delta * bg) / denom
+    rgb = wp.vec3(image[n, y, x, 0], image[n, y, x, 1], image[n, y, x, 2])
     # torch's autograd of PyTorch3D's formula, op by op and in its order of float32
     # operations (see blending.py's docstring): the zbuf gradient of a slot drawn
     # only through the blur is multiplied by up to 1e16 in PyTorch3D's rasterizer
@@ -670,7 +687,9 @@ def launch_shade_blend(frag: PixelFragments, inputs: ShadeInputs, image_out: wp.
         image_out: (N, H, W, 4) float32 RGBA.
 
     The adjoint adds into the ``.grad`` of every array of ``inputs`` and of the
-    fragments (``bary_coords``, ``zbuf``, ``dists``) that carries one.
+    fragments (``bary_coords``, ``zbuf``, ``dists``) that carries one. It reads
+    ``image_out`` (the softmax blend's colour), which must then hold this
+    forward's image until the backward has run.
     """
     p2f = frag.pix_to_face
     n, h, w, _ = p2f.shape
@@ -686,7 +705,7 @@ def launch_shade_blend(frag: PixelFragments, inputs: ShadeInputs, image_out: wp.
         wp.launch(
             _shade_blend_adjoint,
             dim=(n, h, w),
-            inputs=[frag, inputs, image_out.grad],
+            inputs=[frag, inputs, image_out, image_out.grad],
             outputs=[g],
             device=device,
         )
