@@ -13,7 +13,11 @@ from warpraster.bench_render import make_renderer
 from warpraster.clip import (
     _KEEP,
     ClippedFaces,
+    ClippedRows,
     FaceCases,
+    InPlaceGrads,
+    SlotPair,
+    _struct,
     _unclip_in_place,
     _unclip_in_place_adjoint,
 )
@@ -73,7 +77,8 @@ def main():
     pix, bary = inner.pix_to_face, inner.bary_coords
     conv = buf.barycentric_conversion
     out = wp.empty_like(pix)
-    slots, out_slots = buf.slot_views(pix), buf.slot_views(out)
+    slots = buf.slot_views(pix)
+    pair = _struct(SlotPair, src=slots, dst=buf.slot_views(out))
     n = pix.size
     print(f"slots {n}, filled {(pix.numpy() >= 0).mean():.3f}, "
           f"split faces {(buf.cases.face_case.numpy() > 1).sum()}")  # fmt: skip
@@ -84,7 +89,7 @@ def main():
         "flat1": lambda: wp.launch(flat1, dim=n, inputs=[pix.flatten(), *common, out.flatten(),
                                    bary.flatten()], device=dev),  # fmt: skip
         "library": lambda: wp.launch(_unclip_in_place, dim=(n + 3) // 4,
-                                     inputs=[slots, *common, out_slots, bary.flatten()],
+                                     inputs=[pair, buf.map, bary.flatten()],
                                      device=dev),  # fmt: skip
     }
     ref = None
@@ -96,10 +101,11 @@ def main():
         print(f"fwd {name:8s} {timed(fn):.4f} ms equal={np.array_equal(got, ref)}")
     g = wp.zeros_like(bary)
     cg = wp.zeros_like(conv)
-    size = wp.vec3i(*pix.shape[1:])
+    rows = _struct(ClippedRows, face_verts=ws.raster.face_verts, size=wp.vec3i(*pix.shape[1:]),
+                   perspective=1, clip_bary=0)  # fmt: skip
+    grads = _struct(InPlaceGrads, bary=g.flatten(), conversion=cg)
     adj = lambda: wp.launch(  # noqa: E731
-        _unclip_in_place_adjoint, dim=(n + 3) // 4,
-        inputs=[slots, *common, ws.raster.face_verts, size, 1, 0], outputs=[g.flatten(), cg],
+        _unclip_in_place_adjoint, dim=(n + 3) // 4, inputs=[slots, buf.map, rows, grads],
         device=dev,
     )  # fmt: skip
     print(f"adj library  {timed(adj):.4f} ms")
