@@ -237,7 +237,8 @@ def _light_adjoint(
     """Adjoint of :func:`lit_colour` for the colour gradient ``gc``.
 
     Adds the light/material row gradients (when wanted) and returns the
-    gradients of (point, normal, texel, eye)."""
+    gradients of (point, normal, texel, eye) and the lit colour itself (the same
+    float32 operations as :func:`lit_colour`)."""
     rs = row(n, a.mat.shininess.shape[0])
     ra = row(n, a.mat.ambient.shape[0])
     rd = row(n, a.mat.diffuse.shape[0])
@@ -251,6 +252,7 @@ def _light_adjoint(
     d, s = light_terms(a.light, n, point, normal, eye, shininess)
     ambient = wp.cw_mul(ma, la)
     diff = wp.cw_mul(md, d)
+    colour = wp.cw_mul(ambient + diff, texel) + wp.cw_mul(ms, s)
     g_texel = wp.cw_mul(gc, ambient + diff)
     g_lit = wp.cw_mul(gc, texel)  # d/d(ambient) = d/d(diff)
     g_d = wp.cw_mul(g_lit, md)
@@ -311,7 +313,7 @@ def _light_adjoint(
             wp.atomic_add(g.light.param, row(n, a.light.param.shape[0]), g_dir)
             wp.atomic_add(g.light.diffuse, rld, g_d * angle)
             wp.atomic_add(g.light.specular, rls, g_s * power)
-    return g_point, g_normal, g_texel, g_eye
+    return g_point, g_normal, g_texel, g_eye, colour
 
 
 @wp.func
@@ -326,15 +328,18 @@ def _slot_adjoint(
     b: wp.vec3,
     eye: wp.vec3,
     gc: wp.vec3,
-) -> wp.vec3:
+):
     """Adjoint of :func:`slot_colour` for the colour gradient ``gc``; returns the
-    eye-position gradient (the caller adds it to the camera once per pixel)."""
+    eye-position gradient (the caller adds it to the camera once per pixel) and
+    the slot's colour (:func:`slot_colour`'s value, computed on the way)."""
     if a.lit == 0:
         if _wants(g, WANT_COLORS):
             g.colors[n, y, x, k] = g.colors[n, y, x, k] + gc
-        return wp.vec3(0.0)
+        return wp.vec3(0.0), a.colors[n, y, x, k]
     point, normal, texel = _surface(a, n, y, x, k, f, b)
-    g_point, g_normal, g_texel, g_eye = _light_adjoint(a, g, n, point, normal, texel, eye, gc)
+    g_point, g_normal, g_texel, g_eye, colour = _light_adjoint(
+        a, g, n, point, normal, texel, eye, gc
+    )
     pos = a.faces.pos[f]
     nrm = a.faces.nrm[f]
     gb = wp.vec3(0.0)
@@ -372,7 +377,7 @@ def _slot_adjoint(
             g.colors[n, y, x, k] = g.colors[n, y, x, k] + g_texel
     if _wants(g, WANT_BARY):
         g.frag.bary_coords[n, y, x, k] = g.frag.bary_coords[n, y, x, k] + gb
-    return g_eye
+    return g_eye, colour
 
 
 @wp.func
@@ -527,7 +532,9 @@ def _shade_blend_adjoint(
     if a.blend == BlendMode.HARD:
         f0 = frag.pix_to_face[n, y, x, 0]
         if f0 >= 0:
-            g_eye = _slot_adjoint(a, g, n, y, x, 0, f0, frag.bary_coords[n, y, x, 0], eye, grgb)
+            g_eye, _c0 = _slot_adjoint(
+                a, g, n, y, x, 0, f0, frag.bary_coords[n, y, x, 0], eye, grgb
+            )
         elif _wants(g, WANT_BACKGROUND):
             wp.atomic_add(g.background, brow, grgb)
         if a.lit != 0 and _wants(g, WANT_CAMERA):
@@ -557,12 +564,13 @@ def _shade_blend_adjoint(
             p = prob(frag.dists[n, y, x, k], a.sigma)
             e = wp.exp((zinv(f, frag.zbuf[n, y, x, k], zn, zf) - zmax) / a.gamma)
             wk = p * e
-            ck = slot_colour(a, n, y, x, k, f, b, eye)
-            # w_k feeds sum_k w_k c_k and den
-            gw = ((gn[0] * ck[0] + gn[1] * ck[1]) + gn[2] * ck[2]) + gden
-            g_eye += _slot_adjoint(
+            # c_k gets gn * w_k; its value comes back from the same lighting
+            g_eye_k, ck = _slot_adjoint(
                 a, g, n, y, x, k, f, b, eye, wp.vec3(gn[0] * wk, gn[1] * wk, gn[2] * wk)
             )
+            g_eye += g_eye_k
+            # w_k feeds sum_k w_k c_k and den
+            gw = ((gn[0] * ck[0] + gn[1] * ck[1]) + gn[2] * ck[2]) + gden
             gdiff = ((gw * p) * e) / a.gamma  # d/d(zinv_k - zmax)
             gmax_e = gmax_e + -gdiff
             if _wants(g, WANT_DISTS):
