@@ -18,21 +18,14 @@ MIP = "warpraster.shading.mipmap"
 CONFIGS = [
     (K8, {}),
     (K8, {(FUSED, "_shade_blend_adjoint"): 96}),
-    (K8, {(FUSED, "_shade_blend_adjoint"): 80}),
+    (K8, {(FUSED, "_shade_blend_adjoint"): 72}),
     (K8, {(FUSED, "_shade_blend_adjoint"): 64}),
-    (K8, {(FUSED, "_shade_blend_kernel"): 80, (FUSED, "_shade_blend_adjoint"): 80}),
-    (K8, {(FUSED, "_shade_blend_kernel"): 64, (FUSED, "_shade_blend_adjoint"): 64}),
+    (K8, {}),
     (K1, {}),
+    (K1, {(FUSED, "_shade_blend_adjoint"): 96}),
+    (K1, {(FUSED, "_shade_blend_adjoint"): 64}),
     (K1, {(MIP, "_sample_uv_mipmap"): 80}),
-    (K1, {(MIP, "_sample_uv_mipmap"): 64}),
-    (
-        K1,
-        {
-            (MIP, "_sample_uv_mipmap"): 64,
-            (FUSED, "_shade_blend_kernel"): 64,
-            (FUSED, "_shade_blend_adjoint"): 64,
-        },
-    ),
+    (K1, {}),
 ]
 
 
