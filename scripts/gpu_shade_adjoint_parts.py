@@ -51,7 +51,7 @@ def main():
 
         def launch():
             wp.launch(fused._shade_blend_adjoint, dim=(n, h, w),
-                      inputs=[frag, inputs, image_out.grad], outputs=[g], device=device,
+                      inputs=[frag, inputs, image_out, image_out.grad], outputs=[g], device=device,
                       block_dim=block_dim)  # fmt: skip
 
         launch()
