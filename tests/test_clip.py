@@ -243,6 +243,8 @@ def test_clip_matches_numpy_reference(device, z_clip, cull, rule, perspective_co
         got = clipped_numpy(buf)
         total = len(ref["face_map"])
         assert got["total"] == total
+        # the map back's adjoint runs only where a face was split (cases 3, 4)
+        assert buf.any_split.numpy()[0] == int(bool(cases[3] + cases[4]))
         np.testing.assert_array_equal(got["first"], ref["first"])
         np.testing.assert_array_equal(got["count"], ref["count"])
         np.testing.assert_array_equal(got["face_map"][:total], ref["face_map"])
@@ -275,6 +277,12 @@ def test_clip_matches_numpy_reference(device, z_clip, cull, rule, perspective_co
         assert (got["faces"][total:] == 0).all()
         assert (got["face_map"][total:] == -1).all()
         assert (got["neighbor"][total:] == -1).all()
+    # the same buffers on a scene in front of the plane: the flag is cleared
+    far = verts + np.array([0.0, 0.0, 100.0], np.float32)
+    clip_faces(*to_device(far, faces, first, count, device), z_clip_value=z_clip,
+               cull_to_frustum=False, perspective_correct=perspective_correct,
+               buffers=buf)  # fmt: skip
+    assert buf.any_split.numpy()[0] == 0
 
 
 def test_pytorch3d_cull_rule_is_per_vertex(device):

@@ -100,13 +100,15 @@ class FaceCases:
     _TRIANGLE or _QUAD), ``face_pivot`` (the corner that is p1), ``face_w3`` (the
     detached p1->p3 weight), ``counts``
     (F + 1,) output faces (``counts[F]`` stays 0) and ``offsets`` (F + 1,) their
-    exclusive scan: face f's first clipped slot; ``offsets[F]`` is the total."""
+    exclusive scan: face f's first clipped slot; ``offsets[F]`` is the total;
+    ``any_split`` (1,) set to 1 when a face is split (zeroed before)."""
 
     face_case: wp.array(dtype=wp.int32)
     face_pivot: wp.array(dtype=wp.int32)
     face_w3: wp.array(dtype=wp.float32)
     counts: wp.array(dtype=wp.int32)
     offsets: wp.array(dtype=wp.int32)
+    any_split: wp.array(dtype=wp.int32)
 
 
 @wp.struct
@@ -139,12 +141,13 @@ class ClipMap:
     """What the map back from the clipped list reads (views of :class:`ClipBuffers`):
     ``to_unclipped`` (2F,) the input face of each clipped face, ``face_case`` (F,)
     each input face's case and ``conversion`` (2F,) ``mat33``, ``b_original =
-    M @ b_clipped``. Shared by the copying and the in-place map back and their
-    adjoints."""
+    M @ b_clipped``, ``any_split`` (1,) whether any face was split. Shared by the
+    copying and the in-place map back and their adjoints."""
 
     to_unclipped: wp.array(dtype=wp.int32)
     face_case: wp.array(dtype=wp.int32)
     conversion: wp.array(dtype=wp.mat33)
+    any_split: wp.array(dtype=wp.int32)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -218,6 +221,7 @@ def _classify_faces(
         p1 = verts[faces[f, pivot]]
         p3 = verts[faces[f, (pivot + 2) % 3]]
         w3 = _crossing_weight(p1, p3, z_clip)
+        cases_out.any_split[0] = 1  # every writer stores the same value
     cases_out.face_case[f] = case
     cases_out.face_pivot[f] = pivot
     cases_out.face_w3[f] = w3
@@ -560,6 +564,8 @@ def _unclip_in_place_adjoint_fn(
     unclipped fragments share: for split faces only, ``g <- M^T g`` and
     ``dM += g b^T``, ``b`` the clipped face's barycentrics recomputed
     (:func:`_clipped_bary`)."""
+    if m.any_split[0] == 0:
+        return  # nothing to convert: no face crosses the plane (the common case)
     j = wp.tid()
     p = _load_slots(slots, j)
     for lane in range(4):
@@ -648,16 +654,18 @@ class ClipBuffers:
         self.counts = wp.zeros(f + 1, dtype=wp.int32, device=d)
         self.offsets = wp.zeros(f + 1, dtype=wp.int32, device=d)
         self.num_clipped_faces = self.offsets[f:]
+        self.any_split = wp.zeros(1, dtype=wp.int32, device=d)
         # the same arrays as kernel arguments
         self.cases = _struct(FaceCases, face_case=self.face_case, face_pivot=self.face_pivot,
                              face_w3=self.face_w3, counts=self.counts,
-                             offsets=self.offsets)  # fmt: skip
+                             offsets=self.offsets, any_split=self.any_split)  # fmt: skip
         self.clipped = _struct(ClippedFaces, faces=self.faces,
                                to_unclipped=self.faces_clipped_to_unclipped_idx,
                                neighbor=self.clipped_faces_neighbor_idx)  # fmt: skip
         self.map = _struct(ClipMap, to_unclipped=self.faces_clipped_to_unclipped_idx,
                            face_case=self.face_case,
-                           conversion=self.barycentric_conversion)  # fmt: skip
+                           conversion=self.barycentric_conversion,
+                           any_split=self.any_split)  # fmt: skip
         self._inputs = None  # (key, MeshArrays) of the last call's input arrays
         self._slot_views = {}  # slot array (ptr, shape) -> its SlotViews
         self._structs = {}  # name -> (key, struct) kept by _kept
@@ -796,6 +804,7 @@ def clip_faces(
 
     meshes = buffers.inputs_for(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh)
     cases = buffers.cases
+    buffers.any_split.zero_()
     if f > 0:
         wp.launch(_classify_faces, dim=f, inputs=[meshes, settings], outputs=[cases], device=d,
                   record_tape=False)  # fmt: skip
