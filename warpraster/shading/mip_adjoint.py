@@ -32,7 +32,7 @@ from .mipmap import (
     FilterMode,
     MipLevels,
     MipSampler,
-    UVCorners,
+    SampleInputs,
     bilinear_position,
     boundary_texel,
     level_index,
@@ -47,7 +47,6 @@ from .mipmap import (
     texel_footprint,
     wrap_tap,
 )
-from .pixel_args import PixelFragments
 from .textures import LastStruct
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
@@ -299,17 +298,6 @@ def bilinear_channel_grad(
 ADJOINT_MAX_REGISTERS = 96
 
 
-@wp.struct
-class SampleInputs:
-    """The inputs of a ``mipmap._sample_uv_mipmap`` launch, which its adjoint reads
-    again: the fragments ``frag`` (``pix_to_face``, ``bary_coords``), the per-face
-    ``corners`` and the texture's sampler ``t``."""
-
-    frag: PixelFragments
-    corners: UVCorners
-    t: MipSampler
-
-
 @wp.kernel(cuda_max_registers=ADJOINT_MAX_REGISTERS)
 def _sample_uv_mipmap_adjoint(
     # In: the forward's inputs; the output's gradient (consumed: zeroed once
@@ -423,22 +411,14 @@ class SampleAdjoint:
     change: no device allocation per call)."""
 
     def __init__(self):
-        self._inputs = LastStruct(SampleInputs)
         self._texel_grads = LastStruct(MipLevels)
         self._grads = LastStruct(SampleGrads)
 
-    def record(
-        self,
-        tape,
-        dim: tuple,
-        frag: PixelFragments,
-        corners: UVCorners,
-        sampler: MipSampler,
-        texels: wp.array,
-    ) -> None:
+    def record(self, tape, dim: tuple, inputs: SampleInputs, texels: wp.array) -> None:
         """Registers the adjoint of a ``_sample_uv_mipmap`` launch of ``dim`` (N, H,
-        W, K * C) with these arguments and its (N, H, W, K * C) float32 output view
+        W, K * C) with these ``inputs`` and its (N, H, W, K * C) float32 output view
         ``texels`` (which carries a gradient) on ``tape``."""
+        frag, corners, sampler = inputs.frag, inputs.corners, inputs.t
         device = texels.device
         pairs = [  # (array, its gradient, WANT bit)
             (sampler.p.maps, _grad_of(sampler.p.maps), WANT_BASE),
@@ -461,7 +441,6 @@ class SampleAdjoint:
         n, h, w, kc = dim
         k = kc // max(sampler.p.maps.shape[3], 1)
         texels_grad = texels.grad
-        inputs = self._inputs(device, frag=frag, corners=corners, t=sampler)
 
         def backward():
             wp.launch(

@@ -961,14 +961,21 @@ def slot_uv(corners: UVCorners, f: int, b: wp.vec3, yi: int, xi: int, shape: wp.
 SAMPLE_MAX_REGISTERS = 64
 
 
+@wp.struct
+class SampleInputs:
+    """What the sampling kernel reads, and its hand-written adjoint
+    (:mod:`.mip_adjoint`) again: the fragments ``frag`` (``pix_to_face``,
+    ``bary_coords``), the per-face ``corners`` and the texture's sampler ``t``."""
+
+    frag: PixelFragments
+    corners: UVCorners
+    t: MipSampler
+
+
 @wp.kernel(cuda_max_registers=SAMPLE_MAX_REGISTERS)
 def _sample_uv_mipmap(
-    # Fragments in (pix_to_face, bary_coords):
-    frag: PixelFragments,
-    # Corners in (per face, see CornerTables):
-    corners: UVCorners,
-    # Texture in:
-    t: MipSampler,
+    # In: fragments, corners (per face, see CornerTables), sampler
+    a: SampleInputs,
     # Data out: (N, H, W, K * C) float view of a vector(C) array
     texels_out: wp.array4d(dtype=wp.float32),
 ):
@@ -976,14 +983,14 @@ def _sample_uv_mipmap(
     index decoded with 32-bit divisions: see :func:`_build_level`)."""
     n, yi, xi, j = flat_index4(wp.tid(), texels_out.shape[1], texels_out.shape[2],
                                texels_out.shape[3])  # fmt: skip
-    k, c = slot_channel(j, t.p.maps.shape[3])
-    f = frag.pix_to_face[n, yi, xi, k]
+    k, c = slot_channel(j, a.t.p.maps.shape[3])
+    f = a.frag.pix_to_face[n, yi, xi, k]
     if f < 0:
         texels_out[n, yi, xi, j] = 0.0
         return
-    shape = wp.vec2i(frag.pix_to_face.shape[1], frag.pix_to_face.shape[2])
-    uv, duv_dx, duv_dy = slot_uv(corners, f, frag.bary_coords[n, yi, xi, k], yi, xi, shape)
-    texels_out[n, yi, xi, j] = mip_sample_channel(t, n, c, uv, duv_dx, duv_dy)
+    shape = wp.vec2i(a.frag.pix_to_face.shape[1], a.frag.pix_to_face.shape[2])
+    uv, duv_dx, duv_dy = slot_uv(a.corners, f, a.frag.bary_coords[n, yi, xi, k], yi, xi, shape)
+    texels_out[n, yi, xi, j] = mip_sample_channel(a.t, n, c, uv, duv_dx, duv_dy)
 
 
 class TexturesUVMipmap(UVTextures):
@@ -1041,6 +1048,7 @@ class TexturesUVMipmap(UVTextures):
         self._fragments = LastStruct(PixelFragments)
         self._screen = LastStruct(ScreenFaces)
         self._corners = LastStruct(UVCorners)
+        self._inputs = LastStruct(SampleInputs)
         self._adjoint = None  # the recorder of the sampling adjoint (mip_adjoint.py)
         #: Record Warp's generated adjoint of the sampling kernel instead of the
         #: hand-written one (tests and timings compare the two).
@@ -1167,11 +1175,11 @@ class TexturesUVMipmap(UVTextures):
         frag = self._fragments(self.device, pix_to_face=p2f, bary_coords=bary)
         view = float_view(texels)
         dim = (nn, h, w, k * c)
-        sampler = self.sampler
+        inputs = self._inputs(self.device, frag=frag, corners=corner_args, t=self.sampler)
         wp.launch(
             _sample_uv_mipmap,
             dim=nn * h * w * k * c,  # flat (see the kernel)
-            inputs=[frag, corner_args, sampler],
+            inputs=[inputs],
             outputs=[view],
             device=self.device,
             record_tape=self._generated_adjoint,
@@ -1181,5 +1189,5 @@ class TexturesUVMipmap(UVTextures):
                 from .mip_adjoint import SampleAdjoint  # builds on this module
 
                 self._adjoint = SampleAdjoint()
-            self._adjoint.record(tape, dim, frag, corner_args, sampler, view)
+            self._adjoint.record(tape, dim, inputs, view)
         return texels
