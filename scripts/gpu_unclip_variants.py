@@ -84,13 +84,15 @@ def main():
           f"split faces {(buf.cases.face_case.numpy() > 1).sum()}")  # fmt: skip
     common = [buf.clipped, buf.cases, conv]
     variants = {
-        "4d": lambda: wp.launch(four_d, dim=pix.shape, inputs=[pix, *common, out, bary],
-                                device=dev),  # fmt: skip
-        "flat1": lambda: wp.launch(flat1, dim=n, inputs=[pix.flatten(), *common, out.flatten(),
-                                   bary.flatten()], device=dev),  # fmt: skip
-        "library": lambda: wp.launch(_unclip_in_place, dim=(n + 3) // 4,
-                                     inputs=[pair, buf.map, bary.flatten()],
-                                     device=dev),  # fmt: skip
+        "4d": lambda: wp.launch(
+            four_d, dim=pix.shape, inputs=[pix, *common, out, bary], device=dev
+        ),  # fmt: skip
+        "flat1": lambda: wp.launch(
+            flat1, dim=n, inputs=[pix.flatten(), *common, out.flatten(), bary.flatten()], device=dev
+        ),  # fmt: skip
+        "library": lambda: wp.launch(
+            _unclip_in_place, dim=(n + 3) // 4, inputs=[pair, buf.map, bary.flatten()], device=dev
+        ),  # fmt: skip
     }
     ref = None
     for name, fn in variants.items():

@@ -229,7 +229,11 @@ def test_repeated_calls_replay_one_graph_and_follow_their_inputs(device):
     first = wp.array([0], dtype=wp.int32, device=device)
     count = wp.array([len(faces)], dtype=wp.int32, device=device)
     ws = wr.RasterWorkspace(
-        num_meshes=1, num_faces=len(faces), image_size=size, faces_per_pixel=k, device=device,
+        num_meshes=1,
+        num_faces=len(faces),
+        image_size=size,
+        faces_per_pixel=k,
+        device=device,
         tuning=wr.Tuning(call_graphs=True),
     )
     graphs = []

@@ -573,7 +573,11 @@ def test_output_stores_wide_and_narrow_match_the_oracle(k, size, wide, device):
     first = wp.array([0], dtype=wp.int32, device=device)
     count = wp.array([len(faces)], dtype=wp.int32, device=device)
     ws = wr.RasterWorkspace(
-        num_meshes=1, num_faces=len(faces), image_size=size, faces_per_pixel=k, device=device,
+        num_meshes=1,
+        num_faces=len(faces),
+        image_size=size,
+        faces_per_pixel=k,
+        device=device,
         tuning=wr.Tuning(wide_outputs=wide),
     )
     wf = wp.array(faces, dtype=wp.int32, device=device)

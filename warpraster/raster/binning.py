@@ -76,9 +76,7 @@ def box_pixels(box: wp.vec4i) -> int:
 
 
 @wp.func
-def face_bins(
-    bb: wp.vec4, height: int, width: int, bin_h: int, bin_w: int, small: int
-) -> wp.vec4i:
+def face_bins(bb: wp.vec4, height: int, width: int, bin_h: int, bin_w: int, small: int) -> wp.vec4i:
     """(ty0, ty1, tx0, tx1) inclusive range of bins (``bin_h`` rows x ``bin_w``
     columns of pixels) of a face bbox; ty0 > ty1 if none (also when the face
     covers at most ``small`` pixels: another pass draws those)."""
@@ -96,8 +94,8 @@ def _bin_span(ps: PassArgs, small: int, f: int):
     m = ps.face.mesh[f]
     if m < 0:
         return wp.vec4i(1, 0, 1, 0), 0
-    r = face_bins(ps.face.bbox[f], ps.height, ps.width, ps.bin_h, ps.bin_w, small)
-    return r, m * ps.bins_y * ps.bins_x
+    r = face_bins(ps.face.bbox[f], ps.height, ps.width, ps.bins.h, ps.bins.w, small)
+    return r, m * ps.bins.rows * ps.bins.cols
 
 
 @wp.kernel
@@ -107,17 +105,17 @@ def _count_bins(ps: PassArgs, small: int):
     need faces offered in index order (PyTorch3D's rule for the two halves).
 
     In: ``ps``'s face set-up and bin grid, ``small``. Out (zeroed by the caller):
-    ``ps.bin_count``, ``ps.bin_split``.
+    ``ps.bins.count``, ``ps.split.marked``.
     """
     f = wp.tid()
     r, base = _bin_span(ps, small, f)
     split = ps.neighbor[f] >= 0
     for ty in range(r[0], r[1] + 1):
         for tx in range(r[2], r[3] + 1):
-            t = base + ty * ps.bins_x + tx
-            wp.atomic_add(ps.bin_count, t, 1)
+            t = base + ty * ps.bins.cols + tx
+            wp.atomic_add(ps.bins.count, t, 1)
             if split:
-                ps.bin_split[t] = 1
+                ps.split.marked[t] = 1
 
 
 @wp.kernel
@@ -125,53 +123,57 @@ def _fill_bins(ps: PassArgs, small: int, bin_cursor_out: wp.array(dtype=wp.int32
     """Writes each face into the lists of the bins it touches (entries past the
     list's capacity are dropped: the fine pass treats that bin as overflowed).
 
-    In: ``ps``'s face set-up, bin grid and ``bin_offset``, ``small``. Out:
+    In: ``ps``'s face set-up, bin grid and ``bins.offset``, ``small``. Out:
     ``bin_cursor_out`` (zeroed by the caller: entries per bin so far),
-    ``ps.bin_faces``.
+    ``ps.bins.faces``.
     """
     f = wp.tid()
     r, base = _bin_span(ps, small, f)
-    capacity = ps.bin_faces.shape[0]
+    capacity = ps.bins.faces.shape[0]
     for ty in range(r[0], r[1] + 1):
         for tx in range(r[2], r[3] + 1):
-            t = base + ty * ps.bins_x + tx
-            pos = ps.bin_offset[t] + wp.atomic_add(bin_cursor_out, t, 1)
+            t = base + ty * ps.bins.cols + tx
+            pos = ps.bins.offset[t] + wp.atomic_add(bin_cursor_out, t, 1)
             if pos < capacity:
-                ps.bin_faces[pos] = f
+                ps.bins.faces[pos] = f
 
 
 @wp.kernel
 def _sort_bins(ps: PassArgs):
     """Ascending face order within each bin's list (insertion sort, one thread per
-    bin); lists longer than ``ps.max_sorted`` or beyond capacity are left alone
+    bin); lists longer than ``ps.split.max_sorted`` or beyond capacity are left alone
     (the fine pass treats them as overflowed).
 
-    In: ``ps.bin_count``, ``bin_offset``, ``bin_split``, ``max_sorted``. In/out:
-    ``ps.bin_faces``.
+    In: ``ps.bins.count``, ``bins.offset``, ``split.marked``, ``split.max_sorted``.
+    In/out: ``ps.bins.faces``.
     """
     t = wp.tid()
-    count = ps.bin_count[t]
-    start = ps.bin_offset[t]
-    if ps.bin_split[t] == 0 or count > ps.max_sorted or start + count > ps.bin_faces.shape[0]:
+    count = ps.bins.count[t]
+    start = ps.bins.offset[t]
+    if (
+        ps.split.marked[t] == 0
+        or count > ps.split.max_sorted
+        or start + count > ps.bins.faces.shape[0]
+    ):
         return
     for i in range(start + 1, start + count):
-        v = ps.bin_faces[i]
+        v = ps.bins.faces[i]
         j = i - 1
-        while j >= start and ps.bin_faces[j] > v:
-            ps.bin_faces[j + 1] = ps.bin_faces[j]
+        while j >= start and ps.bins.faces[j] > v:
+            ps.bins.faces[j + 1] = ps.bins.faces[j]
             j -= 1
-        ps.bin_faces[j + 1] = v
+        ps.bins.faces[j + 1] = v
 
 
 def sort_bins(ps: PassArgs, key, launch) -> None:
-    """Puts the list of each bin marked in ``ps.bin_split`` (at most
-    ``ps.max_sorted`` faces) in ascending face order; longer lists are left as
+    """Puts the list of each bin marked in ``ps.split.marked`` (at most
+    ``ps.split.max_sorted`` faces) in ascending face order; longer lists are left as
     they are: the fine pass then tests every face of the mesh in order
     (``Tuning.max_sorted_bin``).
 
     ``launch(name, kernel, dim, inputs, key=...)`` runs a kernel (a
     :class:`warpraster.raster.LaunchCache`); ``key`` identifies ``ps``."""
-    launch("sort_bins", _sort_bins, ps.bin_count.shape[0], [ps], key=key)
+    launch("sort_bins", _sort_bins, ps.bins.count.shape[0], [ps], key=key)
 
 
 def bin_grid(height: int, width: int, bin_h: int, bin_w: int) -> tuple[int, int]:
@@ -198,10 +200,10 @@ def coarse_bin(ps: PassArgs, key, num_faces: int, bin_cursor: wp.array, launch, 
     """Fills the compacted per-bin face lists of ``ps``. Capturable: no host reads.
 
     Faces covering at most ``small`` pixels are left out (0: none left out).
-    ``ps.bin_split`` gets 1 for the bins a split face (``ps.neighbor[f] >= 0``)
-    touches. The caller has zeroed ``ps.bin_count``, ``bin_cursor`` and
-    ``ps.bin_split``. ``launch`` and ``key`` as in :func:`sort_bins`.
+    ``ps.split.marked`` gets 1 for the bins a split face (``ps.neighbor[f] >= 0``)
+    touches. The caller has zeroed ``ps.bins.count``, ``bin_cursor`` and
+    ``ps.split.marked``. ``launch`` and ``key`` as in :func:`sort_bins`.
     """
     launch("count_bins", _count_bins, num_faces, [ps, small], key=(key, small))
-    wp.utils.array_scan(ps.bin_count, ps.bin_offset, inclusive=False)
+    wp.utils.array_scan(ps.bins.count, ps.bins.offset, inclusive=False)
     launch("fill_bins", _fill_bins, num_faces, [ps, small, bin_cursor], key=(key, small))

@@ -40,10 +40,42 @@ class FaceSetup:
 
 
 @wp.struct
+class BinLists:
+    """The compacted per-bin face lists (written by :mod:`warpraster.raster.binning`):
+    bins of ``h`` x ``w`` pixels, ``rows`` x ``cols`` per image; bin t's faces are
+    ``faces[offset[t] : offset[t] + count[t]]``, a list being used when it holds at
+    most ``max_per_bin`` faces and fits in ``faces``; ``overflow`` counts the bins
+    that fell back to all faces of their mesh."""
+
+    h: int
+    w: int
+    rows: int
+    cols: int
+    count: wp.array(dtype=wp.int32)
+    offset: wp.array(dtype=wp.int32)
+    faces: wp.array(dtype=wp.int32)
+    max_per_bin: int
+    overflow: wp.array(dtype=wp.int32)
+
+
+@wp.struct
+class SplitBins:
+    """Near-plane clipping: the bins a split face touches (``marked``, valid when
+    ``on``) are served by the output-array queue with sorted lists of at most
+    ``max_sorted`` faces; the register queue skips them (``only``: the output-array
+    queue serves only those)."""
+
+    on: int
+    only: int
+    max_sorted: int
+    marked: wp.array(dtype=wp.int32)
+
+
+@wp.struct
 class PassArgs:
     """Everything a raster pass reads and writes (one struct keeps the kernel
-    signatures short). Inputs first; the outputs (``out``, ``out4``, and ``keys`` /
-    ``overflow``, which the passes update atomically) last."""
+    signatures short). Inputs first; the outputs (``out``, ``out4``, and ``keys``,
+    ``bins.overflow``, which the passes update atomically) last."""
 
     # In: face set-up, per-mesh ranges, settings
     face: FaceSetup
@@ -56,25 +88,10 @@ class PassArgs:
     blur_radius: float
     perspective_correct: int
     clip_barycentric_coords: int
-    # bins: compacted per-bin face lists, see binning.py
+    # bins (none when ``naive``: every pixel tests all faces of its mesh)
     naive: int
-    bin_h: int
-    bin_w: int
-    bins_y: int
-    bins_x: int
-    bin_count: wp.array(dtype=wp.int32)
-    bin_offset: wp.array(dtype=wp.int32)
-    bin_faces: wp.array(dtype=wp.int32)
-    max_per_bin: int
-    overflow: wp.array(dtype=wp.int32)
-    # near-plane clipping: bins a split face touches (``bin_split``, valid when
-    # ``split_bins``) are served by the output-array queue with sorted lists of at
-    # most ``max_sorted`` faces; the register queue skips them (``split_only``:
-    # the output-array queue serves only those)
-    split_bins: int
-    split_only: int
-    max_sorted: int
-    bin_split: wp.array(dtype=wp.int32)
+    bins: BinLists
+    split: SplitBins
     # K = 1: the queue starts from the (depth, face) keys the small-face pass left
     seeded: int
     keys: wp.array(dtype=wp.uint64)
@@ -183,30 +200,30 @@ def before(za: float, fa: int, zb: float, fb: int) -> bool:
 def locate_bin_pixel(ps: PassArgs, tid: int) -> wp.vec4i:
     """Thread -> (image, bin, row, column): consecutive threads sweep one bin,
     so a thread block reads the same face list (cache broadcast)."""
-    tt = ps.bin_h * ps.bin_w
+    tt = ps.bins.h * ps.bins.w
     local = tid % tt
     bin = tid // tt
-    per_image = ps.bins_y * ps.bins_x
+    per_image = ps.bins.rows * ps.bins.cols
     n = bin // per_image
     bin_in_image = bin - n * per_image
-    yi = (bin_in_image // ps.bins_x) * ps.bin_h + local // ps.bin_w
-    xi = (bin_in_image % ps.bins_x) * ps.bin_w + local % ps.bin_w
+    yi = (bin_in_image // ps.bins.cols) * ps.bins.h + local // ps.bins.w
+    xi = (bin_in_image % ps.bins.cols) * ps.bins.w + local % ps.bins.w
     return wp.vec4i(n, bin, yi, xi)
 
 
 @wp.func
 def served_by_register_queue(ps: PassArgs, bin: int) -> bool:
     """Whether the register queue renders this bin's pixels (not a split-face bin)."""
-    if ps.split_bins != 0:
-        return ps.bin_split[bin] == 0
+    if ps.split.on != 0:
+        return ps.split.marked[bin] == 0
     return True
 
 
 @wp.func
 def served_by_output_queue(ps: PassArgs, bin: int) -> bool:
     """Whether the output-array queue renders this bin's pixels."""
-    if ps.split_only != 0:
-        return ps.bin_split[bin] != 0
+    if ps.split.only != 0:
+        return ps.split.marked[bin] != 0
     return True
 
 
@@ -216,16 +233,15 @@ def face_range(ps: PassArgs, n: int, bin: int, first_pixel: bool) -> wp.vec3i:
     faces of the mesh (in index order) when the pass is naive or the list
     overflowed (or, in a bin with split faces, is too long to have been sorted)."""
     if ps.naive == 0:
-        count = ps.bin_count[bin]
-        start = ps.bin_offset[bin]
-        cap = ps.max_per_bin
-        if ps.split_bins != 0:
-            if ps.bin_split[bin] != 0:
-                cap = wp.min(cap, ps.max_sorted)  # longer lists are not sorted
-        if count <= cap and start + count <= ps.bin_faces.shape[0]:
+        count = ps.bins.count[bin]
+        start = ps.bins.offset[bin]
+        cap = ps.bins.max_per_bin
+        if ps.split.on != 0:
+            if ps.split.marked[bin] != 0:
+                cap = wp.min(cap, ps.split.max_sorted)  # longer lists are not sorted
+        if count <= cap and start + count <= ps.bins.faces.shape[0]:
             return wp.vec3i(start, start + count, 1)
         if first_pixel:
-            wp.atomic_add(ps.overflow, 0, 1)
+            wp.atomic_add(ps.bins.overflow, 0, 1)
     first = ps.mesh_first[n]
     return wp.vec3i(first, first + ps.mesh_count[n], 0)
-

@@ -132,4 +132,3 @@ def wide_views(pix_to_face, zbuf, bary, dists):
         wp.array(ptr=a.ptr, dtype=t, shape=(c,), device=a.device)
         for a, (t, c) in zip(arrays, shapes, strict=True)
     )
-

@@ -109,13 +109,13 @@ def register_queue_kernel(kc: int, max_regs: int | None, flags: tuple[int, int, 
         xi = loc[3]
         if yi < ps.height and xi < ps.width and served_by_register_queue(ps, loc[1]):
             p = pixel_centre(yi, xi, ps.height, ps.width)
-            rng = face_range(ps, n, loc[1], yi % ps.bin_h == 0 and xi % ps.bin_w == 0)
+            rng = face_range(ps, n, loc[1], yi % ps.bins.h == 0 and xi % ps.bins.w == 0)
             q = (n * ps.height + yi) * ps.width + xi
             qz, qf, size = seed(ps, q, qf_t(FAR), qi_t(NO_FACE))
             for j in range(rng[0], rng[1]):
                 f = j
                 if rng[2] != 0:
-                    f = ps.bin_faces[j]
+                    f = ps.bins.faces[j]
                 hit = False
                 z = float(0.0)
                 if wp.static(flags is not None and flags[2] == 0):
@@ -212,13 +212,13 @@ def raster_output_queue(ps: PassArgs):
     if yi >= ps.height or xi >= ps.width or not served_by_output_queue(ps, loc[1]):
         return
     p = pixel_centre(yi, xi, ps.height, ps.width)
-    rng = face_range(ps, n, loc[1], yi % ps.bin_h == 0 and xi % ps.bin_w == 0)
+    rng = face_range(ps, n, loc[1], yi % ps.bins.h == 0 and xi % ps.bins.w == 0)
     q = (n * ps.height + yi) * ps.width + xi
     size = int(0)
     for j in range(rng[0], rng[1]):
         f = j
         if rng[2] != 0:
-            f = ps.bin_faces[j]
+            f = ps.bins.faces[j]
         size = _offer(ps, q, f, p, size)
     for s in range(size, ps.faces_per_pixel):
         ps.out.pix_to_face[q, s] = -1
@@ -237,4 +237,3 @@ def raster_naive_at(ps: PassArgs, pixels: wp.array(dtype=wp.vec3i)):
         size = _offer(ps, i, f, p, size)
     for s in range(size, ps.faces_per_pixel):
         ps.out.pix_to_face[i, s] = -1
-

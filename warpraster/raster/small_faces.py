@@ -87,4 +87,3 @@ def small_face_lanes(num_faces: int, num_pixels: int, lanes: int | None = None) 
     while lanes > 1 and num_faces * lanes > _INT32_MAX:
         lanes //= 2
     return lanes
-

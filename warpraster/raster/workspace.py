@@ -18,7 +18,7 @@ from ..meshes import MeshArrays, mesh_arrays
 from ..settings import RasterSettings, Tuning
 from ..stores import WideRows
 from . import binning
-from .coverage import FaceSetup, PassArgs
+from .coverage import BinLists, FaceSetup, PassArgs, SplitBins
 from .outputs import wide_views
 
 
@@ -284,8 +284,8 @@ class RasterWorkspace(SettingsViews):
             ps = make_pass(meshes, self, settings, out.pix_to_face, out.zbuf, out.bary_coords,
                            out.dists)  # fmt: skip
             ps.seeded = int(seeded)
-            ps.split_bins = int(split_bins)
-            ps.split_only = int(split_only)
+            ps.split.on = int(split_bins)
+            ps.split.only = int(split_only)
             self._pass = (ps, key)
         return self._pass
 
@@ -336,19 +336,23 @@ def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face
     ps.perspective_correct = int(settings.perspective_correct)
     ps.clip_barycentric_coords = int(settings.clip_barycentric_coords)
     ps.naive = int(not ws.binned)
-    ps.bin_h = ws.bin_h
-    ps.bin_w = ws.bin_w
-    ps.bins_y = ws.bins_y
-    ps.bins_x = ws.bins_x
-    ps.bin_count = ws.bin_count
-    ps.bin_offset = ws.bin_offset
-    ps.bin_faces = ws.bin_faces
-    ps.max_per_bin = max(ws.max_faces_per_bin, 1)
-    ps.overflow = ws.overflow
-    ps.split_bins = 0
-    ps.split_only = 0
-    ps.max_sorted = ws.tuning.max_sorted_bin
-    ps.bin_split = ws.bin_split
+    bins = BinLists()
+    bins.h = ws.bin_h
+    bins.w = ws.bin_w
+    bins.rows = ws.bins_y
+    bins.cols = ws.bins_x
+    bins.count = ws.bin_count
+    bins.offset = ws.bin_offset
+    bins.faces = ws.bin_faces
+    bins.max_per_bin = max(ws.max_faces_per_bin, 1)
+    bins.overflow = ws.overflow
+    ps.bins = bins
+    split = SplitBins()
+    split.on = 0
+    split.only = 0
+    split.max_sorted = ws.tuning.max_sorted_bin
+    split.marked = ws.bin_split
+    ps.split = split
     ps.seeded = 0
     ps.keys = ws.depth_keys
     out = FragmentRows()
