@@ -67,7 +67,7 @@ from .kernel_args import (
     Csr,
     FaceSums,
     FaceWalk,
-    Materials,
+    MaterialArrays,
     Outline,
     PixelRecords,
     SourceGroups,
@@ -208,7 +208,7 @@ class SensorBackward:
         self.flat = pixel_row(self.records)  # what the block reductions read
         self._grads = {}  # per frame slot: (its channel gradients as a Channels, mask)
         self._vertex_grads = {}  # per frame slot: its sensor vertices' VertexGrads
-        self._material_grads = None  # (key, the material gradients as a Materials)
+        self._material_grads = None  # (key, the material gradients as a MaterialArrays)
         self._no_loss = make(
             LossTerms, color=self._dummy4[wp.vec3], color_target=self._dummy4[wp.vec3],
             depth=self._dummy4[wp.float32], depth_target=self._dummy4[wp.float32],
@@ -317,14 +317,14 @@ class SensorBackward:
             self._vertex_grads[id(frame)] = cached
         return cached
 
-    def _material_grads_of(self) -> Materials:
-        """The ``.grad`` arrays of the sensor's :class:`Materials`, packed once per set
+    def _material_grads_of(self) -> MaterialArrays:
+        """The ``.grad`` arrays of the sensor's :class:`MaterialArrays`, packed once per set
         of gradient arrays."""
         mats = self.sensor.look.materials
-        arrays = {name: getattr(mats, name).grad for name in Materials.vars}
+        arrays = {name: getattr(mats, name).grad for name in MaterialArrays.vars}
         key = tuple(id(a) for a in arrays.values())
         if self._material_grads is None or self._material_grads[0] != key:
-            self._material_grads = (key, make(Materials, **arrays))
+            self._material_grads = (key, make(MaterialArrays, **arrays))
         return self._material_grads[1]
 
     def run(self, frame, *, camera_transforms, camera_fovs, particle_q, body_q) -> None:

@@ -112,8 +112,8 @@ def _walk(
 ):  # fmt: skip
     """Sums the records of face f over rows y_first, y_first + y_step, ... <= y_last,
     columns x0..x1, in that (row-major) order."""
-    pix_to_face = scene.frags.pix_to_face
-    soft_pix_to_face = scene.frags.soft_pix_to_face
+    pix_to_face = scene.sharp.pix_to_face
+    soft_pix_to_face = scene.blurred.pix_to_face
     acc_ndc = wp.mat33(0.0)
     acc_world = wp.mat33(0.0)
     acc_vn = wp.mat33(0.0)

@@ -9,18 +9,20 @@ with their ``.grad`` arrays, so the generated-adjoint path
 (``deterministic=False``) differentiates through them as through plain arrays.
 
 Static (set-up): :class:`VertexSources`, :class:`View`, :class:`Surface`,
-:class:`Look` (with its :class:`Materials`), :class:`Csr`, :class:`SensorMesh`,
+:class:`Look` (with its :class:`MaterialArrays`), :class:`Csr`, :class:`SensorMesh`,
 :class:`SourceGroups`, :class:`FaceWalk`.
-Per frame slot: :class:`FrameArrays`, :class:`PixelFragments`, :class:`Channels`
-and :class:`FrameScene` (all a pixel reads).
+Per frame slot: :class:`FrameArrays`, :class:`Channels` and :class:`FrameScene` (all
+a pixel reads: with the fragments as the shading kernels' ``PixelFragments``).
 Backward scratch: :class:`PixelRecords` (and their :func:`pixel_row` view), :class:`Outline`,
 :class:`FaceSums`, :class:`BigFaces`, :class:`VertexGrads`, :class:`CameraGrads`,
-:class:`Materials` (the material gradients).
+:class:`MaterialArrays` (the material gradients).
 """
 
 from __future__ import annotations
 
 import warp as wp
+
+from ..shading.pixel_args import PixelFragments, pixel_fragments
 
 
 # ----------------------------------------------------------------------------- static
@@ -62,7 +64,7 @@ class Surface:
 
 
 @wp.struct
-class Materials:
+class MaterialArrays:
     """The material arrays (which may require gradients), or their gradients: shape
     colours (S,), light direction and intensity (1,)."""
 
@@ -74,7 +76,7 @@ class Materials:
 @wp.struct
 class Look:
     """Shading and coverage options (see ``render.CHANNEL_KERNELS``) and the
-    :class:`Materials`."""
+    :class:`MaterialArrays`."""
 
     sigma: float
     ambient: int
@@ -85,7 +87,7 @@ class Look:
     clear_color: wp.vec3
     clear_depth: float
     smooth: int
-    materials: Materials
+    materials: MaterialArrays
 
 
 @wp.struct
@@ -138,19 +140,6 @@ class FrameArrays:
 
 
 @wp.struct
-class PixelFragments:
-    """A frame slot's fragments, (N, H, W, K): the sharp pass (K = 1) and the
-    blurred pass's coverage (K = ``SOFT_SLOTS``; the sharp pass's without a soft
-    silhouette)."""
-
-    pix_to_face: wp.array4d(dtype=wp.int32)
-    bary: wp.array4d(dtype=wp.vec3)
-    zbuf: wp.array4d(dtype=float)
-    soft_pix_to_face: wp.array4d(dtype=wp.int32)
-    soft_dists: wp.array4d(dtype=float)
-
-
-@wp.struct
 class Channels:
     """A frame slot's image channels, (world, camera, H, W), or their gradients."""
 
@@ -165,10 +154,13 @@ class Channels:
 
 @wp.struct
 class FrameScene:
-    """Everything a pixel of a frame slot reads: its fragments, the packed images,
-    faces, look and materials, and the slot's geometry."""
+    """Everything a pixel of a frame slot reads: its fragments, (N, H, W, K), of the
+    sharp pass (K = 1) and of the blurred pass (K = ``SOFT_SLOTS``; the sharp pass's
+    without a soft silhouette), the packed images, faces, look and materials, and
+    the slot's geometry."""
 
-    frags: PixelFragments
+    sharp: PixelFragments
+    blurred: PixelFragments
     view: View
     surface: Surface
     look: Look
@@ -275,7 +267,7 @@ def sensor_structs(sensor) -> tuple[VertexSources, View, Surface, Look]:
     surface = make(Surface, faces=sensor.faces, face_vertices=sensor.face_vertices,
                    face_shape=sensor.face_shape, shape_index=sensor.shape_index)  # fmt: skip
     sky, ground, ambient_intensity = sensor.ambient_terms
-    materials = make(Materials, shape_colors=sensor.shape_colors,
+    materials = make(MaterialArrays, shape_colors=sensor.shape_colors,
                      light_direction=sensor.light_direction,
                      light_intensity=sensor.light_intensity)  # fmt: skip
     look = make(
@@ -289,15 +281,13 @@ def sensor_structs(sensor) -> tuple[VertexSources, View, Surface, Look]:
 def frame_structs(sensor, frame) -> tuple[FrameScene, Channels]:
     """A frame slot's :class:`FrameScene` (with the sensor's static structs) and its
     :class:`Channels`, built once with the slot."""
-    sharp = frame.workspace.fragments
-    soft = sharp if frame.soft_workspace is None else frame.soft_workspace.fragments
-    frags = make(
-        PixelFragments, pix_to_face=sharp.pix_to_face, bary=sharp.bary_coords, zbuf=sharp.zbuf,
-        soft_pix_to_face=soft.pix_to_face, soft_dists=soft.dists,
-    )  # fmt: skip
+    sharp = pixel_fragments(frame.workspace.fragments)
+    blurred = sharp
+    if frame.soft_workspace is not None:
+        blurred = pixel_fragments(frame.soft_workspace.fragments)
     arrays = make(FrameArrays, points=frame.points, ndc=frame.ndc,
                   vertex_normals=frame.vertex_normals)  # fmt: skip
-    scene = make(FrameScene, frags=frags, view=sensor.view, surface=sensor.surface,
+    scene = make(FrameScene, sharp=sharp, blurred=blurred, view=sensor.view, surface=sensor.surface,
                  look=sensor.look, frame=arrays)  # fmt: skip
     channels = make(Channels, **{name: getattr(frame, name) for name in frame.CHANNELS})
     return scene, channels
@@ -313,9 +303,8 @@ __all__ = [
     "FrameArrays",
     "FrameScene",
     "Look",
-    "Materials",
+    "MaterialArrays",
     "Outline",
-    "PixelFragments",
     "PixelRecords",
     "SensorMesh",
     "SourceGroups",

@@ -99,23 +99,23 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool, max_registers: int 
         camera-origin gradient of the depth; with ``material_grad``: the albedo
         and light (direction, intensity) gradients."""
         n, y, x = wp.tid()
-        frags, view, surface, look, frame = scene_parts(scene)
-        w, c, f, b, fwd = pixel_fragment(view, frags, n, y, x)
+        sharp_frags, blurred, view, surface, look, frame = scene_parts(scene)
+        w, c, f, b, fwd = pixel_fragment(view, sharp_frags, n, y, x)
         sharp = f >= 0
         a = float(1.0)
         pc = pixel_centre(y, x, view.height, view.width)
         om = _vec8()
         sigma = look.sigma
-        sp = frags.soft_pix_to_face
+        sp = blurred.pix_to_face
         if wp.static(soft):
             outline_out.on[n, y, x] = 0
             if not sharp and sigma > 0.0:
                 prod = float(1.0)
                 for k in range(SOFT_SLOTS):
-                    om[k] = 1.0 - _slot_alpha(frags, n, y, x, k, sigma)
+                    om[k] = 1.0 - _slot_alpha(blurred, n, y, x, k, sigma)
                     prod = prod * om[k]
                 a = 1.0 - prod
-                f = sp[n, y, x, nearest_slot(frags, n, y, x)]
+                f = sp[n, y, x, nearest_slot(blurred, n, y, x)]
                 if f >= 0:
                     v0, v1, v2, b, fwd = outline_point(view, surface.faces, frame.ndc, f, y, x)
                     outline_out.on[n, y, x] = 1
@@ -232,7 +232,7 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool, max_registers: int 
                         for j in range(SOFT_SLOTS):
                             if j != k:
                                 others = others * om[j]
-                        e = wp.exp(frags.soft_dists[n, y, x, k] / sigma)
+                        e = wp.exp(blurred.dists[n, y, x, k] / sigma)
                         t = 2.0 / (1.0 + e)
                         if t < 1.0:
                             g_d = (g_a * others) * (-2.0 * e / (sigma * (1.0 + e) * (1.0 + e)))

@@ -14,7 +14,7 @@ from .gathers import rotate_adj_q
 from .kernel_args import (
     CameraGrads,
     Csr,
-    Materials,
+    MaterialArrays,
     PixelRecords,
     SourceGroups,
     Surface,
@@ -150,7 +150,7 @@ def material_reduce_kernel(
     # Data in, the records as one row of pixels (kernel_args.pixel_row):
     records: PixelRecords,
     # Data out (added to): the material gradients
-    grads_out: Materials,
+    grads_out: MaterialArrays,
 ):
     """Block s < S: the albedo gradient of the pixels showing shape s; block S: the
     light gradients of every covered pixel (strided, then tile sums)."""

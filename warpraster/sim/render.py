@@ -23,12 +23,12 @@ from __future__ import annotations
 import warp as wp
 
 from ..geometry import pixel_centre
+from ..shading.pixel_args import PixelFragments
 from .geometry import VertexSource
 from .kernel_args import (
     Channels,
     FrameScene,
     Look,
-    PixelFragments,
     SensorMesh,
     Surface,
     VertexSources,
@@ -163,12 +163,12 @@ SOFT_SLOTS = 8
 
 
 @wp.func
-def _slot_alpha(frags: PixelFragments, n: int, y: int, x: int, k: int, sigma: float) -> float:
+def _slot_alpha(blurred: PixelFragments, n: int, y: int, x: int, k: int, sigma: float) -> float:
     """Coverage of blurred slot k: 2 sigmoid(-d / sigma) (1 on the face's outline,
     2e-4 at the blur radius), clamped to [0, 1]; 0 for an empty slot."""
-    if frags.soft_pix_to_face[n, y, x, k] < 0:
+    if blurred.pix_to_face[n, y, x, k] < 0:
         return 0.0
-    return wp.min(2.0 / (1.0 + wp.exp(frags.soft_dists[n, y, x, k] / sigma)), 1.0)
+    return wp.min(2.0 / (1.0 + wp.exp(blurred.dists[n, y, x, k] / sigma)), 1.0)
 
 
 @wp.func
@@ -229,25 +229,25 @@ def outline_kernel(
 
 
 @wp.func
-def _nearer(frags: PixelFragments, n: int, y: int, x: int, k: int, best_k: int) -> int:
+def _nearer(blurred: PixelFragments, n: int, y: int, x: int, k: int, best_k: int) -> int:
     """The blurred slot nearer in distance of k and best_k (a discrete choice)."""
-    d = frags.soft_dists
-    if frags.soft_pix_to_face[n, y, x, k] >= 0 and d[n, y, x, k] < d[n, y, x, best_k]:
+    d = blurred.dists
+    if blurred.pix_to_face[n, y, x, k] >= 0 and d[n, y, x, k] < d[n, y, x, best_k]:
         return k
     return best_k
 
 
 @wp.func
-def nearest_slot(frags: PixelFragments, n: int, y: int, x: int) -> int:
+def nearest_slot(blurred: PixelFragments, n: int, y: int, x: int) -> int:
     """The blurred slot nearest in distance (a discrete choice: no gradient through
     it), the slots written out one by one."""
-    k = _nearer(frags, n, y, x, 1, 0)
-    k = _nearer(frags, n, y, x, 2, k)
-    k = _nearer(frags, n, y, x, 3, k)
-    k = _nearer(frags, n, y, x, 4, k)
-    k = _nearer(frags, n, y, x, 5, k)
-    k = _nearer(frags, n, y, x, 6, k)
-    return _nearer(frags, n, y, x, 7, k)
+    k = _nearer(blurred, n, y, x, 1, 0)
+    k = _nearer(blurred, n, y, x, 2, k)
+    k = _nearer(blurred, n, y, x, 3, k)
+    k = _nearer(blurred, n, y, x, 4, k)
+    k = _nearer(blurred, n, y, x, 5, k)
+    k = _nearer(blurred, n, y, x, 6, k)
+    return _nearer(blurred, n, y, x, 7, k)
 
 
 @wp.func
@@ -280,22 +280,22 @@ def ambient_light(look: Look, nrm: wp.vec3) -> wp.vec3:
 
 @wp.func
 def scene_parts(scene: FrameScene):
-    """(fragments, view, surface, look, frame) of a frame scene."""
-    return scene.frags, scene.view, scene.surface, scene.look, scene.frame
+    """(sharp fragments, blurred fragments, view, surface, look, frame) of a frame scene."""
+    return scene.sharp, scene.blurred, scene.view, scene.surface, scene.look, scene.frame
 
 
 @wp.func
-def pixel_fragment(view: View, frags: PixelFragments, n: int, y: int, x: int):
+def pixel_fragment(view: View, sharp: PixelFragments, n: int, y: int, x: int):
     """(world, camera) of image n, and (face, barycentrics, depth) of the sharp pass at
     pixel (y, x); (-1, 0, 0) where it is empty (most of a sensor image: those skip
     reading the 16 bytes)."""
     w, c = image_camera(view, n)
-    f = frags.pix_to_face[n, y, x, 0]
+    f = sharp.pix_to_face[n, y, x, 0]
     b = wp.vec3(0.0)
     fwd = float(0.0)
     if f >= 0:
-        b = frags.bary[n, y, x, 0]
-        fwd = frags.zbuf[n, y, x, 0]
+        b = sharp.bary_coords[n, y, x, 0]
+        fwd = sharp.zbuf[n, y, x, 0]
     return w, c, f, b, fwd
 
 
@@ -342,25 +342,25 @@ def _make_channels_kernel(soft: bool):
         Warp's generated adjoint.
         """
         n, y, x = wp.tid()
-        frags, view, surface, look, frame = scene_parts(scene)
-        w, c, f, b, fwd = pixel_fragment(view, frags, n, y, x)
+        sharp_frags, blurred, view, surface, look, frame = scene_parts(scene)
+        w, c, f, b, fwd = pixel_fragment(view, sharp_frags, n, y, x)
         sharp = f >= 0
         a = float(1.0)
         sigma = look.sigma
         if wp.static(soft):  # compiled only into the soft-silhouette variant
             if not sharp and sigma > 0.0:
                 a = 1.0 - (
-                    (1.0 - _slot_alpha(frags, n, y, x, 0, sigma))
-                    * (1.0 - _slot_alpha(frags, n, y, x, 1, sigma))
-                    * (1.0 - _slot_alpha(frags, n, y, x, 2, sigma))
-                    * (1.0 - _slot_alpha(frags, n, y, x, 3, sigma))
-                    * (1.0 - _slot_alpha(frags, n, y, x, 4, sigma))
-                    * (1.0 - _slot_alpha(frags, n, y, x, 5, sigma))
-                    * (1.0 - _slot_alpha(frags, n, y, x, 6, sigma))
-                    * (1.0 - _slot_alpha(frags, n, y, x, 7, sigma))
+                    (1.0 - _slot_alpha(blurred, n, y, x, 0, sigma))
+                    * (1.0 - _slot_alpha(blurred, n, y, x, 1, sigma))
+                    * (1.0 - _slot_alpha(blurred, n, y, x, 2, sigma))
+                    * (1.0 - _slot_alpha(blurred, n, y, x, 3, sigma))
+                    * (1.0 - _slot_alpha(blurred, n, y, x, 4, sigma))
+                    * (1.0 - _slot_alpha(blurred, n, y, x, 5, sigma))
+                    * (1.0 - _slot_alpha(blurred, n, y, x, 6, sigma))
+                    * (1.0 - _slot_alpha(blurred, n, y, x, 7, sigma))
                 )
                 # the slot nearest in distance (a discrete choice: no gradient through it)
-                f = frags.soft_pix_to_face[n, y, x, nearest_slot(frags, n, y, x)]
+                f = blurred.pix_to_face[n, y, x, nearest_slot(blurred, n, y, x)]
                 if f >= 0:
                     v0, v1, v2, b, fwd = outline_point(view, surface.faces, frame.ndc, f, y, x)
         out = channels_out
