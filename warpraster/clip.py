@@ -471,7 +471,7 @@ def _load_slots(s: SlotViews, j: int) -> wp.vec4i:
 
 
 @wp.func
-def store_slots(s: SlotViews, j: int, u: wp.vec4i):
+def _store_slots(s: SlotViews, j: int, u: wp.vec4i):
     """Writes slots 4j .. 4j + 3 (those that exist): one 16-byte store where it can."""
     if _group_is_wide(s, j):
         store4i(s.wide, j, u)
@@ -491,31 +491,6 @@ class SlotPair:
     dst: SlotViews
 
 
-@wp.func
-def map_slot(m: ClipMap, q: int, b: wp.vec3):
-    """(input face, barycentrics) of a slot holding clipped face ``q`` (-1: empty,
-    returned as is) with the clipped face's barycentrics ``b``: converted for the
-    slots of split faces only (a kept face's conversion is the identity)."""
-    if q < 0:
-        return -1, b
-    v = m.to_unclipped[q]
-    if _was_split(m, v):
-        return v, m.conversion[q] * b
-    return v, b
-
-
-@wp.struct
-class SlotMap:
-    """The in-place map back as the raster's output pass applies it, writing each
-    slot's input face into ``dst`` (:class:`SlotViews` of the input-face
-    pix_to_face) and converting split faces' barycentrics before it stores them;
-    ``active`` 0: no map (the unclipped path)."""
-
-    active: int
-    m: ClipMap
-    dst: SlotViews
-
-
 @wp.kernel(enable_backward=False)
 def _unclip_in_place(
     # In: the clipped list's slots (slots.src), the map
@@ -527,19 +502,18 @@ def _unclip_in_place(
     """:func:`_unclip` with the barycentrics converted in place, and only for the
     slots of split faces (a kept face's conversion is the identity); four slots a
     thread, read and written as 16 bytes: 8 bytes a slot instead of a copy of
-    every slot's 16 (4.5x faster than a 4-d launch on the K = 8 bench scene).
-    The rasterizer's clipped path does this in its output pass (:class:`SlotMap`)."""
+    every slot's 16 (4.5x faster than a 4-d launch on the K = 8 bench scene)."""
     j = wp.tid()
     p = _load_slots(slots.src, j)
     u = wp.vec4i(-1, -1, -1, -1)
     for lane in range(4):
         q = p[lane]
         if q >= 0:
-            v, b = map_slot(m, q, bary[4 * j + lane])
+            v = m.to_unclipped[q]
             u[lane] = v
             if _was_split(m, v):
-                bary[4 * j + lane] = b
-    store_slots(slots.dst, j, u)
+                bary[4 * j + lane] = m.conversion[q] * bary[4 * j + lane]
+    _store_slots(slots.dst, j, u)
 
 
 @wp.struct
@@ -718,13 +692,6 @@ class ClipBuffers:
             hit = self._structs[name] = (key, _struct(cls, **fields))
         return hit[1]
 
-    def slot_map(self, out_pix_to_face: wp.array) -> SlotMap:
-        """The :class:`SlotMap` with which the raster's output pass writes the
-        input-face indices into ``out_pix_to_face`` (and converts split faces'
-        barycentrics) as it writes the clipped list's fragments."""
-        return self._kept("slot_map", SlotMap, active=1, m=self.map,
-                          dst=self.slot_views(out_pix_to_face))  # fmt: skip
-
     def inputs_for(self, verts: wp.array, faces: wp.array, first: wp.array, count: wp.array
                    ) -> MeshArrays:  # fmt: skip
         """The input arrays as one kernel argument, rebuilt only when one changed."""
@@ -753,16 +720,6 @@ def _struct(cls, **fields):
     for name, field in fields.items():
         setattr(value, name, field)
     return value
-
-
-def no_slot_map(device) -> SlotMap:
-    """An inactive :class:`SlotMap` (one-element arrays, never read): the unclipped path."""
-    one_i = wp.full(1, -1, dtype=wp.int32, device=device)
-    m = _struct(ClipMap, to_unclipped=one_i, face_case=one_i,
-                conversion=wp.zeros(1, dtype=wp.mat33, device=device), any_split=one_i)  # fmt: skip
-    dst = _struct(SlotViews, flat=one_i, wide=wp.zeros(1, dtype=wp.vec4i, device=device),
-                  aligned=0)  # fmt: skip
-    return _struct(SlotMap, active=0, m=m, dst=dst)
 
 
 def _check_array(arr, name: str, dtype, ndim: int, shape, device) -> None:
@@ -928,17 +885,15 @@ def unclip_fragments(
     )  # fmt: skip
 
 
-def _map_back(buffers, dim, kernels, deterministic, inputs, adjoint, *, watched, arrays,
-              forward=True) -> None:  # fmt: skip
-    """Launches ``kernels[0]`` on ``inputs``, unrecorded (unless ``forward`` is
-    False: done already); on an active tape, when
+def _map_back(buffers, dim, kernels, deterministic, inputs, adjoint, *, watched, arrays
+              ) -> None:  # fmt: skip
+    """Launches ``kernels[0]`` on ``inputs``, unrecorded; on an active tape, when
     ``watched`` has a gradient, records its adjoint (``kernels[1]``, or ``kernels[2]``
     when ``deterministic``) launched on ``adjoint(conversion_grad)()``. ``adjoint`` is
     called once, when recording, with the conversion matrices' gradient (a scratch
     one where they have none); what it returns, at each backward."""
     d = buffers.device
-    if forward:
-        wp.launch(kernels[0], dim=dim, inputs=inputs, device=d, record_tape=False)
+    wp.launch(kernels[0], dim=dim, inputs=inputs, device=d, record_tape=False)
     tape = active_tape()
     if tape is None or watched.grad is None:
         return
@@ -963,7 +918,6 @@ def unclip_in_place(
     perspective_correct: bool,
     clip_barycentric_coords: bool,
     deterministic: bool = False,
-    forward: bool = True,
 ) -> None:
     """:func:`unclip_fragments` for the rasterizer's clipped path, without a copy.
 
@@ -973,9 +927,7 @@ def unclip_in_place(
     adjoint converts the shared gradient back in place before the rasterizer's
     backward reads it, recomputing a split slot's clipped barycentrics from
     ``face_verts`` (the clipped list's set-up rows) with the render's
-    ``perspective_correct`` and ``clip_barycentric_coords``. ``forward`` False:
-    the raster's output pass has mapped the slots already (:meth:`ClipBuffers.slot_map`),
-    only the adjoint is recorded. No checks: internal.
+    ``perspective_correct`` and ``clip_barycentric_coords``. No checks: internal.
     """
     _n, height, width, k = pix_to_face.shape
     slots = buffers._kept("pair", SlotPair, src=buffers.slot_views(pix_to_face),
@@ -995,5 +947,4 @@ def unclip_in_place(
         (_unclip_in_place, _unclip_in_place_adjoint, _unclip_in_place_adjoint_deterministic),
         deterministic, [slots, buffers.map, bary_coords.flatten()], adjoint,
         watched=bary_coords, arrays=[bary_coords, buffers.barycentric_conversion],
-        forward=forward,
     )  # fmt: skip

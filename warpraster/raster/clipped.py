@@ -71,8 +71,6 @@ class ClipWorkspace(SettingsViews):
             dists=frags.dists,
             overflow_count=frags.overflow_count,
         )
-        # the raster's output pass maps the slots back as it writes them
-        self.raster.output_map = self.clip.slot_map(self.fragments.pix_to_face)
 
     @property
     def tuning(self) -> Tuning:
@@ -127,5 +125,5 @@ def rasterize_clipped(
     unclip_in_place(inner.pix_to_face, inner.bary_coords, clipped, out.pix_to_face,
                     workspace.raster.face_verts, perspective_correct=settings.perspective_correct,
                     clip_barycentric_coords=settings.clip_barycentric_coords,
-                    deterministic=settings.deterministic, forward=False)  # fmt: skip
+                    deterministic=settings.deterministic)  # fmt: skip
     return out

@@ -142,8 +142,7 @@ def _launch_passes(
     wide = ps.wide != 0
     write = write_outputs_kernel(ws.device, settings.perspective_correct,
                                  settings.clip_barycentric_coords, wide, k, tuning)  # fmt: skip
-    launch("outputs", write, slots // 4 if wide else slots, [ps, ws.output_map],
-           key=(ps_key, id(ws.output_map)))  # fmt: skip
+    launch("outputs", write, slots // 4 if wide else slots, [ps], key=ps_key)
 
 
 def rasterize_naive_at(

@@ -8,7 +8,6 @@ thread per four slots writes them in 16-byte stores where K is a multiple of 4
 import warp as wp
 
 from .. import variants
-from ..clip import SlotMap, map_slot, store_slots
 from ..fragments import fragment_values
 from ..geometry import pixel_centre
 from ..stores import load4i, store4
@@ -20,15 +19,10 @@ wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
 
 @wp.func
-def _write_slot(ps: PassArgs, omap: SlotMap, q: int, s: int, p: wp.vec2):
+def _write_slot(ps: PassArgs, q: int, s: int, p: wp.vec2):
     """Writes the fragment values of slot s of output row q (pixel centre p):
-    its face's, or the -1 fill (its pix_to_face, -1 where empty, stays); with an
-    active ``omap``, its input face too (and split faces' barycentrics converted)."""
-    f = ps.out.pix_to_face[q, s]
-    z, bary, d = face_values(ps, f, p)
-    if omap.active != 0:
-        u, bary = map_slot(omap.m, f, bary)
-        omap.dst.flat[q * ps.faces_per_pixel + s] = u
+    its face's, or the -1 fill (its pix_to_face, -1 where empty, stays)."""
+    z, bary, d = face_values(ps, ps.out.pix_to_face[q, s], p)
     ps.out.zbuf[q, s] = z
     ps.out.bary[q, s] = bary
     ps.out.dists[q, s] = d
@@ -54,26 +48,18 @@ def face_values(ps: PassArgs, f: int, p: wp.vec2):
 
 
 @wp.func
-def write_group(ps: PassArgs, omap: SlotMap, e0: int, f: wp.vec4i):
+def write_group(ps: PassArgs, e0: int, f: wp.vec4i):
     """Slots e0 .. e0 + 3 of the flat outputs (e0 % 4 == 0, K % 4 == 0: one
     pixel), holding faces f: their values in 16-byte stores (one for zbuf, one
     for dists, three for bary). The pixel centre is computed once (its integer
     and float divisions were most of the pass's instructions when computed per
-    slot). With an active ``omap`` (the clipped path), the input faces too, in
-    one more 16-byte store, and split faces' barycentrics converted (the map
-    back's own pass over the slots measured 0.042 ms on the K=8 bench scene)."""
+    slot)."""
     g = e0 // 4
     p = _flat_pixel(ps, e0)
     z0, b0, d0 = face_values(ps, f[0], p)
     z1, b1, d1 = face_values(ps, f[1], p)
     z2, b2, d2 = face_values(ps, f[2], p)
     z3, b3, d3 = face_values(ps, f[3], p)
-    if omap.active != 0:
-        u0, b0 = map_slot(omap.m, f[0], b0)
-        u1, b1 = map_slot(omap.m, f[1], b1)
-        u2, b2 = map_slot(omap.m, f[2], b2)
-        u3, b3 = map_slot(omap.m, f[3], b3)
-        store_slots(omap.dst, g, wp.vec4i(u0, u1, u2, u3))
     store4(ps.out4.zbuf, g, wp.vec4(z0, z1, z2, z3))
     store4(ps.out4.dists, g, wp.vec4(d0, d1, d2, d3))
     store4(ps.out4.bary, 3 * g, wp.vec4(b0[0], b0[1], b0[2], b1[0]))
@@ -95,7 +81,7 @@ def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ..
     (perspective, clip_bary[, K when wide]) compiled in, or None: read at run time).
     """
 
-    def write_outputs(ps_in: PassArgs, omap: SlotMap):
+    def write_outputs(ps_in: PassArgs):
         ps = ps_in
         if wp.static(flags is not None):
             ps.perspective_correct = wp.static(flags[0])
@@ -105,14 +91,14 @@ def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ..
                 ps.faces_per_pixel = wp.static(flags[2])
         i = wp.tid()
         if wp.static(wide):
-            write_group(ps, omap, 4 * i, load4i(ps.out4.pix_to_face, i))
+            write_group(ps, 4 * i, load4i(ps.out4.pix_to_face, i))
         else:
             k = ps.faces_per_pixel
             q = i // k
             s = i - q * k
             r = q % (ps.height * ps.width)
             p = pixel_centre(r // ps.width, r % ps.width, ps.height, ps.width)
-            _write_slot(ps, omap, q, s, p)
+            _write_slot(ps, q, s, p)
 
     base = "write_outputs4" if wide else "write_outputs"
     return variants.variant_kernel(write_outputs, base, flags, max_regs)

@@ -13,7 +13,6 @@ import math
 import warp as wp
 
 from ..backward import FaceGradBuffers
-from ..clip import no_slot_map
 from ..fragments import FragmentRows, Fragments, allocate_fragments
 from ..meshes import MeshArrays, mesh_arrays
 from ..settings import RasterSettings, Tuning
@@ -254,9 +253,6 @@ class RasterWorkspace(SettingsViews):
         self.depth_keys = wp.empty(key_count, dtype=wp.uint64, device=self.device)
         self.launches = LaunchCache(self.device)
         self.call_graph = CallGraph(self.device)
-        #: the map back the output pass applies (:class:`~warpraster.clip.SlotMap`):
-        #: inactive, unless a ClipWorkspace sets its own
-        self.output_map = no_slot_map(self.device)
         self._pass = None
         self._meshes = None
         self.face_grads = FaceGradBuffers(
