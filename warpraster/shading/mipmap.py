@@ -353,6 +353,29 @@ def _build_levels_adjoint(
             _fine_texel_adjoint(g, level, m, y0 + 1, x0 + 1, c, share)
 
 
+@wp.kernel(enable_backward=False)
+def _build_levels_adjoint_fine(
+    # as _build_levels_adjoint
+    g: MipLevels,
+    level: int,
+    two: int,
+):
+    """:func:`_build_levels_adjoint` with one thread per texel and channel of
+    ``level`` (its share of the parent's gradient read, its 2 x 2 block below
+    added to)."""
+    hw = level_size(g, level)
+    m, y, x, c = flat_index4(wp.tid(), hw[0], hw[1], g.maps.shape[3])
+    if two == 0:
+        _halved_texel_adjoint(g, level - 1, m, y, x, c, g.levels[level_index(g, level, m, y, x, c)])
+        return
+    share = g.levels[level_index(g, level + 1, m, y // 2, x // 2, c)]
+    if hw[0] == 1 or hw[1] == 1:
+        share = 0.5 * share
+    else:
+        share = 0.25 * share
+    _fine_texel_adjoint(g, level, m, y, x, c, share)
+
+
 #: levels per launch -> build kernel
 _BUILD_KERNELS = {1: _build_level, 2: _build_two_levels}
 
@@ -418,6 +441,7 @@ class MipPyramid:
 
     #: most levels one build launch computes (1 or 2)
     levels_per_launch: int = 2
+    adjoint_per_fine_texel: bool = False
 
     def build(self) -> MipPyramid:
         """Recomputes levels 1..L from the base texels: two levels per launch
@@ -468,9 +492,11 @@ class MipPyramid:
             self._adjoint = new_struct(MipLevels, self.device, maps=self.maps.grad,
                                        levels=self.levels.grad, offsets=self.offsets)  # fmt: skip
         n, _, _, c = self.maps.shape
+        fine = self.adjoint_per_fine_texel
+        kernel = _build_levels_adjoint_fine if fine else _build_levels_adjoint
         for lev, g in reversed(self._groups()):
-            lh, lw = self.sizes[lev + g - 1]
-            wp.launch(_build_levels_adjoint, dim=n * lh * lw * c,
+            lh, lw = self.sizes[lev if fine else lev + g - 1]
+            wp.launch(kernel, dim=n * lh * lw * c,
                       inputs=[self._adjoint, lev, g - 1], device=self.device)  # fmt: skip
 
 
