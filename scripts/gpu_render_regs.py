@@ -17,15 +17,13 @@ FUSED = "warpraster.shading.fused"
 MIP = "warpraster.shading.mipmap"
 CONFIGS = [
     (K8, {}),
-    (K8, {(FUSED, "_shade_blend_adjoint"): 96}),
-    (K8, {(FUSED, "_shade_blend_adjoint"): 72}),
     (K8, {(FUSED, "_shade_blend_adjoint"): 64}),
     (K8, {}),
+    (K8, {(FUSED, "_shade_blend_adjoint"): 64}),
     (K1, {}),
-    (K1, {(FUSED, "_shade_blend_adjoint"): 96}),
     (K1, {(FUSED, "_shade_blend_adjoint"): 64}),
-    (K1, {(MIP, "_sample_uv_mipmap"): 80}),
     (K1, {}),
+    (K1, {(FUSED, "_shade_blend_adjoint"): 64}),
 ]
 
 
