@@ -469,6 +469,12 @@ def _softmax_denominator(zraw: float, wsum: float, gamma: float):
 #: median of 20): K=8 soft Phong 0.775 -> 0.739 ms forward, 1.789 -> 1.712 ms
 #: forward + backward; the adjoint alone at 80: 1.749; both at 64: 0.749 / 1.749.
 PIXEL_MAX_REGISTERS = 80
+#: The adjoint's cap, since it lights each slot once (the slot adjoint returns the
+#: colour) and reads the blend's colour from the image: 64 against 80, two
+#: alternating runs each (`python scripts/gpu_render_regs.py`, graph replay, with
+#: the extra channels): K=8 1.436 / 1.437 -> 1.421 / 1.423 ms forward + backward,
+#: K=1 1.612 / 1.612 -> 1.604 / 1.607.
+ADJOINT_MAX_REGISTERS = 64
 
 
 @wp.kernel(enable_backward=False, cuda_max_registers=PIXEL_MAX_REGISTERS)
@@ -506,7 +512,7 @@ def _add_camera_grad(a: ShadeInputs, g: ShadeGrads, n: int, g_eye: wp.vec3):
     wp.atomic_add(g.cam.T, rt, -(wp.transpose(a.cam.R[rr]) * g_eye))
 
 
-@wp.kernel(enable_backward=False, cuda_max_registers=PIXEL_MAX_REGISTERS)
+@wp.kernel(enable_backward=False, cuda_max_registers=ADJOINT_MAX_REGISTERS)
 def _shade_blend_adjoint(
     # Fragments in:
     frag: PixelFragments,
