@@ -283,7 +283,9 @@ class Renderer:
     with ``tape.zero()`` (or ``tape.reset()``), which reaches every array the
     render recorded. Zeroing only your own arrays' ``.grad`` and recording the
     next step on a fresh ``wp.Tape()`` leaves the renderer's gradients of the
-    previous step in place, and they are added again.
+    previous step in place, and they are added again. The backward reads the
+    step's outputs (the softmax blend's adjoint reads the image): do not write
+    into them before ``tape.backward()``.
 
     Example (one step captured; each replay clears the gradients before the
     backward)::

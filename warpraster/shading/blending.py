@@ -334,7 +334,8 @@ def softmax_rgb_blend(
     Returns:
         (N, H, W, 4) float32 RGBA; on a ``wp.Tape`` a hand-written adjoint sends
         gradients to ``colors``, ``fragments.dists``, ``fragments.zbuf`` and a
-        trainable background array.
+        trainable background array. The adjoint reads this image: leave it as it
+        is until ``tape.backward()`` has run.
     """
     blend_params, shape, device, colors = _blend_inputs(colors, fragments, blend_params)
     bg = blend_params.background_array(device)
