@@ -17,8 +17,10 @@ Each is timed as the :class:`~warpraster.renderer.Renderer` call alone
 eagerly and replayed from a captured graph; medians of ``--runs`` after warm-up
 (CUDA events on a GPU, wall clock on the CPU); by default once with the image
 alone (as the anchors, which produce only colour) and once with the extra
-channels (depth, normals, face and mesh ids, ``+channels``). Memory: the renderer's own
-buffers (raster workspace, shading buffers, image and channels).
+channels (depth, normals, face and mesh ids, ``+channels``). ``MB``: the device
+memory of every array the renderer holds (raster workspace, fragments,
+shading buffers, textures and their mip levels, outputs, and all their
+gradient buffers; :func:`owned_bytes`), after a forward + backward.
 """
 
 from __future__ import annotations
@@ -100,6 +102,35 @@ def make_renderer(name: str, device, channels=CHANNELS) -> tuple[Renderer, wp.ar
     return r, wp.array(verts, dtype=wp.vec3, device=device, requires_grad=True)
 
 
+def owned_bytes(*roots) -> int:
+    """Device memory held by the Warp arrays reachable from ``roots`` through
+    warpraster objects, struct fields, containers and ``.grad``: each allocation
+    counted once (views, which own nothing, are not counted)."""
+    total = 0
+    seen: set = set()
+    owners: set = set()
+    stack = list(roots)
+    while stack:
+        o = stack.pop()
+        if o is None or id(o) in seen or isinstance(o, (str, bytes, int, float, bool)):
+            continue
+        seen.add(id(o))
+        if isinstance(o, wp.array):
+            if o.deleter is not None and o.ptr is not None and o.ptr not in owners:
+                owners.add(o.ptr)
+                total += o.capacity
+            stack.append(o.grad)
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            stack.extend(o)
+        elif isinstance(o, dict):
+            stack.extend(o.values())
+        elif hasattr(o, "_cls") and hasattr(o._cls, "vars"):  # a wp.struct instance
+            stack.extend(getattr(o, name) for name in o._cls.vars)
+        elif type(o).__module__.startswith("warpraster") and hasattr(o, "__dict__"):
+            stack.extend(vars(o).values())
+    return total
+
+
 def run(name: str, device, runs: int, channels=CHANNELS) -> dict:
     r, verts = make_renderer(name, device, channels)
     out = r.render(verts)
@@ -138,7 +169,7 @@ def run(name: str, device, runs: int, channels=CHANNELS) -> dict:
     covered = o.fragments.pix_to_face.numpy()[..., 0] >= 0
     return {"name": name, "fwd_ms": fwd, "fwd_bwd_ms": both, "graph_fwd_ms": graph_fwd,
             "graph_fwd_bwd_ms": graph_both, "image_mb": nbytes / 2**20,
-            "coverage": float(covered.mean())}  # fmt: skip
+            "renderer_mb": owned_bytes(r) / 2**20, "coverage": float(covered.mean())}  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -158,7 +189,7 @@ def main(argv=None) -> int:
     names = list(TARGETS) if not args.scenes else args.scenes.split(",")
     print(f"warpraster renderer bench on {device} ({getattr(device, 'name', '')})")
     print(f"{'scene':<44}{'fwd ms':>9}{'f+b ms':>9}{'graph f':>9}{'graph f+b':>10}"
-          f"{'target f / f+b':>16}{'cover':>7}")  # fmt: skip
+          f"{'target f / f+b':>16}{'cover':>7}{'MB':>8}")  # fmt: skip
     variants = {"none": [()], "all": [CHANNELS], "both": [(), CHANNELS]}[args.channels]
     for name in names:
         for channels in variants:
@@ -168,7 +199,8 @@ def main(argv=None) -> int:
                  if row["graph_fwd_ms"] is not None else f"{'-':>9}{'-':>10}")  # fmt: skip
             label = name + (" +channels" if channels else "")
             print(f"{label:<44}{row['fwd_ms']:>9.3f}{row['fwd_bwd_ms']:>9.3f}{g}"
-                  f"{f'{tf} / {tb}':>16}{row['coverage']:>7.2f}", flush=True)  # fmt: skip
+                  f"{f'{tf} / {tb}':>16}{row['coverage']:>7.2f}{row['renderer_mb']:>8.0f}",
+                  flush=True)  # fmt: skip
     return 0
 
 

@@ -1,0 +1,26 @@
+"""The renderer bench's memory count: each allocation once, views and repeats not."""
+
+import warp as wp
+
+from warpraster.bench_render import owned_bytes
+from warpraster.shading.pixel_args import PixelFragments
+
+
+class _Holder:  # stands for a warpraster object holding buffers
+    __module__ = "warpraster.test_holder"
+
+    def __init__(self, **arrays):
+        self.__dict__.update(arrays)
+
+
+def test_owned_bytes_counts_each_allocation_once():
+    a = wp.zeros((4, 2, 3, 2), dtype=wp.int32, device="cpu")  # 192 bytes
+    g = wp.zeros(10, dtype=wp.vec3, device="cpu", requires_grad=True)  # 120 + 120 (grad)
+    view = wp.array(ptr=g.ptr, dtype=wp.float32, shape=(30,), device="cpu")  # owns nothing
+    frag = PixelFragments()
+    frag.pix_to_face = a  # reached again through a struct
+    inner = _Holder(arrays=[a, view], table={"g": g})
+    outer = _Holder(inner=inner, frag=frag, again=a, scalar=3)
+    assert owned_bytes(outer) == 192 + 120 + 120
+    assert owned_bytes(view) == 0
+    assert owned_bytes(outer, g) == 192 + 240
