@@ -14,21 +14,14 @@ import warp as wp
 
 from warpraster.bench_render import run
 from warpraster.shading.mipmap import MipPyramid
+from warpraster.timing import timer
 
 
 def graph_time(fn, device, runs=50):
     with wp.ScopedCapture(device=device, force_module_load=False) as cap:
         fn()
-    times = []
-    for _ in range(runs):
-        e0 = wp.Event(device, enable_timing=True)
-        e1 = wp.Event(device, enable_timing=True)
-        wp.record_event(e0)
-        wp.capture_launch(cap.graph)
-        wp.record_event(e1)
-        wp.synchronize_device(device)
-        times.append(wp.get_event_elapsed_time(e0, e1))
-    return statistics.median(times)
+    timed = timer(device)
+    return statistics.median(timed(lambda: wp.capture_launch(cap.graph)) for _ in range(runs))
 
 
 def main():

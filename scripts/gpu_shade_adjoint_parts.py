@@ -15,6 +15,7 @@ import warp as wp
 from warpraster.bench_render import make_renderer
 from warpraster.shading import fused
 from warpraster.shading.reductions import image_mse
+from warpraster.timing import timer
 
 
 def main():
@@ -45,6 +46,7 @@ def main():
     g, _ = fused._shade_grads(frag, inputs)
     n, h, w, _ = frag.pix_to_face.shape
     full = g.want
+    timed = timer(device)
 
     def time_it(want, block_dim=256, runs=30):
         g.want = want
@@ -55,16 +57,7 @@ def main():
                       block_dim=block_dim)  # fmt: skip
 
         launch()
-        times = []
-        for _ in range(runs):
-            e0 = wp.Event(device, enable_timing=True)
-            e1 = wp.Event(device, enable_timing=True)
-            wp.record_event(e0)
-            launch()
-            wp.record_event(e1)
-            wp.synchronize_device(device)
-            times.append(wp.get_event_elapsed_time(e0, e1))
-        return statistics.median(times)
+        return statistics.median(timed(launch) for _ in range(runs))
 
     faces = fused.WANT_FACE_POS | fused.WANT_FACE_NRM | fused.WANT_FACE_COL
     frag_bits = fused.WANT_BARY | fused.WANT_ZBUF | fused.WANT_DISTS
