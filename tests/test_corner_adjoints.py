@@ -328,3 +328,16 @@ def test_shader_buffers_with_lists_refuse_other_faces(device):
     out = r.render(verts)
     with pytest.raises(ValueError, match="corner_lists"):
         mesh_renderer.shader(out.fragments, verts, faces[::-1].copy(), buffers=out.shading)
+
+
+def test_corner_tables_past_32_bit_indexing_name_the_faces():
+    """The corner gathers index 9 floats per face with 32-bit thread ids: a table
+    of more than (2**31 - 1) / 9 faces is refused before any kernel runs (checked
+    on a view of one real row: nothing that size is allocated)."""
+    from warpraster.shading.params import float_rows
+
+    one = wp.zeros(1, dtype=wp.mat33, device="cpu")
+    huge = wp.array(ptr=one.ptr, dtype=wp.mat33, shape=(2**31 // 9 + 1,), device="cpu")
+    with pytest.raises(ValueError, match="faces"):
+        float_rows(huge)
+    assert float_rows(wp.zeros(3, dtype=wp.mat33, device="cpu")).shape == (27,)

@@ -108,8 +108,9 @@ def test_a_subset_of_channels_writes_only_those_and_the_same_values(channels, de
         np.testing.assert_array_equal(got.normals.numpy(), want.normals.numpy())
     with pytest.raises(ValueError, match="channels"):
         Renderer(shader=full.shader, channels=("depth", "colour"), **kwargs)
-    with pytest.raises(ValueError, match="channels"):
-        Renderer(shader=full.shader, channels="depth", **kwargs)
+    for bad in ("depth", None):
+        with pytest.raises(TypeError, match="channels"):
+            Renderer(shader=full.shader, channels=bad, **kwargs)
 
 
 def test_render_loss_backward_capture_equals_eager(device):

@@ -325,7 +325,12 @@ class Renderer:
             raise TypeError(f"shader must be a warpraster shader, got {type(shader).__name__}")
         if int(steps) < 1:
             raise ValueError(f"steps must be >= 1, got {steps}")
-        if isinstance(channels, str) or not all(c in CHANNELS for c in channels):
+        if isinstance(channels, str) or not hasattr(channels, "__iter__"):
+            raise TypeError(
+                f"channels must be a sequence of names from {CHANNELS}, got {channels!r}"
+            )
+        channels = tuple(channels)
+        if not all(c in CHANNELS for c in channels):
             raise ValueError(
                 f"channels must be a sequence of names from {CHANNELS}, got {channels!r}"
             )

@@ -176,6 +176,10 @@ def float_rows(mats: wp.array) -> wp.array:
     """A contiguous array of matrices seen as its flat float32 values (same
     memory), its gradient likewise when it has one (for a generated adjoint)."""
     size = mats.shape[0] * mats.dtype._length_
+    if size > 2**31 - 1:  # the gathers index the floats with 32-bit thread ids
+        raise ValueError(
+            f"faces: {mats.shape[0]} faces need {size} corner-table values, more than 2**31 - 1"
+        )
     flat = wp.array(ptr=mats.ptr, dtype=wp.float32, shape=(size,), device=mats.device)
     flat._ref = mats  # keep the owner alive
     if mats.grad is not None:
