@@ -9,8 +9,7 @@ import collections
 
 import warp as wp
 
-from warpraster.bench_render import make_renderer, run
-from warpraster.shading.reductions import image_mse
+from warpraster.bench_render import loss_step, make_renderer, run
 
 
 def profile(name, device, runs):
@@ -19,14 +18,7 @@ def profile(name, device, runs):
     target = wp.zeros_like(out.image)
     loss = wp.zeros(1, dtype=wp.float32, device=device, requires_grad=True)
 
-    def fb():
-        loss.zero_()
-        tape = wp.Tape()
-        with tape:
-            o = r.render(verts)
-            image_mse(o.image, target, out=loss)
-        tape.backward(loss)
-
+    fb = loss_step(r, verts, target, loss)
     fb()
     wp.synchronize()
     for label, fn in (("fwd", lambda: r.render(verts)), ("f+b", fb)):
@@ -41,7 +33,8 @@ def profile(name, device, runs):
             cnt[t.name] += 1
         total = sum(acc.values()) / runs
         print(
-            f"--- {name} {label}: {total:.3f} ms device time per call, {sum(cnt.values()) // runs} ops"
+            f"--- {name} {label}: {total:.3f} ms device time per call, "
+            f"{sum(cnt.values()) // runs} ops"
         )
         for k, v in sorted(acc.items(), key=lambda kv: -kv[1])[:14]:
             print(f"   {v / runs:8.3f} ms  x{cnt[k] // runs:<3d} {k[:90]}")

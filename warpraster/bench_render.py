@@ -102,6 +102,21 @@ def make_renderer(name: str, device, channels=CHANNELS) -> tuple[Renderer, wp.ar
     return r, wp.array(verts, dtype=wp.vec3, device=device, requires_grad=True)
 
 
+def loss_step(r: Renderer, verts: wp.array, target: wp.array, loss: wp.array):
+    """The timed forward + backward: a render, its image MSE against ``target``
+    into ``loss`` (zeroed first) and ``tape.backward``, on a fresh tape."""
+
+    def step():
+        loss.zero_()
+        tape = wp.Tape()
+        with tape:
+            o = r.render(verts)
+            image_mse(o.image, target, out=loss)
+        tape.backward(loss)
+
+    return step
+
+
 def owned_bytes(*roots) -> int:
     """Device memory held by the Warp arrays reachable from ``roots`` through
     warpraster objects, struct fields, containers and ``.grad``: each allocation
@@ -141,14 +156,7 @@ def run(name: str, device, runs: int, channels=CHANNELS) -> dict:
     def forward():
         r.render(verts)
 
-    def forward_backward():
-        loss.zero_()
-        tape = wp.Tape()
-        with tape:
-            o = r.render(verts)
-            image_mse(o.image, target, out=loss)
-        tape.backward(loss)
-
+    forward_backward = loss_step(r, verts, target, loss)
     timed = timer(device)
     forward_backward()  # warm-up: loads every module
     fwd = statistics.median(timed(forward) for _ in range(runs))
