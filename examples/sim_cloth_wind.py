@@ -95,6 +95,15 @@ def _spring_forces_adjoint(
     v_grad_out[s] = (gu * kd) * u
 
 
+@wp.func
+def _spring_end(ends: wp.array(dtype=wp.int32), e: int):
+    """(spring s, sign) of CSR entry e: end = 2 s + side; side 0 (particle i) is +1,
+    side 1 (particle j) is -1 (exact: x * -1.0 is -x)."""
+    end = ends[e]
+    s = end // 2
+    return s, wp.where(end - 2 * s == 0, 1.0, -1.0)
+
+
 @wp.kernel
 def _sum_spring_forces(
     # Model: the springs at particle p are ends[start[p]:start[p+1]], end = 2 s + side
@@ -109,12 +118,8 @@ def _sum_spring_forces(
     p = wp.tid()
     f = wp.vec3(0.0)
     for e in range(start[p], start[p + 1]):
-        end = ends[e]
-        s = end // 2
-        if end - 2 * s == 0:
-            f = f + fs[s]
-        else:
-            f = f - fs[s]
+        s, sign = _spring_end(ends, e)
+        f = f + sign * fs[s]
     f_out[p] = f
 
 
@@ -135,14 +140,10 @@ def _gather_spring_grads(
     gq = wp.vec3(0.0)
     gv = wp.vec3(0.0)
     for e in range(start[p], start[p + 1]):
-        end = ends[e]
-        s = end // 2
-        if end - 2 * s == 0:
-            gq = gq - d_grad[s]
-            gv = gv - v_grad[s]
-        else:
-            gq = gq + d_grad[s]
-            gv = gv + v_grad[s]
+        s, sign = _spring_end(ends, e)
+        # d = q_j - q_i: the gradient goes to j with +, to i with -
+        gq = gq - sign * d_grad[s]
+        gv = gv - sign * v_grad[s]
     q_grad_out[p] = q_grad_out[p] + gq
     qd_grad_out[p] = qd_grad_out[p] + gv
 
