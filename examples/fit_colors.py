@@ -24,7 +24,6 @@ import warpraster as wr
 from warpraster import shading
 from warpraster.primitives import ico_sphere
 from warpraster.renderer import Renderer
-from warpraster.shading.reductions import image_mse
 
 
 @wp.kernel
@@ -117,8 +116,8 @@ class FitColors:
         self.loss_buf.zero_()
         with self.tape:
             self._tile_colors()
-            out = self.renderer.render(self.verts)
-            image_mse(out.image, self.target, out=self.loss_buf)
+            self.renderer.render(self.verts)
+            self.renderer.image_mse(self.target, out=self.loss_buf)
         self.tape.backward(self.loss_buf)
         wp.launch(
             _descend,

@@ -13,8 +13,10 @@ Two scenes, generated in code, seen by one perspective camera per image:
   (``TexturesUVMipmap``, spherical UVs).
 
 Each is timed as the :class:`~warpraster.renderer.Renderer` call alone
-(forward) and as render + image MSE + ``tape.backward`` (forward + backward),
-eagerly and replayed from a captured graph; medians of ``--runs`` after warm-up
+(forward) and as render + image MSE (:meth:`Renderer.image_mse`, fused into the
+shading adjoint) + ``tape.backward`` (forward + backward), eagerly and replayed
+from a captured graph (``unfused``: graph forward + backward with
+:func:`~warpraster.shading.image_mse` instead); medians of ``--runs`` after warm-up
 (CUDA events on a GPU, wall clock on the CPU); by default once with the image
 alone (as the anchors, which produce only colour) and once with the extra
 channels (depth, normals, face and mesh ids, ``+channels``). ``MB``: the device
@@ -102,16 +104,22 @@ def make_renderer(name: str, device, channels=CHANNELS) -> tuple[Renderer, wp.ar
     return r, wp.array(verts, dtype=wp.vec3, device=device, requires_grad=True)
 
 
-def loss_step(r: Renderer, verts: wp.array, target: wp.array, loss: wp.array):
+def loss_step(r: Renderer, verts: wp.array, target: wp.array, loss: wp.array, fused=True):
     """The timed forward + backward: a render, its image MSE against ``target``
-    into ``loss`` (zeroed first) and ``tape.backward``, on a fresh tape."""
+    into ``loss`` (zeroed first) and ``tape.backward``, on a fresh tape. The MSE
+    is :meth:`Renderer.image_mse` (its gradient computed inside the shading
+    adjoint), or with ``fused=False`` :func:`~warpraster.shading.image_mse`
+    (whose backward writes the image gradient the adjoint reads)."""
 
     def step():
         loss.zero_()
         tape = wp.Tape()
         with tape:
             o = r.render(verts)
-            image_mse(o.image, target, out=loss)
+            if fused:
+                r.image_mse(target, out=loss)
+            else:
+                image_mse(o.image, target, out=loss)
         tape.backward(loss)
 
     return step
@@ -157,27 +165,31 @@ def run(name: str, device, runs: int, channels=CHANNELS) -> dict:
         r.render(verts)
 
     forward_backward = loss_step(r, verts, target, loss)
+    unfused = loss_step(r, verts, target, loss, fused=False)
     timed = timer(device)
     forward_backward()  # warm-up: loads every module
+    unfused()
     fwd = statistics.median(timed(forward) for _ in range(runs))
     both = statistics.median(timed(forward_backward) for _ in range(runs))
-    graph_fwd = graph_both = None
+    graph_fwd = graph_both = graph_unfused = None
     if device.is_cuda:
-        with wp.ScopedCapture(device=device, force_module_load=False) as cap:
-            forward()
-        g1 = cap.graph
-        with wp.ScopedCapture(device=device, force_module_load=False) as cap:
-            forward_backward()
-        g2 = cap.graph
-        graph_fwd = statistics.median(timed(lambda: wp.capture_launch(g1)) for _ in range(runs))
-        graph_both = statistics.median(timed(lambda: wp.capture_launch(g2)) for _ in range(runs))
+        graphs = []
+        for fn in (forward, forward_backward, unfused):
+            with wp.ScopedCapture(device=device, force_module_load=False) as cap:
+                fn()
+            graphs.append(cap.graph)
+        graph_fwd, graph_both, graph_unfused = (
+            statistics.median(timed(lambda g=g: wp.capture_launch(g)) for _ in range(runs))
+            for g in graphs
+        )
     o = r.outputs[0]
     nbytes = sum(a.capacity for a in (o.image, o.depth, o.normals, o.face_ids, o.mesh_ids)
                  if a is not None)  # fmt: skip
     covered = o.fragments.pix_to_face.numpy()[..., 0] >= 0
     return {"name": name, "fwd_ms": fwd, "fwd_bwd_ms": both, "graph_fwd_ms": graph_fwd,
-            "graph_fwd_bwd_ms": graph_both, "image_mb": nbytes / 2**20,
-            "renderer_mb": owned_bytes(r) / 2**20, "coverage": float(covered.mean())}  # fmt: skip
+            "graph_fwd_bwd_ms": graph_both, "graph_unfused_ms": graph_unfused,
+            "image_mb": nbytes / 2**20, "renderer_mb": owned_bytes(r) / 2**20,
+            "coverage": float(covered.mean())}  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -197,14 +209,15 @@ def main(argv=None) -> int:
     names = list(TARGETS) if not args.scenes else args.scenes.split(",")
     print(f"warpraster renderer bench on {device} ({getattr(device, 'name', '')})")
     print(f"{'scene':<44}{'fwd ms':>9}{'f+b ms':>9}{'graph f':>9}{'graph f+b':>10}"
-          f"{'target f / f+b':>16}{'cover':>7}{'MB':>8}")  # fmt: skip
+          f"{'unfused':>9}{'target f / f+b':>16}{'cover':>7}{'MB':>8}")  # fmt: skip
     variants = {"none": [()], "all": [CHANNELS], "both": [(), CHANNELS]}[args.channels]
     for name in names:
         for channels in variants:
             row = run(name, device, args.runs, channels)
             tf, tb = TARGETS.get(name, (None, None))
             g = (f"{row['graph_fwd_ms']:>9.3f}{row['graph_fwd_bwd_ms']:>10.3f}"
-                 if row["graph_fwd_ms"] is not None else f"{'-':>9}{'-':>10}")  # fmt: skip
+                 f"{row['graph_unfused_ms']:>9.3f}"
+                 if row["graph_fwd_ms"] is not None else f"{'-':>9}{'-':>10}{'-':>9}")  # fmt: skip
             label = name + (" +channels" if channels else "")
             print(f"{label:<44}{row['fwd_ms']:>9.3f}{row['fwd_bwd_ms']:>9.3f}{g}"
                   f"{f'{tf} / {tb}':>16}{row['coverage']:>7.2f}{row['renderer_mb']:>8.0f}",

@@ -26,6 +26,7 @@ from .shading.corner_lists import CornerLists
 from .shading.normals import vertex_normals
 from .shading.params import new_struct
 from .shading.pixel_args import PixelFragments
+from .shading.reductions import checked_mse_out, image_mse, mse_forward
 from .shading.shaders import ShaderBase, ShadingBuffers, ShadingMode, SoftSilhouetteShader
 
 __all__ = ["MeshRenderer", "RenderOutputs", "Renderer"]
@@ -297,8 +298,8 @@ class Renderer:
         with wp.ScopedCapture() as cap:
             loss.zero_()
             with tape:
-                out = r.render(verts)
-                image_mse(out.image, target, out=loss)
+                r.render(verts)
+                r.image_mse(target, out=loss)  # its gradient is added by the shading adjoint
             tape.zero()
             tape.backward(loss)
         wp.capture_launch(cap.graph)  # per step, after updating verts in place
@@ -450,6 +451,31 @@ class Renderer:
             key = (v.ptr, tuple(v.shape), tuple(v.strides), v.dtype)
             self._call_graphs[step](key, lambda: self._launch(v, out), self.call_graphs)
         return out
+
+    def image_mse(
+        self, target: wp.array, *, out: wp.array | None = None, step: int = 0
+    ) -> wp.array:
+        """``mean((image - target)^2)`` of the step's last rendered image, into ``out``
+        ((1,) float32, accumulated: zero it first; made when None).
+
+        As :func:`~warpraster.shading.image_mse`, but fused into the backward:
+        called on the tape right after :meth:`render`, the shading adjoint adds
+        the loss's image gradient ``2 (image - target) loss.grad / size`` itself
+        (read from ``out.grad`` when the backward runs), so no loss backward
+        writes ``image.grad`` first (the adjoint still adds what other terms
+        wrote there). Gradients are the same values either way (tested bit for
+        bit). ``image.grad``
+        then holds only what other terms on the tape wrote to it; the first
+        fused loss per render is fused, a second one (or one for a render
+        whose shader has no fused adjoint, the silhouette) takes the unfused
+        route. ``target`` (N, H, W, 4) float32 must hold its values until the
+        backward has run.
+        """
+        o = self.outputs[step]
+        out = checked_mse_out(o.image, target, out)
+        if active_tape() is not None and o.shading.fuse_image_mse(target, out, 1.0 / o.image.size):
+            return mse_forward(o.image, target, out)[0]
+        return image_mse(o.image, target, out=out)
 
     def _launch(self, v: wp.array, out: RenderOutputs) -> None:
         self.cameras.transform_points_ndc(v, self.vert_to_mesh, None, out.verts_ndc)

@@ -44,6 +44,7 @@ wp.set_module_options({"fuse_fp": False})
 
 __all__ = [
     "BLEND_EPS",
+    "ImageGrad",
     "ShadeGrads",
     "ShadeInputs",
     "camera_centre",
@@ -151,6 +152,21 @@ class ShadeGrads:
     light: LightRows
     mat: MaterialRows
     background: wp.array(dtype=wp.vec3)
+
+
+@wp.struct
+class ImageGrad:
+    """The image gradient the adjoint reads: ``grad`` (N, H, W, 4), the image's
+    ``.grad``, plus, when ``mse`` = 1, the gradient of an image MSE computed on
+    the fly (:meth:`warpraster.Renderer.image_mse`, which then writes no image
+    gradient): ``2 weight loss_grad[0] (image - target)``, as
+    :func:`~warpraster.shading.reductions.image_mse`'s backward adds it."""
+
+    grad: wp.array4d(dtype=wp.float32)
+    mse: int
+    target: wp.array4d(dtype=wp.float32)
+    loss_grad: wp.array(dtype=wp.float32)
+    weight: float
 
 
 #: The structs nested in ShadeInputs and ShadeGrads, by field name.
@@ -504,6 +520,17 @@ def _shade_blend_kernel(
 
 
 @wp.func
+def _image_grad(ig: ImageGrad, image: wp.array4d(dtype=wp.float32), n: int, y: int, x: int):
+    """Pixel (n, y, x)'s RGBA gradient (:class:`ImageGrad`)."""
+    g = wp.vec4(ig.grad[n, y, x, 0], ig.grad[n, y, x, 1], ig.grad[n, y, x, 2], ig.grad[n, y, x, 3])
+    if ig.mse != 0:
+        s = 2.0 * ig.weight * ig.loss_grad[0]
+        for c in range(4):
+            g[c] = g[c] + s * (image[n, y, x, c] - ig.target[n, y, x, c])
+    return g
+
+
+@wp.func
 def _add_camera_grad(a: ShadeInputs, g: ShadeGrads, n: int, g_eye: wp.vec3):
     """eye = -(R t): dR = -g t^T, dt = -R^T g (rows of camera n)."""
     rr = row(n, a.cam.R.shape[0])
@@ -520,7 +547,7 @@ def _shade_blend_adjoint(
     a: ShadeInputs,
     # The forward's image and its gradient:
     image: wp.array4d(dtype=wp.float32),
-    image_grad: wp.array4d(dtype=wp.float32),
+    ig: ImageGrad,
     # Gradients out (accumulated):
     g: ShadeGrads,
 ):
@@ -533,7 +560,8 @@ def _shade_blend_adjoint(
     eye = _pixel_eye(a, n)
     brow = row(n, a.background.shape[0])
     bg = a.background[brow]
-    grgb = wp.vec3(image_grad[n, y, x, 0], image_grad[n, y, x, 1], image_grad[n, y, x, 2])
+    grgba = _image_grad(ig, image, n, y, x)
+    grgb = wp.vec3(grgba[0], grgba[1], grgba[2])
     g_eye = wp.vec3(0.0)
     if a.blend == BlendMode.HARD:
         f0 = frag.pix_to_face[n, y, x, 0]
@@ -555,7 +583,7 @@ def _shade_blend_adjoint(
     # operations (see blending.py's docstring): the zbuf gradient of a slot drawn
     # only through the blur is multiplied by up to 1e16 in PyTorch3D's rasterizer
     # backward, so its last bit decides O(1) of a vertex gradient there.
-    ga = image_grad[n, y, x, 3]
+    ga = grgba[3]
     # rgb = num / den: d/dnum = g / den; d/dden = sum_c -g_c * ((num_c / den) / den)
     gn = wp.vec3(grgb[0] / denom, grgb[1] / denom, grgb[2] / denom)
     gden = (-grgb[0] * (rgb[0] / denom) + -grgb[1] * (rgb[1] / denom)) + -grgb[2] * (rgb[2] / denom)
@@ -692,13 +720,25 @@ def _shade_grads(frag: PixelFragments, inputs: ShadeInputs) -> tuple[ShadeGrads,
     return g, sources
 
 
-def launch_shade_blend(frag: PixelFragments, inputs: ShadeInputs, image_out: wp.array) -> None:
+def launch_shade_blend(
+    frag: PixelFragments,
+    inputs: ShadeInputs,
+    image_out: wp.array,
+    image_grad: ImageGrad | None = None,
+) -> bool:
     """Launches the pixel kernel (outside the tape) and records its adjoint.
 
     Args:
         frag: the render's fragments (:func:`~warpraster.shading.pixel_args.pixel_fragments`).
         inputs: a filled :class:`ShadeInputs` (no checks here).
         image_out: (N, H, W, 4) float32 RGBA.
+        image_grad: the :class:`ImageGrad` the adjoint reads (kept by the caller,
+            e.g. :class:`~warpraster.shading.shaders.ShadingBuffers`, so that a
+            fused loss can set its MSE fields after this call and before the
+            backward); reset here to ``image_out.grad`` alone. None: one of this call's.
+
+    Returns:
+        Whether an adjoint reading ``image_grad`` was recorded.
 
     The adjoint adds into the ``.grad`` of every array of ``inputs`` and of the
     fragments (``bary_coords``, ``zbuf``, ``dists``) that carries one. It reads
@@ -710,18 +750,22 @@ def launch_shade_blend(frag: PixelFragments, inputs: ShadeInputs, image_out: wp.
     device = p2f.device
     tape = launch_image_kernel(_shade_blend_kernel, (n, h, w), [frag, inputs], image_out, device)
     if tape is None:
-        return
+        return False
     g, sources = _shade_grads(frag, inputs)
     if g.want == 0:
-        return
+        return False
+    ig = ImageGrad() if image_grad is None else image_grad
+    ig.grad = image_out.grad
+    ig.mse = 0
 
     def backward():
         wp.launch(
             _shade_blend_adjoint,
             dim=(n, h, w),
-            inputs=[frag, inputs, image_out, image_out.grad],
+            inputs=[frag, inputs, image_out, ig],
             outputs=[g],
             device=device,
         )
 
     tape.record_func(backward, arrays=with_grad(image_out, *sources))
+    return True

@@ -43,7 +43,15 @@ from .pixel_args import PixelFragments, pixel_fragments
 
 wp.set_module_options({"fuse_fp": False})
 
-__all__ = ["hard_depth", "image_mse", "make_scratch", "soft_depth", "soft_silhouette"]
+__all__ = [
+    "hard_depth",
+    "image_mse",
+    "checked_mse_out",
+    "make_scratch",
+    "mse_forward",
+    "soft_depth",
+    "soft_silhouette",
+]
 
 
 @wp.kernel
@@ -267,6 +275,25 @@ def image_mse(image: wp.array, target: wp.array, *, out: wp.array | None = None)
         out: optional (1,) float32 with ``requires_grad`` (zeroed by the caller
             before each recorded call, e.g. ``out.zero_()`` inside the capture).
     """
+    out, weight = mse_forward(image, target, out)
+    tape = active_tape()
+    if tape is None or not image.requires_grad or image.grad is None or out.grad is None:
+        return out
+    device = image.device
+    flat_im, flat_tg, flat_grad = image.flatten(), target.flatten(), image.grad.flatten()
+
+    def backward():
+        wp.launch(_squared_error_adjoint, dim=image.size,
+                  inputs=[flat_im, flat_tg, weight, out.grad], outputs=[flat_grad],
+                  device=device)  # fmt: skip
+
+    tape.record_func(backward, arrays=[image, out])
+    return out
+
+
+def checked_mse_out(image: wp.array, target: wp.array, out: wp.array | None) -> wp.array:
+    """The checks of :func:`image_mse` (errors naming ``image``, ``target``, ``out``);
+    returns ``out``, made when None."""
     if not isinstance(image, wp.array) or not isinstance(target, wp.array):
         raise TypeError("image and target must be wp.arrays")
     if image.shape != target.shape or image.dtype != wp.float32 or target.dtype != wp.float32:
@@ -275,10 +302,19 @@ def image_mse(image: wp.array, target: wp.array, *, out: wp.array | None = None)
         )
     if not (image.is_contiguous and target.is_contiguous):
         raise ValueError("image and target must be contiguous arrays")
+    if image.device != target.device:
+        raise ValueError(f"target is on device {target.device}, the image on {image.device}")
     if out is None:
-        out = wp.zeros(1, dtype=wp.float32, device=image.device, requires_grad=image.requires_grad)
-    elif out.shape != (1,) or out.dtype != wp.float32:
-        raise ValueError("out must be a (1,) float32 wp.array")
+        return wp.zeros(1, dtype=wp.float32, device=image.device, requires_grad=image.requires_grad)
+    if out.shape != (1,) or out.dtype != wp.float32 or out.device != image.device:
+        raise ValueError("out must be a (1,) float32 wp.array on the image's device")
+    return out
+
+
+def mse_forward(image: wp.array, target: wp.array, out: wp.array | None) -> tuple[wp.array, float]:
+    """The forward of :func:`image_mse` (checks, then the sum into ``out``, made
+    when None): ``(out, weight)``, ``weight`` = 1 / the number of values."""
+    out = checked_mse_out(image, target, out)
     device = image.device
     count = image.size
     blocks = max((count + SUM_CHUNK - 1) // SUM_CHUNK, 1)
@@ -286,25 +322,13 @@ def image_mse(image: wp.array, target: wp.array, *, out: wp.array | None = None)
     partials = _PARTIALS.get(key)
     if partials is None:  # once per size (set-up, not per call); never replaced
         partials = _PARTIALS[key] = wp.zeros(blocks, dtype=wp.float32, device=device)
-    flat_im, flat_tg = image.flatten(), target.flatten()
     weight = 1.0 / float(max(count, 1))
-    wp.launch_tiled(_squared_error_partials, dim=[blocks], inputs=[flat_im, flat_tg],
-                    outputs=[partials], device=device, block_dim=SUM_BLOCK,
-                    record_tape=False)  # fmt: skip
+    flat = [image.flatten(), target.flatten()]
+    wp.launch_tiled(_squared_error_partials, dim=[blocks], inputs=flat, outputs=[partials],
+                    device=device, block_dim=SUM_BLOCK, record_tape=False)  # fmt: skip
     wp.launch_tiled(_add_partials, dim=[1], inputs=[partials, weight], outputs=[out],
                     device=device, block_dim=SUM_BLOCK, record_tape=False)  # fmt: skip
-    tape = active_tape()
-    if tape is None or not image.requires_grad or image.grad is None or out.grad is None:
-        return out
-    flat_grad = image.grad.flatten()
-
-    def backward():
-        wp.launch(_squared_error_adjoint, dim=count,
-                  inputs=[flat_im, flat_tg, weight, out.grad], outputs=[flat_grad],
-                  device=device)  # fmt: skip
-
-    tape.record_func(backward, arrays=[image, out])
-    return out
+    return out, weight
 
 
 def make_scratch(fragments_shape, device, requires_grad: bool = True) -> _Scratch:

@@ -40,6 +40,7 @@ from ..meshes import as_faces_array, as_index_array, as_vec3_array
 from .blending import BlendParams, check_fragments, launch_sigmoid_blend, z_param
 from .corner_lists import CornerLists, VertexCorners
 from .fused import (
+    ImageGrad,
     ShadeInputs,
     _grad_or,
     camera_centre,
@@ -224,6 +225,9 @@ class ShadingBuffers:
         verts_normals, normal_sums: (V,) ``vec3`` vertex normals and their scratch sums.
         faces_normals: (F,) ``vec3`` face normals.
         ones: (N, H, W, K) ``vec3`` of ones (silhouette colours).
+        image_grad: the :class:`~warpraster.shading.fused.ImageGrad` the last
+            shader call's recorded adjoint reads (``loss_armed``: one was recorded
+            and no fused loss has claimed it yet; see :meth:`fuse_image_mse`).
         corner_lists: the :class:`~warpraster.shading.corner_lists.CornerLists` of
             static faces, or None. Given, every shader call with these buffers must
             pass the very faces array listed (checked: ValueError otherwise), and the
@@ -259,6 +263,8 @@ class ShadingBuffers:
         self.faces_normals = vec3s(self.num_faces)
         self.face_tables = FaceTables(self.num_faces, device, rg)
         self.structs = StructCache()  # the kernels' argument structs, kept between calls
+        self.image_grad = ImageGrad()
+        self.loss_armed = False
         self._corners = None
         if corner_lists is not None and (
             corner_lists.num_verts != self.num_verts
@@ -296,6 +302,21 @@ class ShadingBuffers:
     def ones(self) -> wp.array:
         """(N, H, W, K) ``vec3`` of ones (silhouette colours), allocated on first use."""
         return wp.full(self.shape, wp.vec3(1.0), dtype=wp.vec3, device=self.device)
+
+    def fuse_image_mse(self, target: wp.array, loss: wp.array, weight: float) -> bool:
+        """Lets the last shader call's recorded adjoint add the gradient of
+        ``loss = weight * sum((image - target)^2)`` itself (read from ``loss.grad``
+        at the backward) instead of a loss backward writing ``image.grad``; False
+        (nothing changed) when no such adjoint waits (not recorded, or claimed)."""
+        if not self.loss_armed or loss.grad is None:
+            return False
+        ig = self.image_grad
+        ig.mse = 1
+        ig.target = target
+        ig.loss_grad = loss.grad
+        ig.weight = float(weight)
+        self.loss_armed = False
+        return True
 
     def matches(self, shape, num_verts, num_faces, device) -> bool:
         return (
@@ -741,6 +762,7 @@ class ShaderBase:
             fragments.dists,
         )
         frag = buffers.structs.get("fragments", frag_key, lambda: pixel_fragments(fragments))
+        buffers.loss_armed = False
         if self.blend == BlendMode.SIGMOID:
             colors = self._colors(fragments, v, f, buffers=buffers)
             launch_sigmoid_blend(frag, colors, float(blend_params.sigma), buffers.image)
@@ -776,7 +798,7 @@ class ShaderBase:
 
         key = (*fields.values(), *_viewing_key(RT, lights, materials))
         inputs = buffers.structs.get("inputs", key, build)
-        launch_shade_blend(frag, inputs, buffers.image)
+        buffers.loss_armed = launch_shade_blend(frag, inputs, buffers.image, buffers.image_grad)
         return buffers.image
 
     # -- step 1
