@@ -24,3 +24,11 @@ def test_owned_bytes_counts_each_allocation_once():
     assert owned_bytes(outer) == 192 + 120 + 120
     assert owned_bytes(view) == 0
     assert owned_bytes(outer, g) == 192 + 240
+
+
+def test_owned_bytes_leaves_out_what_is_excluded_and_its_gradient():
+    a = wp.zeros(8, dtype=wp.float32, device="cpu")  # 32 bytes
+    t = wp.zeros(4, dtype=wp.float32, device="cpu", requires_grad=True)  # 16 + 16
+    holder = _Holder(a=a, target=t)
+    assert owned_bytes(holder) == 64
+    assert owned_bytes(holder, exclude=[t]) == 32

@@ -22,7 +22,8 @@ alone (as the anchors, which produce only colour) and once with the extra
 channels (depth, normals, face and mesh ids, ``+channels``). ``MB``: the device
 memory of every array the renderer holds (raster workspace, fragments,
 shading buffers, textures and their mip levels, outputs, and all their
-gradient buffers; :func:`owned_bytes`), after a forward + backward.
+gradient buffers; :func:`owned_bytes`; not the loss target it refers to),
+after a forward + backward.
 """
 
 from __future__ import annotations
@@ -104,12 +105,16 @@ def make_renderer(name: str, device, channels=CHANNELS) -> tuple[Renderer, wp.ar
     return r, wp.array(verts, dtype=wp.vec3, device=device, requires_grad=True)
 
 
-def loss_step(r: Renderer, verts: wp.array, target: wp.array, loss: wp.array, fused=True):
+def loss_step(
+    r: Renderer, verts: wp.array, target: wp.array, loss: wp.array, fused=True, zero=False
+):
     """The timed forward + backward: a render, its image MSE against ``target``
     into ``loss`` (zeroed first) and ``tape.backward``, on a fresh tape. The MSE
     is :meth:`Renderer.image_mse` (its gradient computed inside the shading
     adjoint), or with ``fused=False`` :func:`~warpraster.shading.image_mse`
-    (whose backward writes the image gradient the adjoint reads)."""
+    (whose backward writes the image gradient the adjoint reads). ``zero``:
+    ``tape.zero()`` before the backward, as a training loop clears the
+    gradients of the previous step."""
 
     def step():
         loss.zero_()
@@ -120,17 +125,21 @@ def loss_step(r: Renderer, verts: wp.array, target: wp.array, loss: wp.array, fu
                 r.image_mse(target, out=loss)
             else:
                 image_mse(o.image, target, out=loss)
+        if zero:
+            tape.zero()
         tape.backward(loss)
 
     return step
 
 
-def owned_bytes(*roots) -> int:
+def owned_bytes(*roots, exclude=()) -> int:
     """Device memory held by the Warp arrays reachable from ``roots`` through
     warpraster objects, struct fields, containers and ``.grad``: each allocation
-    counted once (views, which own nothing, are not counted)."""
+    counted once (views, which own nothing, are not counted), the arrays of
+    ``exclude`` (and their gradients) not at all (e.g. a loss target the
+    renderer refers to but does not own)."""
     total = 0
-    seen: set = set()
+    seen: set = {id(x) for a in exclude for x in (a, a.grad) if x is not None}
     owners: set = set()
     stack = list(roots)
     while stack:
@@ -157,8 +166,7 @@ def owned_bytes(*roots) -> int:
 def run(name: str, device, runs: int, channels=CHANNELS) -> dict:
     r, verts = make_renderer(name, device, channels)
     out = r.render(verts)
-    target = wp.zeros_like(out.image)
-    target.assign(out.image.numpy() * 0.9)
+    target = wp.array(out.image.numpy() * 0.9, dtype=wp.float32, device=device)
     loss = wp.zeros(1, dtype=wp.float32, device=device, requires_grad=True)
 
     def forward():
@@ -188,7 +196,8 @@ def run(name: str, device, runs: int, channels=CHANNELS) -> dict:
     covered = o.fragments.pix_to_face.numpy()[..., 0] >= 0
     return {"name": name, "fwd_ms": fwd, "fwd_bwd_ms": both, "graph_fwd_ms": graph_fwd,
             "graph_fwd_bwd_ms": graph_both, "graph_unfused_ms": graph_unfused,
-            "image_mb": nbytes / 2**20, "renderer_mb": owned_bytes(r) / 2**20,
+            "image_mb": nbytes / 2**20,
+            "renderer_mb": owned_bytes(r, exclude=[target, loss]) / 2**20,
             "coverage": float(covered.mean())}  # fmt: skip
 
 
