@@ -21,7 +21,7 @@ for b in (None, 4, 8, 16):
     t = timer(dev)
     for _ in range(3):
         r.render(verts)
-    ms = statistics.median(t(lambda: r.render(verts)) for _ in range(10))
+    ms = statistics.median(t(lambda r=r, v=verts: r.render(v)) for _ in range(10))
     p2f = out.fragments.pix_to_face.numpy().copy()
     z = out.fragments.zbuf.numpy().copy()
     same = None if ref is None else bool((p2f == ref[0]).all() and (z == ref[1]).all())

@@ -23,11 +23,13 @@ from .raster.workspace import CallGraph
 from .rasterize import rasterize_checked
 from .rasterizer import MeshRasterizer
 from .shading.corner_lists import CornerLists
+from .shading.fused import FORWARD_TILE_W
 from .shading.normals import vertex_normals
 from .shading.params import new_struct
 from .shading.pixel_args import PixelFragments
 from .shading.reductions import checked_mse_out, image_mse, mse_forward
 from .shading.shaders import ShaderBase, ShadingBuffers, ShadingMode, SoftSilhouetteShader
+from .shading.tiles import pixel_launch_size, tiled_pixel
 
 __all__ = ["MeshRenderer", "RenderOutputs", "Renderer"]
 
@@ -148,7 +150,11 @@ def _channels_kernel(
     # Data out:
     channels_out: Channels,
 ):
-    n, y, x = wp.tid()
+    n, y, x, inside = tiled_pixel(
+        wp.tid(), slot.pix_to_face.shape[1], slot.pix_to_face.shape[2], FORWARD_TILE_W
+    )
+    if not inside:
+        return
     f = slot.pix_to_face[n, y, x, 0]
     want = channels_out.want
     if (want & 1) != 0:
@@ -501,7 +507,7 @@ class Renderer:
             return
         wp.launch(
             _channels_kernel,
-            dim=self.shape[:3],
+            dim=pixel_launch_size(*self.shape[:3], FORWARD_TILE_W),
             inputs=[out.pixel_fragments_of(frags), out.channel_mesh],
             outputs=[out.channels],
             device=self.device,

@@ -72,6 +72,7 @@ from .textures import (
     first_device,
     parse_enum,
 )
+from .tiles import pixel_launch_size, tiled_slot
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -964,6 +965,10 @@ class SampleInputs:
     t: MipSampler
 
 
+#: Pixel tile width of the sampling kernel (:mod:`~warpraster.shading.tiles`).
+SAMPLE_TILE_W = wp.constant(8)
+
+
 @wp.kernel(cuda_max_registers=SAMPLE_MAX_REGISTERS)
 def _sample_uv_mipmap(
     # In: fragments, corners (per face, see CornerTables), sampler
@@ -971,10 +976,13 @@ def _sample_uv_mipmap(
     # Data out: (N, H, W, K * C) float view of a vector(C) array
     texels_out: wp.array4d(dtype=wp.float32),
 ):
-    """One thread per slot and channel (any channel count C), launched flat (the
-    index decoded with 32-bit divisions: see :func:`_build_level`)."""
-    n, yi, xi, j = flat_index4(wp.tid(), texels_out.shape[1], texels_out.shape[2],
-                               texels_out.shape[3])  # fmt: skip
+    """One thread per slot and channel (any channel count C), launched flat over
+    pixel tiles (:mod:`~warpraster.shading.tiles`, ``SAMPLE_TILE_W``; the index
+    decoded with 32-bit divisions: see :func:`_build_level`)."""
+    n, yi, xi, j, inside = tiled_slot(wp.tid(), texels_out.shape[1], texels_out.shape[2],
+                                      texels_out.shape[3], SAMPLE_TILE_W)  # fmt: skip
+    if not inside:
+        return
     k, c = slot_channel(j, a.t.p.maps.shape[3])
     f = a.frag.pix_to_face[n, yi, xi, k]
     if f < 0:
@@ -1170,7 +1178,7 @@ class TexturesUVMipmap(UVTextures):
         inputs = self._inputs(self.device, frag=frag, corners=corner_args, t=self.sampler)
         wp.launch(
             _sample_uv_mipmap,
-            dim=nn * h * w * k * c,  # flat (see the kernel)
+            dim=pixel_launch_size(nn, h, w, SAMPLE_TILE_W, k * c),  # flat (see the kernel)
             inputs=[inputs],
             outputs=[view],
             device=self.device,
