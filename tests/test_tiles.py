@@ -9,10 +9,10 @@ from warpraster.shading.tiles import pixel_launch_size, tiled_pixel, tiled_slot
 
 
 @wp.kernel
-def _count_hits(
-    h: int, w: int, per_pixel: int, tile_w: int, hits: wp.array4d(dtype=wp.int32)
-):  # fmt: skip
-    n, y, x, j, inside = tiled_slot(wp.tid(), h, w, per_pixel, tile_w)
+def _count_hits(per_pixel: int, tile_w: int, hits: wp.array4d(dtype=wp.int32)):
+    n, y, x, j, inside = tiled_slot(
+        wp.tid(), hits.shape[0], hits.shape[1], hits.shape[2], per_pixel, tile_w
+    )
     if inside:
         wp.atomic_add(hits, n, y, x, j, 1)
 
@@ -24,14 +24,14 @@ def test_each_pixel_item_is_visited_once(shape, tile_w, device):
     hits = wp.zeros(shape, dtype=wp.int32, device=device)
     dim = pixel_launch_size(n, h, w, tile_w, per_pixel)
     assert dim % (32 * per_pixel) == 0 and dim >= n * h * w * per_pixel
-    wp.launch(_count_hits, dim=dim, inputs=[h, w, per_pixel, tile_w, hits], device=device)
+    wp.launch(_count_hits, dim=dim, inputs=[per_pixel, tile_w, hits], device=device)
     np.testing.assert_array_equal(hits.numpy(), np.ones(shape, np.int32))
 
 
 @wp.kernel
 def _first_warp(h: int, w: int, tile_w: int, xy: wp.array(dtype=wp.vec2i)):
     i = wp.tid()
-    _n, y, x, _inside = tiled_pixel(i, h, w, tile_w)
+    _n, y, x, _inside = tiled_pixel(i, 1, h, w, tile_w)
     xy[i] = wp.vec2i(y, x)
 
 

@@ -151,7 +151,11 @@ def _channels_kernel(
     channels_out: Channels,
 ):
     n, y, x, inside = tiled_pixel(
-        wp.tid(), slot.pix_to_face.shape[1], slot.pix_to_face.shape[2], FORWARD_TILE_W
+        wp.tid(),
+        slot.pix_to_face.shape[0],
+        slot.pix_to_face.shape[1],
+        slot.pix_to_face.shape[2],
+        FORWARD_TILE_W,
     )
     if not inside:
         return

@@ -514,7 +514,9 @@ def _shade_blend_kernel(
     # Data out:
     image_out: wp.array4d(dtype=wp.float32),
 ):
-    n, y, x, inside = tiled_pixel(wp.tid(), image_out.shape[1], image_out.shape[2], FORWARD_TILE_W)
+    n, y, x, inside = tiled_pixel(
+        wp.tid(), image_out.shape[0], image_out.shape[1], image_out.shape[2], FORWARD_TILE_W
+    )
     if not inside:
         return
     eye = _pixel_eye(a, n)
@@ -570,7 +572,9 @@ def _shade_blend_adjoint(
     forward's image (the same float32 value), so only the weights are recomputed
     before the slot loop, without lighting the slots (which the slot loop does
     again)."""
-    n, y, x, inside = tiled_pixel(wp.tid(), image.shape[1], image.shape[2], ADJOINT_TILE_W)
+    n, y, x, inside = tiled_pixel(
+        wp.tid(), image.shape[0], image.shape[1], image.shape[2], ADJOINT_TILE_W
+    )
     if not inside:
         return
     eye = _pixel_eye(a, n)

@@ -48,6 +48,7 @@ from .mipmap import (
     wrap_tap,
 )
 from .textures import LastStruct
+from .tiles import pixel_launch_size, tiled_slot
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
@@ -296,6 +297,8 @@ def bilinear_channel_grad(
 #: + MSE + backward, graph replay, 2.205 -> 2.081 ms at 96 (Warp's generated
 #: adjoint: 0.788 ms, 2.516).
 ADJOINT_MAX_REGISTERS = 96
+#: Pixel tile width of the adjoint's launch (:mod:`~warpraster.shading.tiles`).
+ADJOINT_TILE_W = wp.constant(32)
 
 
 @wp.kernel(cuda_max_registers=ADJOINT_MAX_REGISTERS)
@@ -307,8 +310,14 @@ def _sample_uv_mipmap_adjoint(
     # Gradients out (added to):
     g: SampleGrads,
 ):
-    """One thread per slot: the adjoint of ``mipmap._sample_uv_mipmap`` over all C channels."""
-    n, yi, xi, k = wp.tid()
+    """One thread per slot: the adjoint of ``mipmap._sample_uv_mipmap`` over all C
+    channels, launched over pixel tiles (:mod:`~warpraster.shading.tiles`)."""
+    p2f = a.frag.pix_to_face
+    n, yi, xi, k, inside = tiled_slot(
+        wp.tid(), p2f.shape[0], p2f.shape[1], p2f.shape[2], p2f.shape[3], ADJOINT_TILE_W
+    )
+    if not inside:
+        return
     nc = a.t.p.maps.shape[3]
     j0 = k * nc
     f = a.frag.pix_to_face[n, yi, xi, k]
@@ -445,7 +454,7 @@ class SampleAdjoint:
         def backward():
             wp.launch(
                 _sample_uv_mipmap_adjoint,
-                dim=(n, h, w, k),
+                dim=pixel_launch_size(n, h, w, ADJOINT_TILE_W, k),
                 inputs=[inputs, texels_grad],
                 outputs=[grads],
                 device=device,

@@ -979,8 +979,10 @@ def _sample_uv_mipmap(
     """One thread per slot and channel (any channel count C), launched flat over
     pixel tiles (:mod:`~warpraster.shading.tiles`, ``SAMPLE_TILE_W``; the index
     decoded with 32-bit divisions: see :func:`_build_level`)."""
-    n, yi, xi, j, inside = tiled_slot(wp.tid(), texels_out.shape[1], texels_out.shape[2],
-                                      texels_out.shape[3], SAMPLE_TILE_W)  # fmt: skip
+    p2f = a.frag.pix_to_face
+    n, yi, xi, j, inside = tiled_slot(
+        wp.tid(), p2f.shape[0], p2f.shape[1], p2f.shape[2], texels_out.shape[3], SAMPLE_TILE_W
+    )
     if not inside:
         return
     k, c = slot_channel(j, a.t.p.maps.shape[3])
