@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import warp as wp
 
-from warpraster.shading.tiles import pixel_launch_size, tiled_pixel, tiled_slot
+from warpraster.tiles import pixel_launch_size, tiled_pixel, tiled_slot
 
 
 @wp.kernel

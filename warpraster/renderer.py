@@ -29,7 +29,7 @@ from .shading.params import new_struct
 from .shading.pixel_args import PixelFragments
 from .shading.reductions import checked_mse_out, image_mse, mse_forward
 from .shading.shaders import ShaderBase, ShadingBuffers, ShadingMode, SoftSilhouetteShader
-from .shading.tiles import pixel_launch_size, tiled_pixel
+from .tiles import pixel_launch_size, tiled_pixel
 
 __all__ = ["MeshRenderer", "RenderOutputs", "Renderer"]
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..backward.tape import active_tape
+from ..tiles import pixel_launch_size, tiled_pixel
 from .lighting import (
     NORMALIZE_EPS,
     LightKind,
@@ -39,7 +40,6 @@ from .lighting import (
 from .modes import BlendMode, ShadingMode, TexelSource
 from .params import new_struct, row
 from .pixel_args import CameraRT, FaceCorners, MaterialRows, PixelFragments, fill_placeholders
-from .tiles import pixel_launch_size, tiled_pixel
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -492,7 +492,7 @@ PIXEL_MAX_REGISTERS = 80
 #: the extra channels): K=8 1.436 / 1.437 -> 1.421 / 1.423 ms forward + backward,
 #: K=1 1.612 / 1.612 -> 1.604 / 1.607.
 ADJOINT_MAX_REGISTERS = 64
-#: Pixel tiles of the two pixel kernels (:mod:`warpraster.shading.tiles`): each
+#: Pixel tiles of the two pixel kernels (:mod:`warpraster.tiles`): each
 #: warp's 32 threads take a tile of ``tile_w`` x (32 / ``tile_w``) pixels of one
 #: image (32: a row segment, as a 3-d launch). H200, graph replay, median of 20,
 #: image alone, both kernels at one width (32 / 16 / 8 / 4): K=8 forward

@@ -26,6 +26,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..geometry import EPS, barycentric, pixel_centre
+from ..tiles import pixel_launch_size, tiled_slot
 from .corner_lists import VertexCorners, corner_of
 from .mipmap import (
     BoundaryMode,
@@ -48,7 +49,6 @@ from .mipmap import (
     wrap_tap,
 )
 from .textures import LastStruct
-from .tiles import pixel_launch_size, tiled_slot
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
@@ -297,7 +297,7 @@ def bilinear_channel_grad(
 #: + MSE + backward, graph replay, 2.205 -> 2.081 ms at 96 (Warp's generated
 #: adjoint: 0.788 ms, 2.516).
 ADJOINT_MAX_REGISTERS = 96
-#: Pixel tile width of the adjoint's launch (:mod:`~warpraster.shading.tiles`).
+#: Pixel tile width of the adjoint's launch (:mod:`~warpraster.tiles`).
 ADJOINT_TILE_W = wp.constant(32)
 
 
@@ -311,7 +311,7 @@ def _sample_uv_mipmap_adjoint(
     g: SampleGrads,
 ):
     """One thread per slot: the adjoint of ``mipmap._sample_uv_mipmap`` over all C
-    channels, launched over pixel tiles (:mod:`~warpraster.shading.tiles`)."""
+    channels, launched over pixel tiles (:mod:`~warpraster.tiles`)."""
     p2f = a.frag.pix_to_face
     n, yi, xi, k, inside = tiled_slot(
         wp.tid(), p2f.shape[0], p2f.shape[1], p2f.shape[2], p2f.shape[3], ADJOINT_TILE_W

@@ -49,6 +49,7 @@ import warp as wp
 from ..backward.tape import active_tape
 from ..geometry import pixel_centre
 from ..meshes import as_faces_array, as_vec3_array
+from ..tiles import pixel_launch_size, tiled_slot
 from .corner_lists import CornerLists
 from .interpolate import (
     ScreenFaces,
@@ -72,7 +73,6 @@ from .textures import (
     first_device,
     parse_enum,
 )
-from .tiles import pixel_launch_size, tiled_slot
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -965,7 +965,7 @@ class SampleInputs:
     t: MipSampler
 
 
-#: Pixel tile width of the sampling kernel (:mod:`~warpraster.shading.tiles`).
+#: Pixel tile width of the sampling kernel (:mod:`~warpraster.tiles`).
 SAMPLE_TILE_W = wp.constant(8)
 
 
@@ -977,7 +977,7 @@ def _sample_uv_mipmap(
     texels_out: wp.array4d(dtype=wp.float32),
 ):
     """One thread per slot and channel (any channel count C), launched flat over
-    pixel tiles (:mod:`~warpraster.shading.tiles`, ``SAMPLE_TILE_W``; the index
+    pixel tiles (:mod:`~warpraster.tiles`, ``SAMPLE_TILE_W``; the index
     decoded with 32-bit divisions: see :func:`_build_level`)."""
     p2f = a.frag.pix_to_face
     n, yi, xi, j, inside = tiled_slot(
