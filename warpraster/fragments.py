@@ -13,13 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import warp as wp
 
-from .geometry import (
-    barycentric,
-    clip_barycentric,
-    is_inside,
-    perspective_correct,
-    point_triangle_dist2,
-)
+from .geometry import face_barycentric, face_depth, point_triangle_dist2
 from .meshes import MeshArrays
 
 # No FMA contraction: PyTorch3D's float32 arithmetic rounds every product, and
@@ -130,19 +124,11 @@ def fragment_values(
     p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, perspective: int, clip_bary: int
 ):
     """(zbuf, bary_coords, signed dists) of the face (v0, v1, v2) at pixel centre ``p``."""
-    a = wp.vec2(v0[0], v0[1])
-    b = wp.vec2(v1[0], v1[1])
-    c = wp.vec2(v2[0], v2[1])
-    bary = barycentric(p, a, b, c)
-    if perspective != 0:
-        bary = perspective_correct(bary, v0[2], v1[2], v2[2])
-    inside = is_inside(bary)
-    if clip_bary != 0:
-        bary = clip_barycentric(bary)
-    d = point_triangle_dist2(p, a, b, c)
+    bary, inside = face_barycentric(p, v0, v1, v2, perspective)
+    bary, z = face_depth(bary, v0, v1, v2, clip_bary)
+    d = point_triangle_dist2(p, wp.vec2(v0[0], v0[1]), wp.vec2(v1[0], v1[1]), wp.vec2(v2[0], v2[1]))
     if inside:
         d = -d
-    z = bary[0] * v0[2] + bary[1] * v1[2] + bary[2] * v2[2]
     return z, bary, d
 
 

@@ -116,3 +116,42 @@ def point_triangle_dist2(p: wp.vec2, v0: wp.vec2, v1: wp.vec2, v2: wp.vec2) -> f
 def is_inside(b: wp.vec3) -> bool:
     """Strict inside test on (perspective-corrected, unclipped) barycentrics."""
     return b[0] > 0.0 and b[1] > 0.0 and b[2] > 0.0
+
+
+@wp.func
+def edges_admit(p: wp.vec2, a: wp.vec2, b: wp.vec2, c: wp.vec2) -> bool:
+    """Whether each edge function at ``p`` has the sign of the face's area (the
+    numerators and denominator of :func:`barycentric`), which an inside pixel
+    needs: the exact test's precheck, without its divisions. All three signs
+    are computed (no branch between them, so a warp's lanes stay together)."""
+    area = edge_function(c, a, b) + EPS
+    e0 = edge_function(p, b, c)
+    e1 = edge_function(p, c, a)
+    e2 = edge_function(p, a, b)
+    pos = area > 0.0 and e0 > 0.0 and e1 > 0.0 and e2 > 0.0
+    neg = area <= 0.0 and e0 < 0.0 and e1 < 0.0 and e2 < 0.0
+    return pos or neg
+
+
+@wp.func
+def face_barycentric(p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, perspective: int):
+    """(barycentrics, inside) of pixel centre ``p`` in the face (v0, v1, v2) (screen
+    x, y and depth): perspective-corrected when ``perspective`` != 0, unclipped;
+    ``inside`` the strict test on them."""
+    a = wp.vec2(v0[0], v0[1])
+    b = wp.vec2(v1[0], v1[1])
+    c = wp.vec2(v2[0], v2[1])
+    bary = barycentric(p, a, b, c)
+    if perspective != 0:
+        bary = perspective_correct(bary, v0[2], v1[2], v2[2])
+    return bary, is_inside(bary)
+
+
+@wp.func
+def face_depth(bary: wp.vec3, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, clip: int):
+    """(barycentrics, z): ``bary`` clipped when ``clip`` != 0 (PyTorch3D's
+    ``clip_barycentric_coords``), and the depth they interpolate."""
+    out = bary
+    if clip != 0:
+        out = clip_barycentric(bary)
+    return out, out[0] * v0[2] + out[1] * v1[2] + out[2] * v2[2]

@@ -8,15 +8,7 @@ PyTorch3D's kernel does, and order the queue by (depth, face index).
 import warp as wp
 
 from ..fragments import FragmentRows
-from ..geometry import (
-    EPS,
-    barycentric,
-    clip_barycentric,
-    edge_function,
-    is_inside,
-    perspective_correct,
-    point_triangle_dist2,
-)
+from ..geometry import edges_admit, face_barycentric, face_depth, point_triangle_dist2
 from ..stores import WideRows
 
 # fuse_fp off: no a*b+c contraction into FMA, so every decision is made on the
@@ -124,23 +116,11 @@ def test_face(ps: PassArgs, f: int, p: wp.vec2):
         c = wp.vec2(m[2, 0], m[2, 1])
         maybe = True
         if ps.blur_radius <= 0.0:
-            area = edge_function(c, a, b) + EPS
-            e0 = edge_function(p, b, c)
-            e1 = edge_function(p, c, a)
-            e2 = edge_function(p, a, b)
-            if area > 0.0:
-                maybe = e0 > 0.0 and e1 > 0.0 and e2 > 0.0
-            else:
-                maybe = e0 < 0.0 and e1 < 0.0 and e2 < 0.0
+            maybe = edges_admit(p, a, b, c)
         if maybe:
-            bary = barycentric(p, a, b, c)
-            if ps.perspective_correct != 0:
-                bary = perspective_correct(bary, m[0, 2], m[1, 2], m[2, 2])
-            inside = is_inside(bary)
+            bary, inside = face_barycentric(p, m[0], m[1], m[2], ps.perspective_correct)
             if inside or ps.blur_radius > 0.0:
-                if ps.clip_barycentric_coords != 0:
-                    bary = clip_barycentric(bary)
-                z = bary[0] * m[0, 2] + bary[1] * m[1, 2] + bary[2] * m[2, 2]
+                _clipped, z = face_depth(bary, m[0], m[1], m[2], ps.clip_barycentric_coords)
                 if z >= 0.0:
                     if inside:
                         hit = True
@@ -164,20 +144,10 @@ def test_face_sharp(ps: PassArgs, f: int, p: wp.vec2):
     b = wp.vec2(m[1, 0], m[1, 1])
     c = wp.vec2(m[2, 0], m[2, 1])
     in_box = p[0] <= bb[2] and p[0] >= bb[0] and p[1] <= bb[3] and p[1] >= bb[1]
-    area = edge_function(c, a, b) + EPS
-    e0 = edge_function(p, b, c)
-    e1 = edge_function(p, c, a)
-    e2 = edge_function(p, a, b)
-    pos = area > 0.0 and e0 > 0.0 and e1 > 0.0 and e2 > 0.0
-    neg = area <= 0.0 and e0 < 0.0 and e1 < 0.0 and e2 < 0.0
-    if in_box and (pos or neg):
-        bary = barycentric(p, a, b, c)
-        if ps.perspective_correct != 0:
-            bary = perspective_correct(bary, m[0, 2], m[1, 2], m[2, 2])
-        if is_inside(bary):
-            if ps.clip_barycentric_coords != 0:
-                bary = clip_barycentric(bary)
-            z = bary[0] * m[0, 2] + bary[1] * m[1, 2] + bary[2] * m[2, 2]
+    if in_box and edges_admit(p, a, b, c):
+        bary, inside = face_barycentric(p, m[0], m[1], m[2], ps.perspective_correct)
+        if inside:
+            _clipped, z = face_depth(bary, m[0], m[1], m[2], ps.clip_barycentric_coords)
             hit = z >= 0.0
     return hit, z, float(-1.0)
 
