@@ -112,6 +112,29 @@ def test_the_silhouette_shader_falls_back_to_the_unfused_backward(device):
     _assert_same(fused, verts.grad.numpy(), device, "verts")
 
 
+def test_a_loss_on_another_tape_than_the_render_is_not_fused(device):
+    # The render's adjoint waits on tape A; a loss recorded on tape B writes the
+    # image gradient (unfused), which tape A's backward then carries to the
+    # vertices: the same gradients as one tape with the unfused loss.
+    d, spec, r, verts, tex, lts = _renderer_for_case("r03_softphong_directional_k8", device)
+    target = wp.array(d["images"] * 0.9, dtype=wp.float32, device=device)
+    loss = wp.zeros(1, dtype=wp.float32, device=device, requires_grad=True)
+    tape_a, tape_b = wp.Tape(), wp.Tape()
+    with tape_a:
+        out = r.render(verts)
+    with tape_b:
+        r.image_mse(target, out=loss)
+    tape_b.backward(loss)
+    assert np.any(out.image.grad.numpy())
+    tape_a.backward()
+    split = verts.grad.numpy().copy()
+    tape_a.zero()
+    tape_b.zero()
+    verts.grad.zero_()
+    _step(r, verts, target, loss, fused=False)
+    _assert_same(split, verts.grad.numpy(), device, "verts")
+
+
 def test_a_captured_fused_step_replays_the_eager_one(device):
     # render + fused loss + backward in one graph (Warp 1.19 captures on the cpu
     # device too); replayed after moving the vertices in place it equals an eager

@@ -478,12 +478,13 @@ class Renderer:
         then holds only what other terms on the tape wrote to it; the first
         fused loss per render is fused, a second one (or one for a render
         whose shader has no fused adjoint, the silhouette) takes the unfused
-        route. ``target`` (N, H, W, 4) float32 must hold its values until the
-        backward has run.
+        route, as does a loss recorded on another tape than the render.
+        ``target`` (N, H, W, 4) float32 must hold its values until the backward
+        has run.
         """
         o = self.outputs[step]
         out = checked_mse_out(o.image, target, out)
-        if active_tape() is not None and o.shading.fuse_image_mse(target, out, 1.0 / o.image.size):
+        if o.shading.fuse_image_mse(target, out, 1.0 / o.image.size, active_tape()):
             return mse_forward(o.image, target, out)[0]
         return image_mse(o.image, target, out=out)
 

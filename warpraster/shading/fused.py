@@ -745,7 +745,7 @@ def launch_shade_blend(
     inputs: ShadeInputs,
     image_out: wp.array,
     image_grad: ImageGrad | None = None,
-) -> bool:
+) -> wp.Tape | None:
     """Launches the pixel kernel (outside the tape) and records its adjoint.
 
     Args:
@@ -758,7 +758,7 @@ def launch_shade_blend(
             backward); reset here to ``image_out.grad`` alone. None: one of this call's.
 
     Returns:
-        Whether an adjoint reading ``image_grad`` was recorded.
+        The tape an adjoint reading ``image_grad`` was recorded on, or None.
 
     The adjoint adds into the ``.grad`` of every array of ``inputs`` and of the
     fragments (``bary_coords``, ``zbuf``, ``dists``) that carries one. It reads
@@ -771,10 +771,10 @@ def launch_shade_blend(
     dim = pixel_launch_size(n, h, w, FORWARD_TILE_W)
     tape = launch_image_kernel(_shade_blend_kernel, dim, [frag, inputs], image_out, device)
     if tape is None:
-        return False
+        return None
     g, sources = _shade_grads(frag, inputs)
     if g.want == 0:
-        return False
+        return None
     ig = ImageGrad() if image_grad is None else image_grad
     ig.grad = image_out.grad
     ig.mse = 0
@@ -789,4 +789,4 @@ def launch_shade_blend(
         )
 
     tape.record_func(backward, arrays=with_grad(image_out, *sources))
-    return True
+    return tape

@@ -226,8 +226,9 @@ class ShadingBuffers:
         faces_normals: (F,) ``vec3`` face normals.
         ones: (N, H, W, K) ``vec3`` of ones (silhouette colours).
         image_grad: the :class:`~warpraster.shading.fused.ImageGrad` the last
-            shader call's recorded adjoint reads (``loss_armed``: one was recorded
-            and no fused loss has claimed it yet; see :meth:`fuse_image_mse`).
+            shader call's recorded adjoint reads (``loss_armed``: the tape it was
+            recorded on while no fused loss has claimed it, else None; see
+            :meth:`fuse_image_mse`).
         corner_lists: the :class:`~warpraster.shading.corner_lists.CornerLists` of
             static faces, or None. Given, every shader call with these buffers must
             pass the very faces array listed (checked: ValueError otherwise), and the
@@ -264,7 +265,7 @@ class ShadingBuffers:
         self.face_tables = FaceTables(self.num_faces, device, rg)
         self.structs = StructCache()  # the kernels' argument structs, kept between calls
         self.image_grad = ImageGrad()
-        self.loss_armed = False
+        self.loss_armed: wp.Tape | None = None
         self._corners = None
         if corner_lists is not None and (
             corner_lists.num_verts != self.num_verts
@@ -303,19 +304,20 @@ class ShadingBuffers:
         """(N, H, W, K) ``vec3`` of ones (silhouette colours), allocated on first use."""
         return wp.full(self.shape, wp.vec3(1.0), dtype=wp.vec3, device=self.device)
 
-    def fuse_image_mse(self, target: wp.array, loss: wp.array, weight: float) -> bool:
+    def fuse_image_mse(self, target: wp.array, loss: wp.array, weight: float, tape) -> bool:
         """Lets the last shader call's recorded adjoint add the gradient of
         ``loss = weight * sum((image - target)^2)`` itself (read from ``loss.grad``
         at the backward) instead of a loss backward writing ``image.grad``; False
-        (nothing changed) when no such adjoint waits (not recorded, or claimed)."""
-        if not self.loss_armed or loss.grad is None:
+        (nothing changed) when no such adjoint waits on ``tape`` (none recorded,
+        recorded on another tape, or claimed)."""
+        if tape is None or self.loss_armed is not tape or loss.grad is None:
             return False
         ig = self.image_grad
         ig.mse = 1
         ig.target = target
         ig.loss_grad = loss.grad
         ig.weight = float(weight)
-        self.loss_armed = False
+        self.loss_armed = None
         return True
 
     def matches(self, shape, num_verts, num_faces, device) -> bool:
@@ -762,7 +764,7 @@ class ShaderBase:
             fragments.dists,
         )
         frag = buffers.structs.get("fragments", frag_key, lambda: pixel_fragments(fragments))
-        buffers.loss_armed = False
+        buffers.loss_armed = None
         if self.blend == BlendMode.SIGMOID:
             colors = self._colors(fragments, v, f, buffers=buffers)
             launch_sigmoid_blend(frag, colors, float(blend_params.sigma), buffers.image)
