@@ -104,7 +104,7 @@ def main():
     g = wp.zeros_like(bary)
     cg = wp.zeros_like(conv)
     rows = _struct(ClippedRows, face_verts=ws.raster.face_verts, size=wp.vec3i(*pix.shape[1:]),
-                   perspective=1, clip_bary=0)  # fmt: skip
+                   perspective_correct=1, clip_barycentric_coords=0)  # fmt: skip
     grads = _struct(InPlaceGrads, bary=g.flatten(), conversion=cg)
     adj = lambda: wp.launch(  # noqa: E731
         _unclip_in_place_adjoint, dim=(n + 3) // 4, inputs=[slots, buf.map, rows, grads],

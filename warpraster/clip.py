@@ -127,13 +127,13 @@ class ClippedFaces:
 class ClipSettings:
     """One :func:`clip_faces` call's settings as its kernels read them: the plane
     ``z_clip`` (clipping only where ``do_z_clip`` != 0), ``cull_rule`` (0: no
-    culling, else a :class:`FrustumCullRule`) and ``perspective`` (1: the crossings'
+    culling, else a :class:`FrustumCullRule`) and ``perspective_correct`` (1: the crossings'
     x, y interpolated on ``xy * z``)."""
 
     z_clip: float
     do_z_clip: int
     cull_rule: int
-    perspective: int
+    perspective_correct: int
 
 
 @wp.struct
@@ -295,12 +295,12 @@ def _copy_verts(src: wp.array(dtype=wp.vec3), dst_out: wp.array(dtype=wp.vec3)):
 
 
 @wp.func
-def _crossing(p1: wp.vec3, q: wp.vec3, w: float, clip: float, perspective: int) -> wp.vec3:
+def _crossing(p1: wp.vec3, q: wp.vec3, w: float, clip: float, perspective_correct: int) -> wp.vec3:
     """The point of edge p1->q at weight w; x, y perspective-correct if asked."""
     p = p1 * (1.0 - w) + q * w
     x = (p1[0] * p1[2] * (1.0 - w) + q[0] * q[2] * w) / clip
     y = (p1[1] * p1[2] * (1.0 - w) + q[1] * q[2] * w) / clip
-    return wp.where(perspective != 0, wp.vec3(x, y, p[2]), p)
+    return wp.where(perspective_correct != 0, wp.vec3(x, y, p[2]), p)
 
 
 @wp.func
@@ -334,7 +334,7 @@ def _clip_geometry(
     case = cases.face_case[f]
     o = cases.offsets[f]
     z_clip = settings.z_clip
-    perspective = settings.perspective
+    perspective_correct = settings.perspective_correct
     nv = verts.shape[0]
     if case == _KEEP:
         conversion[o] = wp.identity(n=3, dtype=wp.float32)
@@ -347,8 +347,8 @@ def _clip_geometry(
         p3 = verts[faces[f, i3]]
         w2 = _crossing_weight(p1, p2, z_clip)
         w3 = cases.face_w3[f]
-        clipped_verts[nv + 2 * f] = _crossing(p1, p2, w2, z_clip, perspective)
-        clipped_verts[nv + 2 * f + 1] = _crossing(p1, p3, w3, z_clip, perspective)
+        clipped_verts[nv + 2 * f] = _crossing(p1, p2, w2, z_clip, perspective_correct)
+        clipped_verts[nv + 2 * f + 1] = _crossing(p1, p3, w3, z_clip, perspective_correct)
         b4 = _bary2(i1, i2, 1.0 - w2, w2)
         b5 = _bary2(i1, i3, 1.0 - w3, w3)
         if case == _TRIANGLE:
@@ -521,12 +521,12 @@ class ClippedRows:
     """What the raster output pass computed the clipped list's barycentrics from,
     for the in-place adjoint to recompute them: ``face_verts`` (2F,) ``mat33`` the
     clipped faces' set-up rows (row c = vertex c), ``size`` (H, W, K) of the slot
-    array, and the render's ``perspective`` and ``clip_bary`` flags (0/1)."""
+    array, and the render's ``perspective_correct`` and ``clip_barycentric_coords`` flags (0/1)."""
 
     face_verts: wp.array(dtype=wp.mat33)
     size: wp.vec3i
-    perspective: int
-    clip_bary: int
+    perspective_correct: int
+    clip_barycentric_coords: int
 
 
 @wp.func
@@ -537,7 +537,9 @@ def _clipped_bary(rows: ClippedRows, q: int, i: int) -> wp.vec3:
     y = (pixel // size[1]) % size[0]
     m = rows.face_verts[q]
     centre = pixel_centre(y, pixel % size[1], size[0], size[1])
-    _z, b, _d = fragment_values(centre, m[0], m[1], m[2], rows.perspective, rows.clip_bary)
+    _z, b, _d = fragment_values(
+        centre, m[0], m[1], m[2], rows.perspective_correct, rows.clip_barycentric_coords
+    )
     return b
 
 
@@ -799,7 +801,7 @@ def clip_faces(
         z_clip=0.0 if z_clip_value is None else z_clip_value,
         do_z_clip=int(z_clip_value is not None),
         cull_rule=int(rule) if cull_to_frustum else 0,
-        perspective=int(bool(perspective_correct)),
+        perspective_correct=int(bool(perspective_correct)),
     )
 
     meshes = buffers.inputs_for(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh)
@@ -934,10 +936,11 @@ def unclip_in_place(
                           dst=buffers.slot_views(out_pix_to_face))  # fmt: skip
 
     def adjoint(conv_grad):
-        rows = buffers._kept("rows", ClippedRows, face_verts=face_verts,
-                             size=wp.vec3i(height, width, k),
-                             perspective=int(bool(perspective_correct)),
-                             clip_bary=int(bool(clip_barycentric_coords)))  # fmt: skip
+        rows = buffers._kept(
+            "rows", ClippedRows, face_verts=face_verts, size=wp.vec3i(height, width, k),
+            perspective_correct=int(bool(perspective_correct)),
+            clip_barycentric_coords=int(bool(clip_barycentric_coords)),
+        )  # fmt: skip
         grads = buffers._kept("grads", InPlaceGrads, bary=bary_coords.grad.flatten(),
                               conversion=conv_grad)  # fmt: skip
         return lambda: [slots.src, buffers.map, rows, grads]

@@ -63,7 +63,7 @@ def barycentric(p: wp.vec2, v0: wp.vec2, v1: wp.vec2, v2: wp.vec2) -> wp.vec3:
 
 
 @wp.func
-def perspective_correct(b: wp.vec3, z0: float, z1: float, z2: float) -> wp.vec3:
+def perspective_corrected(b: wp.vec3, z0: float, z1: float, z2: float) -> wp.vec3:
     """Perspective-correct barycentrics (denominator clamped to EPS).
 
     Products in PyTorch3D's order, (b_i * z_j) * z_k: float multiplication is not
@@ -134,16 +134,16 @@ def edges_admit(p: wp.vec2, a: wp.vec2, b: wp.vec2, c: wp.vec2) -> bool:
 
 
 @wp.func
-def face_barycentric(p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, perspective: int):
+def face_barycentric(p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, perspective_correct: int):
     """(barycentrics, inside) of pixel centre ``p`` in the face (v0, v1, v2) (screen
-    x, y and depth): perspective-corrected when ``perspective`` != 0, unclipped;
+    x, y and depth): perspective-corrected when ``perspective_correct`` != 0, unclipped;
     ``inside`` the strict test on them."""
     a = wp.vec2(v0[0], v0[1])
     b = wp.vec2(v1[0], v1[1])
     c = wp.vec2(v2[0], v2[1])
     bary = barycentric(p, a, b, c)
-    if perspective != 0:
-        bary = perspective_correct(bary, v0[2], v1[2], v2[2])
+    if perspective_correct != 0:
+        bary = perspective_corrected(bary, v0[2], v1[2], v2[2])
     return bary, is_inside(bary)
 
 

@@ -109,9 +109,9 @@ class MeshRasterizer:
         """
         cameras = self._cameras(cameras)
         s = self.raster_settings
-        clip_bary = s.clip_barycentric_coords
-        if clip_bary is None:
-            clip_bary = s.blur_radius > 0.0
+        clip_barycentric_coords = s.clip_barycentric_coords
+        if clip_barycentric_coords is None:
+            clip_barycentric_coords = s.blur_radius > 0.0
         persp = s.perspective_correct
         if persp is None:
             persp = cameras.is_perspective()
@@ -126,7 +126,7 @@ class MeshRasterizer:
             bin_size=s.bin_size,
             max_faces_per_bin=s.max_faces_per_bin,
             perspective_correct=bool(persp),
-            clip_barycentric_coords=bool(clip_bary),
+            clip_barycentric_coords=bool(clip_barycentric_coords),
             cull_backfaces=bool(s.cull_backfaces),
             z_clip_value=z_clip,
             cull_to_frustum=bool(s.cull_to_frustum),

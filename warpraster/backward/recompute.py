@@ -32,8 +32,8 @@ def _recompute_fragments(
     meshes: MeshArrays,
     height: int,
     width: int,
-    perspective: int,
-    clip_bary: int,
+    perspective_correct: int,
+    clip_barycentric_coords: int,
     # In: frags.pix_to_face; Out: frags.zbuf, bary, dists
     frags: FragmentRows,
 ):
@@ -42,7 +42,9 @@ def _recompute_fragments(
     q, s = wp.tid()
     r = q % (height * width)
     p = pixel_centre(r // width, r % width, height, width)
-    z, bary, d = slot_fragment(meshes, frags.pix_to_face[q, s], p, perspective, clip_bary)
+    z, bary, d = slot_fragment(
+        meshes, frags.pix_to_face[q, s], p, perspective_correct, clip_barycentric_coords
+    )
     frags.zbuf[q, s] = z
     frags.bary[q, s] = bary
     frags.dists[q, s] = d

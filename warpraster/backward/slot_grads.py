@@ -21,8 +21,8 @@ the order of operations decides the numbers, are written down in
   sum is below PyTorch3D's ``1e-5`` (a double: ``<= float32(1e-5)``); each
   coordinate as ``g_i * (1/s + gs_i) + sum_{j != i} g_j * gs_j``;
 * perspective correction: the gradient flows through the clamped denominator
-  ``max(sum, 1e-8)`` as if it were not clamped (``exact_persp`` = 0), or not
-  at all where it is clamped (``exact_persp`` = 1: the true derivative);
+  ``max(sum, 1e-8)`` as if it were not clamped (``exact_perspective_grad`` = 0), or not
+  at all where it is clamped (``exact_perspective_grad`` = 1: the true derivative);
 * the clip backward sees the perspective-corrected barycentrics (PyTorch3D's
   CPU kernel; its CUDA kernel passes the uncorrected ones).
 
@@ -82,9 +82,9 @@ def slot_grads(
     v0: wp.vec3,
     v1: wp.vec3,
     v2: wp.vec3,
-    perspective: int,
-    clip_bary: int,
-    exact_persp: int,
+    perspective_correct: int,
+    clip_barycentric_coords: int,
+    exact_perspective_grad: int,
     g_z: float,
     g_bary: wp.vec3,
     g_dist: float,
@@ -92,8 +92,9 @@ def slot_grads(
     """Gradient of ``g_z * zbuf + g_bary . bary + g_dist * dist`` w.r.t. the face's
     vertices (rows 0, 1, 2: d/d(x, y, z) of v0, v1, v2) at pixel centre ``p``.
 
-    ``perspective``, ``clip_bary``: the render's flags; ``exact_persp``: the true
-    derivative at a clamped perspective denominator instead of PyTorch3D's.
+    ``perspective_correct``, ``clip_barycentric_coords``: the render's flags;
+    ``exact_perspective_grad``: the true derivative at a clamped perspective
+    denominator instead of PyTorch3D's.
     """
     a = wp.vec2(v0[0], v0[1])
     b = wp.vec2(v1[0], v1[1])
@@ -111,7 +112,7 @@ def slot_grads(
     t = wp.vec3(0.0, 0.0, 0.0)
     den = float(1.0)
     clamped = False
-    if perspective != 0:
+    if perspective_correct != 0:
         t = wp.vec3(w[0] * z1 * z2, w[1] * z0 * z2, w[2] * z0 * z1)
         s = t[0] + t[1] + t[2]
         clamped = s < EPS
@@ -121,7 +122,7 @@ def slot_grads(
     bf = bpp
     # ---- zbuf = bf . z: upstream of the final barycentrics
     g = wp.vec3(g_bary[0] + g_z * z0, g_bary[1] + g_z * z1, g_bary[2] + g_z * z2)
-    if clip_bary != 0:
+    if clip_barycentric_coords != 0:
         # PyTorch3D's BarycentricClipBackward on b_pp, in its order of operations
         cl = wp.vec3(wp.max(bpp[0], 0.0), wp.max(bpp[1], 0.0), wp.max(bpp[2], 0.0))
         raw = cl[0] + cl[1] + cl[2]
@@ -139,10 +140,10 @@ def slot_grads(
             wp.where(bpp[2] < 0.0, 0.0, 1.0) * (g[2] * (inv + gs[2]) + g[0] * gs[0] + g[1] * gs[1]),
         )
     g_zv = wp.vec3(g_z * bf[0], g_z * bf[1], g_z * bf[2])
-    if perspective != 0:
+    if perspective_correct != 0:
         # PyTorch3D's BarycentricPerspectiveCorrectionBackward
         gd = (-t[0] * g[0] - t[1] * g[1] - t[2] * g[2]) / (den * den)
-        if exact_persp != 0 and clamped:
+        if exact_perspective_grad != 0 and clamped:
             gd = 0.0  # the clamp's true derivative: the denominator is a constant
         gt = wp.vec3(gd + g[0] / den, gd + g[1] / den, gd + g[2] / den)
         g = wp.vec3(gt[0] * z1 * z2, gt[1] * z0 * z2, gt[2] * z0 * z1)

@@ -40,9 +40,9 @@ class SlotGradArgs:
     height: int
     width: int
     grads: FragmentRows
-    perspective: int
-    clip_bary: int
-    exact_persp: int
+    perspective_correct: int
+    clip_barycentric_coords: int
+    exact_perspective_grad: int
 
 
 def slot_kernel_flags(perspective_correct: bool, clip_barycentric_coords: bool,
@@ -70,7 +70,7 @@ def slot_grad_args(
     args.height = h
     args.width = w
     args.grads = fragment_rows(pix_to_face, grad_zbuf, grad_bary, grad_dists)
-    args.perspective, args.clip_bary, args.exact_persp = flags
+    args.perspective_correct, args.clip_barycentric_coords, args.exact_perspective_grad = flags
     return args
 
 
@@ -104,8 +104,9 @@ def _add_row(a: wp.array(dtype=wp.vec4), i: int, v: wp.vec3): ...
 def _slot_pass(flags: tuple[int, int, int] | None, stored: bool) -> wp.Kernel:
     """One thread per pixel: each held slot's derivatives, added atomically to its
     face's rows (``stored`` False) or stored at the slot with its sort key (True).
-    ``flags`` = (perspective, clip_bary, exact_persp) compiled in, or None: read
-    at run time (one generic kernel per strategy)."""
+    ``flags`` = (perspective_correct, clip_barycentric_coords,
+    exact_perspective_grad) compiled in, or None: read at run time (one generic
+    kernel per strategy)."""
 
     def slot_pass(
         # In:
@@ -116,13 +117,13 @@ def _slot_pass(flags: tuple[int, int, int] | None, stored: bool) -> wp.Kernel:
         keys_out: wp.array(dtype=wp.int32),
         order_out: wp.array(dtype=wp.int32),
     ):
-        perspective = args.perspective
-        clip_bary = args.clip_bary
-        exact_persp = args.exact_persp
+        perspective_correct = args.perspective_correct
+        clip_barycentric_coords = args.clip_barycentric_coords
+        exact_perspective_grad = args.exact_perspective_grad
         if wp.static(flags is not None):
-            perspective = wp.static(flags[0])
-            clip_bary = wp.static(flags[1])
-            exact_persp = wp.static(flags[2])
+            perspective_correct = wp.static(flags[0])
+            clip_barycentric_coords = wp.static(flags[1])
+            exact_perspective_grad = wp.static(flags[2])
         q = wp.tid()
         k = args.grads.pix_to_face.shape[1]
         r = q % (args.height * args.width)
@@ -140,7 +141,8 @@ def _slot_pass(flags: tuple[int, int, int] | None, stored: bool) -> wp.Kernel:
                 break  # slots are filled from the front
             fv = args.face_verts[f]
             g = slot_grads(
-                p, row(fv, 0), row(fv, 1), row(fv, 2), perspective, clip_bary, exact_persp,
+                p, row(fv, 0), row(fv, 1), row(fv, 2), perspective_correct,
+                clip_barycentric_coords, exact_perspective_grad,
                 args.grads.zbuf[q, s], args.grads.bary[q, s], args.grads.dists[q, s],
             )  # fmt: skip
             if wp.static(stored):
@@ -167,7 +169,7 @@ def launch_slot_pass(
         device: the arrays' Warp device.
         specialize: compile the flags into kernel variants (None: on CUDA).
     """
-    flags = (args.perspective, args.clip_bary, args.exact_persp)
+    flags = (args.perspective_correct, args.clip_barycentric_coords, args.exact_perspective_grad)
     kernel = _slot_pass(variants.device_flags(device, flags, specialize), bool(stored))
     outputs = [None, *outputs] if stored else [*outputs, None, None, None]
     wp.launch(kernel, dim=args.grads.pix_to_face.shape[0], inputs=[args], outputs=outputs,

@@ -78,7 +78,8 @@ def _flat_pixel(ps: PassArgs, e: int) -> wp.vec2:
 def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ...] | None):
     """zbuf, bary_coords, dists of every slot from pix_to_face, one thread per slot
     or, ``wide``, per four slots written in 16-byte stores (``flags`` =
-    (perspective, clip_bary[, K when wide]) compiled in, or None: read at run time).
+    (perspective_correct, clip_barycentric_coords[, K when wide]) compiled in, or
+    None: read at run time).
     """
 
     def write_outputs(ps_in: PassArgs):

@@ -43,7 +43,7 @@ def register_queue_kernel(kc: int, max_regs: int | None, flags: tuple[int, int, 
     """Fine/naive pass whose queue of ``kc`` slots lives in registers (kc <= 16).
 
     Serves every K <= kc: the first K slots of a top-kc queue are the top-K.
-    ``flags`` = (perspective, clip_bary, blur > 0) compiles those in as
+    ``flags`` = (perspective_correct, clip_barycentric_coords, blur > 0) compiles those in as
     constants; None reads them from the pass at run time. One pixel per
     thread (alternatives measured slower: docs/PERF.md, "Design measurements").
     """

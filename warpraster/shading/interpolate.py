@@ -280,27 +280,27 @@ def slot_channel(j: int, channels: int):
 class ScreenFaces:
     """The projected faces the screen-space derivatives come from, read only
     ``with_derivatives``: ``verts_ndc`` (V', 3) indexed by ``ndc_faces`` (F, 3), and
-    the rasterizer's ``perspective`` setting."""
+    the rasterizer's ``perspective_correct`` setting."""
 
     with_derivatives: int
     verts_ndc: wp.array(dtype=wp.vec3)
     ndc_faces: wp.array2d(dtype=wp.int32)
-    perspective: int
+    perspective_correct: int
 
 
 @wp.func
-def bary_derivatives(p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, perspective: int):
+def bary_derivatives(p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, perspective_correct: int):
     """(d bary / d X_ndc, d bary / d Y_ndc) of the face (v0, v1, v2) at NDC point ``p``.
 
     Each a vec3 over the three barycentrics. Uses the same
-    screen barycentrics (area offset by EPS) and, when ``perspective`` is set,
+    screen barycentrics (area offset by EPS) and, when ``perspective_correct`` is set,
     the same perspective correction (w_i = s_i z_j z_k, denominator clamped to
     EPS) as the rasterizer, unclipped.
     """
     area = (v2[0] - v0[0]) * (v1[1] - v0[1]) - (v2[1] - v0[1]) * (v1[0] - v0[0]) + EPS
     dsx = wp.vec3(v2[1] - v1[1], v0[1] - v2[1], v1[1] - v0[1]) / area
     dsy = wp.vec3(v1[0] - v2[0], v2[0] - v0[0], v0[0] - v1[0]) / area
-    if perspective != 0:
+    if perspective_correct != 0:
         s = barycentric(p, wp.vec2(v0[0], v0[1]), wp.vec2(v1[0], v1[1]), wp.vec2(v2[0], v2[1]))
         zz = wp.vec3(v1[2] * v2[2], v0[2] * v2[2], v0[2] * v1[2])
         w = wp.cw_mul(s, zz)
@@ -372,7 +372,7 @@ def _interpolate(
             screen.verts_ndc[screen.ndc_faces[f, 0]],
             screen.verts_ndc[screen.ndc_faces[f, 1]],
             screen.verts_ndc[screen.ndc_faces[f, 2]],
-            screen.perspective,
+            screen.perspective_correct,
         )
         # One pixel step is 2 / min(H, W) NDC units; columns run to -X, rows to -Y.
         step = -2.0 / float(wp.min(height, width))
@@ -388,7 +388,7 @@ def _launch(p2f, bary, face_attrs, vert_attrs, faces, d, verts_ndc, ndc_faces, p
                        vert_attributes=vert_attrs, faces=faces,
                        per_corner=1 if face_attrs is not None else 0, dim=d)  # fmt: skip
     screen = new_struct(ScreenFaces, device, verts_ndc=verts_ndc, ndc_faces=ndc_faces,
-                        perspective=int(bool(persp)),
+                        perspective_correct=int(bool(persp)),
                         with_derivatives=1 if verts_ndc is not None else 0)  # fmt: skip
     frag = new_struct(PixelFragments, device, pix_to_face=p2f, bary_coords=bary)
     values, ddx, ddy = (float_view(o) if o is not None else None for o in outs)

@@ -88,7 +88,13 @@ def edge_grads(p: wp.vec2, a: wp.vec2, b: wp.vec2):
 
 @wp.func
 def bary_derivatives_grad(
-    p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, perspective: int, gdx: wp.vec3, gdy: wp.vec3
+    p: wp.vec2,
+    v0: wp.vec3,
+    v1: wp.vec3,
+    v2: wp.vec3,
+    perspective_correct: int,
+    gdx: wp.vec3,
+    gdy: wp.vec3,
 ):
     """Adjoint of :func:`~warpraster.shading.interpolate.bary_derivatives`: the
     gradients (vec3 each) to ``v0``, ``v1``, ``v2`` of ``dot(gdx, dx) + dot(gdy, dy)``,
@@ -105,7 +111,7 @@ def bary_derivatives_grad(
     gx = wp.vec3(0.0)
     gy = wp.vec3(0.0)
     gz = wp.vec3(0.0)
-    if perspective != 0:
+    if perspective_correct != 0:
         p0 = wp.vec2(v0[0], v0[1])
         p1 = wp.vec2(v1[0], v1[1])
         p2 = wp.vec2(v2[0], v2[1])
@@ -396,7 +402,7 @@ def _sample_uv_mipmap_adjoint(
             ndc = a.corners.ndc[f]
             p = pixel_centre(yi, xi, shape[0], shape[1])
             gv0, gv1, gv2 = bary_derivatives_grad(
-                p, ndc[0], ndc[1], ndc[2], a.corners.perspective, g_dbx, g_dby
+                p, ndc[0], ndc[1], ndc[2], a.corners.perspective_correct, g_dbx, g_dby
             )
             wp.atomic_add(g.ndc, f, wp.matrix_from_rows(gv0, gv1, gv2))
     if (g.want & WANT_UV) != 0:

@@ -868,12 +868,12 @@ def _gather_corners(
 class UVCorners:
     """A :class:`CornerTables` in the sampling kernel: ``uv`` (F,) ``mat32`` (rows:
     a face's corner UVs), ``ndc`` (F,) ``mat33`` (rows: its projected vertices, read
-    when ``derivatives``) and the rasterizer's ``perspective`` setting."""
+    when ``derivatives``) and the rasterizer's ``perspective_correct`` setting."""
 
     uv: wp.array(dtype=mat32)
     ndc: wp.array(dtype=wp.mat33)
     derivatives: int
-    perspective: int
+    perspective_correct: int
 
 
 class CornerTables:
@@ -914,7 +914,7 @@ def pixel_bary_derivatives(corners: UVCorners, f: int, yi: int, xi: int, shape: 
     pixel, x right, y down."""
     p = pixel_centre(yi, xi, shape[0], shape[1])
     m = corners.ndc[f]
-    dbx, dby = bary_derivatives(p, m[0], m[1], m[2], corners.perspective)
+    dbx, dby = bary_derivatives(p, m[0], m[1], m[2], corners.perspective_correct)
     return dbx, dby, -2.0 / float(wp.min(shape[0], shape[1]))
 
 
@@ -1138,7 +1138,7 @@ class TexturesUVMipmap(UVTextures):
             corners = CornerTables(nf, self.device, rg)
         # vn, fcs left None (base-level modes) become placeholders, not read
         screen = self._screen(self.device, verts_ndc=vn, ndc_faces=fcs,
-                              perspective=int(bool(perspective_correct)),
+                              perspective_correct=int(bool(perspective_correct)),
                               with_derivatives=int(vn is not None))  # fmt: skip
         tape = active_tape()
         # the tables' adjoint as per-vertex gathers (mip_adjoint.record_corners_adjoint)
@@ -1168,7 +1168,7 @@ class TexturesUVMipmap(UVTextures):
         nn, h, w, k = p2f.shape
         corner_args = self._corners(self.device, uv=corners.uv, ndc=corners.ndc,
                                     derivatives=screen.with_derivatives,
-                                    perspective=screen.perspective)  # fmt: skip
+                                    perspective_correct=screen.perspective_correct)  # fmt: skip
         # One thread per slot and channel: a thread per slot doing the three
         # channels was slower on an H200 (0.36 vs 0.28 ms forward, 1.54 vs 1.24 ms
         # backward on the K = 1 bench scene; docs/PERF.md). Its adjoint is
