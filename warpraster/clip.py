@@ -537,9 +537,7 @@ def _clipped_bary(rows: ClippedRows, q: int, i: int) -> wp.vec3:
     y = (pixel // size[1]) % size[0]
     m = rows.face_verts[q]
     centre = pixel_centre(y, pixel % size[1], size[0], size[1])
-    _z, b, _d = fragment_values(
-        centre, m[0], m[1], m[2], rows.perspective_correct, rows.clip_barycentric_coords
-    )
+    _z, b, _d = fragment_values(centre, m, rows.perspective_correct, rows.clip_barycentric_coords)
     return b
 
 

@@ -121,17 +121,18 @@ def fragment_rows(pix_to_face: wp.array, zbuf: wp.array, bary: wp.array, dists: 
 # ----------------------------------------------------------------------------- per-slot math
 @wp.func
 def fragment_values(
-    p: wp.vec2,
-    v0: wp.vec3,
-    v1: wp.vec3,
-    v2: wp.vec3,
-    perspective_correct: int,
-    clip_barycentric_coords: int,
+    p: wp.vec2, face: wp.mat33, perspective_correct: int, clip_barycentric_coords: int
 ):
-    """(zbuf, bary_coords, signed dists) of the face (v0, v1, v2) at pixel centre ``p``."""
-    bary, inside = face_barycentric(p, v0, v1, v2, perspective_correct)
-    bary, z = face_depth(bary, v0, v1, v2, clip_barycentric_coords)
-    d = point_triangle_dist2(p, wp.vec2(v0[0], v0[1]), wp.vec2(v1[0], v1[1]), wp.vec2(v2[0], v2[1]))
+    """(zbuf, bary_coords, signed dists) of ``face`` (rows: its vertices' screen x,
+    y and depth) at pixel centre ``p``."""
+    bary, inside = face_barycentric(p, face, perspective_correct)
+    bary, z = face_depth(bary, face, clip_barycentric_coords)
+    d = point_triangle_dist2(
+        p,
+        wp.vec2(face[0, 0], face[0, 1]),
+        wp.vec2(face[1, 0], face[1, 1]),
+        wp.vec2(face[2, 0], face[2, 1]),
+    )
     if inside:
         d = -d
     return z, bary, d
@@ -147,5 +148,5 @@ def slot_fragment(
         return -1.0, wp.vec3(-1.0, -1.0, -1.0), -1.0
     verts = meshes.verts
     face = wp.vec3i(meshes.faces[f, 0], meshes.faces[f, 1], meshes.faces[f, 2])
-    return fragment_values(p, verts[face[0]], verts[face[1]], verts[face[2]], perspective_correct,
-                           clip_barycentric_coords)  # fmt: skip
+    rows = wp.matrix_from_rows(verts[face[0]], verts[face[1]], verts[face[2]])
+    return fragment_values(p, rows, perspective_correct, clip_barycentric_coords)

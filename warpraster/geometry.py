@@ -134,24 +134,24 @@ def edges_admit(p: wp.vec2, a: wp.vec2, b: wp.vec2, c: wp.vec2) -> bool:
 
 
 @wp.func
-def face_barycentric(p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, perspective_correct: int):
-    """(barycentrics, inside) of pixel centre ``p`` in the face (v0, v1, v2) (screen
-    x, y and depth): perspective-corrected when ``perspective_correct`` != 0, unclipped;
-    ``inside`` the strict test on them."""
-    a = wp.vec2(v0[0], v0[1])
-    b = wp.vec2(v1[0], v1[1])
-    c = wp.vec2(v2[0], v2[1])
+def face_barycentric(p: wp.vec2, face: wp.mat33, perspective_correct: int):
+    """(barycentrics, inside) of pixel centre ``p`` in ``face`` (rows: its vertices'
+    screen x, y and depth): perspective-corrected when ``perspective_correct`` !=
+    0, unclipped; ``inside`` the strict test on them."""
+    a = wp.vec2(face[0, 0], face[0, 1])
+    b = wp.vec2(face[1, 0], face[1, 1])
+    c = wp.vec2(face[2, 0], face[2, 1])
     bary = barycentric(p, a, b, c)
     if perspective_correct != 0:
-        bary = perspective_corrected(bary, v0[2], v1[2], v2[2])
+        bary = perspective_corrected(bary, face[0, 2], face[1, 2], face[2, 2])
     return bary, is_inside(bary)
 
 
 @wp.func
-def face_depth(bary: wp.vec3, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, clip: int):
-    """(barycentrics, z): ``bary`` clipped when ``clip`` != 0 (PyTorch3D's
-    ``clip_barycentric_coords``), and the depth they interpolate."""
+def face_depth(bary: wp.vec3, face: wp.mat33, clip_barycentric_coords: int):
+    """(barycentrics, z) in ``face`` (rows as :func:`face_barycentric`): ``bary``
+    clipped when ``clip_barycentric_coords`` != 0, and the depth they interpolate."""
     out = bary
-    if clip != 0:
+    if clip_barycentric_coords != 0:
         out = clip_barycentric(bary)
-    return out, out[0] * v0[2] + out[1] * v1[2] + out[2] * v2[2]
+    return out, out[0] * face[0, 2] + out[1] * face[1, 2] + out[2] * face[2, 2]

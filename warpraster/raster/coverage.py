@@ -118,9 +118,9 @@ def test_face(ps: PassArgs, f: int, p: wp.vec2):
         if ps.blur_radius <= 0.0:
             maybe = edges_admit(p, a, b, c)
         if maybe:
-            bary, inside = face_barycentric(p, m[0], m[1], m[2], ps.perspective_correct)
+            bary, inside = face_barycentric(p, m, ps.perspective_correct)
             if inside or ps.blur_radius > 0.0:
-                _clipped, z = face_depth(bary, m[0], m[1], m[2], ps.clip_barycentric_coords)
+                _clipped, z = face_depth(bary, m, ps.clip_barycentric_coords)
                 if z >= 0.0:
                     if inside:
                         hit = True
@@ -145,9 +145,9 @@ def test_face_sharp(ps: PassArgs, f: int, p: wp.vec2):
     c = wp.vec2(m[2, 0], m[2, 1])
     in_box = p[0] <= bb[2] and p[0] >= bb[0] and p[1] <= bb[3] and p[1] >= bb[1]
     if in_box and edges_admit(p, a, b, c):
-        bary, inside = face_barycentric(p, m[0], m[1], m[2], ps.perspective_correct)
+        bary, inside = face_barycentric(p, m, ps.perspective_correct)
         if inside:
-            _clipped, z = face_depth(bary, m[0], m[1], m[2], ps.clip_barycentric_coords)
+            _clipped, z = face_depth(bary, m, ps.clip_barycentric_coords)
             hit = z >= 0.0
     return hit, z, float(-1.0)
 

@@ -36,14 +36,7 @@ def face_values(ps: PassArgs, f: int, p: wp.vec2):
     d = float(-1.0)
     if f >= 0:
         m = ps.face.verts[f]
-        z, bary, d = fragment_values(
-            p,
-            wp.vec3(m[0, 0], m[0, 1], m[0, 2]),
-            wp.vec3(m[1, 0], m[1, 1], m[1, 2]),
-            wp.vec3(m[2, 0], m[2, 1], m[2, 2]),
-            ps.perspective_correct,
-            ps.clip_barycentric_coords,
-        )
+        z, bary, d = fragment_values(p, m, ps.perspective_correct, ps.clip_barycentric_coords)
     return z, bary, d
 
 
