@@ -18,18 +18,18 @@ from .backward.tape import active_tape
 from .camera import vert_to_mesh_from_faces
 from .fragments import Fragments
 from .meshes import PackedMeshes, as_faces_array, as_index_array, as_vec3_array, pack_meshes
+from .patches import patch_launch_size, patch_pixel
 from .raster import ClipWorkspace, RasterWorkspace
 from .raster.workspace import CallGraph
 from .rasterize import rasterize_checked
 from .rasterizer import MeshRasterizer
 from .shading.corner_lists import CornerLists
-from .shading.fused import FORWARD_TILE_W
+from .shading.fused import FORWARD_PATCH_W
 from .shading.normals import vertex_normals
 from .shading.params import new_struct
 from .shading.pixel_args import PixelFragments
 from .shading.reductions import checked_mse_out, image_mse, mse_forward
 from .shading.shaders import ShaderBase, ShadingBuffers, ShadingMode, SoftSilhouetteShader
-from .tiles import pixel_launch_size, tiled_pixel
 
 __all__ = ["MeshRenderer", "RenderOutputs", "Renderer"]
 
@@ -150,12 +150,12 @@ def _channels_kernel(
     # Data out:
     channels_out: Channels,
 ):
-    n, y, x, inside = tiled_pixel(
+    n, y, x, inside = patch_pixel(
         wp.tid(),
         slot.pix_to_face.shape[0],
         slot.pix_to_face.shape[1],
         slot.pix_to_face.shape[2],
-        FORWARD_TILE_W,
+        FORWARD_PATCH_W,
     )
     if not inside:
         return
@@ -512,7 +512,7 @@ class Renderer:
             return
         wp.launch(
             _channels_kernel,
-            dim=pixel_launch_size(*self.shape[:3], FORWARD_TILE_W),
+            dim=patch_launch_size(*self.shape[:3], FORWARD_PATCH_W),
             inputs=[out.pixel_fragments_of(frags), out.channel_mesh],
             outputs=[out.channels],
             device=self.device,

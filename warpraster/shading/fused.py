@@ -26,7 +26,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..backward.tape import active_tape
-from ..tiles import pixel_launch_size, tiled_pixel
+from ..patches import patch_launch_size, patch_pixel
 from .lighting import (
     NORMALIZE_EPS,
     LightKind,
@@ -492,17 +492,17 @@ PIXEL_MAX_REGISTERS = 80
 #: the extra channels): K=8 1.436 / 1.437 -> 1.421 / 1.423 ms forward + backward,
 #: K=1 1.612 / 1.612 -> 1.604 / 1.607.
 ADJOINT_MAX_REGISTERS = 64
-#: Pixel tiles of the two pixel kernels (:mod:`warpraster.tiles`): each
-#: warp's 32 threads take a tile of ``tile_w`` x (32 / ``tile_w``) pixels of one
+#: Pixel patches of the two pixel kernels (:mod:`warpraster.patches`): each
+#: warp's 32 threads take a patch of ``patch_w`` x (32 / ``patch_w``) pixels of one
 #: image (32: a row segment, as a 3-d launch). H200, graph replay, median of 20,
 #: image alone, both kernels at one width (32 / 16 / 8 / 4): K=8 forward
 #: 0.655-0.659 / 0.641 / 0.633-0.636 / 0.634 ms, forward + backward 1.358-1.364 /
 #: 1.354 / 1.362-1.370 / 1.371: the forward (lighting, faces gathered) gains from
-#: square tiles, the adjoint (atomics into the faces' rows) loses; forward at 8
+#: square patches, the adjoint (atomics into the faces' rows) loses; forward at 8
 #: with the adjoint at 32 / 16: 0.636-0.642 / 0.639 forward, 1.345-1.350 /
 #: 1.360-1.366 forward + backward (docs/PERF.md).
-FORWARD_TILE_W = wp.constant(8)
-ADJOINT_TILE_W = wp.constant(32)
+FORWARD_PATCH_W = wp.constant(8)
+ADJOINT_PATCH_W = wp.constant(32)
 
 
 @wp.kernel(enable_backward=False, cuda_max_registers=PIXEL_MAX_REGISTERS)
@@ -514,8 +514,8 @@ def _shade_blend_kernel(
     # Data out:
     image_out: wp.array4d(dtype=wp.float32),
 ):
-    n, y, x, inside = tiled_pixel(
-        wp.tid(), image_out.shape[0], image_out.shape[1], image_out.shape[2], FORWARD_TILE_W
+    n, y, x, inside = patch_pixel(
+        wp.tid(), image_out.shape[0], image_out.shape[1], image_out.shape[2], FORWARD_PATCH_W
     )
     if not inside:
         return
@@ -572,8 +572,8 @@ def _shade_blend_adjoint(
     forward's image (the same float32 value), so only the weights are recomputed
     before the slot loop, without lighting the slots (which the slot loop does
     again)."""
-    n, y, x, inside = tiled_pixel(
-        wp.tid(), image.shape[0], image.shape[1], image.shape[2], ADJOINT_TILE_W
+    n, y, x, inside = patch_pixel(
+        wp.tid(), image.shape[0], image.shape[1], image.shape[2], ADJOINT_PATCH_W
     )
     if not inside:
         return
@@ -768,7 +768,7 @@ def launch_shade_blend(
     p2f = frag.pix_to_face
     n, h, w, _ = p2f.shape
     device = p2f.device
-    dim = pixel_launch_size(n, h, w, FORWARD_TILE_W)
+    dim = patch_launch_size(n, h, w, FORWARD_PATCH_W)
     tape = launch_image_kernel(_shade_blend_kernel, dim, [frag, inputs], image_out, device)
     if tape is None:
         return None
@@ -782,7 +782,7 @@ def launch_shade_blend(
     def backward():
         wp.launch(
             _shade_blend_adjoint,
-            dim=pixel_launch_size(n, h, w, ADJOINT_TILE_W),
+            dim=patch_launch_size(n, h, w, ADJOINT_PATCH_W),
             inputs=[frag, inputs, image_out, ig],
             outputs=[g],
             device=device,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..geometry import EPS, barycentric, pixel_centre
-from ..tiles import pixel_launch_size, tiled_slot
+from ..patches import patch_launch_size, patch_slot
 from .corner_lists import VertexCorners, corner_of
 from .mipmap import (
     BoundaryMode,
@@ -303,8 +303,8 @@ def bilinear_channel_grad(
 #: + MSE + backward, graph replay, 2.205 -> 2.081 ms at 96 (Warp's generated
 #: adjoint: 0.788 ms, 2.516).
 ADJOINT_MAX_REGISTERS = 96
-#: Pixel tile width of the adjoint's launch (:mod:`~warpraster.tiles`).
-ADJOINT_TILE_W = wp.constant(32)
+#: Pixel patch width of the adjoint's launch (:mod:`~warpraster.patches`).
+ADJOINT_PATCH_W = wp.constant(32)
 
 
 @wp.kernel(cuda_max_registers=ADJOINT_MAX_REGISTERS)
@@ -317,10 +317,10 @@ def _sample_uv_mipmap_adjoint(
     g: SampleGrads,
 ):
     """One thread per slot: the adjoint of ``mipmap._sample_uv_mipmap`` over all C
-    channels, launched over pixel tiles (:mod:`~warpraster.tiles`)."""
+    channels, launched over pixel patches (:mod:`~warpraster.patches`)."""
     p2f = a.frag.pix_to_face
-    n, yi, xi, k, inside = tiled_slot(
-        wp.tid(), p2f.shape[0], p2f.shape[1], p2f.shape[2], p2f.shape[3], ADJOINT_TILE_W
+    n, yi, xi, k, inside = patch_slot(
+        wp.tid(), p2f.shape[0], p2f.shape[1], p2f.shape[2], p2f.shape[3], ADJOINT_PATCH_W
     )
     if not inside:
         return
@@ -460,7 +460,7 @@ class SampleAdjoint:
         def backward():
             wp.launch(
                 _sample_uv_mipmap_adjoint,
-                dim=pixel_launch_size(n, h, w, ADJOINT_TILE_W, k),
+                dim=patch_launch_size(n, h, w, ADJOINT_PATCH_W, k),
                 inputs=[inputs, texels_grad],
                 outputs=[grads],
                 device=device,

@@ -49,7 +49,7 @@ import warp as wp
 from ..backward.tape import active_tape
 from ..geometry import pixel_centre
 from ..meshes import as_faces_array, as_vec3_array
-from ..tiles import pixel_launch_size, tiled_slot
+from ..patches import patch_launch_size, patch_slot
 from .corner_lists import CornerLists
 from .interpolate import (
     ScreenFaces,
@@ -965,8 +965,8 @@ class SampleInputs:
     t: MipSampler
 
 
-#: Pixel tile width of the sampling kernel (:mod:`~warpraster.tiles`).
-SAMPLE_TILE_W = wp.constant(8)
+#: Pixel patch width of the sampling kernel (:mod:`~warpraster.patches`).
+SAMPLE_PATCH_W = wp.constant(8)
 
 
 @wp.kernel(cuda_max_registers=SAMPLE_MAX_REGISTERS)
@@ -977,11 +977,11 @@ def _sample_uv_mipmap(
     texels_out: wp.array4d(dtype=wp.float32),
 ):
     """One thread per slot and channel (any channel count C), launched flat over
-    pixel tiles (:mod:`~warpraster.tiles`, ``SAMPLE_TILE_W``; the index
+    pixel patches (:mod:`~warpraster.patches`, ``SAMPLE_PATCH_W``; the index
     decoded with 32-bit divisions: see :func:`_build_level`)."""
     p2f = a.frag.pix_to_face
-    n, yi, xi, j, inside = tiled_slot(
-        wp.tid(), p2f.shape[0], p2f.shape[1], p2f.shape[2], texels_out.shape[3], SAMPLE_TILE_W
+    n, yi, xi, j, inside = patch_slot(
+        wp.tid(), p2f.shape[0], p2f.shape[1], p2f.shape[2], texels_out.shape[3], SAMPLE_PATCH_W
     )
     if not inside:
         return
@@ -1180,7 +1180,7 @@ class TexturesUVMipmap(UVTextures):
         inputs = self._inputs(self.device, frag=frag, corners=corner_args, t=self.sampler)
         wp.launch(
             _sample_uv_mipmap,
-            dim=pixel_launch_size(nn, h, w, SAMPLE_TILE_W, k * c),  # flat (see the kernel)
+            dim=patch_launch_size(nn, h, w, SAMPLE_PATCH_W, k * c),  # flat (see the kernel)
             inputs=[inputs],
             outputs=[view],
             device=self.device,
