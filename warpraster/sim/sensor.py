@@ -196,7 +196,7 @@ class CameraSensor:
         light_direction: direction a directional light travels (Newton's default
             light: (-1, 1, -1) normalised), or None for none.
         light_intensity: its intensity.
-        bin_size: passed to the rasterizer (None = its default tiles).
+        bin_size: passed to the rasterizer (None = its default bins).
         device: Warp device.
         requires_grad: allocate gradients for every buffer (needed for the tape).
         grad_channels: the float channels that get gradient buffers (None: all
