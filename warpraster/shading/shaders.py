@@ -304,7 +304,9 @@ class ShadingBuffers:
         """(N, H, W, K) ``vec3`` of ones (silhouette colours), allocated on first use."""
         return wp.full(self.shape, wp.vec3(1.0), dtype=wp.vec3, device=self.device)
 
-    def fuse_image_mse(self, target: wp.array, loss: wp.array, weight: float, tape) -> bool:
+    def fuse_image_mse(
+        self, target: wp.array, loss: wp.array, weight: float, tape: wp.Tape | None
+    ) -> bool:
         """Lets the last shader call's recorded adjoint add the gradient of
         ``loss = weight * sum((image - target)^2)`` itself (read from ``loss.grad``
         at the backward) instead of a loss backward writing ``image.grad``; False
