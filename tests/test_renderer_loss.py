@@ -42,6 +42,16 @@ def _step(r, verts, target, loss, fused: bool, extra_target=None):
     return tape, out
 
 
+def _unfused_after(tapes, r, verts, target, loss, extra_target=None):
+    """Clears ``tapes`` and the vertex gradient, then runs the unfused step: its
+    (loss, vertex gradient), the truth the fused variants are compared with."""
+    for t in tapes:
+        t.zero()
+    verts.grad.zero_()
+    _step(r, verts, target, loss, fused=False, extra_target=extra_target)
+    return loss.numpy().copy(), verts.grad.numpy().copy()
+
+
 def _assert_same(a, b, device, what):
     if wp.get_device(device).is_cpu:
         # the cpu runs every atomic sum in order: the fused adjoint computes the
@@ -91,11 +101,9 @@ def test_a_second_loss_on_one_render_takes_the_unfused_route(device):
     tape, out = _step(r, verts, t1, loss, fused=True, extra_target=t2)
     assert np.any(out.image.grad.numpy())  # the second term's
     fused_loss, fused = loss.numpy().copy(), verts.grad.numpy().copy()
-    tape.zero()
-    verts.grad.zero_()
-    _step(r, verts, t1, loss, fused=False, extra_target=t2)
-    _assert_same(fused_loss, loss.numpy(), device, "loss")
-    _assert_same(fused, verts.grad.numpy(), device, "verts")
+    want_loss, want = _unfused_after([tape], r, verts, t1, loss, t2)
+    _assert_same(fused_loss, want_loss, device, "loss")
+    _assert_same(fused, want, device, "verts")
 
 
 def test_the_silhouette_shader_falls_back_to_the_unfused_backward(device):
@@ -106,10 +114,8 @@ def test_the_silhouette_shader_falls_back_to_the_unfused_backward(device):
     assert np.any(out.image.grad.numpy())
     fused = verts.grad.numpy().copy()
     assert np.abs(fused).max() > 0
-    tape.zero()
-    verts.grad.zero_()
-    _step(r, verts, target, loss, fused=False)
-    _assert_same(fused, verts.grad.numpy(), device, "verts")
+    _, want = _unfused_after([tape], r, verts, target, loss)
+    _assert_same(fused, want, device, "verts")
 
 
 def test_a_loss_on_another_tape_than_the_render_is_not_fused(device):
@@ -128,11 +134,8 @@ def test_a_loss_on_another_tape_than_the_render_is_not_fused(device):
     assert np.any(out.image.grad.numpy())
     tape_a.backward()
     split = verts.grad.numpy().copy()
-    tape_a.zero()
-    tape_b.zero()
-    verts.grad.zero_()
-    _step(r, verts, target, loss, fused=False)
-    _assert_same(split, verts.grad.numpy(), device, "verts")
+    _, want = _unfused_after([tape_a, tape_b], r, verts, target, loss)
+    _assert_same(split, want, device, "verts")
 
 
 def test_a_captured_fused_step_replays_the_eager_one(device):
