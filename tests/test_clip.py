@@ -885,3 +885,29 @@ def test_in_place_map_back_follows_a_new_gradient_array(device):
         np.testing.assert_array_equal(grads[1], grads[0])
     else:
         np.testing.assert_allclose(grads[1], grads[0], rtol=0, atol=1e-5 * np.abs(grads[0]).max())
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_reused_clip_workspace_rewrites_what_the_call_before_left(device, k):
+    """A ClipWorkspace's map back and output pass skip an empty group of four slots
+    that the call before left filled with -1 (``Tuning.fill_empty_once``; with K = 1
+    a group spans four pixels). Through calls whose covered slots shrink, grow and
+    shrink, with split faces, every fragment equals a fresh workspace's."""
+    rng = np.random.default_rng(21)
+    verts, faces, first, count = random_batch(rng, [30, 24], z_range=(-0.5, 3.0))
+    size = dict(image_size=(12, 16), faces_per_pixel=k, bin_size=8, z_clip_value=0.6)
+    ws = wr.ClipWorkspace(num_verts=len(verts), num_faces=len(faces), num_meshes=len(first),
+                          image_size=size["image_size"], faces_per_pixel=k, bin_size=8,
+                          device=device)  # fmt: skip
+    covered = []
+    for scale in (0.4, 0.1, 0.7, 0.4):
+        v = verts.copy()
+        v[:, :2] *= scale
+        dev = to_device(v, faces, first, count, device)
+        got = rasterize_meshes(*dev, workspace=ws, **size).numpy()
+        fresh = rasterize_meshes(*dev, **size).numpy()
+        covered.append((fresh["pix_to_face"] >= 0).sum())
+        for key in ("pix_to_face", "zbuf", "bary_coords", "dists"):
+            np.testing.assert_array_equal(got[key], fresh[key], err_msg=f"scale {scale} {key}")
+    assert covered[1] < covered[0] < covered[2]
+    assert ws.clip.any_split.numpy()[0] == 1  # faces crossed the near plane

@@ -46,7 +46,7 @@ from .backward.tape import active_tape
 from .fragments import fragment_values
 from .geometry import pixel_centre
 from .meshes import MeshArrays, PackedMeshes, mesh_arrays
-from .stores import load4i, store4i
+from .stores import FillState, fill_state, group_needs_write, load4i, store4i
 
 # fuse_fp off: PyTorch3D computes the crossings as separately rounded float32
 # operations; without FMA contraction CUDA gives those same bits (as the cpu device
@@ -485,10 +485,13 @@ def _store_slots(s: SlotViews, j: int, u: wp.vec4i):
 class SlotPair:
     """The two slot arrays of an in-place map back: ``src`` the clipped list's
     pix_to_face (read) and ``dst`` the input-face pix_to_face (written), each as
-    :class:`SlotViews` (same shape, each its own alignment)."""
+    :class:`SlotViews` (same shape, each its own alignment); ``fill``: which
+    groups of four ``dst`` slots an earlier call left holding faces (a group
+    that is empty now and was then is not written again)."""
 
     src: SlotViews
     dst: SlotViews
+    fill: FillState
 
 
 @wp.kernel(enable_backward=False)
@@ -513,7 +516,9 @@ def _unclip_in_place(
             u[lane] = v
             if _was_split(m, v):
                 bary[4 * j + lane] = m.conversion[q] * bary[4 * j + lane]
-    _store_slots(slots.dst, j, u)
+    # (a group of four slots may span pixels: empty only if all four are)
+    if group_needs_write(slots.fill, j, wp.max(wp.max(u[0], u[1]), wp.max(u[2], u[3])) < 0):
+        _store_slots(slots.dst, j, u)
 
 
 @wp.struct
@@ -667,6 +672,7 @@ class ClipBuffers:
                            conversion=self.barycentric_conversion,
                            any_split=self.any_split)  # fmt: skip
         self._inputs = None  # (key, MeshArrays) of the last call's input arrays
+        self.no_fill = fill_state(None, False, d)  # every map-back slot written
         self._slot_views = {}  # slot array (ptr, shape) -> its SlotViews
         self._structs = {}  # name -> (key, struct) kept by _kept
 
@@ -918,6 +924,7 @@ def unclip_in_place(
     perspective_correct: bool,
     clip_barycentric_coords: bool,
     deterministic: bool = False,
+    fill: FillState | None = None,
 ) -> None:
     """:func:`unclip_fragments` for the rasterizer's clipped path, without a copy.
 
@@ -927,11 +934,15 @@ def unclip_in_place(
     adjoint converts the shared gradient back in place before the rasterizer's
     backward reads it, recomputing a split slot's clipped barycentrics from
     ``face_verts`` (the clipped list's set-up rows) with the render's
-    ``perspective_correct`` and ``clip_barycentric_coords``. No checks: internal.
+    ``perspective_correct`` and ``clip_barycentric_coords``. ``fill``: the
+    :class:`~warpraster.stores.FillState` of ``out_pix_to_face`` when it is
+    reused call after call (None: every slot written). No checks: internal.
     """
     _n, height, width, k = pix_to_face.shape
+    if fill is None:
+        fill = buffers.no_fill
     slots = buffers._kept("pair", SlotPair, src=buffers.slot_views(pix_to_face),
-                          dst=buffers.slot_views(out_pix_to_face))  # fmt: skip
+                          dst=buffers.slot_views(out_pix_to_face), fill=fill)  # fmt: skip
 
     def adjoint(conv_grad):
         rows = buffers._kept(

@@ -43,6 +43,13 @@ class Fragments:
 
     Slots are ordered by ascending ``zbuf``; exact ties by ascending face index.
     Use ``pix_to_face >= 0`` as the validity mask (a valid ``dists`` can be -1).
+
+    Fragments returned from a workspace (a :class:`~warpraster.RasterWorkspace`,
+    the rasterizer and renderer objects) are the workspace's own arrays, which
+    its next call rewrites: read them, or copy them, but do not write into them.
+    That call rewrites only the slots it must (an empty group of four slots that
+    the call before left filled with -1 is not written again); after writing
+    into them, call the workspace's ``refill_empty_slots()``.
     """
 
     pix_to_face: wp.array

@@ -218,6 +218,9 @@ class Tuning:
             every face of the mesh (exact, slower).
         max_registers: CUDA register caps per kernel family, as sorted
             ``(("outputs", 64), ("queue8", 56), ...)`` pairs (hashable).
+        fill_empty_once: a workspace's own outputs (K a multiple of 4, wide
+            outputs): write an empty group of four slots only when an earlier
+            call left values there (it keeps the -1 fill otherwise).
         call_graphs: replay repeated calls as one graph: None = on CUDA, True =
             on every device, False = never.
         specialize: compile the render flags into kernel variants: None = on
@@ -227,6 +230,7 @@ class Tuning:
     small_face_pixels: int = 64
     small_face_lanes: int | None = None
     wide_outputs: bool = True
+    fill_empty_once: bool = True
     register_queue_max_k: int = 16
     max_sorted_bin: int = 256
     max_registers: tuple[tuple[str, int], ...] = field(default=())
@@ -250,6 +254,7 @@ class Tuning:
         put(self, "max_registers", tuple(sorted((str(k), int(v)) for k, v in regs.items()
                                                 if v is not None)))  # fmt: skip
         put(self, "wide_outputs", _flag(self.wide_outputs, "wide_outputs"))
+        put(self, "fill_empty_once", _flag(self.fill_empty_once, "fill_empty_once"))
 
     def registers(self, kernel: str) -> int | None:
         """The register cap of a kernel family, None for the compiler's choice."""

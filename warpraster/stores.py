@@ -64,3 +64,43 @@ class WideRows:
     zbuf: wp.array(dtype=wp.vec4)
     bary: wp.array(dtype=wp.vec4)
     dists: wp.array(dtype=wp.vec4)
+
+
+@wp.struct
+class FillState:
+    """Which groups of four slots of a reused output array may hold values other
+    than the empty-slot fill (-1), left by an earlier call: ``held`` (one uint8 per
+    group, 1: may hold values), used only when ``on`` is 1 (0: every group is
+    written on every call, as for arrays that are new each call).
+
+    Most slots of a K = 8 render are empty (89% of the groups of four on the bench
+    scene), and their fill is most of the bytes the output pass writes; a group
+    that an earlier call left filled with -1 needs no stores (docs/PERF.md)."""
+
+    held: wp.array(dtype=wp.uint8)
+    on: int
+
+
+@wp.func
+def group_needs_write(fill: FillState, g: int, empty: bool) -> bool:
+    """Whether group g, empty (all four slots -1) or not, must be written this
+    call; updates its ``held`` mark for the next call."""
+    if fill.on == 0:
+        return True
+    held = fill.held[g] != wp.uint8(0)
+    if empty:
+        if held:
+            fill.held[g] = wp.uint8(0)
+        return held
+    if not held:
+        fill.held[g] = wp.uint8(1)
+    return True
+
+
+def fill_state(held: wp.array | None, on: bool, device) -> FillState:
+    """A :class:`FillState` over ``held`` (None, or ``on`` False: off, every group
+    written)."""
+    s = FillState()
+    s.on = int(bool(on) and held is not None)
+    s.held = held if held is not None else wp.zeros(1, dtype=wp.uint8, device=device)
+    return s

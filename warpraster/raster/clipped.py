@@ -10,6 +10,7 @@ from ..clip import ClipBuffers, FrustumCullRule, clip_faces, unclip_in_place
 from ..fragments import Fragments
 from ..meshes import PackedMeshes
 from ..settings import RasterSettings, Tuning
+from ..stores import FillState, fill_state
 from .launch import rasterize_packed
 from .workspace import RasterWorkspace, SettingsViews, default_max_faces_per_bin
 
@@ -71,6 +72,20 @@ class ClipWorkspace(SettingsViews):
             dists=frags.dists,
             overflow_count=frags.overflow_count,
         )
+        # which groups of four of its pix_to_face slots hold faces (all, at first)
+        self._map_held = wp.ones((frags.pix_to_face.size + 3) // 4, dtype=wp.uint8,
+                                 device=device)  # fmt: skip
+        self._map_fill = {on: fill_state(self._map_held, on, device) for on in (False, True)}
+
+    def map_fill(self) -> FillState:
+        """The map back's :class:`~warpraster.stores.FillState` under the current tuning."""
+        return self._map_fill[self.tuning.fill_empty_once]
+
+    def refill_empty_slots(self) -> None:
+        """Makes the next call write every slot of the fragments, empty ones
+        included: call it after writing into them."""
+        self._map_held.fill_(1)
+        self.raster.refill_empty_slots()
 
     @property
     def tuning(self) -> Tuning:
@@ -125,5 +140,5 @@ def rasterize_clipped(
     unclip_in_place(inner.pix_to_face, inner.bary_coords, clipped, out.pix_to_face,
                     workspace.raster.face_verts, perspective_correct=settings.perspective_correct,
                     clip_barycentric_coords=settings.clip_barycentric_coords,
-                    deterministic=settings.deterministic)  # fmt: skip
+                    deterministic=settings.deterministic, fill=workspace.map_fill())  # fmt: skip
     return out

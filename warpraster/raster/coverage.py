@@ -9,7 +9,7 @@ import warp as wp
 
 from ..fragments import FragmentRows
 from ..geometry import edges_admit, face_barycentric, face_depth, point_triangle_dist2
-from ..stores import WideRows
+from ..stores import FillState, WideRows
 
 # fuse_fp off: no a*b+c contraction into FMA, so every decision is made on the
 # same separately rounded float32 values as PyTorch3D's kernel (docs/PERF.md).
@@ -92,6 +92,8 @@ class PassArgs:
     out: FragmentRows
     wide: int
     out4: WideRows
+    # which empty groups of four slots the wide output pass must still fill
+    fill: FillState
 
 
 @wp.func

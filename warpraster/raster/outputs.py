@@ -2,7 +2,9 @@
 
 A separate pass (the alternatives measured slower: docs/PERF.md). One
 thread per four slots writes them in 16-byte stores where K is a multiple of 4
-(``Tuning.wide_outputs``), else one thread per slot.
+(``Tuning.wide_outputs``), else one thread per slot. The four-slot pass skips
+an empty group that an earlier call left filled with -1 (``Tuning.fill_empty_once``,
+the workspace's own outputs only: :class:`~warpraster.stores.FillState`).
 """
 
 import warp as wp
@@ -10,7 +12,7 @@ import warp as wp
 from .. import variants
 from ..fragments import fragment_values
 from ..geometry import pixel_centre
-from ..stores import load4i, store4
+from ..stores import group_needs_write, load4i, store4
 from .coverage import PassArgs
 
 # fuse_fp off: no a*b+c contraction into FMA, so every decision is made on the
@@ -85,7 +87,10 @@ def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ..
                 ps.faces_per_pixel = wp.static(flags[2])
         i = wp.tid()
         if wp.static(wide):
-            write_group(ps, 4 * i, load4i(ps.out4.pix_to_face, i))
+            f = load4i(ps.out4.pix_to_face, i)
+            # a row is compact (its faces first), so slot 0 empty = the group empty
+            if group_needs_write(ps.fill, i, f[0] < 0):
+                write_group(ps, 4 * i, f)
         else:
             k = ps.faces_per_pixel
             q = i // k

@@ -16,7 +16,7 @@ from ..backward import FaceGradBuffers
 from ..fragments import FragmentRows, Fragments, allocate_fragments
 from ..meshes import MeshArrays, mesh_arrays
 from ..settings import RasterSettings, Tuning
-from ..stores import WideRows
+from ..stores import WideRows, fill_state
 from . import binning
 from .coverage import BinLists, FaceSetup, PassArgs, SplitBins
 from .outputs import wide_views
@@ -248,6 +248,12 @@ class RasterWorkspace(SettingsViews):
                 self.num_meshes, h, w, self.faces_per_pixel, self.device, self.requires_grad,
                 overflow_count=self.overflow if self.binned else None,
             )  # fmt: skip
+        # the workspace's own outputs: which groups of four slots an earlier call
+        # left holding values (all at first: the first call writes every slot)
+        self.fill_held = None
+        if allocate_outputs and self.faces_per_pixel % 4 == 0:
+            groups = self.num_meshes * h * w * self.faces_per_pixel // 4
+            self.fill_held = wp.ones(max(groups, 1), dtype=wp.uint8, device=self.device)
         # K = 1 binned: one (depth, face) key per pixel for the small-face pass
         key_count = self.num_meshes * h * w if self.faces_per_pixel == 1 and self.binned else 1
         self.depth_keys = wp.empty(key_count, dtype=wp.uint64, device=self.device)
@@ -299,6 +305,13 @@ class RasterWorkspace(SettingsViews):
         if self._meshes is None or self._meshes[1] != key:
             self._meshes = (mesh_arrays(*arrays), key)
         return self._meshes
+
+    def refill_empty_slots(self) -> None:
+        """Makes the next call write every slot of the workspace's fragments,
+        empty ones included: call it after writing into them (a call otherwise
+        leaves an empty group of four slots that the call before filled alone)."""
+        if self.fill_held is not None:
+            self.fill_held.fill_(1)
 
     def matches(self, num_meshes: int, num_faces: int, settings: RasterSettings, device) -> bool:
         """Whether this workspace serves a call of this size, settings and device."""
@@ -368,5 +381,13 @@ def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face
             out4 = WideRows()
             out4.pix_to_face, out4.zbuf, out4.bary, out4.dists = views
             ps.out4 = out4
+    mine = ws.fragments
+    own = mine is not None and all(
+        a is not None and a.ptr == b.ptr
+        for a, b in zip((pix_to_face, zbuf, bary, dists),
+                        (mine.pix_to_face, mine.zbuf, mine.bary_coords, mine.dists), strict=True)
+    )  # fmt: skip
+    ps.fill = fill_state(ws.fill_held, own and ps.wide != 0 and ws.tuning.fill_empty_once,
+                         ws.device)  # fmt: skip
     ps.out = out
     return ps
