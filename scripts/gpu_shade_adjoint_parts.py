@@ -13,6 +13,7 @@ import sys
 import warp as wp
 
 from warpraster.bench_render import make_renderer
+from warpraster.patches import patch_launch_size
 from warpraster.shading import fused
 from warpraster.shading.reductions import image_mse
 from warpraster.timing import timer
@@ -24,9 +25,9 @@ def main():
     captured = {}
     real = fused.launch_shade_blend
 
-    def spy(frag, inputs, image_out):
+    def spy(frag, inputs, image_out, image_grad=None):
         captured["args"] = (frag, inputs, image_out)
-        return real(frag, inputs, image_out)
+        return real(frag, inputs, image_out, image_grad)
 
     fused.launch_shade_blend = spy
     import warpraster.shading.shaders as shaders
@@ -45,6 +46,10 @@ def main():
     frag, inputs, image_out = captured["args"]
     g, _ = fused._shade_grads(frag, inputs)
     n, h, w, _ = frag.pix_to_face.shape
+    ig = fused.ImageGrad()
+    ig.grad = image_out.grad
+    ig.mse = 0
+    dim = patch_launch_size(n, h, w, fused.ADJOINT_PATCH_W)
     full = g.want
     timed = timer(device)
 
@@ -52,9 +57,8 @@ def main():
         g.want = want
 
         def launch():
-            wp.launch(fused._shade_blend_adjoint, dim=(n, h, w),
-                      inputs=[frag, inputs, image_out, image_out.grad], outputs=[g], device=device,
-                      block_dim=block_dim)  # fmt: skip
+            wp.launch(fused._shade_blend_adjoint, dim=dim, inputs=[frag, inputs, image_out, ig],
+                      outputs=[g], device=device, block_dim=block_dim)  # fmt: skip
 
         launch()
         return statistics.median(timed(launch) for _ in range(runs))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from ..aggregated import add_mat33_row
 from ..backward.tape import active_tape
 from ..patches import patch_launch_size, patch_pixel
 from .lighting import (
@@ -373,11 +374,11 @@ def _slot_adjoint(
             wp.dot(pos[2], g_point) + wp.dot(nrm[2], g_normal),
         )
         if _wants(g, WANT_FACE_POS):
-            wp.atomic_add(
+            add_mat33_row(
                 g.faces.pos, f, wp.matrix_from_rows(b[0] * g_point, b[1] * g_point, b[2] * g_point)
             )
         if _wants(g, WANT_FACE_NRM):
-            wp.atomic_add(
+            add_mat33_row(
                 g.faces.nrm,
                 f,
                 wp.matrix_from_rows(b[0] * g_normal, b[1] * g_normal, b[2] * g_normal),
@@ -386,7 +387,7 @@ def _slot_adjoint(
         col = a.faces.col[f]
         gb += wp.vec3(wp.dot(col[0], g_texel), wp.dot(col[1], g_texel), wp.dot(col[2], g_texel))
         if _wants(g, WANT_FACE_COL):
-            wp.atomic_add(
+            add_mat33_row(
                 g.faces.col, f, wp.matrix_from_rows(b[0] * g_texel, b[1] * g_texel, b[2] * g_texel)
             )
     elif a.texel_source == TexelSource.PIXEL:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from ..aggregated import add_mat32_row, add_mat33_row
 from ..geometry import EPS, barycentric, pixel_centre
 from ..patches import patch_launch_size, patch_slot
 from .corner_lists import VertexCorners, corner_of
@@ -404,9 +405,9 @@ def _sample_uv_mipmap_adjoint(
             gv0, gv1, gv2 = bary_derivatives_grad(
                 p, ndc[0], ndc[1], ndc[2], a.corners.perspective_correct, g_dbx, g_dby
             )
-            wp.atomic_add(g.ndc, f, wp.matrix_from_rows(gv0, gv1, gv2))
+            add_mat33_row(g.ndc, f, wp.matrix_from_rows(gv0, gv1, gv2))
     if (g.want & WANT_UV) != 0:
-        wp.atomic_add(g.uv, f, mat32(g0[0], g0[1], g1[0], g1[1], g2[0], g2[1]))
+        add_mat32_row(g.uv, f, mat32(g0[0], g0[1], g1[0], g1[1], g2[0], g2[1]))
     if (g.want & WANT_BARY) != 0:
         g_b = wp.vec3(wp.dot(g_uv, uv0), wp.dot(g_uv, uv1), wp.dot(g_uv, uv2))
         g.bary[n, yi, xi, k] = g.bary[n, yi, xi, k] + g_b
