@@ -1,4 +1,5 @@
-"""Per-kernel GPU time of the renderer bench scenes (forward, and forward + backward).
+"""Per-kernel GPU time of the renderer bench scenes (forward, and forward + backward;
+the image alone, without the extra channels).
 
 ``python scripts/gpu_profile_render.py [--scenes a,b] [--runs 10]``: CUDA activity
 timing (``wp.timing_begin``), summed per kernel name, divided by the runs.
@@ -13,7 +14,11 @@ from warpraster.bench_render import loss_step, make_renderer, run
 
 
 def profile(name, device, runs):
-    r, verts = make_renderer(name, device)
+    r, verts = make_renderer(name, device, ())  # the image alone, as the targets
+    # every kernel launched on its own (no call graphs), so that each is listed
+    r.call_graphs = False
+    for o in r.outputs:
+        o.workspace.tuning = o.workspace.tuning.replace(call_graphs=False)
     out = r.render(verts)
     target = wp.zeros_like(out.image)
     loss = wp.zeros(1, dtype=wp.float32, device=device, requires_grad=True)
@@ -36,7 +41,7 @@ def profile(name, device, runs):
             f"--- {name} {label}: {total:.3f} ms device time per call, "
             f"{sum(cnt.values()) // runs} ops"
         )
-        for k, v in sorted(acc.items(), key=lambda kv: -kv[1])[:14]:
+        for k, v in sorted(acc.items(), key=lambda kv: -kv[1])[:24]:
             print(f"   {v / runs:8.3f} ms  x{cnt[k] // runs:<3d} {k[:90]}")
 
 

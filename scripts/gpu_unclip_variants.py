@@ -78,7 +78,8 @@ def main():
     conv = buf.barycentric_conversion
     out = wp.empty_like(pix)
     slots = buf.slot_views(pix)
-    pair = _struct(SlotPair, src=slots, dst=buf.slot_views(out))
+    pair = _struct(SlotPair, src=slots, dst=buf.slot_views(out), fill=buf.no_fill,
+                   now=buf.no_fill)  # fmt: skip
     n = pix.size
     print(f"slots {n}, filled {(pix.numpy() >= 0).mean():.3f}, "
           f"split faces {(buf.cases.face_case.numpy() > 1).sum()}")  # fmt: skip
@@ -91,7 +92,10 @@ def main():
             flat1, dim=n, inputs=[pix.flatten(), *common, out.flatten(), bary.flatten()], device=dev
         ),  # fmt: skip
         "library": lambda: wp.launch(
-            _unclip_in_place, dim=(n + 3) // 4, inputs=[pair, buf.map, bary.flatten()], device=dev
+            _unclip_in_place,
+            dim=(n + 3) // 4,
+            inputs=[pair, buf.map, (n + 3) // 4, (n + 3) // 4, bary.flatten()],
+            device=dev,
         ),  # fmt: skip
     }
     ref = None

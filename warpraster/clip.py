@@ -487,26 +487,31 @@ class SlotPair:
     pix_to_face (read) and ``dst`` the input-face pix_to_face (written), each as
     :class:`SlotViews` (same shape, each its own alignment); ``fill``: which
     groups of four ``dst`` slots an earlier call left holding faces (a group
-    that is empty now and was then is not written again)."""
+    that is empty now and was then is not written again); ``now``: the raster
+    output pass's marks of this call for ``src`` (1: the group holds faces), when
+    on: a group empty in both is skipped without reading ``src``."""
 
     src: SlotViews
     dst: SlotViews
     fill: FillState
+    now: FillState
 
 
-@wp.kernel(enable_backward=False)
-def _unclip_in_place(
-    # In: the clipped list's slots (slots.src), the map
-    slots: SlotPair,
-    m: ClipMap,
-    # Out: input-face slots (slots.dst); the barycentrics (flat), converted in place
-    bary: wp.array(dtype=wp.vec3),
-):
-    """:func:`_unclip` with the barycentrics converted in place, and only for the
-    slots of split faces (a kept face's conversion is the identity); four slots a
-    thread, read and written as 16 bytes: 8 bytes a slot instead of a copy of
-    every slot's 16 (4.5x faster than a 4-d launch on the K = 8 bench scene)."""
-    j = wp.tid()
+#: Most threads a map-back kernel is launched with (a grid-stride loop over the
+#: groups of four slots beyond). Its adjoint exits at once without split faces;
+#: over one thread per group (4 M at K=8) that exit still took 0.019 ms. K=8
+#: render forward on an H200 by thread count: 256 K 0.584-0.585 ms, 512 K
+#: 0.583-0.584, 1 M 0.581-0.582, one per group 0.591 (``python
+#: scripts/gpu_launch_shapes.py``).
+MAP_BACK_THREADS = 1 << 20
+
+
+@wp.func
+def _unclip_group(slots: SlotPair, m: ClipMap, bary: wp.array(dtype=wp.vec3), j: int, split: bool):
+    """Slots 4j .. 4j + 3 of :func:`_unclip_in_place`."""
+    if slots.now.on != 0 and slots.fill.on != 0:
+        if slots.now.held[j] == wp.uint8(0) and slots.fill.held[j] == wp.uint8(0):
+            return  # empty now, and its -1 fill already written
     p = _load_slots(slots.src, j)
     u = wp.vec4i(-1, -1, -1, -1)
     for lane in range(4):
@@ -514,11 +519,33 @@ def _unclip_in_place(
         if q >= 0:
             v = m.to_unclipped[q]
             u[lane] = v
-            if _was_split(m, v):
-                bary[4 * j + lane] = m.conversion[q] * bary[4 * j + lane]
+            if split:
+                if _was_split(m, v):
+                    bary[4 * j + lane] = m.conversion[q] * bary[4 * j + lane]
     # (a group of four slots may span pixels: empty only if all four are)
     if group_needs_write(slots.fill, j, wp.max(wp.max(u[0], u[1]), wp.max(u[2], u[3])) < 0):
         _store_slots(slots.dst, j, u)
+
+
+@wp.kernel(enable_backward=False)
+def _unclip_in_place(
+    # In: the clipped list's slots (slots.src), the map, the group count and
+    # the launch's thread count
+    slots: SlotPair,
+    m: ClipMap,
+    groups: int,
+    stride: int,
+    # Out: input-face slots (slots.dst); the barycentrics (flat), converted in place
+    bary: wp.array(dtype=wp.vec3),
+):
+    """:func:`_unclip` with the barycentrics converted in place, and only for the
+    slots of split faces (a kept face's conversion is the identity); four slots a
+    step of a grid-stride loop, read and written as 16 bytes: 8 bytes a slot
+    instead of a copy of every slot's 16 (4.5x faster than a 4-d launch on the
+    K = 8 bench scene)."""
+    split = m.any_split[0] != 0
+    for j in range(wp.tid(), groups, stride):
+        _unclip_group(slots, m, bary, j, split)
 
 
 @wp.struct
@@ -562,6 +589,8 @@ def _unclip_in_place_adjoint_fn(
     slots: SlotViews,
     m: ClipMap,
     rows: ClippedRows,
+    groups: int,
+    stride: int,
     # In and out:
     grads: InPlaceGrads,
 ):
@@ -571,16 +600,16 @@ def _unclip_in_place_adjoint_fn(
     (:func:`_clipped_bary`)."""
     if m.any_split[0] == 0:
         return  # nothing to convert: no face crosses the plane (the common case)
-    j = wp.tid()
-    p = _load_slots(slots, j)
-    for lane in range(4):
-        q = p[lane]
-        if q >= 0:
-            if _was_split(m, m.to_unclipped[q]):
-                i = 4 * j + lane
-                g = grads.bary[i]
-                wp.atomic_add(grads.conversion, q, wp.outer(g, _clipped_bary(rows, q, i)))
-                grads.bary[i] = wp.transpose(m.conversion[q]) * g
+    for j in range(wp.tid(), groups, stride):
+        p = _load_slots(slots, j)
+        for lane in range(4):
+            q = p[lane]
+            if q >= 0:
+                if _was_split(m, m.to_unclipped[q]):
+                    i = 4 * j + lane
+                    g = grads.bary[i]
+                    wp.atomic_add(grads.conversion, q, wp.outer(g, _clipped_bary(rows, q, i)))
+                    grads.bary[i] = wp.transpose(m.conversion[q]) * g
 
 
 _unclip_in_place_adjoint = wp.kernel(_unclip_in_place_adjoint_fn, enable_backward=False)
@@ -925,6 +954,7 @@ def unclip_in_place(
     clip_barycentric_coords: bool,
     deterministic: bool = False,
     fill: FillState | None = None,
+    now: FillState | None = None,
 ) -> None:
     """:func:`unclip_fragments` for the rasterizer's clipped path, without a copy.
 
@@ -936,13 +966,18 @@ def unclip_in_place(
     ``face_verts`` (the clipped list's set-up rows) with the render's
     ``perspective_correct`` and ``clip_barycentric_coords``. ``fill``: the
     :class:`~warpraster.stores.FillState` of ``out_pix_to_face`` when it is
-    reused call after call (None: every slot written). No checks: internal.
+    reused call after call (None: every slot written); ``now``: the raster
+    output pass's :class:`~warpraster.stores.FillState` of this call's
+    ``pix_to_face`` (None: not known; see :class:`SlotPair`). No checks: internal.
     """
     _n, height, width, k = pix_to_face.shape
-    if fill is None:
-        fill = buffers.no_fill
-    slots = buffers._kept("pair", SlotPair, src=buffers.slot_views(pix_to_face),
-                          dst=buffers.slot_views(out_pix_to_face), fill=fill)  # fmt: skip
+    groups = (pix_to_face.size + 3) // 4
+    threads = max(1, min(groups, MAP_BACK_THREADS))
+    slots = buffers._kept(
+        "pair", SlotPair, src=buffers.slot_views(pix_to_face),
+        dst=buffers.slot_views(out_pix_to_face), fill=buffers.no_fill if fill is None else fill,
+        now=buffers.no_fill if now is None else now,
+    )  # fmt: skip
 
     def adjoint(conv_grad):
         rows = buffers._kept(
@@ -952,11 +987,11 @@ def unclip_in_place(
         )  # fmt: skip
         grads = buffers._kept("grads", InPlaceGrads, bary=bary_coords.grad.flatten(),
                               conversion=conv_grad)  # fmt: skip
-        return lambda: [slots.src, buffers.map, rows, grads]
+        return lambda: [slots.src, buffers.map, rows, groups, threads, grads]
 
     _map_back(
-        buffers, (pix_to_face.size + 3) // 4,
+        buffers, threads,
         (_unclip_in_place, _unclip_in_place_adjoint, _unclip_in_place_adjoint_deterministic),
-        deterministic, [slots, buffers.map, bary_coords.flatten()], adjoint,
+        deterministic, [slots, buffers.map, groups, threads, bary_coords.flatten()], adjoint,
         watched=bary_coords, arrays=[bary_coords, buffers.barycentric_conversion],
     )  # fmt: skip

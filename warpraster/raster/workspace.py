@@ -16,7 +16,7 @@ from ..backward import FaceGradBuffers
 from ..fragments import FragmentRows, Fragments, allocate_fragments
 from ..meshes import MeshArrays, mesh_arrays
 from ..settings import RasterSettings, Tuning
-from ..stores import WideRows, fill_state
+from ..stores import FillState, WideRows, fill_state
 from . import binning
 from .coverage import BinLists, FaceSetup, PassArgs, SplitBins
 from .outputs import wide_views
@@ -305,6 +305,15 @@ class RasterWorkspace(SettingsViews):
         if self._meshes is None or self._meshes[1] != key:
             self._meshes = (mesh_arrays(*arrays), key)
         return self._meshes
+
+    def fill_marks(self) -> FillState | None:
+        """The last call's :class:`~warpraster.stores.FillState` of the output
+        pass (after the call, a group's mark is 1 exactly where it holds faces),
+        or None when that pass kept none (not the workspace's own outputs, K not
+        a multiple of 4, or ``Tuning.fill_empty_once`` off)."""
+        if self._pass is None or self._pass[0].fill.on == 0:
+            return None
+        return self._pass[0].fill
 
     def refill_empty_slots(self) -> None:
         """Makes the next call write every slot of the workspace's fragments,
