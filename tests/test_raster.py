@@ -560,7 +560,7 @@ def test_overflowing_bin_still_exact_for_k1(device):
 
 
 @pytest.mark.parametrize("wide", [True, False], ids=["16-byte", "4-byte"])
-@pytest.mark.parametrize(("k", "size"), [(4, (12, 10)), (8, (7, 9)), (3, (7, 9))])
+@pytest.mark.parametrize(("k", "size"), [(4, (12, 10)), (8, (7, 9)), (12, (9, 8)), (3, (7, 9))])
 def test_output_stores_wide_and_narrow_match_the_oracle(k, size, wide, device):
     """The output pass writes four slots per 16-byte store where K is a multiple
     of 4 (and the queue kernels their pix_to_face rows), one per store otherwise
