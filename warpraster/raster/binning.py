@@ -116,6 +116,7 @@ def _count_bins(ps: PassArgs, small: int):
             wp.atomic_add(ps.bins.count, t, 1)
             if split:
                 ps.split.marked[t] = 1
+                ps.split.any[0] = 1  # every writer stores the same value
 
 
 @wp.kernel
@@ -144,9 +145,11 @@ def _sort_bins(ps: PassArgs):
     bin); lists longer than ``ps.split.max_sorted`` or beyond capacity are left alone
     (the fine pass treats them as overflowed).
 
-    In: ``ps.bins.count``, ``bins.offset``, ``split.marked``, ``split.max_sorted``.
-    In/out: ``ps.bins.faces``.
+    In: ``ps.bins.count``, ``bins.offset``, ``split.marked``, ``split.any``,
+    ``split.max_sorted``. In/out: ``ps.bins.faces``.
     """
+    if ps.split.any[0] == 0:
+        return  # no bin marked
     t = wp.tid()
     count = ps.bins.count[t]
     start = ps.bins.offset[t]

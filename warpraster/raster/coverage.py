@@ -55,12 +55,14 @@ class SplitBins:
     """Near-plane clipping: the bins a split face touches (``marked``, valid when
     ``on``) are served by the output-array queue with sorted lists of at most
     ``max_sorted`` faces; the register queue skips them (``only``: the output-array
-    queue serves only those)."""
+    queue serves only those; ``any``: (1,) 1 when a bin is marked, so that the
+    output-array queue pass ends at once without)."""
 
     on: int
     only: int
     max_sorted: int
     marked: wp.array(dtype=wp.int32)
+    any: wp.array(dtype=wp.int32)
 
 
 @wp.struct

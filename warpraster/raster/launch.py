@@ -129,7 +129,7 @@ def _launch_passes(
             lanes = small_face_lanes(nf, n * h * w, tuning.small_face_lanes)
             launch("small", small_faces_k1, nf * lanes, [ps, small, lanes], key=(ps_key, lanes))
     if ws.binned:
-        ws.counters.zero_()  # bin counts and cursors, split marks, overflow
+        ws.counters.zero_()  # bin counts and cursors, split marks, overflow, any mark
         if nf > 0:
             binning.coarse_bin(ps, ps_key, nf, ws.bin_cursor, launch, small)
             if ordered:

@@ -205,6 +205,8 @@ def _offer(ps: PassArgs, q: int, f: int, p: wp.vec2, size: int) -> int:
 @wp.kernel
 def raster_output_queue(ps: PassArgs):
     """Fine/naive pass for any K: the sorted queue lives in the output rows."""
+    if ps.split.only != 0 and ps.split.any[0] == 0:
+        return  # it serves only the bins of split faces, and there are none
     loc = locate_bin_pixel(ps, wp.tid())
     n = loc[0]
     yi = loc[2]

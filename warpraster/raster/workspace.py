@@ -227,12 +227,14 @@ class RasterWorkspace(SettingsViews):
                 self.max_faces_per_bin = cap
                 capacity = min(num_bins * cap, capacity)
             # the counters zeroed before each call, in one buffer (one memset):
-            # bin counts, bin cursors, split-face marks, the overflow count
-            self.counters = wp.zeros(3 * num_bins + 1, dtype=wp.int32, device=self.device)
+            # bin counts, bin cursors, split-face marks, the overflow count, any mark
+            self.counters = wp.zeros(3 * num_bins + 2, dtype=wp.int32, device=self.device)
             self.bin_count = self.counters[:num_bins]
             self.bin_cursor = self.counters[num_bins : 2 * num_bins]
             self.bin_split = self.counters[2 * num_bins : 3 * num_bins]
-            self.overflow = self.counters[3 * num_bins :]
+            self.overflow = self.counters[3 * num_bins : 3 * num_bins + 1]
+            # 1 when any bin is marked in bin_split
+            self.any_split_bin = self.counters[3 * num_bins + 1 :]
             self.bin_offset = wp.zeros(num_bins, dtype=wp.int32, device=self.device)
             self.bin_faces = wp.zeros(capacity, dtype=wp.int32, device=self.device)
         else:
@@ -241,7 +243,7 @@ class RasterWorkspace(SettingsViews):
             self.bin_count = self.bin_offset = self.bin_cursor = self.bin_faces = wp.zeros(
                 1, dtype=wp.int32, device=self.device
             )
-            self.bin_split = self.bin_count
+            self.bin_split = self.any_split_bin = self.bin_count
         self.fragments = None
         if allocate_outputs:
             self.fragments = allocate_fragments(
@@ -374,6 +376,7 @@ def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face
     split.only = 0
     split.max_sorted = ws.tuning.max_sorted_bin
     split.marked = ws.bin_split
+    split.any = ws.any_split_bin
     ps.split = split
     ps.seeded = 0
     ps.keys = ws.depth_keys

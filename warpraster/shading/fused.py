@@ -501,9 +501,12 @@ ADJOINT_MAX_REGISTERS = 64
 #: 1.354 / 1.362-1.370 / 1.371: the forward (lighting, faces gathered) gains from
 #: square patches, the adjoint (atomics into the faces' rows) loses; forward at 8
 #: with the adjoint at 32 / 16: 0.636-0.642 / 0.639 forward, 1.345-1.350 /
-#: 1.360-1.366 forward + backward (docs/PERF.md).
+#: 1.360-1.366 forward + backward (docs/PERF.md). Since the adjoint sums each
+#: warp's corner rows before its atomics (warpraster/aggregated.py), adjoint at
+#: 32 / 16 / 8: K=8 forward + backward 1.178-1.179 / 1.173-1.175 / 1.181, K=1
+#: 1.498-1.501 / 1.493-1.494 / 1.503 ms.
 FORWARD_PATCH_W = wp.constant(8)
-ADJOINT_PATCH_W = wp.constant(32)
+ADJOINT_PATCH_W = wp.constant(16)
 
 
 @wp.kernel(enable_backward=False, cuda_max_registers=PIXEL_MAX_REGISTERS)
