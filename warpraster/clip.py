@@ -953,8 +953,7 @@ def unclip_in_place(
     perspective_correct: bool,
     clip_barycentric_coords: bool,
     deterministic: bool = False,
-    fill: FillState | None = None,
-    now: FillState | None = None,
+    marks: tuple[FillState | None, FillState | None] = (None, None),
 ) -> None:
     """:func:`unclip_fragments` for the rasterizer's clipped path, without a copy.
 
@@ -964,19 +963,20 @@ def unclip_in_place(
     adjoint converts the shared gradient back in place before the rasterizer's
     backward reads it, recomputing a split slot's clipped barycentrics from
     ``face_verts`` (the clipped list's set-up rows) with the render's
-    ``perspective_correct`` and ``clip_barycentric_coords``. ``fill``: the
+    ``perspective_correct`` and ``clip_barycentric_coords``. ``marks``: the
     :class:`~warpraster.stores.FillState` of ``out_pix_to_face`` when it is
-    reused call after call (None: every slot written); ``now``: the raster
-    output pass's :class:`~warpraster.stores.FillState` of this call's
-    ``pix_to_face`` (None: not known; see :class:`SlotPair`). No checks: internal.
+    reused call after call (None: every slot written), and the raster output
+    pass's of this call's ``pix_to_face`` (None: not known; see
+    :class:`SlotPair`). No checks: internal.
     """
     _n, height, width, k = pix_to_face.shape
     groups = (pix_to_face.size + 3) // 4
     threads = max(1, min(groups, MAP_BACK_THREADS))
     slots = buffers._kept(
         "pair", SlotPair, src=buffers.slot_views(pix_to_face),
-        dst=buffers.slot_views(out_pix_to_face), fill=buffers.no_fill if fill is None else fill,
-        now=buffers.no_fill if now is None else now,
+        dst=buffers.slot_views(out_pix_to_face),
+        fill=buffers.no_fill if marks[0] is None else marks[0],
+        now=buffers.no_fill if marks[1] is None else marks[1],
     )  # fmt: skip
 
     def adjoint(conv_grad):

@@ -55,18 +55,6 @@ def load4i(a: wp.array(dtype=wp.vec4i), i: int) -> wp.vec4i: ...
 
 
 @wp.struct
-class WideRows:
-    """The four outputs as flat arrays of 16-byte vectors, four slots each (``bary``:
-    four floats of the vec3 rows), written through ``store4`` / ``store4i``
-    (docs/PERF.md v15)."""
-
-    pix_to_face: wp.array(dtype=wp.vec4i)
-    zbuf: wp.array(dtype=wp.vec4)
-    bary: wp.array(dtype=wp.vec4)
-    dists: wp.array(dtype=wp.vec4)
-
-
-@wp.struct
 class FillState:
     """Which groups of four slots of a reused output array may hold values other
     than the empty-slot fill (-1), left by an earlier call: ``held`` (one uint8 per
@@ -104,3 +92,15 @@ def fill_state(held: wp.array | None, on: bool, device) -> FillState:
     s.on = int(bool(on) and held is not None)
     s.held = held if held is not None else wp.zeros(1, dtype=wp.uint8, device=device)
     return s
+
+
+@wp.struct
+class WideRows:
+    """The four outputs as flat arrays of 16-byte vectors, four slots each (``bary``:
+    four floats of the vec3 rows), written through ``store4`` / ``store4i``
+    (docs/PERF.md v15)."""
+
+    pix_to_face: wp.array(dtype=wp.vec4i)
+    zbuf: wp.array(dtype=wp.vec4)
+    bary: wp.array(dtype=wp.vec4)
+    dists: wp.array(dtype=wp.vec4)

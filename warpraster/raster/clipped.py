@@ -140,6 +140,6 @@ def rasterize_clipped(
     unclip_in_place(inner.pix_to_face, inner.bary_coords, clipped, out.pix_to_face,
                     workspace.raster.face_verts, perspective_correct=settings.perspective_correct,
                     clip_barycentric_coords=settings.clip_barycentric_coords,
-                    deterministic=settings.deterministic, fill=workspace.map_fill(),
-                    now=workspace.raster.fill_marks())  # fmt: skip
+                    deterministic=settings.deterministic,
+                    marks=(workspace.map_fill(), workspace.raster.fill_marks()))  # fmt: skip
     return out
