@@ -911,3 +911,43 @@ def test_reused_clip_workspace_rewrites_what_the_call_before_left(device, k):
             np.testing.assert_array_equal(got[key], fresh[key], err_msg=f"scale {scale} {key}")
     assert covered[1] < covered[0] < covered[2]
     assert ws.clip.any_split.numpy()[0] == 1  # faces crossed the near plane
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_grid_stride_launches_cover_every_pixel_and_slot(device, k, monkeypatch):
+    """The map back (forward and adjoint) and the output-array queue pass, which
+    serves only the bins of split faces, run grid-stride loops whose thread counts
+    are capped (``clip.MAP_BACK_THREADS``, ``raster.launch.ORDERED_ONLY_THREADS``);
+    the bench-sized caps exceed any test image. With caps of a few threads, so
+    that each thread loops many times over pixels and groups (and a stride that
+    is not a multiple of four groups), a render with split faces and its vertex
+    gradient equal those with the default caps."""
+    from warpraster import clip
+    from warpraster.raster import launch
+
+    rng = np.random.default_rng(5)
+    verts, faces, first, count = random_batch(rng, [30, 24], z_range=(-0.5, 3.0))
+    verts[:, :2] *= 0.4
+    size = dict(image_size=(12, 16), faces_per_pixel=k, bin_size=8, z_clip_value=0.6)
+    results = []
+    for caps in ((None, None), (7, 3)):
+        if caps[0] is not None:
+            monkeypatch.setattr(launch, "ORDERED_ONLY_THREADS", caps[0])
+            monkeypatch.setattr(clip, "MAP_BACK_THREADS", caps[1])
+        dev = to_device(verts, faces, first, count, device, requires_grad=True)
+        tape = wp.Tape()
+        with tape:
+            out = rasterize_meshes(*dev, **size)
+        got = out.numpy()
+        upstream = np.random.default_rng(9).uniform(-1, 1, (*out.shape, 3)).astype(np.float32)
+        tape.backward(grads={out.bary_coords: wp.array(upstream, dtype=wp.vec3, device=device)})
+        results.append((got, dev[0].grad.numpy()))
+    assert (results[0][0]["pix_to_face"] >= 0).sum() > 20
+    for key in ("pix_to_face", "zbuf", "bary_coords", "dists"):
+        np.testing.assert_array_equal(results[1][0][key], results[0][0][key], err_msg=key)
+    scale = np.abs(results[0][1]).max()
+    assert scale > 0.01
+    # the split faces' conversion-matrix gradients are float sums whose order
+    # follows the threads' order (here changed; on a GPU, atomics): float32
+    # rounding of a few hundred terms, ~1e-7 of the gradient's scale (3e-8 seen)
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=0, atol=1e-5 * scale)

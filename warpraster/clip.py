@@ -539,13 +539,21 @@ def _unclip_in_place(
     bary: wp.array(dtype=wp.vec3),
 ):
     """:func:`_unclip` with the barycentrics converted in place, and only for the
-    slots of split faces (a kept face's conversion is the identity); four slots a
-    step of a grid-stride loop, read and written as 16 bytes: 8 bytes a slot
-    instead of a copy of every slot's 16 (4.5x faster than a 4-d launch on the
-    K = 8 bench scene)."""
+    slots of split faces (a kept face's conversion is the identity); four slots
+    read and written as 16 bytes (8 bytes a slot instead of a copy of every
+    slot's 16: 4.5x faster than a 4-d launch on the K = 8 bench scene), four such
+    groups a step of a grid-stride loop."""
     split = m.any_split[0] != 0
-    for j in range(wp.tid(), groups, stride):
-        _unclip_group(slots, m, bary, j, split)
+    skip = slots.now.on != 0 and slots.fill.on != 0
+    # four groups a step: their marks read as one word
+    for w in range(wp.tid(), (groups + 3) // 4, stride):
+        if skip:
+            if slots.now.words[w] == wp.uint32(0) and slots.fill.words[w] == wp.uint32(0):
+                continue  # all four empty now, and their -1 fill already written
+        for b in range(4):
+            j = 4 * w + b
+            if j < groups:
+                _unclip_group(slots, m, bary, j, split)
 
 
 @wp.struct
@@ -920,14 +928,15 @@ def unclip_fragments(
     )  # fmt: skip
 
 
-def _map_back(buffers, dim, kernels, deterministic, inputs, adjoint, *, watched, arrays
-              ) -> None:  # fmt: skip
+def _map_back(buffers, dim, kernels, deterministic, inputs, adjoint, *, watched, arrays,
+              adjoint_dim=None) -> None:  # fmt: skip
     """Launches ``kernels[0]`` on ``inputs``, unrecorded; on an active tape, when
     ``watched`` has a gradient, records its adjoint (``kernels[1]``, or ``kernels[2]``
     when ``deterministic``) launched on ``adjoint(conversion_grad)()``. ``adjoint`` is
     called once, when recording, with the conversion matrices' gradient (a scratch
     one where they have none); what it returns, at each backward."""
     d = buffers.device
+    adjoint_dim = dim if adjoint_dim is None else adjoint_dim
     wp.launch(kernels[0], dim=dim, inputs=inputs, device=d, record_tape=False)
     tape = active_tape()
     if tape is None or watched.grad is None:
@@ -938,7 +947,7 @@ def _map_back(buffers, dim, kernels, deterministic, inputs, adjoint, *, watched,
     args = adjoint(conv_grad)
 
     def backward():
-        wp.launch(kernel, dim=dim, inputs=args(), device=d)
+        wp.launch(kernel, dim=adjoint_dim, inputs=args(), device=d)
 
     tape.record_func(backward, arrays=arrays)
 
@@ -972,6 +981,7 @@ def unclip_in_place(
     _n, height, width, k = pix_to_face.shape
     groups = (pix_to_face.size + 3) // 4
     threads = max(1, min(groups, MAP_BACK_THREADS))
+    forward_threads = max(1, min((groups + 3) // 4, MAP_BACK_THREADS))
     slots = buffers._kept(
         "pair", SlotPair, src=buffers.slot_views(pix_to_face),
         dst=buffers.slot_views(out_pix_to_face),
@@ -990,8 +1000,10 @@ def unclip_in_place(
         return lambda: [slots.src, buffers.map, rows, groups, threads, grads]
 
     _map_back(
-        buffers, threads,
+        buffers, forward_threads,
         (_unclip_in_place, _unclip_in_place_adjoint, _unclip_in_place_adjoint_deterministic),
-        deterministic, [slots, buffers.map, groups, threads, bary_coords.flatten()], adjoint,
+        deterministic, [slots, buffers.map, groups, forward_threads, bary_coords.flatten()],
+        adjoint,
         watched=bary_coords, arrays=[bary_coords, buffers.barycentric_conversion],
+        adjoint_dim=threads,
     )  # fmt: skip

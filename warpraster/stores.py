@@ -67,6 +67,8 @@ class FillState:
 
     held: wp.array(dtype=wp.uint8)
     on: int
+    # the same bytes four at a time (``held`` is allocated to a multiple of 4)
+    words: wp.array(dtype=wp.uint32)
 
 
 @wp.func
@@ -85,12 +87,20 @@ def group_needs_write(fill: FillState, g: int, empty: bool) -> bool:
     return True
 
 
+def fill_marks(groups: int, device) -> wp.array:
+    """The ``held`` bytes of ``groups`` groups of four slots, all 1 (the first
+    call writes every slot), allocated to a multiple of four bytes."""
+    return wp.ones(4 * max((groups + 3) // 4, 1), dtype=wp.uint8, device=device)
+
+
 def fill_state(held: wp.array | None, on: bool, device) -> FillState:
-    """A :class:`FillState` over ``held`` (None, or ``on`` False: off, every group
-    written)."""
+    """A :class:`FillState` over ``held`` (from :func:`fill_marks`; None, or
+    ``on`` False: off, every group written)."""
     s = FillState()
     s.on = int(bool(on) and held is not None)
-    s.held = held if held is not None else wp.zeros(1, dtype=wp.uint8, device=device)
+    s.held = held if held is not None else wp.zeros(4, dtype=wp.uint8, device=device)
+    s.words = wp.array(ptr=s.held.ptr, dtype=wp.uint32, shape=(s.held.size // 4,),
+                       device=s.held.device)  # fmt: skip
     return s
 
 

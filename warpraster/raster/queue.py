@@ -202,12 +202,11 @@ def _offer(ps: PassArgs, q: int, f: int, p: wp.vec2, size: int) -> int:
     return _insert(ps, q, f, z, size)
 
 
-@wp.kernel
-def raster_output_queue(ps: PassArgs):
-    """Fine/naive pass for any K: the sorted queue lives in the output rows."""
-    if ps.split.only != 0 and ps.split.any[0] == 0:
-        return  # it serves only the bins of split faces, and there are none
-    loc = locate_bin_pixel(ps, wp.tid())
+@wp.func
+def _output_queue_pixel(ps: PassArgs, tid: int):
+    """The output-array queue of the pixel of thread index ``tid`` (as the
+    register queue's threads: consecutive ones sweep one bin)."""
+    loc = locate_bin_pixel(ps, tid)
     n = loc[0]
     yi = loc[2]
     xi = loc[3]
@@ -224,6 +223,18 @@ def raster_output_queue(ps: PassArgs):
         size = _offer(ps, q, f, p, size)
     for s in range(size, ps.faces_per_pixel):
         ps.out.pix_to_face[q, s] = -1
+
+
+@wp.kernel
+def raster_output_queue(ps: PassArgs, total: int, stride: int):
+    """Fine/naive pass for any K: the sorted queue lives in the output rows. A
+    grid-stride loop over the ``total`` pixel threads (``stride``: the launch's
+    thread count, a multiple of the bin's pixel count so that a warp still
+    sweeps one bin)."""
+    if ps.split.only != 0 and ps.split.any[0] == 0:
+        return  # it serves only the bins of split faces, and there are none
+    for t in range(wp.tid(), total, stride):
+        _output_queue_pixel(ps, t)
 
 
 @wp.kernel

@@ -16,7 +16,7 @@ from ..backward import FaceGradBuffers
 from ..fragments import FragmentRows, Fragments, allocate_fragments
 from ..meshes import MeshArrays, mesh_arrays
 from ..settings import RasterSettings, Tuning
-from ..stores import FillState, WideRows, fill_state
+from ..stores import FillState, WideRows, fill_marks, fill_state
 from . import binning
 from .coverage import BinLists, FaceSetup, PassArgs, SplitBins
 from .outputs import wide_views
@@ -255,7 +255,7 @@ class RasterWorkspace(SettingsViews):
         self.fill_held = None
         if allocate_outputs and self.faces_per_pixel % 4 == 0:
             groups = self.num_meshes * h * w * self.faces_per_pixel // 4
-            self.fill_held = wp.ones(max(groups, 1), dtype=wp.uint8, device=self.device)
+            self.fill_held = fill_marks(groups, self.device)
         # K = 1 binned: one (depth, face) key per pixel for the small-face pass
         key_count = self.num_meshes * h * w if self.faces_per_pixel == 1 and self.binned else 1
         self.depth_keys = wp.empty(key_count, dtype=wp.uint64, device=self.device)
