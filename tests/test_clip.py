@@ -891,8 +891,9 @@ def test_in_place_map_back_follows_a_new_gradient_array(device):
 def test_reused_clip_workspace_rewrites_what_the_call_before_left(device, k):
     """A ClipWorkspace's map back and output pass skip an empty group of four slots
     that the call before left filled with -1 (``Tuning.fill_empty_once``; with K = 1
-    a group spans four pixels). Through calls whose covered slots shrink, grow and
-    shrink, with split faces, every fragment equals a fresh workspace's."""
+    a group spans four pixels). Through calls whose covered slots shrink, grow
+    (with the marks off) and shrink, with split faces, every fragment equals a
+    fresh workspace's."""
     rng = np.random.default_rng(21)
     verts, faces, first, count = random_batch(rng, [30, 24], z_range=(-0.5, 3.0))
     size = dict(image_size=(12, 16), faces_per_pixel=k, bin_size=8, z_clip_value=0.6)
@@ -900,7 +901,9 @@ def test_reused_clip_workspace_rewrites_what_the_call_before_left(device, k):
                           image_size=size["image_size"], faces_per_pixel=k, bin_size=8,
                           device=device)  # fmt: skip
     covered = []
-    for scale in (0.4, 0.1, 0.7, 0.4):
+    for step, scale in enumerate((0.4, 0.1, 0.7, 0.4)):
+        # the largest render with the marks off: the next must not trust them
+        ws.tuning = ws.tuning.replace(fill_empty_once=step != 2)
         v = verts.copy()
         v[:, :2] *= scale
         dev = to_device(v, faces, first, count, device)

@@ -568,7 +568,8 @@ def test_output_stores_wide_and_narrow_match_the_oracle(k, size, wide, device):
     also when the workspace still holds a render that covered more slots (every
     stale slot must be overwritten), through a sequence that shrinks, grows and
     shrinks the covered slots (the four-slot pass skips an empty group that
-    the call before left filled with -1, ``Tuning.fill_empty_once``), and after
+    the call before left filled with -1, ``Tuning.fill_empty_once``, here off
+    for one call), and after
     the user wrote into the fragments and called ``refill_empty_slots``."""
     v, f = ico_sphere(2)
     verts = np.concatenate([v * 0.6 + [0.1, 0.0, 2.0], v * 0.5 + [-0.2, 0.1, 2.3]])
@@ -589,6 +590,9 @@ def test_output_stores_wide_and_narrow_match_the_oracle(k, size, wide, device):
     # calls before), the checked size again (those slots empty again), and once
     # more after garbage was written into the fragments
     for step, scale in enumerate((1.0, 0.4, 1.6, 1.0, 1.0)):
+        # the larger render with the marks off (every slot written, none marked):
+        # turned on again, the next call must not trust the stale marks
+        ws.tuning = ws.tuning.replace(fill_empty_once=step != 2)
         grown = (verts * [scale, scale, 1.0]).astype(np.float32)
         ref = rasterize_reference(
             grown, faces, np.array([0]), np.array([len(faces)]), image_size=size,

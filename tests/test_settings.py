@@ -132,6 +132,8 @@ def test_tuning_validation():
         wr.Tuning(register_queue_max_k=17)
     with pytest.raises(ValueError, match="small_face_lanes"):
         wr.Tuning(small_face_lanes=0)
+    with pytest.raises(TypeError, match="fill_empty_once"):
+        wr.Tuning(fill_empty_once="yes")
     t = wr.Tuning(max_registers={"queue8": 56, "outputs": None})
     assert t.registers("queue8") == 56 and t.registers("outputs") is None
     assert hash(t) == hash(wr.Tuning(max_registers=(("queue8", 56),)))

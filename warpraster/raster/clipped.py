@@ -75,10 +75,16 @@ class ClipWorkspace(SettingsViews):
         # which groups of four of its pix_to_face slots hold faces (all, at first)
         self._map_held = fill_marks((frags.pix_to_face.size + 3) // 4, device)
         self._map_fill = {on: fill_state(self._map_held, on, device) for on in (False, True)}
+        self._map_marks_stale = False  # calls without the marks did not update them
 
     def map_fill(self) -> FillState:
-        """The map back's :class:`~warpraster.stores.FillState` under the current tuning."""
-        return self._map_fill[self.tuning.fill_empty_once]
+        """The map back's :class:`~warpraster.stores.FillState` under the current
+        tuning (after calls without it, every slot is rewritten once first)."""
+        on = self.tuning.fill_empty_once
+        if on and self._map_marks_stale:
+            self._map_held.fill_(1)
+        self._map_marks_stale = not on
+        return self._map_fill[on]
 
     def refill_empty_slots(self) -> None:
         """Makes the next call write every slot of the fragments, empty ones

@@ -262,6 +262,7 @@ class RasterWorkspace(SettingsViews):
         self.launches = LaunchCache(self.device)
         self.call_graph = CallGraph(self.device)
         self._pass = None
+        self._marks_stale = False  # see pass_for
         self._meshes = None
         self.face_grads = FaceGradBuffers(
             self.num_faces, self.device, self.deterministic, self.shape
@@ -291,6 +292,13 @@ class RasterWorkspace(SettingsViews):
         if self._pass is None or self._pass[1] != key:
             ps = make_pass(meshes, self, settings, out.pix_to_face, out.zbuf, out.bary_coords,
                            out.dists)  # fmt: skip
+            if out is self.fragments:
+                # a call over the workspace's own outputs without the marks (the
+                # tuning's, or K not a multiple of 4) wrote them without updating
+                # the marks: trust them again only after every slot is rewritten
+                if ps.fill.on != 0 and self._marks_stale:
+                    self.refill_empty_slots()
+                self._marks_stale = ps.fill.on == 0
             ps.seeded = int(seeded)
             ps.split.on = int(split_bins)
             ps.split.only = int(split_only)
