@@ -87,14 +87,14 @@ def group_needs_write(fill: FillState, g: int, empty: bool) -> bool:
     return True
 
 
-def fill_marks(groups: int, device) -> wp.array:
+def allocate_marks(groups: int, device) -> wp.array:
     """The ``held`` bytes of ``groups`` groups of four slots, all 1 (the first
     call writes every slot), allocated to a multiple of four bytes."""
     return wp.ones(4 * max((groups + 3) // 4, 1), dtype=wp.uint8, device=device)
 
 
 def fill_state(held: wp.array | None, on: bool, device) -> FillState:
-    """A :class:`FillState` over ``held`` (from :func:`fill_marks`; None, or
+    """A :class:`FillState` over ``held`` (from :func:`allocate_marks`; None, or
     ``on`` False: off, every group written)."""
     s = FillState()
     s.on = int(bool(on) and held is not None)

@@ -10,7 +10,7 @@ from ..clip import ClipBuffers, FrustumCullRule, clip_faces, unclip_in_place
 from ..fragments import Fragments
 from ..meshes import PackedMeshes
 from ..settings import RasterSettings, Tuning
-from ..stores import FillState, fill_marks, fill_state
+from ..stores import FillState, allocate_marks, fill_state
 from .launch import rasterize_packed
 from .workspace import RasterWorkspace, SettingsViews, default_max_faces_per_bin
 
@@ -73,7 +73,7 @@ class ClipWorkspace(SettingsViews):
             overflow_count=frags.overflow_count,
         )
         # which groups of four of its pix_to_face slots hold faces (all, at first)
-        self._map_held = fill_marks((frags.pix_to_face.size + 3) // 4, device)
+        self._map_held = allocate_marks((frags.pix_to_face.size + 3) // 4, device)
         self._map_fill = {on: fill_state(self._map_held, on, device) for on in (False, True)}
         self._map_marks_stale = False  # calls without the marks did not update them
 

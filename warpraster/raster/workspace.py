@@ -16,7 +16,7 @@ from ..backward import FaceGradBuffers
 from ..fragments import FragmentRows, Fragments, allocate_fragments
 from ..meshes import MeshArrays, mesh_arrays
 from ..settings import RasterSettings, Tuning
-from ..stores import FillState, WideRows, fill_marks, fill_state
+from ..stores import FillState, WideRows, allocate_marks, fill_state
 from . import binning
 from .coverage import BinLists, FaceSetup, PassArgs, SplitBins
 from .outputs import wide_views
@@ -255,7 +255,7 @@ class RasterWorkspace(SettingsViews):
         self.fill_held = None
         if allocate_outputs and self.faces_per_pixel % 4 == 0:
             groups = self.num_meshes * h * w * self.faces_per_pixel // 4
-            self.fill_held = fill_marks(groups, self.device)
+            self.fill_held = allocate_marks(groups, self.device)
         # K = 1 binned: one (depth, face) key per pixel for the small-face pass
         key_count = self.num_meshes * h * w if self.faces_per_pixel == 1 and self.binned else 1
         self.depth_keys = wp.empty(key_count, dtype=wp.uint64, device=self.device)
@@ -290,9 +290,10 @@ class RasterWorkspace(SettingsViews):
             array_key(out.dists),
         )  # fmt: skip
         if self._pass is None or self._pass[1] != key:
+            own = out is self.fragments
             ps = make_pass(meshes, self, settings, out.pix_to_face, out.zbuf, out.bary_coords,
-                           out.dists)  # fmt: skip
-            if out is self.fragments:
+                           out.dists, own=own)  # fmt: skip
+            if own:
                 # a call over the workspace's own outputs without the marks (the
                 # tuning's, or K not a multiple of 4) wrote them without updating
                 # the marks: trust them again only after every slot is rewritten
@@ -346,9 +347,10 @@ class RasterWorkspace(SettingsViews):
 
 
 def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face, zbuf, bary=None,
-              dists=None) -> PassArgs:  # fmt: skip
+              dists=None, *, own: bool = False) -> PassArgs:  # fmt: skip
     """The argument struct of the raster passes (outputs viewed as (N*H*W, K) rows;
-    their 16-byte views too when the tuning and K allow)."""
+    their 16-byte views too when the tuning and K allow; ``own``: the outputs are
+    the workspace's fragments, whose fill marks it keeps)."""
     n, h, w, k = ws.shape
     ps = PassArgs()
     face = FaceSetup()
@@ -401,12 +403,6 @@ def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face
             out4 = WideRows()
             out4.pix_to_face, out4.zbuf, out4.bary, out4.dists = views
             ps.out4 = out4
-    mine = ws.fragments
-    own = mine is not None and all(
-        a is not None and a.ptr == b.ptr
-        for a, b in zip((pix_to_face, zbuf, bary, dists),
-                        (mine.pix_to_face, mine.zbuf, mine.bary_coords, mine.dists), strict=True)
-    )  # fmt: skip
     ps.fill = fill_state(ws.fill_held, own and ps.wide != 0 and ws.tuning.fill_empty_once,
                          ws.device)  # fmt: skip
     ps.out = out
