@@ -498,9 +498,10 @@ class SlotPair:
 
 
 #: Most threads a map-back kernel is launched with (a grid-stride loop over the
-#: groups of four slots beyond). Its adjoint exits at once without split faces;
-#: over one thread per group (4 M at K=8) that exit still took 0.019 ms. K=8
-#: render forward on an H200 by thread count: 256 K 0.584-0.585 ms, 512 K
+#: groups of four slots beyond; the forward takes four groups a step). Its
+#: adjoint exits at once without split faces; over one thread per group (4 M at
+#: K=8) that exit still took 0.019 ms. K=8 render forward on an H200 by thread
+#: count, when the forward took one group a step: 256 K 0.584-0.585 ms, 512 K
 #: 0.583-0.584, 1 M 0.581-0.582, one per group 0.591 (``python
 #: scripts/gpu_launch_shapes.py``).
 MAP_BACK_THREADS = 1 << 20
