@@ -8,12 +8,11 @@ its forward + backward with the fused loss, per scene.
 """
 
 import argparse
-import statistics
 
 import warp as wp
 
 from warpraster.bench_render import TARGETS, loss_step, make_renderer
-from warpraster.timing import timer
+from warpraster.timing import alternating_medians, captured
 
 
 def set_fill(r, on: bool) -> None:
@@ -42,16 +41,8 @@ def variants(name, device, runs):
                     r.render(verts)
             else:
                 step = loss_step(r, verts, target, loss, True, False)
-            step()
-            with wp.ScopedCapture(device=device, force_module_load=False) as cap:
-                step()
-            graphs[(kind, on)] = cap.graph
-    timed = timer(device)
-    times = {k: [] for k in graphs}
-    for _ in range(runs):
-        for k, g in graphs.items():
-            times[k].append(timed(lambda g=g: wp.capture_launch(g)))
-    med = {k: statistics.median(v) for k, v in times.items()}
+            graphs[(kind, on)] = captured(step, device)
+    med = alternating_medians(graphs, device, runs)
     print(
         f"{name}: fwd {med[('fwd', False)]:.3f} -> {med[('fwd', True)]:.3f}  "
         f"f+b {med[('f+b', False)]:.3f} -> {med[('f+b', True)]:.3f}  (fill_empty_once off -> on)"

@@ -9,12 +9,11 @@ render recorded, the fragments' included), alternating A/B per run.
 """
 
 import argparse
-import statistics
 
 import warp as wp
 
 from warpraster.bench_render import TARGETS, loss_step, make_renderer
-from warpraster.timing import timer
+from warpraster.timing import alternating_medians, captured
 
 
 def variants(name, device, runs):
@@ -28,18 +27,9 @@ def variants(name, device, runs):
 
     labels = {(True, False): "fused", (False, False): "unfused",
               (True, True): "fused+zero", (False, True): "unfused+zero"}  # fmt: skip
-    graphs = {}
-    for key in labels:
-        step(*key)()
-        with wp.ScopedCapture(device=device, force_module_load=False) as cap:
-            step(*key)()
-        graphs[key] = cap.graph
-    timed = timer(device)
-    times = {k: [] for k in labels}
-    for _ in range(runs):
-        for k, g in graphs.items():
-            times[k].append(timed(lambda g=g: wp.capture_launch(g)))
-    print(name, "  ".join(f"{labels[k]} {statistics.median(v):.3f}" for k, v in times.items()))
+    graphs = {key: captured(step(*key), device) for key in labels}
+    med = alternating_medians(graphs, device, runs)
+    print(name, "  ".join(f"{labels[k]} {v:.3f}" for k, v in med.items()))
 
 
 if __name__ == "__main__":
