@@ -1,11 +1,12 @@
 """The hand-written adjoint of the mip-mapped texture object's sampling kernel.
 
-``TexturesUVMipmap`` samples with ``mipmap._sample_uv_mipmap`` (one thread per
-slot and channel) and registers ``mip_adjoint._sample_uv_mipmap_adjoint`` (one
-thread per slot) on the tape. Truths used:
+``TexturesUVMipmap`` samples with ``mipmap._sample_uv_mipmap_slots`` (one thread
+per slot) and registers ``mip_adjoint._sample_uv_mipmap_adjoint`` (one thread per
+slot) on the tape. Truths used:
 
-* Warp's generated adjoint of the same forward kernel (the object's internal
-  ``_generated_adjoint`` switch records it instead), itself checked against
+* Warp's generated adjoint of the forward with one thread per slot and channel,
+  ``mipmap._sample_uv_mipmap`` (the object's internal ``_generated_adjoint``
+  switch launches and records it instead; its output is bit-equal), itself checked against
   float64 finite differences in test_textures.py: gradients to the base texels
   (through the pyramid rebuild), ``verts_uvs``, the projected vertices and the
   barycentrics, for every filter x boundary mode, with and without ``flip_v``
@@ -113,6 +114,7 @@ def _sample_grads(device, filt, boundary, *, flip_v, perspective, n_maps, genera
             perspective_correct=perspective,
             corner_lists=CornerLists(faces_w, len(ndc)) if lists else None,
         )  # fmt: skip
+    sampled = out.numpy()
     out.grad.assign(rng.normal(size=tuple(out.shape) + (3,)).astype(np.float32))
     kernels = [launch[0] for launch in tape.launches if isinstance(launch, (list, tuple))]
     assert (_sample_uv_mipmap in kernels) == generated  # the hand path records no launch
@@ -121,6 +123,7 @@ def _sample_grads(device, filt, boundary, *, flip_v, perspective, n_maps, genera
     assert (_gather_corners in kernels) == bool(generated or (tex.uses_mipmaps and not lists))
     tape.backward()
     return {
+        "sampled": sampled,
         "maps": maps.grad.numpy(),
         "verts_uvs": verts_uvs.grad.numpy(),
         "verts_ndc": verts_ndc.grad.numpy(),
@@ -170,6 +173,10 @@ def _hand_equals_generated(device, filt, boundary, **options) -> dict:
     """Asserts that every gradient of the hand-written adjoint equals the generated
     adjoint's (``_sample_grads`` options); returns the generated ones."""
     got, want = (_sample_grads(device, filt, boundary, generated=g, **options) for g in (0, 1))
+    # The forwards differ too (one thread per slot for all channels on the hand path,
+    # one per slot and channel with the generated adjoint), with the same float32
+    # operations per channel: bit-equal.
+    np.testing.assert_array_equal(got.pop("sampled"), want.pop("sampled"))
     for name in want:
         # The same float32 per-slot terms, in another order: the hand adjoint sums a
         # slot's channels (and levels) before the chain, writes the level's and the

@@ -1,17 +1,19 @@
 """The hand-written adjoint of :class:`~warpraster.shading.mipmap.TexturesUVMipmap`'s
 sampling kernel.
 
-The forward (``mipmap._sample_uv_mipmap``) runs one thread per slot and channel.
-Warp's generated adjoint of it replays the whole slot in every channel's thread
-and adds the slot's UV / projected-vertex gradients into the per-face corner
-tables once per channel. :meth:`SampleAdjoint.record` registers instead, with
-``tape.record_func``, one thread per slot (``_sample_uv_mipmap_adjoint``)
-that recomputes the UV, its screen-space derivatives and the mip level once,
-adds every channel's texel gradients (atomics into the base maps and the level
-buffer, as the generated adjoint does), sums the gradients of the sampling
-position (and, ``linear-mipmap-linear``, of the level fraction) over the
-channels, and takes the chain to the barycentrics (one store per slot) and to
-the corner tables (one atomic add per slot and table) once.
+The forward (``mipmap._sample_uv_mipmap_slots``) runs one thread per slot.
+Warp's generated adjoint of its twin with one thread per slot and channel
+(``mipmap._sample_uv_mipmap``, the object's ``_generated_adjoint`` path) replays
+the whole slot in every channel's thread and adds the slot's UV /
+projected-vertex gradients into the per-face corner tables once per channel.
+:meth:`SampleAdjoint.record` registers instead, with ``tape.record_func``, one
+thread per slot (``_sample_uv_mipmap_adjoint``) that recomputes the UV, its
+screen-space derivatives and the mip level once, adds every channel's texel
+gradients (atomics into the base maps and the level buffer, as the generated
+adjoint does), sums the gradients of the sampling position (and,
+``linear-mipmap-linear``, of the level fraction) over the channels, and takes
+the chain to the barycentrics (one store per slot) and to the corner tables (one
+atomic add per slot and table) once.
 
 It gives what the generated adjoint gives, up to the order of float sums,
 including where that adjoint is zero: a clamped level (0 or the coarsest), the

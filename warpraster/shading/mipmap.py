@@ -995,6 +995,39 @@ def _sample_uv_mipmap(
     texels_out[n, yi, xi, j] = mip_sample_channel(a.t, n, c, uv, duv_dx, duv_dy)
 
 
+@wp.kernel(cuda_max_registers=SAMPLE_MAX_REGISTERS, enable_backward=False)
+def _sample_uv_mipmap_slots(
+    # In: fragments, corners (per face, see CornerTables), sampler
+    a: SampleInputs,
+    # Data out: (N, H, W, K * C) float view of a vector(C) array
+    texels_out: wp.array4d(dtype=wp.float32),
+):
+    """:func:`_sample_uv_mipmap` with one thread per slot for all C channels: the
+    face, barycentrics, corner rows, UV derivatives and footprint are read and
+    computed once per slot instead of once per channel (the same float32 operations
+    per channel: bit-equal outputs). H200, K=1 bench scene (``python
+    scripts/gpu_mip_sampling_variants.py``, medians of 50): 0.179 ms per slot and
+    channel, 0.106 per slot at 64 registers, 0.136 per slot uncapped. Its adjoint is
+    :mod:`.mip_adjoint`'s (Warp's generated one is recorded from
+    :func:`_sample_uv_mipmap` instead)."""
+    p2f = a.frag.pix_to_face
+    n, yi, xi, k, inside = patch_slot(
+        wp.tid(), p2f.shape[0], p2f.shape[1], p2f.shape[2], p2f.shape[3], SAMPLE_PATCH_W
+    )
+    if not inside:
+        return
+    channels = a.t.p.maps.shape[3]
+    f = p2f[n, yi, xi, k]
+    if f < 0:
+        for c in range(channels):
+            texels_out[n, yi, xi, k * channels + c] = 0.0
+        return
+    shape = wp.vec2i(p2f.shape[1], p2f.shape[2])
+    uv, duv_dx, duv_dy = slot_uv(a.corners, f, a.frag.bary_coords[n, yi, xi, k], yi, xi, shape)
+    for c in range(channels):
+        texels_out[n, yi, xi, k * channels + c] = mip_sample_channel(a.t, n, c, uv, duv_dx, duv_dy)
+
+
 class TexturesUVMipmap(UVTextures):
     """UV textures filtered as nvdiffrast's ``texture`` (mip-mapped, wrap/clamp/zero).
 
@@ -1169,18 +1202,19 @@ class TexturesUVMipmap(UVTextures):
         corner_args = self._corners(self.device, uv=corners.uv, ndc=corners.ndc,
                                     derivatives=screen.with_derivatives,
                                     perspective_correct=screen.perspective_correct)  # fmt: skip
-        # One thread per slot and channel: a thread per slot doing the three
-        # channels was slower on an H200 (0.36 vs 0.28 ms forward, 1.54 vs 1.24 ms
-        # backward on the K = 1 bench scene; docs/PERF.md). Its adjoint is
-        # hand-written, one thread per slot (mip_adjoint.py), unless
-        # ``_generated_adjoint`` asks for Warp's.
+        # One thread per slot for all channels, its adjoint hand-written, one
+        # thread per slot (mip_adjoint.py); with ``_generated_adjoint``, one thread
+        # per slot and channel and Warp's generated adjoint of that kernel (the
+        # tests' second truth for the hand-written one).
         frag = self._fragments(self.device, pix_to_face=p2f, bary_coords=bary)
         view = float_view(texels)
         dim = (nn, h, w, k * c)
         inputs = self._inputs(self.device, frag=frag, corners=corner_args, t=self.sampler)
+        per_channel = self._generated_adjoint
         wp.launch(
-            _sample_uv_mipmap,
-            dim=patch_launch_size(nn, h, w, SAMPLE_PATCH_W, k * c),  # flat (see the kernel)
+            _sample_uv_mipmap if per_channel else _sample_uv_mipmap_slots,
+            # flat over pixel patches (see the kernels)
+            dim=patch_launch_size(nn, h, w, SAMPLE_PATCH_W, k * c if per_channel else k),
             inputs=[inputs],
             outputs=[view],
             device=self.device,
