@@ -796,6 +796,54 @@ def test_split_face_bins_take_the_ordered_queue_and_the_rest_the_register_queue(
     np.testing.assert_array_equal(out["pix_to_face"], ref_p.numpy())
 
 
+@pytest.mark.parametrize("blur", [0.0, 0.02], ids=["sharp", "blur"])
+def test_k1_small_face_pass_runs_only_in_calls_without_split_faces(device, blur):
+    """K = 1 binned draws faces of at most ``Tuning.small_face_pixels`` pixels in
+    an order-free atomic pass. With clipping on, PyTorch3D's rule for split
+    halves depends on the offer order, so that pass runs only when the clipper's
+    device flag says no face is split in this call. One workspace through calls
+    without, with, and again without a split face (the flag changes on the
+    device only): the small-face keys are drawn exactly in the calls without,
+    and every call equals the oracle (clip -> float32 NumPy rasterizer -> unclip)."""
+    rng = np.random.default_rng(31)
+    verts, faces, first, count = random_batch(rng, [60, 40], z_range=(0.8, 3.0))
+    verts[:, :2] *= 0.5
+    # a large face that the middle call pushes across the plane z = 0.6
+    big = np.array([[-0.7, -0.6, 1.2], [0.6, -0.5, 1.3], [0.0, 0.7, 1.25]], np.float32)
+    verts = np.concatenate([verts, big]).astype(np.float32)
+    faces = np.concatenate([faces, [[len(verts) - 3, len(verts) - 2, len(verts) - 1]]])
+    faces = faces.astype(np.int32)
+    count = count.copy()
+    count[-1] += 1  # the large face belongs to the last mesh
+    size, z_clip = (24, 32), 0.6
+    sizing = dict(image_size=size, faces_per_pixel=1, bin_size=8)
+    ws = wr.ClipWorkspace(num_verts=len(verts), num_faces=len(faces), num_meshes=len(first),
+                          device=device, **sizing)  # fmt: skip
+    flags = dict(blur_radius=blur, clip_barycentric_coords=blur > 0)
+    settings = dict(sizing, **flags)
+    for step, z_first in enumerate((1.2, 0.3, 1.2)):
+        v = verts.copy()
+        v[-3, 2] = z_first
+        dev = to_device(v, faces, first, count, device)
+        out = rasterize_meshes(*dev, z_clip_value=z_clip, workspace=ws, **settings).numpy()
+        split = step == 1
+        assert ws.clip.any_split.numpy()[0] == int(split)
+        keys = ws.raster.depth_keys.numpy()
+        # the pass drew many pixels (most faces here cover a few pixels), or none
+        drawn = (keys != np.uint64(2**64 - 1)).sum()
+        assert (drawn == 0) if split else (drawn > 50), (step, drawn)
+        buf = ClipBuffers(len(v), len(faces), len(first), device)
+        clip_faces(*dev, z_clip_value=z_clip, cull_to_frustum=False,
+                   perspective_correct=False, buffers=buf)  # fmt: skip
+        got = clipped_numpy(buf)
+        frag, ref_p, _ = _oracle_unclipped(buf, got, size, 1, device, **flags)
+        np.testing.assert_array_equal(out["pix_to_face"], ref_p.numpy(), err_msg=f"step {step}")
+        valid = ref_p.numpy() >= 0
+        assert valid.mean() > 0.3
+        # as test_clipped_rasterization_matches_the_oracle_on_random_scenes
+        np.testing.assert_allclose(out["zbuf"][valid], frag.zbuf[valid], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize(("size", "k"), [((20, 28), 4), ((9, 13), 3)], ids=["wide", "tail"])
 def test_in_place_map_back_gradient_equals_the_copying_one(device, size, k):
     """rasterize_meshes(z_clip_value=...) maps its fragments back in place (16 bytes

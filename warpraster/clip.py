@@ -755,6 +755,7 @@ class ClipBuffers:
             self.num_faces_per_mesh,
             self.clipped_faces_neighbor_idx,
             has_neighbors=True,
+            split_flag=self.any_split,
         )
 
 

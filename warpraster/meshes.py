@@ -55,6 +55,11 @@ class PackedMeshes:
         has_neighbors: whether split partners may be present (then faces are offered
             to each pixel's queue in ascending index order, as PyTorch3D's rule for
             split faces depends on that order).
+        split_flag: ``wp.array(dtype=wp.int32)`` (1,) on the device, nonzero when
+            some face has a split partner (the clipper's ``any_split``), or None.
+            With it, K = 1 binned rasterization keeps its small-face pass on the
+            device when the flag is 0 (without split halves the offer order does
+            not matter); without it, meshes with neighbours never use that pass.
     """
 
     verts: wp.array
@@ -63,6 +68,7 @@ class PackedMeshes:
     num_faces_per_mesh: wp.array
     clipped_faces_neighbor_idx: wp.array | None
     has_neighbors: bool = False
+    split_flag: wp.array | None = None
 
     @property
     def num_meshes(self) -> int:

@@ -94,7 +94,9 @@ def _bin_span(ps: PassArgs, small: int, f: int):
     m = ps.face.mesh[f]
     if m < 0:
         return wp.vec4i(1, 0, 1, 0), 0
-    r = face_bins(ps.face.bbox[f], ps.height, ps.width, ps.bins.h, ps.bins.w, small)
+    # split faces in this call: the small-face pass draws nothing, all are binned
+    small_now = wp.where(ps.split.small_off[0] != 0, 0, small)
+    r = face_bins(ps.face.bbox[f], ps.height, ps.width, ps.bins.h, ps.bins.w, small_now)
     return r, m * ps.bins.rows * ps.bins.cols
 
 

@@ -56,13 +56,17 @@ class SplitBins:
     ``on``) are served by the output-array queue with sorted lists of at most
     ``max_sorted`` faces; the register queue skips them (``only``: the output-array
     queue serves only those; ``any``: (1,) 1 when a bin is marked, so that the
-    output-array queue pass ends at once without)."""
+    output-array queue pass ends at once without). ``small_off``: (1,) nonzero
+    when some face of the call is split (the clipper's flag; a zero array
+    otherwise): the K = 1 small-face pass then draws nothing and every face is
+    binned, so that split bins see every face in index order."""
 
     on: int
     only: int
     max_sorted: int
     marked: wp.array(dtype=wp.int32)
     any: wp.array(dtype=wp.int32)
+    small_off: wp.array(dtype=wp.int32)
 
 
 @wp.struct

@@ -69,7 +69,9 @@ def rasterize_packed(
                                  meshes.num_faces_per_mesh)),
         None if meshes.clipped_faces_neighbor_idx is None
         else array_key(meshes.clipped_faces_neighbor_idx),
-        meshes.has_neighbors, settings, ws.tuning,
+        meshes.has_neighbors,
+        None if meshes.split_flag is None else array_key(meshes.split_flag),
+        settings, ws.tuning,
         *(array_key(a) for a in (frags.pix_to_face, frags.zbuf, frags.bary_coords, frags.dists)),
     )  # fmt: skip
     ws.call_graph(key, lambda: _launch_passes(meshes, ws, settings, frags), ws.tuning.call_graphs)
@@ -120,7 +122,12 @@ def _launch_passes(
     ordered = meshes.has_neighbors
     split = ordered and ws.binned
     register = k <= tuning.register_queue_max_k and (split or not ordered)
-    small = tuning.small_face_pixels if (k == 1 and ws.binned and not ordered) else 0
+    # K = 1 binned: small faces drawn face by face (an atomic minimum, order-free).
+    # With split partners possible, only where the clipper's device flag says no
+    # face is split in this call (the pass and the binning read it): PyTorch3D's
+    # rule for split halves needs every face of their bins offered in order.
+    small_ok = not ordered or meshes.split_flag is not None
+    small = tuning.small_face_pixels if (k == 1 and ws.binned and small_ok) else 0
     ps, ps_key = ws.pass_for(meshes, settings, frags, seeded=small > 0, split_bins=split,
                              split_only=split and register)  # fmt: skip
     if nf > 0:

@@ -51,6 +51,8 @@ def small_faces_k1(ps: PassArgs, small: int, lanes: int):
     share its pixel box, and each covered pixel takes the atomic minimum of the
     face's (depth, index) key: the queue's order, in one pass whose work follows
     the covered pixels rather than the faces per bin."""
+    if ps.split.small_off[0] != 0:
+        return  # faces are split in this call: every face is binned instead
     t = wp.tid()
     f = t // lanes
     lane = t - f * lanes

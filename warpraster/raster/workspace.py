@@ -212,6 +212,8 @@ class RasterWorkspace(SettingsViews):
         self.face_verts = wp.empty(f_alloc, dtype=wp.mat33, device=self.device)
         # the split-partner index of meshes without split faces (-1 for all)
         self.no_neighbors = wp.full(f_alloc, -1, dtype=wp.int32, device=self.device)
+        # the split flag of meshes without one (0: the small-face pass may run)
+        self.no_split_flag = wp.zeros(1, dtype=wp.int32, device=self.device)
         self.bin_h, self.bin_w = bin_shape(settings.bin_size, settings.faces_per_pixel)
         self.bins_y, self.bins_x = binning.bin_grid(h, w, self.bin_h, self.bin_w)
         num_bins = self.num_meshes * self.bins_y * self.bins_x
@@ -281,6 +283,7 @@ class RasterWorkspace(SettingsViews):
         out = self.fragments if out is None else out
         key = (
             _optional_key(meshes.clipped_faces_neighbor_idx),
+            _optional_key(meshes.split_flag),
             array_key(meshes.mesh_to_face_first_idx),
             array_key(meshes.num_faces_per_mesh),
             settings.blur_radius, settings.perspective_correct,
@@ -387,6 +390,7 @@ def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face
     split.max_sorted = ws.tuning.max_sorted_bin
     split.marked = ws.bin_split
     split.any = ws.any_split_bin
+    split.small_off = ws.no_split_flag if meshes.split_flag is None else meshes.split_flag
     ps.split = split
     ps.seeded = 0
     ps.keys = ws.depth_keys
