@@ -19,7 +19,7 @@ from . import binning
 from .faces import setup_faces
 from .outputs import write_outputs_kernel
 from .queue import raster_naive_at, raster_output_queue, register_kernel
-from .small_faces import EMPTY_KEY_VALUE, small_face_lanes, small_faces_k1
+from .small_faces import EMPTY_KEY_BYTE, small_face_lanes, small_faces_k1
 from .workspace import RasterWorkspace, array_key, make_pass
 
 __all__ = ["rasterize_naive_at", "rasterize_packed"]
@@ -135,7 +135,7 @@ def _launch_passes(
         arrays, arrays_key = ws.meshes_for(meshes)
         launch("setup", setup_faces, nf, [arrays, n, cull, ps], key=(arrays_key, n, cull, ps_key))
     if small > 0:
-        ws.depth_keys.fill_(EMPTY_KEY_VALUE)
+        ws.depth_key_bytes.fill_(EMPTY_KEY_BYTE)  # every key EMPTY_KEY_VALUE
         if nf > 0:
             lanes = small_face_lanes(nf, n * h * w, tuning.small_face_lanes)
             launch("small", small_faces_k1, nf * lanes, [ps, small, lanes], key=(ps_key, lanes))

@@ -33,8 +33,9 @@ def _depth_bits(x: float) -> wp.uint32: ...
 def bits_depth(x: wp.uint32) -> float: ...
 
 
-#: Key of a pixel no small face covers (decodes to no face).
+#: Key of a pixel no small face covers (decodes to no face): every byte 0xFF.
 EMPTY_KEY_VALUE = 2**64 - 1
+EMPTY_KEY_BYTE = 0xFF
 
 
 EMPTY_KEY = wp.constant(wp.uint64(EMPTY_KEY_VALUE))

@@ -261,6 +261,10 @@ class RasterWorkspace(SettingsViews):
         # K = 1 binned: one (depth, face) key per pixel for the small-face pass
         key_count = self.num_meshes * h * w if self.faces_per_pixel == 1 and self.binned else 1
         self.depth_keys = wp.empty(key_count, dtype=wp.uint64, device=self.device)
+        # the same bytes: the empty key is all ones, so one byte memset clears them
+        # (``fill_`` of 64-bit values launches a fill kernel)
+        self.depth_key_bytes = wp.array(ptr=self.depth_keys.ptr, dtype=wp.uint8,
+                                        shape=(8 * key_count,), device=self.device)  # fmt: skip
         self.launches = LaunchCache(self.device)
         self.call_graph = CallGraph(self.device)
         self._pass = None
