@@ -61,12 +61,12 @@ class SplitBins:
     otherwise): the K = 1 small-face pass then draws nothing and every face is
     binned, so that split bins see every face in index order."""
 
+    small_off: wp.array(dtype=wp.int32)
     on: int
     only: int
     max_sorted: int
     marked: wp.array(dtype=wp.int32)
     any: wp.array(dtype=wp.int32)
-    small_off: wp.array(dtype=wp.int32)
 
 
 @wp.struct

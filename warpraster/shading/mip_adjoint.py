@@ -29,7 +29,7 @@ import warp as wp
 
 from ..aggregated import add_mat32_row, add_mat33_row
 from ..geometry import EPS, barycentric, pixel_centre
-from ..patches import patch_launch_size, patch_slot
+from ..patches import patch_launch_size
 from .corner_lists import VertexCorners, corner_of
 from .mipmap import (
     BoundaryMode,
@@ -45,11 +45,13 @@ from .mipmap import (
     mip_level,
     near_level,
     nearest_cell,
+    patch_fragment,
     sample_point,
     slot_uv_terms,
     texel_cell,
     texel_footprint,
     wrap_tap,
+    zero_channels,
 )
 from .textures import LastStruct
 
@@ -319,20 +321,15 @@ def _sample_uv_mipmap_adjoint(
     # Gradients out (added to):
     g: SampleGrads,
 ):
-    """One thread per slot: the adjoint of ``mipmap._sample_uv_mipmap`` over all C
-    channels, launched over pixel patches (:mod:`~warpraster.patches`)."""
-    p2f = a.frag.pix_to_face
-    n, yi, xi, k, inside = patch_slot(
-        wp.tid(), p2f.shape[0], p2f.shape[1], p2f.shape[2], p2f.shape[3], ADJOINT_PATCH_W
-    )
-    if not inside:
-        return
+    """One thread per slot: the adjoint of ``mipmap._sample_uv_mipmap_slots`` (and
+    of its per-channel twin ``_sample_uv_mipmap``) over all C channels, launched
+    over pixel patches (:mod:`~warpraster.patches`)."""
+    n, yi, xi, k, f = patch_fragment(a.frag, wp.tid(), ADJOINT_PATCH_W)
     nc = a.t.p.maps.shape[3]
     j0 = k * nc
-    f = a.frag.pix_to_face[n, yi, xi, k]
     if f < 0:
-        for c in range(nc):
-            texels_grad[n, yi, xi, j0 + c] = 0.0
+        if f == -1:
+            zero_channels(texels_grad, n, yi, xi, j0, nc)
         return
     b = a.frag.bary_coords[n, yi, xi, k]
     shape = wp.vec2i(a.frag.pix_to_face.shape[1], a.frag.pix_to_face.shape[2])

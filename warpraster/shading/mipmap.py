@@ -969,6 +969,28 @@ class SampleInputs:
 SAMPLE_PATCH_W = wp.constant(8)
 
 
+@wp.func
+def patch_fragment(frag: PixelFragments, tid: int, patch_w: int):
+    """(n, yi, xi, k, f) of thread ``tid`` of a launch over the slots of ``frag`` in
+    pixel patches ``patch_w`` wide (:mod:`~warpraster.patches`): its slot and face
+    (-1: an empty slot; -2: a thread past the last slot)."""
+    p2f = frag.pix_to_face
+    n, yi, xi, k, inside = patch_slot(
+        tid, p2f.shape[0], p2f.shape[1], p2f.shape[2], p2f.shape[3], patch_w
+    )
+    f = int(-2)
+    if inside:
+        f = p2f[n, yi, xi, k]
+    return n, yi, xi, k, f
+
+
+@wp.func
+def zero_channels(a: wp.array4d(dtype=wp.float32), n: int, yi: int, xi: int, j0: int, c: int):
+    """a[n, yi, xi, j0 .. j0 + c - 1] = 0 (a slot's channels)."""
+    for j in range(j0, j0 + c):
+        a[n, yi, xi, j] = 0.0
+
+
 @wp.kernel(cuda_max_registers=SAMPLE_MAX_REGISTERS)
 def _sample_uv_mipmap(
     # In: fragments, corners (per face, see CornerTables), sampler
@@ -1010,18 +1032,13 @@ def _sample_uv_mipmap_slots(
     channel, 0.106 per slot at 64 registers, 0.136 per slot uncapped. Its adjoint is
     :mod:`.mip_adjoint`'s (Warp's generated one is recorded from
     :func:`_sample_uv_mipmap` instead)."""
-    p2f = a.frag.pix_to_face
-    n, yi, xi, k, inside = patch_slot(
-        wp.tid(), p2f.shape[0], p2f.shape[1], p2f.shape[2], p2f.shape[3], SAMPLE_PATCH_W
-    )
-    if not inside:
-        return
+    n, yi, xi, k, f = patch_fragment(a.frag, wp.tid(), SAMPLE_PATCH_W)
     channels = a.t.p.maps.shape[3]
-    f = p2f[n, yi, xi, k]
     if f < 0:
-        for c in range(channels):
-            texels_out[n, yi, xi, k * channels + c] = 0.0
+        if f == -1:
+            zero_channels(texels_out, n, yi, xi, k * channels, channels)
         return
+    p2f = a.frag.pix_to_face
     shape = wp.vec2i(p2f.shape[1], p2f.shape[2])
     uv, duv_dx, duv_dy = slot_uv(a.corners, f, a.frag.bary_coords[n, yi, xi, k], yi, xi, shape)
     for c in range(channels):
