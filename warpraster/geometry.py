@@ -119,21 +119,6 @@ def is_inside(b: wp.vec3) -> bool:
 
 
 @wp.func
-def edges_admit(p: wp.vec2, a: wp.vec2, b: wp.vec2, c: wp.vec2) -> bool:
-    """Whether each edge function at ``p`` has the sign of the face's area (the
-    numerators and denominator of :func:`barycentric`), which an inside pixel
-    needs: the exact test's precheck, without its divisions. All three signs
-    are computed (no branch between them, so a warp's lanes stay together)."""
-    area = edge_function(c, a, b) + EPS
-    e0 = edge_function(p, b, c)
-    e1 = edge_function(p, c, a)
-    e2 = edge_function(p, a, b)
-    pos = area > 0.0 and e0 > 0.0 and e1 > 0.0 and e2 > 0.0
-    neg = area <= 0.0 and e0 < 0.0 and e1 < 0.0 and e2 < 0.0
-    return pos or neg
-
-
-@wp.func
 def face_barycentric(p: wp.vec2, face: wp.mat33, perspective_correct: int):
     """(barycentrics, inside) of pixel centre ``p`` in ``face`` (rows: its vertices'
     screen x, y and depth): perspective-corrected when ``perspective_correct`` !=

@@ -8,7 +8,7 @@ PyTorch3D's kernel does, and order the queue by (depth, face index).
 import warp as wp
 
 from ..fragments import FragmentRows
-from ..geometry import edges_admit, face_barycentric, face_depth, point_triangle_dist2
+from ..geometry import EPS, edge_function, face_barycentric, face_depth, point_triangle_dist2
 from ..stores import FillState, WideRows
 
 # fuse_fp off: no a*b+c contraction into FMA, so every decision is made on the
@@ -103,44 +103,11 @@ class PassArgs:
 
 
 @wp.func
-def test_face(ps: PassArgs, f: int, p: wp.vec2):
-    """(hit, z, squared distance or -1 if not computed) of face f at pixel centre p.
-
-    Same decisions as PyTorch3D's kernel, in an order that stops early: bbox;
-    then, without blur, the signs of the three edge functions (a pixel is inside
-    only if each barycentric numerator has the sign of the area, so a sign
-    mismatch rejects it without the divisions; a pass is re-decided exactly);
-    depth; the edge distance only when the pixel is outside and blur could
-    still keep it.
-    """
-    hit = False
-    z = float(0.0)
-    dist = float(-1.0)
-    bb = ps.face.bbox[f]
-    if not (p[0] > bb[2] or p[0] < bb[0] or p[1] > bb[3] or p[1] < bb[1]):
-        m = ps.face.verts[f]
-        a = wp.vec2(m[0, 0], m[0, 1])
-        b = wp.vec2(m[1, 0], m[1, 1])
-        c = wp.vec2(m[2, 0], m[2, 1])
-        maybe = True
-        if ps.blur_radius <= 0.0:
-            maybe = edges_admit(p, a, b, c)
-        if maybe:
-            bary, inside = face_barycentric(p, m, ps.perspective_correct)
-            if inside or ps.blur_radius > 0.0:
-                _clipped, z = face_depth(bary, m, ps.clip_barycentric_coords)
-                if z >= 0.0:
-                    if inside:
-                        hit = True
-                    else:
-                        dist = point_triangle_dist2(p, a, b, c)
-                        hit = dist < ps.blur_radius
-    return hit, z, dist
-
-
-@wp.func
 def test_face_sharp(ps: PassArgs, f: int, p: wp.vec2):
-    """test_face without blur: the bbox and edge-sign tests computed for every
+    """(hit, z, -1) of face f at pixel centre p without blur: the bbox and the
+    signs of the three edge functions (a pixel is inside only if each
+    barycentric numerator has the sign of the area, so a sign mismatch rejects
+    it without the divisions; a pass is re-decided exactly) computed for every
     face (no branch between them, so the lanes of a warp stay together), then the
     exact decision where both pass. Used by the queue kernels compiled for
     blur = 0 (faster at K = 8: docs/PERF.md, "Design measurements")."""
@@ -152,12 +119,49 @@ def test_face_sharp(ps: PassArgs, f: int, p: wp.vec2):
     b = wp.vec2(m[1, 0], m[1, 1])
     c = wp.vec2(m[2, 0], m[2, 1])
     in_box = p[0] <= bb[2] and p[0] >= bb[0] and p[1] <= bb[3] and p[1] >= bb[1]
-    if in_box and edges_admit(p, a, b, c):
+    # The edge-sign test written out here: as a function of its own (geometry's
+    # edges_admit, or as min / max and a select), the K=8 raster bench scenes ran
+    # 4% slower on an H200 (ico5 x8 graph forward 0.410-0.412 -> 0.425-0.428 ms,
+    # ico4 x32 0.425-0.428 -> 0.442-0.449; sm_90: 63 registers instead of 64)
+    area = edge_function(c, a, b) + EPS
+    e0 = edge_function(p, b, c)
+    e1 = edge_function(p, c, a)
+    e2 = edge_function(p, a, b)
+    pos = area > 0.0 and e0 > 0.0 and e1 > 0.0 and e2 > 0.0
+    neg = area <= 0.0 and e0 < 0.0 and e1 < 0.0 and e2 < 0.0
+    if in_box and (pos or neg):
         bary, inside = face_barycentric(p, m, ps.perspective_correct)
         if inside:
             _clipped, z = face_depth(bary, m, ps.clip_barycentric_coords)
             hit = z >= 0.0
     return hit, z, float(-1.0)
+
+
+@wp.func
+def test_face(ps: PassArgs, f: int, p: wp.vec2):
+    """(hit, z, squared distance or -1 if not computed) of face f at pixel centre p.
+
+    Same decisions as PyTorch3D's kernel. Without blur, :func:`test_face_sharp`.
+    With blur, in an order that stops early: bbox; depth; the edge distance only
+    when the pixel is outside the face.
+    """
+    if ps.blur_radius <= 0.0:
+        return test_face_sharp(ps, f, p)
+    hit = False
+    z = float(0.0)
+    dist = float(-1.0)
+    bb = ps.face.bbox[f]
+    if not (p[0] > bb[2] or p[0] < bb[0] or p[1] > bb[3] or p[1] < bb[1]):
+        m = ps.face.verts[f]
+        bary, inside = face_barycentric(p, m, ps.perspective_correct)
+        _clipped, z = face_depth(bary, m, ps.clip_barycentric_coords)
+        if z >= 0.0:
+            if inside:
+                hit = True
+            else:
+                dist = face_dist(ps, f, p)
+                hit = dist < ps.blur_radius
+    return hit, z, dist
 
 
 @wp.func
