@@ -110,7 +110,8 @@ def test_face_sharp(ps: PassArgs, f: int, p: wp.vec2):
     it without the divisions; a pass is re-decided exactly) computed for every
     face (no branch between them, so the lanes of a warp stay together), then the
     exact decision where both pass. Used by the queue kernels compiled for
-    blur = 0 (faster at K = 8: docs/PERF.md, "Design measurements")."""
+    blur = 0 (faster at K = 8: docs/PERF.md, "Design measurements") and by
+    :func:`test_face` without blur."""
     hit = False
     z = float(0.0)
     bb = ps.face.bbox[f]
