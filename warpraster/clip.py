@@ -654,6 +654,10 @@ class ClipBuffers:
     recorded on a ``wp.Tape``.
     """
 
+    #: its gradient arrays are its own: cleared when a recorded forward writes it
+    #: (warpraster.grad_buffers)
+    owns_grad_buffers = True
+
     def __init__(
         self,
         num_verts: int,

@@ -52,6 +52,10 @@ class Fragments:
     into them, call the workspace's ``refill_empty_slots()``.
     """
 
+    #: its gradient arrays are its own: cleared when a recorded forward writes it
+    #: (warpraster.grad_buffers)
+    owns_grad_buffers = True
+
     pix_to_face: wp.array
     zbuf: wp.array
     bary_coords: wp.array
@@ -78,12 +82,17 @@ class Fragments:
         return int(self.overflow_count.numpy()[0])
 
     def numpy(self) -> dict[str, np.ndarray]:
-        """Host copies: bary_coords as (N, H, W, K, 3)."""
+        """Host copies (reads the device): bary_coords as (N, H, W, K, 3).
+
+        Each array is a copy of its own (on the ``cpu`` device too, where
+        ``wp.array.numpy()`` is a view): fragments kept from a loop over one
+        workspace keep their values when the next call rewrites its arrays.
+        """
         return {
-            "pix_to_face": self.pix_to_face.numpy(),
-            "zbuf": self.zbuf.numpy(),
-            "bary_coords": self.bary_coords.numpy().reshape(self.shape + (3,)),
-            "dists": self.dists.numpy(),
+            "pix_to_face": np.array(self.pix_to_face.numpy()),
+            "zbuf": np.array(self.zbuf.numpy()),
+            "bary_coords": np.array(self.bary_coords.numpy()).reshape(self.shape + (3,)),
+            "dists": np.array(self.dists.numpy()),
         }
 
 

@@ -14,6 +14,7 @@ import dataclasses
 import inspect
 
 from .fragments import Fragments
+from .grad_buffers import clear_if_recording
 from .meshes import pack_meshes
 from .raster import ClipWorkspace, RasterWorkspace, rasterize_clipped, rasterize_packed
 from .settings import RasterSettings, Tuning
@@ -117,7 +118,9 @@ def rasterize_meshes(
             ``z_clip_value``, ``cull_to_frustum``, ``deterministic``,
             ``exact_perspective_grad``): PyTorch3D's options (and two of ours),
             the fields of :class:`~warpraster.settings.RasterSettings` with its
-            defaults (``image_size`` 256, ``faces_per_pixel`` 8).
+            defaults (``image_size`` 256, ``faces_per_pixel`` 8,
+            ``exact_perspective_grad`` True: the true derivative where PyTorch3D's
+            clamped perspective denominator gives another number).
 
     Returns:
         :class:`Fragments` (``pix_to_face``, ``zbuf``, ``bary_coords``, ``dists``),
@@ -176,6 +179,8 @@ def rasterize_checked(meshes, settings: RasterSettings, workspace) -> Fragments:
     ``workspace``, all three already checked against each other (as
     :func:`rasterize_meshes` does, or a renderer once at set-up): the clipped path
     (a :class:`ClipWorkspace`) or the plain one."""
+    # the workspace's gradients start from zero in every recorded render
+    clear_if_recording(workspace)
     if settings.clipped:
         return rasterize_clipped(meshes, settings, workspace)
     return rasterize_packed(meshes, workspace, settings)

@@ -65,6 +65,10 @@ class FaceGradBuffers:
         guard: the tape-safety record of the workspace owning these buffers.
     """
 
+    #: its gradient arrays are its own: cleared when a recorded forward writes it
+    #: (warpraster.grad_buffers)
+    owns_grad_buffers = True
+
     def __init__(self, num_faces: int, device, deterministic: bool, shape=None, *,
                  gather: bool = False):  # fmt: skip
         self.num_faces = int(num_faces)
@@ -117,7 +121,7 @@ def accumulate_vertex_grads(
     *,
     perspective_correct: bool,
     clip_barycentric_coords: bool,
-    exact_perspective_grad: bool = False,
+    exact_perspective_grad: bool = True,
     specialize: bool | None = None,
 ) -> None:
     """The one entry: adds d(loss)/d(verts) to ``verts_grad``.
@@ -133,8 +137,9 @@ def accumulate_vertex_grads(
         verts_grad: (V,) vec3, accumulated into.
         buffers: the strategy's buffers (:class:`FaceGradBuffers`).
         perspective_correct, clip_barycentric_coords: the render's flags.
-        exact_perspective_grad: the true derivative where the perspective
-            denominator is clamped, instead of PyTorch3D's (docs/BACKWARD.md).
+        exact_perspective_grad: True (default): the true derivative where the
+            perspective denominator is clamped; False: PyTorch3D's numbers there
+            (docs/BACKWARD.md).
         specialize: compile the flags into kernel variants (None: on CUDA).
 
     Capturable: no allocation, no host read. Empty slots are ignored.
@@ -162,7 +167,7 @@ def grads_from_pix_to_face(
     *,
     perspective_correct: bool,
     clip_barycentric_coords: bool,
-    exact_perspective_grad: bool = False,
+    exact_perspective_grad: bool = True,
     buffers: FaceGradBuffers | None = None,
 ) -> None:
     """The backward without a raster workspace (the torch adapter's): adds
@@ -206,7 +211,7 @@ def record_backward(
     *,
     perspective_correct: bool,
     clip_barycentric_coords: bool,
-    exact_perspective_grad: bool = False,
+    exact_perspective_grad: bool = True,
 ) -> None:
     """Registers the backward of the render just made into ``workspace`` on the active
     ``wp.Tape`` (if any and if ``meshes.verts`` requires gradients).

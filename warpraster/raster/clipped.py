@@ -38,6 +38,10 @@ class ClipWorkspace(SettingsViews):
             (:meth:`RasterSettings.sizing <warpraster.settings.RasterSettings.sizing>`).
     """
 
+    #: its gradient arrays are its own: cleared when a recorded forward writes it
+    #: (warpraster.grad_buffers)
+    owns_grad_buffers = True
+
     def __init__(
         self,
         *,

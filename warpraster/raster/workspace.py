@@ -179,6 +179,10 @@ class RasterWorkspace(SettingsViews):
             own output arrays (``out=``; the torch adapter): ``fragments`` is None.
     """
 
+    #: its gradient arrays are its own: cleared when a recorded forward writes it
+    #: (warpraster.grad_buffers)
+    owns_grad_buffers = True
+
     def __init__(
         self,
         *,

@@ -48,6 +48,7 @@ import warp as wp
 
 from ..backward.tape import active_tape
 from ..geometry import pixel_centre
+from ..grad_buffers import clear_if_recording
 from ..meshes import as_faces_array, as_vec3_array
 from ..patches import patch_launch_size, patch_slot
 from .corner_lists import CornerLists
@@ -429,6 +430,7 @@ class MipPyramid:
         divisions); three levels per launch: 0.110 and 1.381 ms.
         """
         n, _, _, c = self.maps.shape
+        clear_if_recording(self.levels)  # the levels are this build's: gradients from zero
         for lev, g in self._groups():
             lh, lw = self.sizes[lev + g - 1]
             wp.launch(
@@ -884,6 +886,10 @@ class CornerTables:
     bench scene) instead of per-vertex rows (shared by all faces around a vertex,
     ~90), and the gather's adjoint adds F rows into the vertices.
     """
+
+    #: its gradient arrays are its own: cleared when a recorded forward writes it
+    #: (warpraster.grad_buffers)
+    owns_grad_buffers = True
 
     def __init__(self, num_faces: int, device, requires_grad: bool):
         self.num_faces = int(num_faces)

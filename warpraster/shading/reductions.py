@@ -31,6 +31,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..backward.tape import active_tape
+from ..grad_buffers import clear_if_recording
 from .blending import (
     BlendParams,
     check_fragments,
@@ -163,6 +164,10 @@ _PARTIALS: dict = {}  # (device, blocks) -> per-block partial sums of image_mse
 class _Scratch:
     """Per-shape scratch images (cached per call site via ``scratch=``)."""
 
+    #: its gradient arrays are its own: cleared when a recorded forward writes it
+    #: (warpraster.grad_buffers)
+    owns_grad_buffers = True
+
     def __init__(self, shape, device, requires_grad=True):
         n, h, w, k = shape
         self.image = wp.zeros(
@@ -197,6 +202,7 @@ def soft_silhouette(fragments, sigma: float = 1e-4, *, out=None, scratch=None) -
     rg = fragments.dists.requires_grad
     out = _out3(out, shape, device, rg)
     s = scratch if scratch is not None else _Scratch(shape, device, rg)
+    clear_if_recording(scratch)  # reused: its gradients start from zero
     launch_sigmoid_blend(pixel_fragments(fragments), s.ones, float(sigma), s.image)
     wp.launch(_channel, dim=shape[:3], inputs=[s.image, 3], outputs=[out], device=device)
     return out
@@ -230,6 +236,7 @@ def soft_depth(
     rg = fragments.zbuf.requires_grad or fragments.dists.requires_grad
     out = _out3(out, shape, device, rg)
     s = scratch if scratch is not None else _Scratch(shape, device, rg)
+    clear_if_recording(scratch)  # reused: its gradients start from zero
     zn = z_param(znear, "znear", device, s.z_cache)
     zf = z_param(zfar, "zfar", device, s.z_cache)
     wp.launch(
