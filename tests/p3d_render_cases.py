@@ -94,8 +94,12 @@ def blend_params(spec: dict):
 
 
 def raster_settings(spec: dict):
+    """The case's settings, with ``exact_perspective_grad=False``: these cases hold
+    PyTorch3D's gradients, which at a clamped perspective denominator (r08, r09)
+    are not the derivative that the default gives (docs/BACKWARD.md)."""
     r = spec["raster"]
     return wr.RasterizationSettings(
+        exact_perspective_grad=False,
         image_size=tuple(r["image_size"]),
         blur_radius=r["blur_radius"],
         faces_per_pixel=r["faces_per_pixel"],

@@ -6,9 +6,10 @@ The two follow different conventions at ties and clamps (the hand-written one
 PyTorch3D's, the generated adjoint Warp's ``wp.min``/``wp.max``/``wp.clamp``
 adjoints; docs/BACKWARD.md), so they are compared on random scenes, where no
 pixel centre lies exactly on an edge, a vertex, a medial axis of the distance
-or a clamp, and with ``exact_perspective_grad=True``: the perspective scenes
-clamp the denominator at blurred pixels outside the face, where PyTorch3D's
-default gradient is not the derivative (Warp's adjoint of ``wp.max`` is).
+or a clamp, and with ``exact_perspective_grad=True`` (the default, written out
+here): the perspective scenes clamp the denominator at blurred pixels outside
+the face, where PyTorch3D's gradient (``exact_perspective_grad=False``) is not
+the derivative (Warp's adjoint of ``wp.max`` is).
 tests/test_backward_conventions.py checks the ties and clamps.
 """
 

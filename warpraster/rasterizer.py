@@ -46,6 +46,11 @@ class RasterizationSettings:
         z_clip_value: None = ``min(znear) / 2`` when perspective-correct and the
             camera has a znear, else no clipping.
         cull_to_frustum: drop faces wholly outside the view frustum.
+        exact_perspective_grad: ours, not PyTorch3D's: True (default) gives the
+            true derivative where the perspective denominator is clamped (blurred
+            slots outside a face, with a perspective camera); False gives
+            PyTorch3D's numbers there (see
+            :class:`~warpraster.settings.RasterSettings`, docs/BACKWARD.md).
     """
 
     image_size: int | tuple[int, int] = 256
@@ -58,6 +63,7 @@ class RasterizationSettings:
     cull_backfaces: bool = False
     z_clip_value: float | None = None
     cull_to_frustum: bool = False
+    exact_perspective_grad: bool = True
 
 
 class MeshRasterizer:
@@ -130,13 +136,15 @@ class MeshRasterizer:
             cull_backfaces=bool(s.cull_backfaces),
             z_clip_value=z_clip,
             cull_to_frustum=bool(s.cull_to_frustum),
+            exact_perspective_grad=s.exact_perspective_grad,
         )
 
     def resolved_settings(self, cameras: CamerasBase | None = None) -> dict[str, Any]:
         """:meth:`settings_for` as the keyword arguments of ``rasterize_meshes``
-        (PyTorch3D's ten options; ``image_size`` as given)."""
+        (PyTorch3D's ten options and ``exact_perspective_grad``; ``image_size``
+        as given)."""
         r = self.settings_for(cameras)
-        out = {name: getattr(r, name) for name in _PYTORCH3D_OPTIONS}
+        out = {name: getattr(r, name) for name in (*_PYTORCH3D_OPTIONS, "exact_perspective_grad")}
         out["image_size"] = self.raster_settings.image_size
         return out
 

@@ -96,9 +96,11 @@ class RasterSettings:
             in front of it (None = no clipping).
         cull_to_frustum: drop faces wholly outside the NDC view frustum.
         deterministic: atomic-free backward, bit-identical gradients run after run.
-        exact_perspective_grad: the true derivative where the perspective
-            denominator is clamped to its floor (PyTorch3D propagates through the
-            clamp; see docs/BACKWARD.md). Default False: PyTorch3D's numbers.
+        exact_perspective_grad: True (default): the true derivative where the
+            perspective denominator is clamped to its floor (blurred slots outside
+            a face). False: PyTorch3D's numbers there, which propagate through the
+            clamp as if it were not one (1e6 to 1e18; what the PyTorch3D parity
+            tests set). Identical everywhere else; see docs/BACKWARD.md.
     """
 
     image_size: tuple[int, int] = (256, 256)
@@ -112,7 +114,7 @@ class RasterSettings:
     z_clip_value: float | None = None
     cull_to_frustum: bool = False
     deterministic: bool = False
-    exact_perspective_grad: bool = False
+    exact_perspective_grad: bool = True
 
     def __post_init__(self):
         put = object.__setattr__  # frozen: normalise once, here

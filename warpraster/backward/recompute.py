@@ -58,7 +58,7 @@ def recompute_fragments(
     perspective_correct: bool,
     clip_barycentric_coords: bool,
     deterministic: SortedBackward | bool | None = None,
-    exact_perspective_grad: bool = False,
+    exact_perspective_grad: bool = True,
 ) -> None:
     """Fills ``out.zbuf``, ``out.bary_coords``, ``out.dists`` from ``out.pix_to_face``.
 

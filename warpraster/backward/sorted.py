@@ -341,7 +341,7 @@ class SortedBackward:
         *,
         perspective_correct: bool,
         clip_barycentric_coords: bool,
-        exact_perspective_grad: bool = False,
+        exact_perspective_grad: bool = True,
     ) -> None:
         """Adds d loss / d verts (from the :class:`~warpraster.Fragments` ``out``'s
         ``.grad``) into ``verts.grad``, gathering the face vertices from ``verts``."""

@@ -347,7 +347,8 @@ class SensorBackward:
         wp.launch(
             CHANNELS_ADJOINT[soft, bool(smooth)],
             dim=(n, h, w),
-            inputs=[frame.scene, camera_transforms, grads, mask, loss, int(cam_on), int(mat_on)],
+            inputs=[frame.scene, camera_transforms, grads, mask, loss, int(cam_on), int(mat_on),
+                    int(s.exact_perspective_grad)],
             outputs=[self.records, self.outline],
             device=dev,
             record_tape=False,

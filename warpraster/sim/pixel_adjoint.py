@@ -86,6 +86,7 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool, max_registers: int 
         loss: LossTerms,
         camera_grad: int,
         material_grad: int,
+        exact_perspective_grad: int,
         # Data out, (N, H, W) (image n = world * C + camera) unless noted:
         records_out: PixelRecords,
         outline_out: Outline,
@@ -97,7 +98,9 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool, max_registers: int 
         (N, H, W, SOFT_SLOTS)), and the inputs and output gradients of the outline
         point (``outline_*``) for its generated adjoint. With ``camera_grad``: the
         camera-origin gradient of the depth; with ``material_grad``: the albedo
-        and light (direction, intensity) gradients."""
+        and light (direction, intensity) gradients. ``exact_perspective_grad``:
+        the sharp slots' flag of :func:`~warpraster.backward.slot_grads` (the
+        blurred pass is not perspective-corrected)."""
         n, y, x = wp.tid()
         sharp_frags, blurred, view, surface, look, frame = scene_parts(scene)
         w, c, f, b, fwd = pixel_fragment(view, sharp_frags, n, y, x)
@@ -213,7 +216,8 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool, max_registers: int 
         faces = surface.faces
         if sharp:
             records_out.ndc[n, y, x] = slot_grads(
-                pc, ndc[faces[f, 0]], ndc[faces[f, 1]], ndc[faces[f, 2]], 1, 0, 0,
+                pc, ndc[faces[f, 0]], ndc[faces[f, 1]], ndc[faces[f, 2]], 1, 0,
+                exact_perspective_grad,
                 g_fwd, g_b, 0.0,
             )  # fmt: skip
         if wp.static(soft):

@@ -212,6 +212,10 @@ class CameraSensor:
             and without ``--generated-backward`` times both). False: Warp's
             generated adjoints and the rasterizer's atomic backward (the last
             bits vary on a GPU).
+        exact_perspective_grad: True (default): the true derivative where the
+            perspective denominator of the sharp (perspective-correct) pass is
+            clamped; False: PyTorch3D's numbers there (see
+            :class:`warpraster.RasterSettings`; both backwards follow it).
 
     The colours (``shape_colors``, vec3 (S,)), light direction and intensity live
     in device arrays (``light_direction``, ``light_intensity``, (1,)): assign new
@@ -242,6 +246,7 @@ class CameraSensor:
         material_grad: bool = False,
         grad_channels=None,
         deterministic: bool = True,
+        exact_perspective_grad: bool = True,
     ):
         if not isinstance(geometry, SensorGeometry):
             raise TypeError(f"geometry must be a SensorGeometry, got {type(geometry).__name__}")
@@ -282,6 +287,7 @@ class CameraSensor:
         self.grad_channels = frozenset(grad_channels)
         self.up = _vec3(up, "up")
         self.deterministic = bool(deterministic)
+        self.exact_perspective_grad = bool(exact_perspective_grad)
         #: Newton's hemispheric ambient: sky and ground colours, intensity.
         self.ambient_terms = (wp.vec3(0.4, 0.4, 0.45), wp.vec3(0.1, 0.1, 0.12), 0.5)
         self.bin_size = bin_size
@@ -558,6 +564,7 @@ class CameraSensor:
             faces_per_pixel=k,
             bin_size=self.bin_size,
             perspective_correct=blur_radius == 0.0,
+            exact_perspective_grad=self.exact_perspective_grad,
             workspace=workspace,
             validate=False,
         )

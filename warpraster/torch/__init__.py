@@ -489,7 +489,9 @@ def rasterize_meshes(
             ``faces_per_pixel``, ``bin_size``, ``max_faces_per_bin``,
             ``perspective_correct``, ``clip_barycentric_coords``, ``cull_backfaces``,
             ``z_clip_value``, ``cull_to_frustum`` as in PyTorch3D, and
-            ``exact_perspective_grad`` (see :class:`warpraster.RasterSettings`).
+            ``exact_perspective_grad`` (default True: the true derivative at a
+            clamped perspective denominator; False: PyTorch3D's numbers there;
+            see :class:`warpraster.RasterSettings`).
 
     Returns:
         ``(pix_to_face, zbuf, bary_coords, dists)`` on the input's device:

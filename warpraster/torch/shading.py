@@ -562,6 +562,7 @@ def _config_and_tensors(cameras, raster_settings, shader, textures, device):
             "cull_backfaces",
             "z_clip_value",
             "cull_to_frustum",
+            "exact_perspective_grad",
         )
     }
     size = raster_settings.image_size
