@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import p3d_render_cases as cases  # noqa: E402
+import warp as wp  # noqa: E402
 from test_shaders import (  # noqa: E402
     GRAD_TOL,
     IMAGE_FRACTION,
@@ -17,6 +18,7 @@ from test_shaders import (  # noqa: E402
     RASTER_BACKWARD_OPEN,  # noqa: E402
 )
 
+import warpraster.torch as wrt  # noqa: E402
 from warpraster.torch import shading as T  # noqa: E402
 
 CASES = cases.case_names()
@@ -205,3 +207,91 @@ def test_torch_lights_and_materials_take_pytorch3d_arguments_and_defaults():
             assert torch.equal(by_position[name], by_name[name])
     with pytest.raises(TypeError):
         T.PointLights(direction=(0.0, 0.0, 1.0))  # a directional light's argument
+
+
+# ----------------------------------------------------------------------------- input checks
+def _small_scene():
+    """Two triangles in front of a default camera: (verts, faces, first, count)."""
+    verts = torch.tensor(
+        [[-1.0, -1.0, 3.0], [1.0, -1.0, 3.0], [0.0, 1.0, 3.0],
+         [-1.0, 1.0, 4.0], [1.0, 1.0, 4.0], [0.0, -1.0, 4.0]]
+    )  # fmt: skip
+    faces = torch.tensor([[0, 1, 2], [3, 4, 5]])
+    return verts, faces, torch.tensor([0]), torch.tensor([2])
+
+
+def _entry_points():
+    """name -> call(verts, faces, first, count): the torch entry points over packed meshes."""
+    cams = T.FoVPerspectiveCameras()
+    settings = T.RasterizationSettings(image_size=8, faces_per_pixel=1)
+    rasterizer = T.MeshRasterizer(cameras=cams, raster_settings=settings)
+    renderer = T.MeshRenderer(rasterizer, T.HardPhongShader(cameras=cams))
+    return {
+        "rasterize_meshes": lambda v, f, fi, c: wrt.rasterize_meshes(v, f, fi, c, image_size=8),
+        "MeshRasterizer": rasterizer,
+        "MeshRenderer": renderer,
+    }
+
+
+# (argument index, bad value from the good scene, error, what the message names)
+_BAD_PACKED = {
+    "int64 faces past 2**32 (would wrap to valid ones)": (
+        1, lambda f: f + 2**32, ValueError, "faces(_packed)? has values that do not fit in int32"),
+    "faces on another device": (
+        1, lambda f: f.to("meta"), ValueError, "faces(_packed)? is on meta"),
+    "integer vertices": (0, lambda v: v.long(), TypeError, "verts(_packed)? must be a floating"),
+    "float faces": (1, lambda f: f.float() + 0.5, TypeError, "faces(_packed)? must be an integer"),
+    "fractional first": (2, lambda fi: torch.tensor([0.5]), TypeError, "mesh_to_face_first_idx"),
+    "fractional first (list)": (2, lambda fi: [0.5], TypeError, "mesh_to_face_first_idx"),
+    "fractional count": (3, lambda c: torch.tensor([2.0]), TypeError, "num_faces_per_mesh"),
+    "negative face index": (1, lambda f: f - 1, ValueError, r"faces(_packed)? has vertex indices"),
+    "face index == V": (1, lambda f: f + 1, ValueError, r"faces(_packed)? has vertex indices"),
+    "count not adding up": (3, lambda c: c + 1, ValueError, "num_faces_per_mesh adds up to 3"),
+    "first and count of different lengths": (
+        2, lambda fi: torch.tensor([0, 1]), ValueError, "num_faces_per_mesh has 1 entries"),
+    "first past the faces": (2, lambda fi: fi + 1, ValueError, "running sum"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("entry", ["rasterize_meshes", "MeshRasterizer", "MeshRenderer"])
+@pytest.mark.parametrize("case", list(_BAD_PACKED))
+def test_every_torch_entry_point_checks_packed_inputs_before_any_kernel(entry, case, monkeypatch):
+    """The renderer and rasterizer refuse what rasterize_meshes refuses (one check
+    path): int64 faces that would wrap to valid int32 indices, tensors on another
+    device, integer vertices, float faces, fractional per-mesh ranges, indices out of
+    range, per-mesh ranges that do not add up. Each raises naming the argument, and
+    before any Warp kernel is launched."""
+    index, bad, error, match = _BAD_PACKED[case]
+    args = list(_small_scene())
+    args[index] = bad(args[index])
+    call = _entry_points()[entry]
+    launches = []
+    monkeypatch.setattr(wp, "launch", lambda *a, **k: launches.append(a))
+    with pytest.raises(error, match=match):
+        call(*args)
+    assert launches == []
+
+
+def test_torch_texture_holders_check_their_tensors():
+    """TexturesUV / TexturesVertex refuse float UV faces, int64 UV faces past int32,
+    UV faces out of range and non-float maps, naming the argument; the renderer
+    refuses texture rows that do not match the mesh."""
+    maps, uvs = torch.rand(1, 4, 4, 3), torch.rand(3, 2)
+    with pytest.raises(TypeError, match="faces_uvs must be an integer"):
+        T.TexturesUV(maps, torch.zeros(2, 3), uvs)
+    with pytest.raises(ValueError, match="faces_uvs has values that do not fit in int32"):
+        T.TexturesUV(maps, torch.zeros(2, 3, dtype=torch.int64) + 2**32, uvs)
+    with pytest.raises(ValueError, match="faces_uvs has indices in"):
+        T.TexturesUV(maps, torch.full((2, 3), 3), uvs)
+    with pytest.raises(TypeError, match="maps must be a floating"):
+        T.TexturesUV(maps.to(torch.uint8), torch.zeros(2, 3, dtype=torch.int64), uvs)
+    with pytest.raises(ValueError, match="verts_uvs must have shape"):
+        T.TexturesUV(maps, torch.zeros(2, 3, dtype=torch.int64), torch.rand(3, 3))
+    with pytest.raises(TypeError, match="verts_features must be a floating"):
+        T.TexturesVertex(torch.ones(6, 3, dtype=torch.int64))
+    renderer = _entry_points()["MeshRenderer"]
+    with pytest.raises(ValueError, match="verts_features has 5 rows for 6 vertices"):
+        renderer(*_small_scene(), textures=T.TexturesVertex(torch.rand(5, 3)))
+    with pytest.raises(ValueError, match="faces_uvs has 1 faces, faces has 2"):
+        one_face = T.TexturesUV(maps, torch.zeros(1, 3, dtype=torch.int64), uvs)
+        renderer(*_small_scene(), textures=one_face)

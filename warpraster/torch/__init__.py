@@ -38,9 +38,17 @@ from ..rasterize import RENDER_OPTIONS, settings_from_options, takes_render_opti
 from ..rasterize import rasterize_meshes as _rasterize_meshes_wp
 from ..settings import RasterSettings
 from . import ops, shading
+from .checks import (
+    check_index_range,
+    check_packed,
+    check_packed_values,
+    float_tensor,
+    int_tensor,
+    same_device,
+    to_int32,
+)
 from .context import RasterContext, default_context
 from .ops import (
-    _same_device,
     face_normals,
     interpolate_face_attributes,
     interpolate_vertex_attributes,
@@ -88,49 +96,39 @@ __all__ += shading.__all__
 __all__.remove("Fragments")
 __all__.remove("RasterizationSettings")
 
-_INT32_MIN = -(2**31)
-_INT32_MAX = 2**31 - 1
 _NONE = -1  # bin_size / max_faces_per_bin = None in the op schema (ints only)
 
 
 # ----------------------------------------------------------------------------- helpers
-def _as_int32(t: torch.Tensor, name: str, check: bool = True) -> torch.Tensor:
-    """int32, contiguous (a copy unless it already is); values checked to fit int32."""
-    if t.dtype != torch.int32:
-        if check and t.numel() and (int(t.min()) < _INT32_MIN or int(t.max()) > _INT32_MAX):
-            raise ValueError(f"{name} has values that do not fit in int32")
-        t = t.to(torch.int32)
-    return t.contiguous()
+# The user's names of the packed arguments (error messages).
+_NAMES = ("verts_packed", "faces_packed", "mesh_to_face_first_idx", "num_faces_per_mesh",
+          "clipped_faces_neighbor_idx")  # fmt: skip
 
 
 def _warp_inputs(verts, faces, first, count, neighbor, *, grad=None):
-    """Warp views of the op's tensors (verts shared; its ``.grad`` is ``grad`` if given)."""
+    """Warp views of the op's tensors (verts shared; its ``.grad`` is ``grad`` if given).
+
+    The forward (``grad`` None) checks the index values first (a host read, also in
+    a compiled graph: the op body runs eagerly), before any int32 cast could wrap them.
+    """
     if grad is None:
+        check_packed_values(verts.shape[0], faces, first, count, neighbor, names=_NAMES)
         v = wp.from_torch(verts, dtype=wp.vec3, requires_grad=False)
     else:
         v = wp.from_torch(verts, dtype=wp.vec3, requires_grad=True, grad=grad)
-    check = grad is None  # the backward sees inputs the forward already checked
-    f = _as_int32(faces, "faces_packed", check)
-    if check and f.numel():
-        # Named for the user (the core would call it "faces"). A host read, eager only.
-        lo, hi = int(f.min()), int(f.max())
-        if lo < 0 or hi >= verts.shape[0]:
-            raise ValueError(
-                f"faces_packed has vertex indices in [{lo}, {hi}], outside "
-                f"[0, {verts.shape[0] - 1}] for {verts.shape[0]} vertices"
-            )
+    f = to_int32(faces)
     if f.shape[0] == 0:
         f_wp = wp.empty((0, 3), dtype=wp.int32, device=v.device)
     else:
         f_wp = wp.from_torch(f, dtype=wp.int32)
     idx = [
-        wp.from_torch(_as_int32(first, "mesh_to_face_first_idx", check), dtype=wp.int32),
-        wp.from_torch(_as_int32(count, "num_faces_per_mesh", check), dtype=wp.int32),
+        wp.from_torch(to_int32(first), dtype=wp.int32),
+        wp.from_torch(to_int32(count), dtype=wp.int32),
     ]
     if neighbor is None or neighbor.shape[0] == 0:
         idx.append(None)
     else:
-        idx.append(wp.from_torch(_as_int32(neighbor, "clipped_faces_neighbor_idx", check)))
+        idx.append(wp.from_torch(to_int32(neighbor)))
     return v, f_wp, *idx
 
 
@@ -251,7 +249,7 @@ def _rasterize_op(*args: torch.Tensor | str | float | None) -> tuple[torch.Tenso
     n = mesh[2].shape[0]
     with _TorchStream(device):
         v, f, first, count, nb = _warp_inputs(*mesh)
-        meshes = pack_meshes(v, f, first, count, nb)
+        meshes = pack_meshes(v, f, first, count, nb, validate=False)  # checked above
         ws = _context(context).workspace(
             v.device, _stream_key(device), num_verts=v.shape[0], num_faces=f.shape[0],
             num_meshes=n, settings=settings,
@@ -401,51 +399,12 @@ torch.library.register_vmap("warpraster::rasterize_meshes_backward", _refuse_fun
 
 
 # ----------------------------------------------------------------------------- validation
-def _check_tensor(x, name: str) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    return x
-
-
 def _check_functorch(*tensors) -> None:
     if torch.compiler.is_compiling():
         return
     wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
     if wrapped is not None and any(t is not None and wrapped(t) for t in tensors):
         _refuse_functorch()
-
-
-def _check_verts(verts, name: str) -> None:
-    _check_tensor(verts, name)
-    if not verts.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {verts.dtype}")
-    if verts.ndim != 2 or verts.shape[1] != 3:
-        raise ValueError(f"{name} must have shape (V, 3), got {tuple(verts.shape)}")
-
-
-def _check_faces(faces, name: str) -> None:
-    _check_tensor(faces, name)
-    if faces.requires_grad:
-        raise ValueError(f"{name} must not require grad: it holds vertex indices")
-    if faces.is_floating_point() or faces.is_complex() or faces.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor, got dtype {faces.dtype}")
-    if faces.ndim != 2 or faces.shape[1] != 3:
-        raise ValueError(f"{name} must have shape (F, 3), got {tuple(faces.shape)}")
-
-
-def _index_tensor(x, name: str, device: torch.device) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        try:
-            x = torch.as_tensor(x, dtype=torch.int64, device=device)
-        except (TypeError, ValueError, RuntimeError):
-            raise TypeError(
-                f"{name} must be an integer tensor or a sequence of ints, got {type(x).__name__}"
-            ) from None
-    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor, got dtype {x.dtype}")
-    if x.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(x.shape)}")
-    return x
 
 
 def _to_kernel_float(verts: torch.Tensor) -> torch.Tensor:
@@ -504,37 +463,14 @@ def rasterize_meshes(
         TypeError, ValueError: bad input, naming the argument (before any kernel).
         RuntimeError: under ``torch.func`` transforms (use ``torch.autograd``).
     """
-    _check_verts(verts_packed, "verts_packed")
-    _check_faces(faces_packed, "faces_packed")
-    device = verts_packed.device
-    first = _index_tensor(mesh_to_face_first_idx, "mesh_to_face_first_idx", device)
-    count = _index_tensor(num_faces_per_mesh, "num_faces_per_mesh", device)
-    neighbor = None
-    if clipped_faces_neighbor_idx is not None:
-        neighbor = _index_tensor(clipped_faces_neighbor_idx, "clipped_faces_neighbor_idx", device)
-        if neighbor.shape[0] != faces_packed.shape[0]:
-            raise ValueError(
-                f"clipped_faces_neighbor_idx must have length F={faces_packed.shape[0]}, "
-                f"got {neighbor.shape[0]}"
-            )
-    _same_device(
-        device,
-        "verts_packed",
-        faces_packed=faces_packed,
-        mesh_to_face_first_idx=first,
-        num_faces_per_mesh=count,
-        clipped_faces_neighbor_idx=neighbor,
-    )
-    if first.shape[0] < 1:
-        raise ValueError("mesh_to_face_first_idx must name at least one mesh")
-    if count.shape[0] != first.shape[0]:
-        raise ValueError(
-            f"num_faces_per_mesh has {count.shape[0]} entries, "
-            f"mesh_to_face_first_idx has {first.shape[0]}"
-        )
+    _, _, first, count, neighbor = check_packed(
+        verts_packed, faces_packed, mesh_to_face_first_idx, num_faces_per_mesh,
+        clipped_faces_neighbor_idx, names=_NAMES,
+    )  # fmt: skip
     _check_functorch(verts_packed)
     settings = settings_from_options(None, options, allowed=_RENDER_OPTIONS)
     settings.check_slots(first.shape[0])
+    # (the op checks the index values before its first kernel, also when compiled)
     pix_to_face, zbuf, bary_coords, dists = _rasterize_op(
         _to_kernel_float(verts_packed), faces_packed, first, count, neighbor,
         _register_context(context), *_flatten(settings),
@@ -571,24 +507,20 @@ def rasterize_mesh_list(
     if not verts_list:
         raise ValueError("verts_list must hold at least one mesh")
     for i, (v, f) in enumerate(zip(verts_list, faces_list, strict=True)):
-        _check_verts(v, f"verts_list[{i}]")
-        _check_faces(f, f"faces_list[{i}]")
+        float_tensor(v, f"verts_list[{i}]", 2, (3,), "(V, 3)")
+        int_tensor(f, f"faces_list[{i}]", 2, 3)
     device = verts_list[0].device
-    _same_device(
+    same_device(
         device,
-        "verts_packed",
+        "verts_list[0]",
         **{f"verts_list[{i}]": v for i, v in enumerate(verts_list)},
         **{f"faces_list[{i}]": f for i, f in enumerate(faces_list)},
     )
-    if not torch.compiler.is_compiling():
-        # Local indices must stay inside their own mesh (the packed check alone
-        # would accept an index into the next mesh's vertices). A host read.
-        for i, (v, f) in enumerate(zip(verts_list, faces_list, strict=True)):
-            if f.numel() and (int(f.min()) < 0 or int(f.max()) >= v.shape[0]):
-                raise ValueError(
-                    f"faces_list[{i}] has vertex indices in [{int(f.min())}, {int(f.max())}], "
-                    f"outside [0, {v.shape[0] - 1}] for its {v.shape[0]} vertices"
-                )
+    # Local indices must stay inside their own mesh (the packed check alone would
+    # accept an index into the next mesh's vertices). A host read, eager only.
+    for i, (v, f) in enumerate(zip(verts_list, faces_list, strict=True)):
+        check_index_range(f, f"faces_list[{i}]", v.shape[0], f"vertices in verts_list[{i}]",
+                          kind="vertex indices")  # fmt: skip
     vert_offsets, face_counts, offset = [], [], 0
     for v, f in zip(verts_list, faces_list, strict=True):
         vert_offsets.append(offset)

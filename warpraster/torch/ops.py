@@ -46,6 +46,12 @@ from ..shading import interpolate_vertex_attributes as _interp_vert_wp
 from ..shading import vertex_normals as _vertex_normals_wp
 from ..shading.interpolate import vector_type
 from ..shading.textures import PaddingMode, SamplingMode, parse_enum
+from .checks import check_index_range as _check_indices
+from .checks import eager as _eager
+from .checks import float_tensor as _float
+from .checks import int_tensor as _integer
+from .checks import same_device
+from .checks import to_int32 as _int32
 from .streams import _TorchStream
 
 __all__ = [
@@ -86,69 +92,6 @@ def _detached(saved) -> list[torch.Tensor]:
     return [t.detach() for t in saved]
 
 
-def _tensor(x, name: str) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    return x
-
-
-def _float(x, name: str, ndim: int, trailing: tuple = ()) -> torch.Tensor:
-    """Checks a float tensor of ``ndim`` dims whose last dims are ``trailing`` (None: any >= 1)."""
-    _tensor(x, name)
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    ok = x.ndim == ndim and all(
-        x.shape[ndim - len(trailing) + i] == s if s is not None
-        else x.shape[ndim - len(trailing) + i] >= 1
-        for i, s in enumerate(trailing)
-    )  # fmt: skip
-    if not ok:
-        dims = ["*"] * (ndim - len(trailing)) + ["D" if s is None else str(s) for s in trailing]
-        note = " (D >= 1)" if None in trailing else ""
-        raise ValueError(f"{name} must have shape ({', '.join(dims)}){note}, got {tuple(x.shape)}")
-    return x
-
-
-def _integer(x, name: str, ndim: int, width: int | None = None) -> torch.Tensor:
-    _tensor(x, name)
-    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor, got dtype {x.dtype}")
-    if x.requires_grad:
-        raise ValueError(f"{name} must not require grad: it holds indices")
-    if x.ndim != ndim or (width is not None and x.shape[-1] != width):
-        want = "(F, 3)" if width == 3 else "(N, H, W, K)" if ndim == 4 else f"{ndim} dims"
-        raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
-    return x
-
-
-def _same_device(device: torch.device, reference: str = "pix_to_face/verts", /, **tensors) -> None:
-    """Raises ValueError naming the first of ``tensors`` (None skipped) that is not on
-    ``device``, the device of the argument named ``reference``."""
-    for name, t in tensors.items():
-        if t is not None and t.device != device:
-            raise ValueError(f"{name} is on {t.device}, but {reference} is on {device}")
-
-
-def _eager() -> bool:
-    """Whether host reads (index range checks) are allowed: not while compiling."""
-    return not torch.compiler.is_compiling()
-
-
-def _check_indices(idx: torch.Tensor, name: str, rows: int, what: str) -> None:
-    """Eager: every index of ``idx`` in [0, rows). A host read."""
-    if _eager() and idx.numel():
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < 0 or hi >= rows:
-            raise ValueError(
-                f"{name} has indices in [{lo}, {hi}], outside [0, {rows - 1}] for {rows} {what}"
-            )
-
-
-def _int32(idx: torch.Tensor) -> torch.Tensor:
-    """int32 contiguous (shared when it already is)."""
-    return idx.to(torch.int32).contiguous()
-
-
 def _f32(x: torch.Tensor) -> torch.Tensor:
     """float32 contiguous: the tensor itself when it already is (zero-copy); differentiable."""
     return x.to(torch.float32).contiguous()
@@ -167,7 +110,7 @@ def _fragments(pix_to_face, bary_coords, num_faces: int, faces_name: str):
             f"bary_coords has shape {tuple(bary_coords.shape)}, expected "
             f"{(*pix_to_face.shape, 3)} from pix_to_face"
         )
-    _same_device(pix_to_face.device, bary_coords=bary_coords)
+    same_device(pix_to_face.device, "pix_to_face", bary_coords=bary_coords)
     if _eager() and pix_to_face.numel():
         hi = int(pix_to_face.max())
         if hi >= num_faces or hi > _INT32_MAX:
@@ -280,7 +223,7 @@ def interpolate_face_attributes(
     """
     _float(face_attributes, "face_attributes", 3, (3, None))
     p2f, bary = _fragments(pix_to_face, bary_coords, face_attributes.shape[0], "face_attributes")
-    _same_device(pix_to_face.device, face_attributes=face_attributes)
+    same_device(pix_to_face.device, "pix_to_face", face_attributes=face_attributes)
     return _interp_face_op(p2f, bary, _f32(face_attributes))
 
 
@@ -448,8 +391,8 @@ def interpolate_vertex_attributes(
     _integer(faces, "faces", 2, 3)
     p2f, bary = _fragments(pix_to_face, bary_coords, faces.shape[0], "faces")
     device = pix_to_face.device
-    _same_device(device, attributes=attributes, faces=faces, verts_ndc=verts_ndc,
-                 ndc_faces=ndc_faces)  # fmt: skip
+    same_device(device, "pix_to_face", attributes=attributes, faces=faces,
+                verts_ndc=verts_ndc, ndc_faces=ndc_faces)  # fmt: skip
     _check_indices(faces, "faces", attributes.shape[0], "attribute rows")
     ndc = nf = None
     if verts_ndc is not None:
@@ -551,7 +494,7 @@ _vertex_normals_op, _vertex_normals_backward_op = _normals_ops(
 def _mesh(verts, faces) -> tuple[torch.Tensor, torch.Tensor]:
     _float(verts, "verts", 2, (3,))
     _integer(faces, "faces", 2, 3)
-    _same_device(verts.device, faces=faces)
+    same_device(verts.device, "verts", faces=faces)
     _check_indices(faces, "faces", verts.shape[0], "vertices")
     return _f32(verts), _int32(faces)
 
@@ -730,7 +673,8 @@ def sample_textures_uv(
     n = pix_to_face.shape[0]
     if maps.shape[0] not in (1, n):
         raise ValueError(f"maps has {maps.shape[0]} maps for {n} images (need 1 or {n})")
-    _same_device(pix_to_face.device, maps=maps, faces_uvs=faces_uvs, verts_uvs=verts_uvs)
+    same_device(pix_to_face.device, "pix_to_face", maps=maps, faces_uvs=faces_uvs,
+                verts_uvs=verts_uvs)  # fmt: skip
     _check_indices(faces_uvs, "faces_uvs", verts_uvs.shape[0], "UVs")
     return _sample_uv_op(
         p2f, bary, _f32(maps), _int32(faces_uvs), _f32(verts_uvs),

@@ -37,6 +37,14 @@ from .. import shading as _shading
 from ..rasterizer import MeshRasterizer as _WarpMeshRasterizer
 from ..rasterizer import RasterizationSettings
 from ..renderer import MeshRenderer as _WarpMeshRenderer
+from .checks import (
+    check_index_range,
+    check_packed,
+    check_packed_values,
+    float_tensor,
+    int_tensor,
+    to_int32,
+)
 from .streams import _TorchStream
 
 __all__ = [
@@ -261,6 +269,9 @@ class TexturesVertex(_Holder):
     _warp = "TexturesVertex"
 
     def __init__(self, verts_features):
+        if not isinstance(verts_features, torch.Tensor):
+            verts_features = torch.as_tensor(np.asarray(verts_features))
+        float_tensor(verts_features, "verts_features", 2, (None,))
         self.verts_features = _f32(verts_features)
 
     def _static(self):
@@ -286,9 +297,17 @@ class TexturesUV(_Holder):
         align_corners=True,
         sampling_mode="bilinear",
     ):
+        maps, faces_uvs, verts_uvs = (
+            x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
+            for x in (maps, faces_uvs, verts_uvs)
+        )
+        float_tensor(maps, "maps", 4, (None, None, None))
+        float_tensor(verts_uvs, "verts_uvs", 2, (2,))
+        int_tensor(faces_uvs, "faces_uvs", 2, 3)
+        check_index_range(faces_uvs, "faces_uvs", verts_uvs.shape[0], "UVs in verts_uvs")
         self.maps = _f32(maps)
         self.verts_uvs = _f32(verts_uvs)
-        self.faces_uvs = torch.as_tensor(faces_uvs).to(torch.int32).contiguous()
+        self.faces_uvs = to_int32(faces_uvs)
         self.padding_mode, self.align_corners = padding_mode, bool(align_corners)
         self.sampling_mode = sampling_mode
 
@@ -406,9 +425,9 @@ def _build(config: dict, tensors: list[torch.Tensor], grads: list | None):
 def _run(verts, faces, first, count, tensors, config, grads=None, grad_verts=None):
     """Runs the Warp MeshRenderer (or rasterizer) on tensor views; returns (image, fragments)."""
     v = _wp(verts, wp.vec3, grad_verts)
-    f = wp.from_torch(faces, dtype=wp.int32)
-    fi = wp.from_torch(first, dtype=wp.int32)
-    cn = wp.from_torch(count, dtype=wp.int32)
+    f = wp.from_torch(to_int32(faces), dtype=wp.int32)
+    fi = wp.from_torch(to_int32(first), dtype=wp.int32)
+    cn = wp.from_torch(to_int32(count), dtype=wp.int32)
     objs = _build(config, tensors, grads)
     settings = RasterizationSettings(**config["raster"])
     rasterizer = _WarpMeshRasterizer(cameras=objs["cameras"], raster_settings=settings)
@@ -441,7 +460,9 @@ def _render_op(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(image (N, H, W, 4), pix_to_face int32, zbuf, bary (N, H, W, K, 3), dists)."""
     cfg = json.loads(config)
-
+    # The index values, before any int32 cast could wrap them (a host read; the op
+    # body runs eagerly also inside a compiled graph).
+    check_packed_values(verts.shape[0], faces, mesh_to_face_first_idx, num_faces_per_mesh)
     with _TorchStream(verts.device):
         image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh, tensors, cfg)
         n, h, w, k = frags.pix_to_face.shape
@@ -617,14 +638,23 @@ def _config_and_tensors(cameras, raster_settings, shader, textures, device):
 
 
 def _packed(verts, faces, first, count):
-    if not isinstance(verts, torch.Tensor) or verts.ndim != 2 or verts.shape[1] != 3:
-        raise ValueError("verts must be a (V, 3) tensor")
-    if not isinstance(faces, torch.Tensor) or faces.ndim != 2 or faces.shape[1] != 3:
-        raise ValueError("faces must be a (F, 3) integer tensor")
-    dev = verts.device
-    first = torch.as_tensor(first, device=dev).to(torch.int32).contiguous()
-    count = torch.as_tensor(count, device=dev).to(torch.int32).contiguous()
-    return verts.to(torch.float32).contiguous(), faces.to(torch.int32).contiguous(), first, count
+    """The checked packed batch (structure; the op checks the index values): float32
+    contiguous verts, integer faces and per-mesh ranges as given (cast in the op)."""
+    verts, faces, first, count, _ = check_packed(verts, faces, first, count)
+    return verts.to(torch.float32).contiguous(), faces.contiguous(), first, count
+
+
+def _check_texture_rows(textures, num_verts: int, num_faces: int) -> None:
+    """A texture's rows match the mesh: one feature row per vertex, one UV face per face."""
+    if isinstance(textures, TexturesVertex) and textures.verts_features.shape[0] != num_verts:
+        raise ValueError(
+            f"textures.verts_features has {textures.verts_features.shape[0]} rows for "
+            f"{num_verts} vertices in verts"
+        )
+    if isinstance(textures, TexturesUV) and textures.faces_uvs.shape[0] != num_faces:
+        raise ValueError(
+            f"textures.faces_uvs has {textures.faces_uvs.shape[0]} faces, faces has {num_faces}"
+        )
 
 
 @torch._dynamo.assume_constant_result
@@ -669,6 +699,7 @@ class MeshRenderer(torch.nn.Module):
     ):
         cams = kwargs.get("cameras", self.shader.cameras or self.rasterizer.cameras)
         v, f, fi, cn = _packed(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh)
+        _check_texture_rows(textures, v.shape[0], f.shape[0])
         config, tensors = _config_and_tensors(
             cams, self.rasterizer.raster_settings, self.shader, textures, v.device
         )
