@@ -17,6 +17,21 @@ BARY_CLIP_EPS = wp.constant(1e-5)
 
 
 @wp.func
+def finite_vec3(v: wp.vec3) -> bool:
+    """All three coordinates finite (no NaN, no inf)."""
+    return wp.isfinite(v[0]) and wp.isfinite(v[1]) and wp.isfinite(v[2])
+
+
+@wp.func
+def finite_face(v0: wp.vec3, v1: wp.vec3, v2: wp.vec3) -> bool:
+    """A face whose three vertices are finite: the only faces drawn, and the only
+    ones whose vertices a stage's adjoint differentiates (a face with a NaN or
+    inf vertex contributes nothing, forward or backward, so it poisons no other
+    vertex's normal or gradient)."""
+    return finite_vec3(v0) and finite_vec3(v1) and finite_vec3(v2)
+
+
+@wp.func
 def pix_to_ndc(i: int, s1: int, s2: int) -> float:
     """NDC coordinate of the centre of pixel ``i`` along an axis of ``s1`` pixels.
 

@@ -12,11 +12,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import warp as wp
 
 from .backward.tape import active_tape
 from .camera import vert_to_mesh_from_faces
 from .fragments import Fragments
+from .grad_buffers import clear_if_recording
 from .meshes import PackedMeshes, as_faces_array, as_index_array, as_vec3_array, pack_meshes
 from .patches import patch_launch_size, patch_pixel
 from .raster import ClipWorkspace, RasterWorkspace
@@ -26,7 +28,7 @@ from .rasterizer import MeshRasterizer
 from .shading.corner_lists import CornerLists
 from .shading.fused import FORWARD_PATCH_W
 from .shading.normals import vertex_normals
-from .shading.params import new_struct
+from .shading.params import check_mesh_inputs, new_struct
 from .shading.pixel_args import PixelFragments
 from .shading.reductions import checked_mse_out, image_mse, mse_forward
 from .shading.shaders import ShaderBase, ShadingBuffers, ShadingMode, SoftSilhouetteShader
@@ -89,6 +91,11 @@ class MeshRenderer:
         f = as_faces_array(faces, "faces", verts.device)
         first = as_index_array(mesh_to_face_first_idx, "mesh_to_face_first_idx", verts.device)
         count = as_index_array(num_faces_per_mesh, "num_faces_per_mesh", verts.device)
+        # the textures', lights' and materials' rows against the meshes, before any kernel
+        check_mesh_inputs(verts.shape[0], f.shape[0], first.shape[0], textures=textures,
+                          lights=shader_kwargs.get("lights") or getattr(self.shader, "lights", None),
+                          materials=shader_kwargs.get("materials")
+                          or getattr(self.shader, "materials", None))  # fmt: skip
         v2m = None
         if first.shape[0] > 1:
             v2m = vert_to_mesh_from_faces(f, first, count, verts.shape[0], device=verts.device)
@@ -204,6 +211,10 @@ class RenderOutputs:
 
     A channel the :class:`Renderer` was not asked for (its ``channels``) is None.
     """
+
+    #: its gradient arrays are its own: cleared when a recorded forward writes it
+    #: (warpraster.grad_buffers)
+    owns_grad_buffers = True
 
     def __init__(
         self,
@@ -358,6 +369,9 @@ class Renderer:
         self.count = as_index_array(num_faces_per_mesh, "num_faces_per_mesh", dev, length=n)
         self.num_verts = int(num_verts)
         cameras.check_batch(n)
+        check_mesh_inputs(self.num_verts, self.faces.shape[0], n, textures=textures,
+                          lights=getattr(shader, "lights", None),
+                          materials=getattr(shader, "materials", None))  # fmt: skip
         # validate the static topology once (host reads happen here, not per call)
         pack_meshes(
             wp.zeros(self.num_verts, dtype=wp.vec3, device=dev),
@@ -444,8 +458,13 @@ class Renderer:
         Outside a tape, on CUDA, a call that repeats the previous call's ``verts``
         array replays the whole render as one captured graph (the arrays' current
         contents are read, as by any launch).
+
+        Raises:
+            ValueError: ``step`` outside ``[0, steps)``; ``verts`` of another length;
+                ``verts`` or camera arrays that require gradients while the renderer
+                was made with ``requires_grad=False``.
         """
-        out = self.outputs[step]
+        out = self.outputs[self._check_step(step)]
         v = (
             verts
             if isinstance(verts, wp.array) and verts.dtype == wp.vec3
@@ -454,6 +473,12 @@ class Renderer:
         if v.shape[0] != self.num_verts:
             raise ValueError(
                 f"verts has {v.shape[0]} rows, the renderer was made for {self.num_verts}"
+            )
+        if not self.requires_grad and (v.requires_grad or self.cameras.requires_grad()):
+            raise ValueError(
+                "verts or the camera arrays require gradients, but this Renderer was made "
+                "with requires_grad=False, so its buffers cannot carry them: construct it "
+                "with Renderer(..., requires_grad=True)"
             )
         if active_tape() is not None:
             self._launch(v, out)  # recorded launch by launch, for the backward
@@ -482,13 +507,24 @@ class Renderer:
         ``target`` (N, H, W, 4) float32 must hold its values until the backward
         has run.
         """
-        o = self.outputs[step]
+        o = self.outputs[self._check_step(step)]
         out = checked_mse_out(o.image, target, out)
         if o.shading.fuse_image_mse(target, out, 1.0 / o.image.size, active_tape()):
             return mse_forward(o.image, target, out)[0]
         return image_mse(o.image, target, out=out)
 
+    def _check_step(self, step) -> int:
+        """``step`` when it is an int in ``[0, steps)``; TypeError / ValueError naming it."""
+        if not isinstance(step, (int, np.integer)) or isinstance(step, bool):
+            raise TypeError(f"step must be an int, got {step!r}")
+        if not 0 <= step < len(self.outputs):
+            raise ValueError(
+                f"step must be in [0, {len(self.outputs)}) (the renderer's steps), got {step}"
+            )
+        return int(step)
+
     def _launch(self, v: wp.array, out: RenderOutputs) -> None:
+        clear_if_recording(out.verts_ndc)  # the projection writes it; the rest clear their own
         self.cameras.transform_points_ndc(v, self.vert_to_mesh, None, out.verts_ndc)
         frags = rasterize_checked(out.meshes, self.settings, out.workspace)
         out.fragments = frags

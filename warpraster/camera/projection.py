@@ -17,6 +17,7 @@ from typing import Any
 
 import warp as wp
 
+from ..geometry import finite_vec3
 from ..meshes import MeshArrays, as_faces_array, as_index_array, mesh_arrays
 from .params import CameraData, CameraKind
 
@@ -193,9 +194,15 @@ def _project_kernel(
     cam = int(0)
     if per_vertex_camera:
         cam = wp.clamp(vert_to_mesh[i], 0, camera.num_cameras - 1)
-    v = verts[i] @ _per_camera(camera.R, cam) + _per_camera(camera.T, cam)
-    h = wp.vec4(v[0], v[1], v[2], 1.0) @ view_to_ndc(camera, cam)
-    points_out[i] = wp.vec3(h[0] / h[3], h[1] / h[3], v[2])
+    p = verts[i]
+    if finite_vec3(p):
+        v = p @ _per_camera(camera.R, cam) + _per_camera(camera.T, cam)
+        h = wp.vec4(v[0], v[1], v[2], 1.0) @ view_to_ndc(camera, cam)
+        points_out[i] = wp.vec3(h[0] / h[3], h[1] / h[3], v[2])
+    else:
+        # never drawn (its faces are dropped); a constant, so the adjoint sends
+        # nothing through it to the camera or the vertex
+        points_out[i] = wp.vec3(wp.nan, wp.nan, wp.nan)
 
 
 def project_points(

@@ -2,7 +2,7 @@
 
 import warp as wp
 
-from ..geometry import EPS, face_area
+from ..geometry import EPS, face_area, finite_face
 from ..meshes import MeshArrays
 from ..stores import store4
 from .coverage import PassArgs
@@ -14,11 +14,6 @@ wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 #: Empty bbox coordinate (above any real NDC coordinate).
 FAR_VALUE = 3.0e38
 FAR = wp.constant(FAR_VALUE)
-
-
-@wp.func
-def _finite3(v: wp.vec3) -> bool:
-    return wp.isfinite(v[0]) and wp.isfinite(v[1]) and wp.isfinite(v[2])
 
 
 @wp.func
@@ -50,7 +45,7 @@ def _drawn_face(meshes: MeshArrays, num_meshes: int, cull_backfaces: int, f: int
     v0 = meshes.verts[i0]
     v1 = meshes.verts[i1]
     v2 = meshes.verts[i2]
-    if not (_finite3(v0) and _finite3(v1) and _finite3(v2)):
+    if not finite_face(v0, v1, v2):
         return -1, v0, v1, v2
     area = face_area(wp.vec2(v0[0], v0[1]), wp.vec2(v1[0], v1[1]), wp.vec2(v2[0], v2[1]))
     if area <= EPS and area >= -EPS:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..backward.tape import active_tape
+from ..geometry import finite_face
 from ..meshes import as_faces_array, as_vec3_array
 from .corner_lists import CornerLists, VertexCorners, corner_of
 
@@ -52,15 +53,25 @@ def _face_normals(
 ):
     f = wp.tid()
     v0 = verts[faces[f, 0]]
-    normals_out[f] = normalize_clamped(wp.cross(verts[faces[f, 1]] - v0, verts[faces[f, 2]] - v0))
+    v1 = verts[faces[f, 1]]
+    v2 = verts[faces[f, 2]]
+    n = wp.vec3(0.0)  # a face with a non-finite vertex is never drawn: no normal, no gradient
+    if finite_face(v0, v1, v2):
+        n = normalize_clamped(wp.cross(v1 - v0, v2 - v0))
+    normals_out[f] = n
 
 
 @wp.func
 def corner_cross(verts: wp.array(dtype=wp.vec3), faces: wp.array2d(dtype=wp.int32), f: int, c: int):
     """``cross(v_j - v_i, v_k - v_i)`` at corner c of face f (i, j, k the face's
-    vertices from corner c on, in the face's order)."""
+    vertices from corner c on, in the face's order); 0 for a face with a
+    non-finite vertex (never drawn: it adds nothing to its neighbours' normals)."""
     vi = verts[faces[f, c]]
-    return wp.cross(verts[faces[f, (c + 1) % 3]] - vi, verts[faces[f, (c + 2) % 3]] - vi)
+    vj = verts[faces[f, (c + 1) % 3]]
+    vk = verts[faces[f, (c + 2) % 3]]
+    if not finite_face(vi, vj, vk):
+        return wp.vec3(0.0)
+    return wp.cross(vj - vi, vk - vi)
 
 
 @wp.kernel
@@ -110,6 +121,8 @@ def _corner_grad(
     fc = corner_of(corners, e)
     faces = corners.faces
     f = fc[0]
+    if not finite_face(verts[faces[f, 0]], verts[faces[f, 1]], verts[faces[f, 2]]):
+        return wp.vec3(0.0)  # the face added nothing (corner_cross)
     g = sums_grad[faces[f, 0]] + sums_grad[faces[f, 1]] + sums_grad[faces[f, 2]]
     return wp.cross(g, verts[faces[f, (fc[1] + 2) % 3]] - verts[faces[f, (fc[1] + 1) % 3]])
 

@@ -36,6 +36,8 @@ from functools import cached_property
 import warp as wp
 
 from ..backward.tape import active_tape
+from ..geometry import finite_vec3
+from ..grad_buffers import clear_if_recording, note_on_tape
 from ..meshes import as_faces_array, as_index_array, as_vec3_array
 from .blending import BlendParams, check_fragments, launch_sigmoid_blend, z_param
 from .corner_lists import CornerLists, VertexCorners
@@ -209,6 +211,11 @@ def _shade_vertices_kernel(
     texel = wp.vec3(1.0)
     if a.texel_source == TexelSource.VERTEX:
         texel = vert_colors[v]
+    if not finite_vec3(verts[v]):
+        # its faces are never drawn: a constant colour, so the adjoint sends nothing
+        # (0 * inf) to the lights, materials, camera or colours
+        shaded_out[v] = wp.vec3(0.0)
+        return
     eye = camera_centre(a.cam, m)
     shaded_out[v] = lit_colour(a, m, verts[v], normals[v], texel, eye)
 
@@ -235,6 +242,10 @@ class ShadingBuffers:
             vertex normals and the corner tables' backward gather per vertex (no
             atomics); None: Warp's generated adjoints (faces may change per call).
     """
+
+    #: its gradient arrays are its own: cleared when a recorded forward writes it
+    #: (warpraster.grad_buffers)
+    owns_grad_buffers = True
 
     def __init__(
         self,
@@ -452,6 +463,10 @@ class FaceTables:
     gathered per vertex over :class:`~warpraster.shading.corner_lists.CornerLists`
     (see :func:`gather_faces`).
     """
+
+    #: its gradient arrays are its own: cleared when a recorded forward writes it
+    #: (warpraster.grad_buffers)
+    owns_grad_buffers = True
 
     def __init__(self, num_faces: int, device, requires_grad: bool):
         def mats():
@@ -757,6 +772,11 @@ class ShaderBase:
             raise ValueError(
                 "buffers were made for another image shape, vertex or face count or device"
             )
+        else:
+            clear_if_recording(buffers)  # reused: its gradients start from zero
+        # the texture's arrays reach the kernels inside structs: tape.zero() must know them
+        note_on_tape(*(getattr(textures, name, None)
+                       for name in ("maps", "verts_uvs", "verts_features")))  # fmt: skip
         if buffers.corner_lists is not None:
             buffers.corner_lists.check(f, v.shape[0], "buffers.corner_lists")
         frag_key = (

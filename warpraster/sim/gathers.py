@@ -12,7 +12,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..backward.slot_pass import row
-from ..geometry import pix_to_ndc
+from ..geometry import finite_face, finite_vec3, pix_to_ndc
 from .kernel_args import (
     BigFaces,
     CameraGrads,
@@ -285,6 +285,16 @@ def proj_gather_kernel(
     aspect_min = view.aspect_min
     tf = camera_transforms[c, w]
     p = points[view.proj_vertex[j]]
+    if not finite_vec3(p):
+        # a non-finite vertex: its faces are never drawn, it takes no gradient and
+        # gives none to the camera (0 * inf would be NaN)
+        proj_out.point[j] = wp.vec3(0.0)
+        proj_out.vn[j] = wp.vec3(0.0)
+        if camera_grad != 0:
+            camera_out.t[j] = wp.vec3(0.0)
+            camera_out.q[j] = wp.vec4(0.0)
+            camera_out.fov[j] = 0.0
+        return
     pc = wp.transform_point(wp.transform_inverse(tf), p)
     z = -pc[2]
     half = 0.5 * camera_fovs[c]
@@ -346,6 +356,9 @@ def normal_face_adjoint_kernel(
     f = wp.tid()
     i = face_corners(mesh.faces, f)
     p0 = points[i[0]]
+    if not finite_face(p0, points[i[1]], points[i[2]]):
+        face_grad_out[f] = wp.mat33(0.0)  # the face added no normal (render.area_normal)
+        return
     e1 = points[i[1]] - p0
     e2 = points[i[2]] - p0
     vn_grad = vertex.vn

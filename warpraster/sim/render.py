@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from ..geometry import pixel_centre
+from ..geometry import finite_face, finite_vec3, pixel_centre
 from ..shading.pixel_args import PixelFragments
 from .geometry import VertexSource
 from .kernel_args import (
@@ -90,9 +90,14 @@ def project_kernel(
     ``camera_transforms`` is (C, W), camera to world (Newton's layout).
     """
     j = wp.tid()
+    p = points[view.proj_vertex[j]]
+    if not finite_vec3(p):
+        # never drawn; a constant, so no gradient reaches the camera through it
+        ndc_out[j] = wp.vec3(wp.nan, wp.nan, wp.nan)
+        return
     w, c = image_camera(view, view.proj_image[j])
     to_camera = wp.transform_inverse(camera_transforms[c, w])
-    pc = wp.transform_point(to_camera, points[view.proj_vertex[j]])
+    pc = wp.transform_point(to_camera, p)
     z = -pc[2]
     s = wp.tan(0.5 * camera_fovs[c]) * view.aspect_min * wp.max(z, _MIN_DEPTH)
     ndc_out[j] = wp.vec3(-pc[0] / s, pc[1] / s, z)
@@ -114,9 +119,15 @@ def corner_face(corner: int):
 
 @wp.func
 def area_normal(points: wp.array(dtype=wp.vec3), i: wp.vec3i) -> wp.vec3:
-    """``cross(p1 - p0, p2 - p0)`` of the face with corners i: its normal, twice its area long."""
+    """``cross(p1 - p0, p2 - p0)`` of the face with corners i: its normal, twice its area
+    long; 0 for a face with a non-finite corner (never drawn, so it adds nothing to
+    its neighbours' normals and takes no gradient)."""
     p0 = points[i[0]]
-    return wp.cross(points[i[1]] - p0, points[i[2]] - p0)
+    p1 = points[i[1]]
+    p2 = points[i[2]]
+    if not finite_face(p0, p1, p2):
+        return wp.vec3(0.0)
+    return wp.cross(p1 - p0, p2 - p0)
 
 
 @wp.kernel

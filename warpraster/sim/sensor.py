@@ -47,6 +47,8 @@ import numpy as np
 import warp as wp
 
 from .. import RasterWorkspace, rasterize_meshes
+from ..settings import parse_image_size
+from ..grad_buffers import clear_if_recording
 from .adjoint import SensorBackward
 from .geometry import SensorGeometry, VertexSource
 from .kernel_args import Channels, FrameScene, SensorMesh, frame_structs, make, sensor_structs
@@ -114,16 +116,60 @@ class SensorFrame:
 
     CHANNELS = ("color", "albedo", "normal", "depth", "forward_depth", "alpha", "shape_index")
 
+    #: its gradient arrays are its own: cleared when a recorded update writes it
+    #: (warpraster.grad_buffers)
+    owns_grad_buffers = True
+
     def numpy(self) -> dict[str, np.ndarray]:
-        """Host copies of the image channels (reads the device)."""
-        return {name: getattr(self, name).numpy() for name in self.CHANNELS}
+        """Host copies of the image channels (reads the device).
+
+        Each array is a copy of its own (on the ``cpu`` device too, where
+        ``wp.array.numpy()`` is a view): frames kept from a loop over one slot
+        keep their values when the next update rewrites the slot.
+        """
+        return {name: np.array(getattr(self, name).numpy()) for name in self.CHANNELS}
 
 
-def _vec3(value, name: str) -> wp.vec3:
-    a = np.asarray(value, dtype=np.float64).reshape(-1)
+def _vec3(value, name: str, *, nonzero: bool = False, unit_range: bool = False) -> wp.vec3:
+    """3 finite numbers as a ``wp.vec3`` (ValueError naming ``name``); ``nonzero``:
+    not the zero vector (a direction); ``unit_range``: each in [0, 1] (a colour)."""
+    try:
+        a = np.asarray(value, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be 3 finite numbers, got {value!r}") from None
     if a.size != 3 or not np.all(np.isfinite(a)):
         raise ValueError(f"{name} must be 3 finite numbers, got {value!r}")
+    if nonzero and not np.any(a):
+        raise ValueError(f"{name} must not be the zero vector (it has no direction)")
+    if unit_range and ((a < 0.0) | (a > 1.0)).any():
+        raise ValueError(f"{name} must be a linear RGB colour in [0, 1], got {value!r}")
     return wp.vec3(*a.tolist())
+
+
+#: how far from 1 the norm of a rotation quaternion may be (float32 round-off of
+#: a normalised quaternion is ~1e-7; Warp's transform_point scales by |q|^2, so a
+#: quaternion of norm 3 draws a shape 9 times larger)
+UNIT_QUAT_TOL = 1.0e-3
+
+
+def _check_transforms(arr, name: str, rows: int | None = None) -> None:
+    """Raises ValueError naming ``name`` unless the ``wp.transform`` values of ``arr``
+    (the first ``rows`` when given) are finite with unit rotation quaternions (a
+    host read: set-up only)."""
+    host = arr.numpy() if isinstance(arr, wp.array) else arr
+    a = np.asarray(host, dtype=np.float64).reshape(-1, 7)
+    if rows is not None:
+        a = a[:rows]
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name} must be finite")
+    norm = np.linalg.norm(a[:, 3:], axis=1)
+    bad = np.flatnonzero(np.abs(norm - 1.0) > UNIT_QUAT_TOL)
+    if bad.size:
+        raise ValueError(
+            f"{name} must have unit rotation quaternions (|q| = 1 within {UNIT_QUAT_TOL}); "
+            f"entry {int(bad[0])} has |q| = {norm[bad[0]]:.6g} (a non-unit quaternion "
+            "scales the shape by |q|^2): normalise it"
+        )
 
 
 def _is_int(value) -> bool:
@@ -253,25 +299,16 @@ class CameraSensor:
         self.world_count = check_int(world_count, "world_count")
         self.camera_count = check_int(camera_count, "camera_count")
         self.frame_count = check_int(frames, "frames")
-        if _is_int(image_size):
-            h = w = int(image_size)
-        else:
-            try:
-                h, w = (int(s) for s in image_size)
-            except (TypeError, ValueError):
-                raise TypeError(
-                    f"image_size must be an int or (H, W), got {image_size!r}"
-                ) from None
-        if h < 1 or w < 1:
-            raise ValueError(f"image_size must be >= 1, got {(h, w)}")
-        self.image_size = (h, w)
+        self.image_size = parse_image_size(image_size)
         sigma = float(silhouette_sigma)
         if not math.isfinite(sigma) or sigma < 0.0:
             raise ValueError(f"silhouette_sigma must be finite and >= 0, got {silhouette_sigma}")
         self.silhouette_sigma = sigma
         self.blur_radius = sigma * _BLUR_PER_SIGMA
-        self.clear_color = _vec3(clear_color, "clear_color")
+        self.clear_color = _vec3(clear_color, "clear_color", unit_range=True)
         self.clear_depth = float(clear_depth)
+        if math.isnan(self.clear_depth):
+            raise ValueError(f"clear_depth must be a number, got {clear_depth!r}")
         self.ambient = bool(ambient)
         self.smooth_normals = bool(smooth_normals)
         float_channels = SensorFrame.CHANNELS[:-1]  # all but shape_index
@@ -285,7 +322,7 @@ class CameraSensor:
                 f"grad_channels: unknown {sorted(unknown)}; choose from {float_channels}"
             )
         self.grad_channels = frozenset(grad_channels)
-        self.up = _vec3(up, "up")
+        self.up = _vec3(up, "up", nonzero=True)
         self.deterministic = bool(deterministic)
         self.exact_perspective_grad = bool(exact_perspective_grad)
         #: Newton's hemispheric ambient: sky and ground colours, intensity.
@@ -319,13 +356,23 @@ class CameraSensor:
         self.shape_index = wp.array(shape_idx.astype(np.uint32), dtype=wp.uint32, device=dev)
         mg = bool(material_grad) and self.requires_grad
         self.material_grad = mg
-        self.shape_colors = wp.array(geometry.shape_colors(), dtype=wp.vec3, device=dev,
+        colors = geometry.shape_colors()
+        bad = np.flatnonzero(~(np.isfinite(colors) & (colors >= 0.0) & (colors <= 1.0)).all(1))
+        if bad.size:
+            raise ValueError(
+                f"geometry: shape {int(bad[0])} has color {colors[bad[0]].tolist()}, "
+                "not a linear RGB colour in [0, 1]"
+            )
+        self.shape_colors = wp.array(colors, dtype=wp.vec3, device=dev,
                                      requires_grad=mg)  # fmt: skip
         direction = (0.0, 0.0, -1.0) if light_direction is None else light_direction
         self.light_direction = wp.array(
-            [_vec3(direction, "light_direction")], dtype=wp.vec3, device=dev, requires_grad=mg
+            [_vec3(direction, "light_direction", nonzero=True)], dtype=wp.vec3, device=dev,
+            requires_grad=mg,
         )
         intensity = 0.0 if light_direction is None else float(light_intensity)
+        if not (math.isfinite(intensity) and intensity >= 0.0):
+            raise ValueError(f"light_intensity must be finite and >= 0, got {light_intensity!r}")
         self.light_intensity = wp.array([intensity], dtype=wp.float32, device=dev,
                                         requires_grad=mg)  # fmt: skip
         # stand-ins for a source the geometry does not use
@@ -345,6 +392,8 @@ class CameraSensor:
         # its last recording (the deterministic backward's guard; see _check_slot)
         self._renders = [0] * self.frame_count
         self._recorded = [None] * self.frame_count
+        #: whether the per-frame inputs' values were checked (by the first update)
+        self._inputs_checked = False
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -405,6 +454,44 @@ class CameraSensor:
         check_source(arr, name, dtype, self.device, used, f"the geometry has {kind} meshes")
         return arr
 
+    def check_inputs(
+        self,
+        *,
+        camera_transforms: wp.array,
+        camera_fovs: wp.array,
+        particle_q: wp.array | None = None,
+        body_q: wp.array | None = None,
+    ) -> None:
+        """Checks the values of :meth:`update`'s per-frame inputs on the host: camera
+        and body transforms finite with unit rotation quaternions, fields of view in
+        (0, pi), particle positions finite (only the entries the geometry uses).
+
+        Reads the arrays back (a device synchronisation): a set-up check. The first
+        :meth:`update` of a sensor runs it (unless a graph is being captured);
+        call it yourself where later values may go wrong. The kernels read the
+        inputs as they are: a quaternion of norm 3 would draw a shape 9 times
+        larger, a field of view outside (0, pi) a mirrored or empty image.
+
+        Raises:
+            TypeError, ValueError: bad input, named by argument.
+        """
+        c, w = self.camera_count, self.world_count
+        check_array(camera_transforms, "camera_transforms", wp.transform, self.device, c, 2)
+        check_array(camera_fovs, "camera_fovs", wp.float32, self.device, c)
+        _check_transforms(camera_transforms.numpy()[:c, :w], "camera_transforms")
+        fov = camera_fovs.numpy()[:c]
+        if not (np.isfinite(fov) & (fov > 0.0) & (fov < math.pi)).all():
+            raise ValueError(f"camera_fovs must be in (0, pi) radians, got {fov.tolist()}")
+        if self.num_bodies:
+            check_source(body_q, "body_q", wp.transform, self.device, self.num_bodies,
+                         "the geometry has body meshes")  # fmt: skip
+            _check_transforms(body_q, "body_q", self.num_bodies)
+        if self.num_particles:
+            check_source(particle_q, "particle_q", wp.vec3, self.device, self.num_particles,
+                         "the geometry has particle meshes")  # fmt: skip
+            if not np.isfinite(particle_q.numpy()[: self.num_particles]).all():
+                raise ValueError("particle_q must be finite")
+
     # ------------------------------------------------------------------ per step
     def update(
         self,
@@ -418,7 +505,9 @@ class CameraSensor:
         """Renders every (world, camera) image into frame slot ``frame``.
 
         Allocates nothing and reads nothing back (capturable in a graph); checks
-        only array metadata on the host.
+        only array metadata on the host, except the sensor's first update, which
+        also checks the inputs' values once (:meth:`check_inputs`: unit
+        quaternions, fields of view in (0, pi); later values are read as they are).
 
         Args:
             camera_transforms: ``wp.array2d`` of ``wp.transform`` (C, W), camera
@@ -431,6 +520,12 @@ class CameraSensor:
         Returns:
             The slot's :class:`SensorFrame` (its arrays are overwritten by the next
             update of the same slot).
+
+        Raises:
+            TypeError, ValueError: bad input, named by argument, before any kernel
+                runs; ValueError also when the update is recorded on a ``wp.Tape``
+                with inputs that require gradients but the sensor was made with
+                ``requires_grad=False`` (its gradients would silently be zero).
         """
         check_frame(frame, self.frame_count)
         dev = self.device
@@ -445,10 +540,27 @@ class CameraSensor:
                                         self._no_particles, "particle")  # fmt: skip
         body_q = self._source_input(body_q, "body_q", wp.transform, self.num_bodies,
                                     self._no_bodies, "body")  # fmt: skip
+        if not self._inputs_checked and not dev.is_capturing:
+            # set-up: the first update checks the values once (a host read)
+            self.check_inputs(camera_transforms=camera_transforms, camera_fovs=camera_fovs,
+                              particle_q=particle_q, body_q=body_q)  # fmt: skip
+            self._inputs_checked = True
+        if not self.requires_grad and _active_tape() is not None:
+            tracked = [name for name, a in (("camera_transforms", camera_transforms),
+                       ("camera_fovs", camera_fovs), ("particle_q", particle_q),
+                       ("body_q", body_q)) if a.requires_grad]  # fmt: skip
+            if tracked:
+                raise ValueError(
+                    f"update is recorded on a wp.Tape and {', '.join(tracked)} require "
+                    "gradients, but this sensor was made with requires_grad=False, so its "
+                    "gradients would all be zero: construct it with "
+                    "CameraSensor(..., requires_grad=True)"
+                )
         if self.deterministic and self.requires_grad:
             self._check_slot(frame)
         self._renders[frame] += 1
         out = self.frames[frame]
+        clear_if_recording(out)  # the slot's gradients start from zero in every recorded update
         det = self.deterministic
         rec = not det  # the generated adjoints go on the tape only without `deterministic`
         wp.launch(
@@ -577,11 +689,19 @@ def _active_tape():
 
 def look_at_transform(eye, target, up=(0.0, 0.0, 1.0)) -> wp.transform:
     """Camera-to-world transform of a camera at ``eye`` looking at ``target``
-    (Newton's camera frame: looks down -Z, +Y up)."""
-    eye = np.asarray(eye, dtype=np.float64)
-    fwd = np.asarray(target, dtype=np.float64) - eye
+    (Newton's camera frame: looks down -Z, +Y up).
+
+    Raises:
+        ValueError: non-finite input, ``target == eye``, a zero ``up`` or one
+            parallel to the viewing direction.
+    """
+    eye = np.array(_vec3(eye, "eye"), dtype=np.float64)
+    up = np.array(_vec3(up, "up", nonzero=True), dtype=np.float64)
+    fwd = np.array(_vec3(target, "target"), dtype=np.float64) - eye
+    if not np.any(fwd):
+        raise ValueError("target must differ from eye (there is no viewing direction)")
     fwd /= np.linalg.norm(fwd)
-    right = np.cross(fwd, np.asarray(up, dtype=np.float64))
+    right = np.cross(fwd, up / np.linalg.norm(up))
     if np.linalg.norm(right) < 1e-9:
         raise ValueError("up is parallel to the viewing direction")
     right /= np.linalg.norm(right)
