@@ -39,14 +39,11 @@ if __package__ in (None, ""):  # run as a script from a checkout: find warpraste
 import numpy as np
 import torch
 import torch.distributed as dist
-import warp as wp
 
 import warpraster.torch as wrt
+from warpraster.cli import init_warp
 from warpraster.distributed import device_for_rank, init_process_group, rank_info, shard_frames
 from warpraster.primitives import ico_sphere
-
-wp.config.quiet = True  # no banner
-wp.config.log_level = wp.LOG_WARNING  # no module-load lines
 
 GRAD_RTOL = 1e-4
 """``max |g_ddp - g_single| <= GRAD_RTOL * max |g_single|``. Both sides add the
@@ -168,6 +165,7 @@ def single_process_grad(scene: Scene, seed: int = 0) -> tuple[torch.Tensor, floa
 # ----------------------------------------------------------------------------- one rank
 def train(args) -> dict:
     """The DDP run of this process (rank from the environment); returns a summary."""
+    init_warp(getattr(args, "verbose", False))  # quiet: no banner, no module-load lines
     info = init_process_group(device=_device(args))
     device = _device(args)
     scene = Scene(args.views, args.image_size, device)
@@ -280,6 +278,7 @@ def parse_args(argv=None):
     )
     p.add_argument("--save", default=None, help="rank 0 writes the first step's gradient (.npz)")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--verbose", action="store_true", help="Warp's start-up and module-load lines")
     return p.parse_args(argv)
 
 

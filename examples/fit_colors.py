@@ -22,6 +22,7 @@ import warp as wp
 
 import warpraster as wr
 from warpraster import shading
+from warpraster.cli import init_warp
 from warpraster.primitives import ico_sphere
 from warpraster.renderer import Renderer
 
@@ -146,7 +147,9 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--size", type=int, default=96)
     p.add_argument("--test", action="store_true", help="short run; fail unless the loss fell 10x")
+    p.add_argument("--verbose", action="store_true", help="Warp's start-up and module-load lines")
     args = p.parse_args(argv)
+    init_warp(args.verbose)
     if args.test:
         args.steps, args.size = 40, 32
     fit = FitColors(device=args.device, image_size=args.size, use_graph=args.graph)

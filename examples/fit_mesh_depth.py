@@ -16,6 +16,7 @@ import numpy as np
 import warp as wp
 
 import warpraster as wr
+from warpraster.cli import init_warp
 from warpraster.primitives import ico_sphere
 
 
@@ -123,7 +124,9 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=200, help="optimiser steps (default 200)")
     ap.add_argument("--graph", action="store_true", help="capture each step in a graph")
     ap.add_argument("--test", action="store_true", help="short run that checks convergence")
+    ap.add_argument("--verbose", action="store_true", help="Warp's start-up and module-load lines")
     args = ap.parse_args(argv)
+    init_warp(args.verbose)
     fit = FitMeshDepth(device=args.device, use_graph=args.graph)
     steps = 60 if args.test else args.steps
     first = fit.step()

@@ -12,6 +12,9 @@ replays give the same bits.
 
     python examples/sim_cloth_wind.py            # full run, last line: recovered=... truth=...
     python examples/sim_cloth_wind.py --test     # a short run (the test suite)
+
+Both print the recovered wind only when it is within ``TOLERANCE`` of the truth
+in every component, and exit with 1 otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ import numpy as np
 import warp as wp
 
 import warpraster.sim as wsim
+from warpraster.cli import init_warp
+
+#: m/s per component: a tenth of the smallest non-zero component of the true wind
+#: (1.5 m/s). Measured on the cpu device: the test run ends 0.012 off, the full run 0.005.
+TOLERANCE = 0.15
 
 # every kernel here has a hand-written adjoint (below): no generated ones to compile
 wp.set_module_options({"enable_backward": False})
@@ -445,22 +453,26 @@ def main(argv=None) -> int:
     p.add_argument("--test", action="store_true", help="short run for the test suite")
     p.add_argument("--device", default=None)
     p.add_argument("--no-graph", action="store_true", help="eager steps instead of a graph")
+    p.add_argument("--verbose", action="store_true", help="Warp's start-up and module-load lines")
     args = p.parse_args(argv)
-    wp.config.quiet = True
+    init_warp(args.verbose)
     truth = np.array([1.5, 3.0, 0.0])
     start = np.zeros(3)
-    if args.test:
-        kw = dict(n=4, steps=12, render_every=6, image_size=24, iterations=8, lr=0.3)
+    if args.test:  # 24 substeps seen in 3 frames: enough motion to tell the wind apart
+        kw = dict(n=4, steps=24, render_every=8, image_size=32, iterations=60, lr=0.15)
     else:
         kw = dict(n=8, steps=60, render_every=10, image_size=64, iterations=120, lr=0.15)
     iterations, lr = kw.pop("iterations"), kw.pop("lr")
     wind, first, last = recover(truth, start, iterations=iterations, lr=lr,
                                 graph=not args.no_graph, device=args.device, **kw)  # fmt: skip
     print(f"loss {first:.6f} -> {last:.6f}")
-    if args.test and not last < first:
-        print("the loss did not decrease", file=sys.stderr)
+    error = float(np.abs(wind - truth).max())
+    if not error <= TOLERANCE:
+        print(f"not recovered: wind {np.round(wind, 4).tolist()}, truth {truth.tolist()}, "
+              f"{error:.3g} m/s off (tolerance {TOLERANCE})", file=sys.stderr)  # fmt: skip
         return 1
-    print(f"recovered={np.round(wind, 4).tolist()} truth={truth.tolist()}")
+    print(f"recovered={np.round(wind, 4).tolist()} truth={truth.tolist()} "
+          f"(max error {error:.3g} <= {TOLERANCE} m/s)")  # fmt: skip
     return 0
 
 

@@ -400,35 +400,6 @@ def test_scene_problems_exit_1_naming_the_prim(tmp_path, capsys):
         code=1,
         match="/World/Nope: no such camera in",
     )
-    from pxr import Sdf, UsdShade
-
-    tex_scene = tmp_path / "tex.usda"
-    stage = Usd.Stage.CreateNew(str(tex_scene))
-    m = UsdGeom.Mesh.Define(stage, "/M")
-    m.CreatePointsAttr([(0, 0, 0), (1, 0, 0), (0, 1, 0)])
-    m.CreateFaceVertexCountsAttr([3])
-    m.CreateFaceVertexIndicesAttr([0, 1, 2])
-    mat = UsdShade.Material.Define(stage, "/Mat")
-    sh = UsdShade.Shader.Define(stage, "/Mat/S")
-    sh.CreateIdAttr("UsdPreviewSurface")
-    tex = UsdShade.Shader.Define(stage, "/Mat/T")
-    tex.CreateIdAttr("UsdUVTexture")
-    tex.CreateInput("file", Sdf.ValueTypeNames.Asset).Set("missing.png")
-    sh.CreateInput("diffuseColor", Sdf.ValueTypeNames.Color3f).ConnectToSource(
-        tex.ConnectableAPI(), "rgb"
-    )
-    mat.CreateSurfaceOutput().ConnectToSource(sh.ConnectableAPI(), "surface")
-    UsdShade.MaterialBindingAPI.Apply(m.GetPrim()).Bind(mat)
-    stage.Save()
-    _fail(
-        capsys,
-        "render",
-        tex_scene,
-        "--out",
-        out,
-        code=1,
-        match="/Mat (T): texture file 'missing.png' not found",
-    )
     assert not out.exists()
 
 

@@ -79,3 +79,20 @@ def test_bench_command_checks_itself_and_writes_json(tmp_path, cli_device):
 def test_fit_mesh_depth_example_converges(graph, cli_device):
     args = ["examples/fit_mesh_depth.py", "--test", "--device", cli_device]
     _run(args + (["--graph"] if graph else []), ROOT)
+
+
+def test_cloth_wind_test_mode_recovers_within_its_tolerance_and_is_quiet(cli_device):
+    """``--test`` prints a recovery line only within the example's own TOLERANCE
+    (exit 1 otherwise), and no Warp banner or module-load lines (as the CLI)."""
+    out = subprocess.run(
+        [sys.executable, "examples/sim_cloth_wind.py", "--test", "--device", cli_device],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Warp" not in out.stdout + out.stderr and "Module" not in out.stdout
+    last = out.stdout.strip().splitlines()[-1]
+    got = json.loads(last.split("recovered=")[1].split(" truth=")[0])
+    truth = json.loads(last.split(" truth=")[1].split(" (")[0])
+    tolerance = 0.15  # examples/sim_cloth_wind.py TOLERANCE: a tenth of the 1.5 m/s component
+    assert f"<= {tolerance} m/s" in last
+    np.testing.assert_allclose(got, truth, atol=tolerance)

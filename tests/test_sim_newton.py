@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import warp as wp
 
-newton = pytest.importorskip("newton", reason="newton is not installed (pip install newton)")
+newton = pytest.importorskip(
+    "newton", reason="newton is not installed (pip install --no-deps newton==1.8.0)"
+)
 
 import warpraster.sim as wsim  # noqa: E402
 from warpraster.sim.newton import (  # noqa: E402

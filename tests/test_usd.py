@@ -8,6 +8,7 @@ every sample (materials, wrapped textures, lights) from the renderer's own fragm
 """
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -329,10 +330,50 @@ def test_texture_resolved_relative_to_its_layer_and_uv_primvar_from_the_reader(
     np.testing.assert_array_equal(scene.meshes.uvs[0], [(0, 0), (1, 0), (1, 1)])
 
 
-def test_missing_texture_names_the_material_and_file(tmp_path):
+def test_missing_texture_warns_once_naming_it_and_draws_the_fallback_colour(tmp_path):
+    """As usdview (Storm): the UsdUVTexture's fallback (default black) replaces its texels."""
     path = _textured_stage(tmp_path, "textures/nope.png", write_texture=False)
-    with pytest.raises(wu.SceneError, match=r"/Looks/T.*nope\.png.*not found"):
-        wu.load_stage(path)
+    with pytest.warns(wu.SceneWarning, match=r"/Looks/T.*nope\.png.*not found") as record:
+        scene = wu.load_stage(path)
+    assert len(record) == 1
+    (mat,) = scene.materials
+    assert mat.texture is None
+    np.testing.assert_array_equal(mat.diffuse, [0, 0, 0])
+    assert len(scene.warnings) == 1 and "fallback colour (0.0, 0.0, 0.0)" in scene.warnings[0]
+
+
+def test_usd_diagnostics_are_collected_not_printed(tmp_path, capfd):
+    path = tmp_path / "refs.usda"
+    path.write_text('#usda 1.0\ndef "A" ( prepend references = @gone.usda@ ) {}\n')
+    scene = wu.load_stage(path)
+    assert capfd.readouterr().err == ""  # USD printed nothing itself
+    (problem,) = scene.unresolved
+    assert problem.startswith("Could not open asset @gone.usda@ for reference")
+    assert len(scene.diagnostics) == 1 and "@gone.usda@" in scene.diagnostics[0]
+    assert "0x" not in scene.diagnostics[0]  # the stage's address is dropped
+
+
+def test_non_finite_points_load_silently_and_are_flagged_per_mesh():
+    stage = Usd.Stage.CreateInMemory()
+    _mesh(stage, "/Good", QUAD_PTS[:3], [3], [0, 1, 2])
+    _mesh(stage, "/Bad", [(np.nan, 0, 0), (0, np.inf, 0), (0, 0, 0)], [3], [0, 1, 2])
+    hidden = _mesh(stage, "/Hidden", QUAD_PTS[:3], [3], [0, 1, 2])
+    vis = UsdGeom.Imageable(hidden).CreateVisibilityAttr()
+    vis.Set(UsdGeom.Tokens.invisible, 1.0)  # animated: hidden at 1, shown at 2
+    vis.Set(UsdGeom.Tokens.inherited, 2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        scene = wu.load_stage(stage, time=1.0)
+    # a hidden mesh's points are NaN on purpose (never drawn), not a fault of the file
+    assert scene.meshes.nonfinite_meshes() == ["/Bad"]
+
+
+def test_stage_renderer_defaults_to_expand_aperture_and_single_sided_culling():
+    import inspect
+
+    params = inspect.signature(wu.StageRenderer).parameters
+    assert params["conform"].default == wu.AspectConform.EXPAND_APERTURE
+    assert params["double_sided"].default is False
 
 
 # ----------------------------------------------------------------------------- lights
@@ -796,7 +837,10 @@ def test_shading_matches_a_float64_reference_of_the_samples(projection, device):
     cam.cam_to_world[3, :3] = (0.3, -0.2, 12.0)
     if projection == wu.Projection.ORTHOGRAPHIC:
         cam.horizontal_aperture = cam.vertical_aperture = 50.0  # 5 scene units across
-    r = wu.StageRenderer(scene, camera=cam, image_size=(10, 12), spp=4, device=device)
+    # both apertures across the whole 12 x 10 image (the view this test's coverage
+    # bounds were chosen for; the default, expandAperture, would show more around it)
+    r = wu.StageRenderer(scene, camera=cam, image_size=(10, 12), spp=4, device=device,
+                         conform=wu.AspectConform.ADJUST_PIXEL_ASPECT_RATIO)  # fmt: skip
     out = r.render()
     color, depth, face, mesh = _render_ref(r)
     assert 0.3 < out.coverage < 1.0  # empty and covered pixels both checked

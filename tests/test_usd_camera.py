@@ -78,8 +78,10 @@ def test_opencv_form_equals_usd_frustum_math_with_offsets_and_unlike_aspects():
 
 
 def _centroid_pixel(scene, cam, size, spp=1):
-    """Centroid of the covered samples, in output pixels (x right, y down)."""
-    r = wu.StageRenderer(scene, camera=cam, image_size=size, spp=spp, device=DEVICE)
+    """Centroid of the covered samples, in output pixels (x right, y down), with the
+    apertures across the whole image (adjustPixelAspectRatio: the by-hand mapping below)."""
+    r = wu.StageRenderer(scene, camera=cam, image_size=size, spp=spp, device=DEVICE,
+                         conform=wu.AspectConform.ADJUST_PIXEL_ASPECT_RATIO)  # fmt: skip
     sy, sx = r.grid
     ys, xs = np.nonzero(r.fragments().pix_to_face.numpy()[0, ..., 0] >= 0)
     assert len(xs) > 0

@@ -326,11 +326,23 @@ _SWITCHES = (
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m warpraster.bench", description=__doc__)
+    ap = argparse.ArgumentParser(
+        prog="python -m warpraster.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--device", default=None, help="Warp device (default: Warp's default)")
     ap.add_argument("--runs", type=int, default=20, help="timed runs per scene (median)")
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
-    ap.add_argument("--scenes", default=None, help="comma-separated scene names (default: all)")
+    ap.add_argument(
+        "--scenes",
+        default=None,
+        metavar="A,B",
+        help="comma-separated scene names (default: every scene of the device's list). "
+        f"GPU: {', '.join(s.name for s in GPU_SCENES)}. "
+        f"CPU: {', '.join(s.name for s in CPU_SCENES)}. "
+        f"--renderer: {', '.join(bench_render.TARGETS)}",
+    )
     ap.add_argument("--bin-size", type=int, default=None, help="override the bin size")
     for flag, text in _SWITCHES:
         ap.add_argument(flag, action="store_true", help=text)
@@ -347,6 +359,19 @@ def main(argv=None) -> int:
         help="threads per face in the K=1 small-face pass (default: automatic)",
     )
     args = ap.parse_args(argv)
+    if args.scenes is not None:
+        known = (
+            list(bench_render.TARGETS)
+            if args.renderer
+            else [s.name for s in GPU_SCENES + CPU_SCENES]
+        )
+        wanted = [n for n in args.scenes.split(",") if n]
+        unknown = [n for n in wanted if n not in known]
+        if unknown or not wanted:
+            ap.error(
+                f"--scenes: no scene named {', '.join(unknown) or repr(args.scenes)} "
+                f"(scenes{' with --renderer' if args.renderer else ''}: {', '.join(known)})"
+            )
     passed = ["--runs", str(args.runs)] + (["--device", args.device] if args.device else [])
     if args.renderer:
         return bench_render.main(passed + (["--scenes", args.scenes] if args.scenes else []))

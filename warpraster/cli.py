@@ -7,6 +7,10 @@ PNG per frame, ``color.<frame>.png`` (alpha = coverage), plus depth, id images
 and raw fragments on request. With no scene it renders the bundled scene.
 ``warpraster info SCENE`` lists meshes, materials, cameras, lights and the
 frame range. ``warpraster bench ...`` runs the benchmark (``warpraster bench --help``).
+
+Start-up: this module imports no Warp kernel and no pxr; the arguments are
+parsed (and ``--help``, ``--version`` and argument errors answered) before the
+command imports what it needs.
 """
 
 from __future__ import annotations
@@ -16,13 +20,15 @@ import contextlib
 import os
 import sys
 import time
+import warnings
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
+from . import __version__
 from .distributed import device_for_rank, rank_info, shard_frames
-from .usd.errors import SceneError
+from .usd.errors import SceneError, SceneWarning
 
 USD_SUFFIXES = (".usd", ".usda", ".usdc", ".usdz")
 MESH_SUFFIXES = (".obj",)
@@ -42,7 +48,8 @@ stage without a frame range):
   fragments.<frame>.npz  with --fragments: pix_to_face, zbuf, bary_coords, dists (K = 1)
 Files are written under a temporary name and renamed when complete.
 
-exit codes: 0 done, 1 the scene cannot be read or rendered, 2 bad arguments
+exit codes: 0 done, 1 the scene cannot be read or rendered or a file cannot be written,
+2 bad arguments (an --out that cannot be a writable folder included), 130 interrupted
 """
 
 
@@ -58,6 +65,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose errors are one line (no usage block), exit code 2."""
 
     def error(self, message):
+        if message.endswith("required: cmd"):  # no command given: name them
+            message += " (a command: render, info or bench)"
         raise CliError(f"{self.prog}: {message} (see {self.prog} --help)", 2)
 
 
@@ -84,8 +93,13 @@ def _stderr_silenced(active: bool):
         os.close(saved)
 
 
-def _init_warp(verbose: bool):
-    """Imports and starts Warp: quiet (no banner, no module-load lines) unless verbose."""
+def init_warp(verbose: bool = False):
+    """Imports and starts Warp; returns the ``warp`` module.
+
+    Quiet unless ``verbose``: no banner, no module-load lines, no native start-up
+    notice (e.g. "Could not find or load the NVIDIA CUDA driver" on a machine
+    without a GPU). The command and the examples start Warp through this.
+    """
     import warp as wp
 
     if not verbose:
@@ -211,18 +225,52 @@ def _load(path: Path, *, require_meshes: bool):
             f"{path}: reading USD needs usd-core (pip install 'warpraster[usd]')"
         ) from None
     try:
-        return load_stage(path, require_meshes=require_meshes)
+        with warnings.catch_warnings():  # printed by _report_load, one line each
+            warnings.simplefilter("ignore", SceneWarning)
+            return load_stage(path, require_meshes=require_meshes)
     except SceneError as err:
         raise CliError(str(err)) from None
 
 
 # --------------------------------------------------------------------------- writing
+def _check_out_dir(out: Path) -> None:
+    """Fails at once (before any loading) unless ``out`` is, or can become, a writable
+    folder; creates nothing (the folder is made when there is something to write)."""
+    if out.exists():
+        if not out.is_dir():
+            raise CliError(f"--out {out}: is a file, not a folder", 2)
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise CliError(f"--out {out}: the folder is not writable", 2)
+        return
+    parent = out.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise CliError(f"--out {out}: cannot make the folder: {parent} is a file", 2)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CliError(f"--out {out}: cannot make the folder: {parent} is not writable", 2)
+
+
+def _make_out_dir(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CliError(f"--out {out}: cannot make the folder ({_os_reason(err)})") from None
+
+
+def _os_reason(err: OSError) -> str:
+    """An OSError's reason without its repr noise: ``No space left on device``."""
+    return err.strerror or str(err) or type(err).__name__
+
+
 def _write_atomic(path: Path, write) -> None:
     """``write(tmp_path)`` then rename to ``path``: no half-written file under its name."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
         os.replace(tmp, path)
+    except OSError as err:  # name the file meant, not the temporary one
+        raise OSError(err.errno, _os_reason(err), str(path)) from None
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -303,6 +351,10 @@ def _why_empty(scene, camera, image_size) -> str:
 
     v = np.asarray(scene.meshes.verts, np.float64)
     v = v[np.isfinite(v).all(1)]
+    if len(v) == 0:
+        if len(scene.meshes.nonfinite_meshes()) == len(scene.meshes.names):
+            return "every mesh has non-finite points (NaN or inf), which are never drawn"
+        return "every mesh is invisible at this time or has non-finite points"
     rot = np.asarray(camera.cam_to_world, np.float64)
     forward = -rot[2, :3] / np.linalg.norm(rot[2, :3])
     z = (v - camera.position) @ forward
@@ -326,16 +378,46 @@ def _why_empty(scene, camera, image_size) -> str:
     return "the meshes are outside the view or too small to cover a pixel centre"
 
 
+def _report_load(scene, path: Path, verbose: bool) -> None:
+    """The reader's warnings (one line each) and a summary of USD's diagnostics
+    (each of them with ``--verbose``), on stderr."""
+    for text in getattr(scene, "warnings", ()):
+        print(f"warning: {text}", file=sys.stderr)
+    bad = scene.meshes.nonfinite_meshes()
+    if bad:
+        names = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        print(
+            f"warning: {len(bad)} mesh{'es' * (len(bad) != 1)} with non-finite points "
+            f"(NaN or inf; faces through them are not drawn): {names}",
+            file=sys.stderr,
+        )
+    diagnostics = getattr(scene, "diagnostics", [])
+    if diagnostics:
+        n, k = len(diagnostics), len(getattr(scene, "unresolved", []))
+        what = f", {k} of them unresolved (references, payloads or sublayers)" if k else ""
+        more = "" if verbose else "; --verbose lists them"
+        print(
+            f"warning: USD reported {n} problem{'s' * (n != 1)} reading {path}{what}{more}",
+            file=sys.stderr,
+        )
+        if verbose:
+            for text in diagnostics:
+                print(f"  {text}", file=sys.stderr)
+
+
 def _cmd_render(args) -> int:
     if args.spp < 1:
         raise CliError(f"--spp must be >= 1, got {args.spp}", 2)
     if args.depth and args.depth_format == "exr" and _openexr() is None:
         raise CliError("--depth-format exr needs the openexr package (pip install openexr)", 2)
     _image_size(args, 1.0)  # bad --size / --width / --height fail before any work
-    wp = _init_warp(args.verbose)
+    out_dir = Path(args.out)
+    _check_out_dir(out_dir)  # before the load: an --out that cannot be written fails at once
+    wp = init_warp(args.verbose)
     device = _device(wp, args.device)
     path = Path(args.scene) if args.scene else default_scene_path()
     scene = _load(path, require_meshes=True)
+    _report_load(scene, path, args.verbose)
     if scene.meshes.num_faces == 0:
         raise CliError(f"{path}: no meshes to render")
     from .usd.render import StageRenderer, linear_to_srgb
@@ -384,13 +466,13 @@ def _cmd_render(args) -> int:
     elif rs is not None and rs.conform is not None:
         conform = rs.conform
     else:
-        conform = AspectConform.ADJUST_PIXEL_ASPECT_RATIO
-    out_dir = Path(args.out)
+        conform = AspectConform.EXPAND_APERTURE  # UsdRender's fallback
     cache_dir = Path(wp.config.kernel_cache_dir or "")
     cached_before = set(os.listdir(cache_dir)) if cache_dir.is_dir() else set()
 
     if args.ids and max(scene.meshes.num_faces, len(scene.meshes.names)) >= 2**24 - 1:
         raise CliError(f"--ids: {scene.meshes.num_faces:,} triangles do not fit 24-bit id images")
+    _make_out_dir(out_dir)
     renderer = None
     written: list[Path] = []
     times: list[float] = []
@@ -430,31 +512,35 @@ def _cmd_render(args) -> int:
                     image_size=image_size,
                     spp=args.spp,
                     conform=conform,
+                    double_sided=args.double_sided,
                     device=device,
                 )
             out = renderer.render()
             coverage.append(out.coverage)
-            out_dir.mkdir(parents=True, exist_ok=True)
             label = _frame_label(t)
-            rgba = np.concatenate([linear_to_srgb(out.color[..., :3]), out.color[..., 3:]], -1)
-            png = out_dir / f"color.{label}.png"
-            _save_png(png, np.round(rgba * 255).astype(np.uint8))
-            written.append(png)
-            if args.depth:
-                written.append(
-                    _write_depth(out_dir / f"depth.{label}", out.depth, args.depth_format)
-                )
-            if args.ids:
-                for key in ("face_id", "mesh_id"):
-                    ids = getattr(out, key)
-                    p = out_dir / f"{key}.{label}.png"
-                    _save_png(p, _encode_ids(ids))
+            try:
+                rgba = np.concatenate([linear_to_srgb(out.color[..., :3]), out.color[..., 3:]], -1)
+                png = out_dir / f"color.{label}.png"
+                _save_png(png, np.round(rgba * 255).astype(np.uint8))
+                written.append(png)
+                if args.depth:
+                    written.append(
+                        _write_depth(out_dir / f"depth.{label}", out.depth, args.depth_format)
+                    )
+                if args.ids:
+                    for key in ("face_id", "mesh_id"):
+                        ids = getattr(out, key)
+                        p = out_dir / f"{key}.{label}.png"
+                        _save_png(p, _encode_ids(ids))
+                        written.append(p)
+                if args.fragments:
+                    frags = renderer.fragments().numpy()
+                    p = out_dir / f"fragments.{label}.npz"
+                    _write_atomic(p, lambda tmp, fr=frags: _save_npz(tmp, fr))
                     written.append(p)
-            if args.fragments:
-                frags = renderer.fragments().numpy()
-                p = out_dir / f"fragments.{label}.npz"
-                _write_atomic(p, lambda tmp, fr=frags: _save_npz(tmp, fr))
-                written.append(p)
+            except OSError as err:  # a full disk, a folder removed meanwhile, ...
+                name = Path(err.filename).name if err.filename else "a file"
+                raise CliError(f"{out_dir}: cannot write {name} ({_os_reason(err)})") from None
             times.append(time.perf_counter() - t0)
     finally:
         if tqdm and hasattr(bar, "close"):
@@ -501,6 +587,7 @@ def _cmd_render(args) -> int:
 def _cmd_info(args) -> int:
     path = Path(args.scene) if args.scene else default_scene_path()
     scene = _load(path, require_meshes=False)
+    _report_load(scene, path, args.verbose)
     m = scene.meshes
     lines = [f"{path}"]
     rng = scene.frame_range
@@ -508,7 +595,12 @@ def _cmd_info(args) -> int:
         f"  up axis {scene.up_axis}, "
         + (f"frames {rng[0]:g}-{rng[1]:g}" if rng else "static (no frame range)")
     )
+    unresolved = getattr(scene, "unresolved", [])
+    if unresolved:
+        lines.append(f"unresolved: {len(unresolved)} (what they hold is not in this listing)")
+        lines.extend(f"  {text}" for text in unresolved)
     anim = getattr(scene, "mesh_set", None)
+    nonfinite = set(m.nonfinite_meshes())
     lines.append(f"meshes: {len(m.names)} ({m.num_faces:,} triangles, {m.num_verts:,} points)")
     for i, name in enumerate(m.names):
         f0, nf = int(m.face_first[i]), int(m.face_count[i])
@@ -521,6 +613,8 @@ def _cmd_info(args) -> int:
             anim.items[i].prim.IsInstanceProxy() or hasattr(anim.items[i], "instancer")
         ):
             tags.append("instance")
+        if name in nonfinite:
+            tags.append("non-finite points")
         lines.append(
             f"  {name}: {nf:,} triangles, {int(m.vert_count[i]):,} points, "
             f"material {', '.join(mat_names) or '-'}" + (f" [{', '.join(tags)}]" if tags else "")
@@ -555,6 +649,7 @@ def _cmd_info(args) -> int:
 # --------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="warpraster", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     r = sub.add_parser(
         "render",
@@ -620,8 +715,15 @@ def build_parser() -> argparse.ArgumentParser:
             "adjust-aperture-height",
         ],
         help="image aspect unlike the camera aperture's: UsdRender's policies (default: the "
-        "stage's render settings, else adjust-pixel-aspect-ratio, which keeps both apertures: "
-        "horizontal aperture = image width, vertical = image height)",
+        "stage's render settings, else UsdRender's fallback expand-aperture, which widens one "
+        "aperture so the image shows more and pixels stay square; adjust-pixel-aspect-ratio "
+        "keeps both apertures and stretches the pixels)",
+    )
+    r.add_argument(
+        "--double-sided",
+        action="store_true",
+        help="draw the back faces of every mesh (default: as usdview, only of the meshes "
+        "whose doubleSided is true; the others' back faces are culled)",
     )
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument(
@@ -636,6 +738,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument(
         "scene", nargs="?", help=f"USD file or OBJ mesh (default: the bundled {DEFAULT_SCENE_NAME})"
     )
+    i.add_argument("--verbose", action="store_true", help="list each of USD's warnings")
     i.set_defaults(func=_cmd_info)
     sub.add_parser(
         "bench", help="run the benchmark (options: warpraster bench --help)", add_help=False
@@ -659,9 +762,13 @@ def main(argv=None) -> int:
     except SceneError as err:  # a frame that cannot be read (e.g. topology changing over time)
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, during start-up (imports, kernel loads) too
         print("error: interrupted", file=sys.stderr)
         return 130
+    except OSError as err:  # anything else the system refused: one line, no traceback
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}{_os_reason(err)}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # e.g. `warpraster info ... | head`
         sys.stderr.close()
         return 1

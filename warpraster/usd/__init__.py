@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib
 
-from .errors import SceneError
+from .errors import SceneError, SceneWarning
 
 # the pxr-free containers: every public name of .scene (listed once, in its __all__)
 from .scene import *  # noqa: F403
@@ -44,9 +44,11 @@ _LAZY = {
     "linear_to_srgb": "render",
     "parse_frames": "animation",
     "triangulate": "triangulate",
+    "collecting_diagnostics": "diagnostics",
+    "composition_problems": "diagnostics",
 }
 
-__all__ = [*_containers, "SceneError", *sorted(_LAZY)]
+__all__ = [*_containers, "SceneError", "SceneWarning", *sorted(_LAZY)]
 
 
 def __getattr__(name: str):

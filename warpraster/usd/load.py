@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
 from pxr import Usd, UsdGeom
 
 from .cameras import read_camera
-from .errors import SceneError
+from .diagnostics import collecting_diagnostics, composition_problems
+from .errors import SceneError, SceneWarning
 from .lights import read_lights
 from .materials import MaterialLibrary
 from .meshes import MeshSet
@@ -79,10 +83,25 @@ def load_stage(
         per-mesh data to evaluate other times (see
         :class:`~warpraster.usd.animation.StageAnimation`).
 
+        USD's own warnings while reading are collected into ``scene.diagnostics``
+        (not printed), what the stage could not compose into ``scene.unresolved``;
+        a texture that cannot be read is drawn in its fallback colour and named in
+        ``scene.warnings`` (each also issued once as a :class:`SceneWarning`).
+
     Raises:
         SceneError: an unreadable file, bad topology or primvars (naming the prim),
-            a missing texture, or (``require_meshes``) no mesh with faces.
+            or (``require_meshes``) no mesh with faces.
     """
+    # NaN / inf points: kept (never drawn, flagged per mesh), without NumPy warnings
+    with collecting_diagnostics() as diagnostics, np.errstate(invalid="ignore", over="ignore"):
+        scene = _load(source, time, purposes, require_meshes)
+    scene.diagnostics = diagnostics
+    for text in scene.warnings:
+        warnings.warn(text, SceneWarning, stacklevel=2)
+    return scene
+
+
+def _load(source, time, purposes, require_meshes: bool) -> Scene:
     stage = open_stage(source)
     name = stage_name(stage)
     rng = frame_range(stage)
@@ -103,6 +122,8 @@ def load_stage(
         time=None if time is None else float(time),
         up_axis=up_axis(stage),
         render_settings=read_render_settings(stage),
+        warnings=list(library.warnings),
+        unresolved=composition_problems(stage),
     )
     scene.mesh_set = mesh_set
     scene.stage = stage

@@ -20,8 +20,11 @@ Mapping of ``UsdPreviewSurface`` to the renderer's Blinn-Phong material:
 * opacity = ``opacity``.
 
 Textures: the ``file`` asset path is resolved relative to the layer that
-authored it (USD's resolver); a path that does not resolve, or an image Pillow
-cannot read, raises :class:`SceneError` naming the material and the file.
+authored it (USD's resolver). A texture with no file, a path that does not
+resolve, or an image Pillow cannot read is drawn as usdview (Storm) draws it:
+the ``UsdUVTexture``'s ``fallback`` colour (default black) in place of its
+texels, with one warning (naming the material and the file) in
+:attr:`MaterialLibrary.warnings`.
 8-bit images with ``sourceColorSpace`` ``auto`` or ``sRGB`` are decoded from
 sRGB to linear; ``raw`` ones are used as they are. ``st`` comes from the
 ``UsdPrimvarReader_float2`` connected to the texture (its ``varname``), else
@@ -114,12 +117,15 @@ class MaterialLibrary:
     Attributes:
         materials: list of :class:`~warpraster.usd.scene.Material`, in the order
             first met.
+        warnings: one line per texture that could not be read (drawn in its
+            fallback colour), each once.
     """
 
     def __init__(self, stage: Usd.Stage, time: Usd.TimeCode):
         self.stage = stage
         self.time = time
         self.materials: list[Material] = []
+        self.warnings: list[str] = []
         self._index: dict[str, int] = {}
 
     # ------------------------------------------------------------------ reading
@@ -149,8 +155,15 @@ class MaterialLibrary:
         if link is not None:
             tex_shader, _ = link
             if _shader_id(tex_shader) == "UsdUVTexture":
-                out.texture, out.uv_primvar, fallback = self._texture(tex_shader, name)
-                base = np.ones(3, np.float32)
+                try:
+                    out.texture, out.uv_primvar, fallback = self._texture(tex_shader, name)
+                    base = np.ones(3, np.float32)
+                except SceneError as err:  # drawn in the texture's fallback colour
+                    fallback, _ = _input_value(tex_shader, "fallback", (0.0, 0.0, 0.0, 1.0), t)
+                    base = np.asarray(fallback, np.float32).reshape(4)[:3].copy()
+                    text = f"{err} (drawn in its fallback colour {tuple(float(x) for x in base)})"
+                    if text not in self.warnings:
+                        self.warnings.append(text)
         out.diffuse = (base * (1.0 - 0.5 * metallic)).astype(np.float32)
         if int(spec_workflow):
             out.specular = np.asarray(spec_color, np.float32).reshape(3)

@@ -339,6 +339,8 @@ class MeshItem:
             when neither is authored (the default grey, opaque).
         uvs: (T, 3, 2) float32 or None.
         dynamic: points, normals or a transform above it may change over time.
+        double_sided: the prim's ``doubleSided`` (USD's fallback: False, so a renderer
+            culls its back faces, as Storm does).
     """
 
     def __init__(
@@ -360,6 +362,7 @@ class MeshItem:
         self.num_points = points.shape[0]
         orientation = UsdGeom.Gprim(prim).GetOrientationAttr().Get()
         self.left_handed = orientation == UsdGeom.Tokens.leftHanded
+        self.double_sided = bool(UsdGeom.Gprim(prim).GetDoubleSidedAttr().Get())
         self.points = points
         self.tri = triangulate(counts, indices, points) if tri is None else tri
         self.flipped = False
@@ -642,7 +645,14 @@ class MeshSet:
         ``out``'s arrays in place (same arrays, same shapes); corner data that
         follows the winding (colours, UVs) is permuted when a mirror flips.
         Computed normals of all re-read meshes come from one vectorised pass.
+        Non-finite points (NaN, inf) are kept as they are, without NumPy warnings:
+        the rasterizer never draws a face through one, and ``out.nonfinite`` flags
+        the meshes that have one.
         """
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            return self._evaluate(time, out)
+
+    def _evaluate(self, time: Usd.TimeCode, out: SceneMeshes | None) -> SceneMeshes:
         cache = UsdGeom.XformCache(time)
         first = out is None
         if first:
@@ -660,6 +670,7 @@ class MeshSet:
             m = it.world_matrix(cache, time)
             m3 = m[:3, :3]
             verts[v0 : v0 + it.num_points] = it.points_at(time).astype(np.float64) @ m3 + m[3, :3]
+            out.nonfinite[i] = not np.isfinite(verts[v0 : v0 + it.num_points]).all()
             if not it.visible_at(time):
                 verts[v0 : v0 + it.num_points] = np.nan  # never drawn: faces with NaN are skipped
             flip = bool(it.left_handed != (np.linalg.det(m3) < 0))
@@ -705,6 +716,8 @@ class MeshSet:
             colors=colors,
             uvs=np.zeros((nf, 3, 2), np.float32),
             face_material=np.full(nf, -1, np.int32),
+            double_sided=np.array([it.double_sided for it in self.items], bool),
+            nonfinite=np.zeros(len(self.items), bool),
         )
 
     def _computed_normals(self, todo, verts, faces, face_mesh, normals) -> None:

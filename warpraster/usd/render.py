@@ -8,6 +8,15 @@ kernel (:mod:`warpraster.usd.shade`) shades the ``spp`` samples of each pixel
 (a grid of samples per pixel) and box-filters them. New positions, normals
 and cameras of a later frame are written into the same device arrays
 (``wp.array.assign``): nothing is reallocated per frame.
+
+Back faces: as Storm (usdview) draws them, a mesh whose ``doubleSided`` is
+false shows only its front faces, those whose corners run counter-clockwise
+seen from the camera (USD's ``rightHanded`` orientation; ``leftHanded`` meshes
+are rewound when read). One kernel, before the rasterizer, decides it per
+triangle in world space (the camera on the front side of the triangle's plane,
+which is the same test as a positive screen-space area for a triangle in front
+of the camera) and turns a culled triangle into a point, which the rasterizer
+never draws; ``double_sided=True`` draws every back face.
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ from .scene import (
 from .shade import Corner, Lighting, MaterialRow, Surface, launch_shade
 
 __all__ = ["RenderOutput", "StageBuffers", "StageRenderer", "linear_to_srgb", "parse_spp"]
+
+wp.set_module_options({"enable_backward": False})  # integer outputs only
 
 
 def linear_to_srgb(c: np.ndarray) -> np.ndarray:
@@ -194,6 +205,46 @@ def _material_rows(materials: list[Material], device) -> tuple[wp.array, wp.arra
     return wp.array(rows, dtype=MaterialRow, device=device), texels
 
 
+@wp.kernel
+def _cull_back_faces(
+    # Model:
+    faces: wp.array2d(dtype=wp.int32),
+    face_mesh: wp.array(dtype=wp.int32),
+    mesh_double_sided: wp.array(dtype=wp.int32),
+    # Data in:
+    verts: wp.array(dtype=wp.vec3),
+    view: wp.array(dtype=wp.vec3),
+    orthographic: int,
+    # Data out:
+    faces_out: wp.array2d(dtype=wp.int32),
+):
+    """Copies each triangle, or its first corner three times (a point: never drawn)
+    when its mesh is single-sided and the camera sees its back.
+
+    ``view[0]`` is the camera position, ``view[1]`` its forward direction.
+    """
+    f = wp.tid()
+    a = faces[f, 0]
+    b = faces[f, 1]
+    c = faces[f, 2]
+    keep = mesh_double_sided[face_mesh[f]] != 0
+    if not keep:
+        p0 = verts[a]
+        normal = wp.cross(verts[b] - p0, verts[c] - p0)  # counter-clockwise = front
+        toward_camera = view[0] - p0
+        if orthographic != 0:
+            toward_camera = -view[1]
+        keep = wp.dot(normal, toward_camera) >= 0.0  # edge-on: no area on screen either way
+    if keep:
+        faces_out[f, 0] = a
+        faces_out[f, 1] = b
+        faces_out[f, 2] = c
+    else:
+        faces_out[f, 0] = a
+        faces_out[f, 1] = a
+        faces_out[f, 2] = a
+
+
 class StageRenderer:
     """Renders a :class:`~warpraster.usd.scene.Scene` through one of its cameras.
 
@@ -209,7 +260,12 @@ class StageRenderer:
             path) or, if it has none, :func:`default_camera` framing the meshes.
         image_size: (H, W) of the pictures.
         spp: samples per pixel, on a grid as square as it allows (:func:`parse_spp`).
-        conform: how an image aspect unlike the aperture's is resolved.
+        conform: how an image aspect unlike the aperture's is resolved (default:
+            UsdRender's fallback, ``EXPAND_APERTURE``: square pixels, the image
+            shows more than the aperture along its longer side).
+        double_sided: draw the back faces of every mesh; by default only those of
+            the meshes whose ``doubleSided`` is true (``scene.meshes.double_sided``),
+            as Storm (usdview) does.
         device: Warp device.
 
     Attributes (device outputs of the last render, (H, W)):
@@ -228,7 +284,8 @@ class StageRenderer:
         camera: str | CameraParams | None = None,
         image_size=(384, 512),
         spp: int = 1,
-        conform: AspectConform = AspectConform.ADJUST_PIXEL_ASPECT_RATIO,
+        conform: AspectConform = AspectConform.EXPAND_APERTURE,
+        double_sided: bool = False,
         device=None,
     ):
         h, w = (int(x) for x in image_size)
@@ -244,6 +301,16 @@ class StageRenderer:
         self.camera = self.resolve_camera(scene, camera, aspect=w / h)
         self.buffers = StageBuffers(scene, d)
         nf = scene.meshes.num_faces
+        sided = scene.meshes.double_sided
+        # the triangles the rasterizer sees: a copy with culled back faces made
+        # points, or the scene's own when every mesh is drawn from both sides
+        self._mesh_double_sided = None
+        self._draw_faces = self.buffers.faces
+        if not double_sided and sided is not None and nf and not np.all(sided):
+            self._mesh_double_sided = wp.array(
+                np.asarray(sided, np.int32), dtype=wp.int32, device=d
+            )
+            self._draw_faces = wp.empty_like(self.buffers.faces)
         self.color = wp.zeros((h, w), dtype=wp.vec4, device=d)
         self.depth = wp.zeros((h, w), dtype=float, device=d)
         self.face_id = wp.zeros((h, w), dtype=wp.int32, device=d)
@@ -342,9 +409,25 @@ class StageRenderer:
     def fragments(self):
         """Rasterizes the current frame at the sample resolution (K = 1)."""
         persp = self.camera.projection == Projection.PERSPECTIVE
+        if self._mesh_double_sided is not None:
+            b = self.buffers
+            wp.launch(
+                _cull_back_faces,
+                dim=b.faces.shape[0],
+                inputs=[
+                    b.faces,
+                    b.face_mesh,
+                    self._mesh_double_sided,
+                    b.verts,
+                    b.view,
+                    int(not persp),
+                ],
+                outputs=[self._draw_faces],
+                device=self.device,
+            )
         return self._rasterizer(
             self.buffers.verts,
-            self.buffers.faces,
+            self._draw_faces,
             self._first,
             self._count,
             workspace=self.workspace(clipped=persp),

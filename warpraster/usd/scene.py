@@ -171,6 +171,11 @@ class SceneMeshes:
         face_material: (F,) int32 index into the scene's materials, -1 for none
             (then ``colors`` is the diffuse colour).
         subsets: GeomSubset path -> (n,) int64 triangle indices.
+        double_sided: (M,) bool, the meshes' ``doubleSided`` (None: every mesh is
+            double-sided, as for meshes not read from USD). A renderer culls the
+            back faces of the others, as Storm does.
+        nonfinite: (M,) bool, the meshes with a NaN or infinite point at this time
+            (None: look at ``verts``).
     """
 
     names: list[str]
@@ -186,6 +191,8 @@ class SceneMeshes:
     uvs: np.ndarray
     face_material: np.ndarray
     subsets: dict[str, np.ndarray] = field(default_factory=dict)
+    double_sided: np.ndarray | None = None
+    nonfinite: np.ndarray | None = None
 
     @property
     def num_faces(self) -> int:
@@ -224,6 +231,19 @@ class SceneMeshes:
             return np.zeros(3), np.zeros(3)
         return v.min(0), v.max(0)
 
+    def nonfinite_meshes(self) -> list[str]:
+        """Names of the meshes with a NaN or infinite point (their faces through such a
+        point are never drawn; a mesh whose points are all non-finite draws nothing)."""
+        if self.nonfinite is not None:
+            return [n for n, bad in zip(self.names, self.nonfinite, strict=True) if bad]
+        bad = ~np.isfinite(np.asarray(self.verts)).all(axis=1)
+        if not bad.any():
+            return []
+        first = np.asarray(self.vert_first, np.int64)
+        sums = np.concatenate([[0], np.cumsum(bad)])
+        hit = sums[first + np.asarray(self.vert_count, np.int64)] - sums[first]
+        return [n for n, h in zip(self.names, hit, strict=True) if h > 0]
+
 
 @dataclass
 class RenderSettings:
@@ -257,6 +277,13 @@ class Scene:
         up_axis: ``"Y"`` or ``"Z"``.
         render_settings: the stage's :class:`RenderSettings` (its
             ``renderSettingsPrimPath``, else its first ``RenderSettings`` prim), or None.
+        warnings: the reader's own warnings, one line each (a texture that cannot be
+            read and is drawn in its fallback colour); also issued as
+            :class:`~warpraster.usd.errors.SceneWarning`.
+        diagnostics: USD's warnings while the stage was read, one line each
+            (collected, not printed: :mod:`warpraster.usd.diagnostics`).
+        unresolved: what the stage could not compose (unresolved references,
+            payloads or sublayers), one line each.
     """
 
     source: str
@@ -268,6 +295,9 @@ class Scene:
     time: float | None = None
     up_axis: str = "Y"
     render_settings: RenderSettings | None = None
+    warnings: list[str] = field(default_factory=list)
+    diagnostics: list[str] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
 
 
 def headlight() -> LightSet:

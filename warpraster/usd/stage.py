@@ -21,10 +21,25 @@ USD_SUFFIXES = (".usd", ".usda", ".usdc", ".usdz")
 
 
 def _tf_message(err: Exception) -> str:
-    """The last quoted reason of a ``Tf.ErrorException`` (USD puts it between quotes)."""
+    """The root cause of a ``Tf.ErrorException``, one line.
+
+    USD lists its errors as ``Error in 'function' at line N in file F : 'reason'``,
+    the cause first (a parse error: ``/path/x.usda:6:9: parse error matching
+    ...``) and the consequence last (``Failed to open layer``). The first reason
+    is kept, its ``path:line:column:`` prefix becomes ``line 6, column 9:`` (the
+    caller names the file) and C++ namespaces are dropped.
+    """
     text = str(err)
-    reasons = re.findall(r": '(.*?)'\s*$", text, flags=re.M)
-    return reasons[0] if reasons else " ".join(text.split())[:200]
+    reasons = re.findall(r"Error in '.*?' at line \d+ in file .*? : '(.*?)'\s*(?=\n\s*Error in|\Z)",
+                         text, flags=re.S)  # fmt: skip
+    if not reasons:
+        return " ".join(text.split())[:200]
+    reason = " ".join(reasons[0].split())
+    reason = re.sub(r"\b\w+__pxrReserved__::|\bSdf_\w+::", "", reason)
+    where = re.match(r"(.*?):(\d+):(\d+): (.*)", reason)
+    if where:
+        reason = f"line {where[2]}, column {where[3]}: {where[4]}"
+    return reason[:300]
 
 
 def open_stage(source) -> Usd.Stage:
