@@ -7,6 +7,8 @@ import threading
 import torch
 import warp as wp
 
+from .tapes import private_tape_slot
+
 __all__ = ["_TorchStream"]
 
 
@@ -37,7 +39,12 @@ class _TorchStream:
     Warp's current stream is a property of the device, not of the thread, so two
     host threads issuing work to one device with their own torch streams would
     swap streams: the scope holds a per-device lock while it issues the launches
-    (the device work itself still overlaps)."""
+    (the device work itself still overlaps).
+
+    The scope also gives the thread a Warp tape slot of its own
+    (:func:`~warpraster.torch.tapes.private_tape_slot`): no launch inside is
+    recorded on a ``wp.Tape`` the user has open, in this thread or another, and a
+    ``wp.Tape`` entered inside records only this thread's launches."""
 
     def __init__(self, device: torch.device):
         wp_device = _warp_device(device)
@@ -47,11 +54,17 @@ class _TorchStream:
             self._scope = wp.ScopedStream(wp.stream_from_torch(device), sync_enter=False)
         else:
             self._scope = wp.ScopedDevice(wp_device)
+        self._tape_slot = private_tape_slot()
 
     def __enter__(self):
         self._lock.acquire()
         try:
-            self._scope.__enter__()
+            self._tape_slot.__enter__()
+            try:
+                self._scope.__enter__()
+            except BaseException:
+                self._tape_slot.__exit__(None, None, None)
+                raise
         except BaseException:
             self._lock.release()
             raise
@@ -61,4 +74,7 @@ class _TorchStream:
         try:
             return self._scope.__exit__(*exc)
         finally:
-            self._lock.release()
+            try:
+                self._tape_slot.__exit__(None, None, None)
+            finally:
+                self._lock.release()

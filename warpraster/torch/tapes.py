@@ -1,0 +1,90 @@
+"""The torch ops' Warp work, kept off any ``wp.Tape`` the user has open, in any thread.
+
+Warp keeps the recording tape on its process-wide runtime (``runtime.tape``): a
+launch from any thread is recorded on whatever tape is open, and a second
+``wp.Tape`` cannot be entered anywhere while one is (WARP-NOTES). The torch ops
+launch Warp kernels in their forward and record a private ``wp.Tape`` in their
+backward, so without care
+
+* a torch forward beside an open tape (in this thread or another) lands its
+  launches on that tape, whose backward then replays them;
+* a torch backward beside an open tape fails ("entering a tape while one is
+  already active"), or its private tape swallows the other thread's launches.
+
+:func:`private_tape_slot` gives the calling thread a tape slot of its own for
+the span of a torch op: inside it, ``runtime.tape`` reads and writes that slot
+(empty at entry), so the op's launches are recorded on no one else's tape and its
+private backward tape sees no one else's launches; every other thread keeps
+seeing the shared slot, exactly as Warp has it. The slot is a data descriptor
+installed once on Warp's ``Runtime`` class; outside a torch op it reads and
+writes the shared value, so pure Warp code behaves as it always has, including
+its limit: two threads recording two ``wp.Tape`` at once still collide in Warp
+itself (Warp raises "entering a tape while one is already active").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import warp as wp
+
+__all__ = ["private_tape_slot"]
+
+_NO_SLOT = object()  # a thread outside any torch op: it uses the shared slot
+_LOCAL = threading.local()
+_INSTALL_LOCK = threading.Lock()
+
+
+class _TapeSlot:
+    """``Runtime.tape``: the calling thread's private slot inside a torch op, else
+    the process-wide one."""
+
+    def __init__(self, shared):
+        self.shared = shared
+
+    def __get__(self, runtime, owner_type=None):
+        if runtime is None:
+            return self
+        slot = getattr(_LOCAL, "slot", _NO_SLOT)
+        return self.shared if slot is _NO_SLOT else slot
+
+    def __set__(self, runtime, value):
+        if getattr(_LOCAL, "slot", _NO_SLOT) is _NO_SLOT:
+            self.shared = value
+        else:
+            _LOCAL.slot = value
+
+
+def _install() -> _TapeSlot:
+    """The slot descriptor on Warp's Runtime class (installed once, keeping the value
+    the runtime holds now)."""
+    wp.init()
+    runtime_type = type(wp._src.context.runtime)
+    slot = runtime_type.__dict__.get("tape")
+    if isinstance(slot, _TapeSlot):
+        return slot
+    with _INSTALL_LOCK:
+        slot = runtime_type.__dict__.get("tape")
+        if not isinstance(slot, _TapeSlot):
+            runtime = wp._src.context.runtime
+            slot = _TapeSlot(runtime.__dict__.pop("tape", None))
+            runtime_type.tape = slot
+        return slot
+
+
+@contextlib.contextmanager
+def private_tape_slot():
+    """Within: this thread's Warp launches see an empty tape slot of their own (a
+    ``wp.Tape`` entered inside records only this thread's launches); on exit the
+    thread sees the shared slot again (or the enclosing private one: re-entrant)."""
+    _install()
+    outer = getattr(_LOCAL, "slot", _NO_SLOT)
+    _LOCAL.slot = None
+    try:
+        yield
+    finally:
+        if outer is _NO_SLOT:
+            del _LOCAL.slot
+        else:
+            _LOCAL.slot = outer
