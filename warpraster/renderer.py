@@ -300,17 +300,16 @@ class Renderer:
         requires_grad: allocate gradients (for a ``wp.Tape``).
         device: Warp device (default: the camera's).
 
-    Gradients accumulate, in the caller's arrays and in the renderer's own
-    (fragments, per-face tables, texture scratch): clear them between steps
-    with ``tape.zero()`` (or ``tape.reset()``), which reaches every array the
-    render recorded. Zeroing only your own arrays' ``.grad`` and recording the
-    next step on a fresh ``wp.Tape()`` leaves the renderer's gradients of the
-    previous step in place, and they are added again. The backward reads the
-    step's outputs (the softmax blend's adjoint reads the image): do not write
-    into them before ``tape.backward()``.
+    Gradients: the arrays you pass in (vertices, camera, light, material and
+    texture arrays) accumulate, as everywhere in Warp: zero their ``.grad``
+    between steps. The renderer's own buffers (projected vertices, fragments,
+    per-face tables, image) are cleared by the render that records them, so a
+    fresh ``wp.Tape()`` per step gives each step's gradients, eagerly or
+    replayed from a captured graph; ``tape.zero()`` is never needed (and
+    harmless). The backward reads the step's outputs (the softmax blend's
+    adjoint reads the image): do not write into them before ``tape.backward()``.
 
-    Example (one step captured; each replay clears the gradients before the
-    backward)::
+    Example (one step captured; each replay starts from cleared gradients)::
 
         r = Renderer(cameras=cams, raster_settings=settings, shader=SoftPhongShader(...),
                      faces=faces, mesh_to_face_first_idx=first, num_faces_per_mesh=count,
@@ -318,10 +317,10 @@ class Renderer:
         tape = wp.Tape()
         with wp.ScopedCapture() as cap:
             loss.zero_()
+            verts.grad.zero_()  # your own arrays: zeroed by you
             with tape:
                 r.render(verts)
                 r.image_mse(target, out=loss)  # its gradient is added by the shading adjoint
-            tape.zero()
             tape.backward(loss)
         wp.capture_launch(cap.graph)  # per step, after updating verts in place
     """
