@@ -224,12 +224,15 @@ def test_single_sided_meshes_hide_their_back_faces_as_in_usdview(tmp_path, capsy
     """The quad is counter-clockwise seen from +Z: the front camera sees its front,
     the back camera its back, which only a doubleSided mesh (or --double-sided) shows."""
 
+    said = {}
+
     def coverage(path, camera, *extra):
         out = tmp_path / f"o_{path.stem}_{camera}{''.join(extra)}"
-        code, _, err = _run(capsys, "render", path, "--camera", f"/World/{camera}", "--size",
-                            "16x16", "--spp", "1", "--out", out, "--device", cli_device,
-                            "--no-progress", *extra)  # fmt: skip
+        code, text, err = _run(capsys, "render", path, "--camera", f"/World/{camera}", "--size",
+                               "16x16", "--spp", "1", "--out", out, "--device", cli_device,
+                               "--no-progress", *extra)  # fmt: skip
         assert code == 0, err
+        said[path.stem, camera] = text
         return (_alpha(out) > 0).mean()
 
     single = _quad_stage(tmp_path / "single.usda", cameras=("front", "back"))
@@ -237,6 +240,9 @@ def test_single_sided_meshes_hide_their_back_faces_as_in_usdview(tmp_path, capsy
     front = coverage(single, "Front")
     assert front > 0.2  # the quad fills the middle of the view
     assert coverage(single, "Back") == 0.0
+    assert (
+        "seen from behind" in said["single", "Back"] and "--double-sided" in said["single", "Back"]
+    )
     assert coverage(single, "Back", "--double-sided") == front  # mirrored, same pixel count
     assert coverage(double, "Front") == front and coverage(double, "Back") == front
 

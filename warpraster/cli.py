@@ -344,8 +344,9 @@ def _frame_label(t) -> str:
 
 
 # --------------------------------------------------------------------------- render
-def _why_empty(scene, camera, image_size) -> str:
-    """Why nothing was drawn: behind the camera, beyond far, or outside the view."""
+def _why_empty(scene, camera, image_size, *, double_sided: bool = False) -> str:
+    """Why nothing was drawn: behind the camera, beyond far, outside the view, or
+    seen from behind."""
     from .usd.cameras import opencv_from_usd_camera
     from .usd.scene import Projection
 
@@ -375,6 +376,13 @@ def _why_empty(scene, camera, image_size) -> str:
             or (uv[:, 1] > h).all()
         ):
             return "every mesh is outside the camera's field of view"
+    sided = scene.meshes.double_sided
+    if not double_sided and sided is not None and not np.all(sided):
+        return (
+            "the meshes are outside the view, too small to cover a pixel centre, or seen from "
+            "behind (back faces of meshes that are not doubleSided are culled; --double-sided "
+            "draws them)"
+        )
     return "the meshes are outside the view or too small to cover a pixel centre"
 
 
@@ -566,7 +574,7 @@ def _cmd_render(args) -> int:
     if max(coverage) == 0.0:
         print(
             f"warning: nothing drawn (0 pixels covered): "
-            f"{_why_empty(scene, renderer.camera, image_size)}"
+            f"{_why_empty(scene, renderer.camera, image_size, double_sided=args.double_sided)}"
         )
     else:
         print(
