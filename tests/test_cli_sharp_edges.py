@@ -194,6 +194,11 @@ def test_unresolved_references_are_one_summary_line_and_listed_by_info(tmp_path,
     code = main(["info", str(scene), "--verbose"])
     _, err = capfd.readouterr()
     assert code == 0 and len([ln for ln in err.splitlines() if "Could not open asset" in ln]) == 5
+    code = main(["render", str(scene), "--out", str(tmp_path / "o")])
+    _, err = capfd.readouterr()
+    assert code == 1
+    assert "no meshes to render (no visible UsdGeom.Mesh with faces; 5 unresolved" in err
+    assert len(err.strip().splitlines()) == 1, err  # the error line only: no raw USD lines
 
 
 # ----------------------------------------------------------------------------- 6: NaN / inf

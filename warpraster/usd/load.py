@@ -111,7 +111,14 @@ def _load(source, time, purposes, require_meshes: bool) -> Scene:
     library = MaterialLibrary(stage, t)
     mesh_set = MeshSet(stage, t, materials=library, purposes=purposes)
     if require_meshes and mesh_set.num_faces == 0:
-        raise SceneError(name, "no meshes to render (no visible UsdGeom.Mesh with faces)")
+        unresolved = composition_problems(stage)
+        why = (
+            f"; {len(unresolved)} unresolved (references, payloads or sublayers), the first: "
+            f"{unresolved[0]}"
+            if unresolved
+            else ""
+        )
+        raise SceneError(name, f"no meshes to render (no visible UsdGeom.Mesh with faces{why})")
     scene = Scene(
         source=name,
         meshes=mesh_set.evaluate(t),
