@@ -205,13 +205,18 @@ def test_uv_sampling_matches_torch_grid_sample(device, case):
     for pad, align, mode in GRID_MODES:
         maps_t = torch.tensor(d["texture_maps"], requires_grad=True)
         uvs_t = torch.tensor(d["verts_uvs"], requires_grad=True)
-        # PyTorch3D's sample_textures, transcribed: interpolate, to [-1, 1], flip, sample.
+        # PyTorch3D's sample_textures, transcribed: interpolate, lerp to [-1, 1]
+        # flipping v (the map is not flipped), sample.
         f = torch.tensor(np.where(mask, 0, p2f_np))
         uv = torch.tensor(d["bary_coords"])[..., None] * uvs_t[torch.tensor(d["faces_uvs"])][f]
         uv = uv.sum(-2)
-        grid = (uv.permute(0, 3, 1, 2, 4).reshape(n * k, h, w, 2)) * 2.0 - 1.0
+        grid = torch.lerp(
+            torch.tensor([-1.0, 1.0]),
+            torch.tensor([1.0, -1.0]),
+            uv.permute(0, 3, 1, 2, 4).reshape(n * k, h, w, 2),
+        )
         tm = maps_t.permute(0, 3, 1, 2)[:, None].expand(-1, k, -1, -1, -1)
-        tm = torch.flip(tm.reshape(n * k, *tm.shape[2:]), [2])
+        tm = tm.reshape(n * k, *tm.shape[2:])
         ref = torch.nn.functional.grid_sample(
             tm, grid, mode=mode, align_corners=align, padding_mode=pad
         )

@@ -269,7 +269,9 @@ class CamerasBase:
             if needs_grad and not out.requires_grad:
                 raise ValueError(
                     "out must have requires_grad=True: verts or camera parameters track "
-                    "gradients, and an output without a gradient array would silently stop them"
+                    "gradients, and an output without a gradient array would silently stop "
+                    "them (pass an out allocated with requires_grad=True, or, when a renderer "
+                    "or workspace owns it, construct that with requires_grad=True)"
                 )
         if n_verts == 0:
             return out

@@ -57,7 +57,7 @@ from .fused import (
     prob,
 )
 from .fused import with_grad as _with_grad
-from .params import scalar_param, vec3_param
+from .params import check_rows, scalar_param, vec3_param
 from .pixel_args import PixelFragments, pixel_fragments
 
 wp.set_module_options({"fuse_fp": False})
@@ -80,7 +80,10 @@ class BlendParams:
         gamma: softmax temperature of the depth weighting (opacity), > 0.
         background_color: RGB, a 3-sequence, NumPy ``(3,)`` (``(N, 3)`` per image)
             or a Warp ``vec3``/float32 array (used zero-copy; trainable with
-            ``requires_grad``).
+            ``requires_grad``). Host values (sequences, NumPy) are copied at
+            construction into a tuple of floats (a tuple of rows for ``(N, 3)``):
+            changing the NumPy array afterwards changes nothing; make a new
+            ``BlendParams`` (or pass a Warp array and write into it) instead.
     """
 
     sigma: float = 1e-4
@@ -95,9 +98,18 @@ class BlendParams:
                 raise TypeError(f"BlendParams.{name} must be a finite number, got {v!r}")
             if v <= 0:
                 raise ValueError(f"BlendParams.{name} must be > 0, got {v}")
-        # parse once (raises on a bad colour); the array is made per device on demand
-        if not isinstance(self.background_color, wp.array):
-            vec3_param(self.background_color, "background_color", "cpu")
+        # parse once (raises on a bad colour) and keep an immutable copy of host
+        # values; the device array is made per device on demand
+        bg = self.background_color
+        if not isinstance(bg, wp.array):
+            vec3_param(bg, "background_color", "cpu")
+            a = np.asarray(bg, dtype=np.float64)
+            copy = tuple(float(c) for c in a) if a.ndim == 1 else tuple(
+                tuple(float(c) for c in r) for r in a
+            )
+            object.__setattr__(self, "background_color", copy)
+        else:  # zero-copy: its values now are checked once (a host read at set-up)
+            check_rows(vec3_param(bg, "background_color", bg.device), "background_color")
 
     def background_array(self, device) -> wp.array:
         """The background colour as a ``vec3`` (B,) array on ``device`` (cached)."""

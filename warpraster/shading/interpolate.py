@@ -244,6 +244,13 @@ def _check_out(out, name: str, shape: tuple[int, ...], d: int, device) -> wp.arr
     return out
 
 
+def max_face(pix_to_face, p2f: wp.array) -> int:
+    """The largest face index of ``pix_to_face`` (-1 when none): from the NumPy input
+    itself, else read back from its Warp array ``p2f``."""
+    host = pix_to_face if not isinstance(pix_to_face, wp.array) else p2f.numpy()
+    return int(np.asarray(host).max(initial=-1))
+
+
 def check_face_range(faces: wp.array, n_rows: int, name: str, rows: str):
     """Raises ValueError unless every index of ``faces`` is in [0, n_rows) (reads it back)."""
     fa = faces.numpy()
@@ -411,6 +418,7 @@ def interpolate_face_attributes(
     face_attributes,
     *,
     out: wp.array | None = None,
+    validate: bool = True,
 ) -> wp.array:
     """Interpolates per-face-vertex attributes at each fragment, as PyTorch3D.
 
@@ -426,7 +434,11 @@ def interpolate_face_attributes(
             of shape (F, 3), or NumPy (F, 3, D). Face indices in ``pix_to_face``
             must be < F.
         out: optional preallocated result, (N, H, W, K) of ``vector(D, float32)``
-            (contiguous); with it the call allocates nothing (graph-capturable).
+            (contiguous); with it (and ``validate=False``) the call allocates
+            nothing and reads nothing back (graph-capturable).
+        validate: check that a Warp ``pix_to_face`` indexes ``face_attributes``
+            (a read of ``pix_to_face`` back to the host; NumPy input is always
+            checked).
 
     Returns:
         ``wp.array`` (N, H, W, K) of ``vector(D, float32)`` (``.numpy()`` gives
@@ -443,8 +455,8 @@ def interpolate_face_attributes(
     d = fa.shape[2]
     if d < 1:
         raise ValueError("face_attributes must have D >= 1 channels")
-    if not isinstance(pix_to_face, wp.array):
-        mx = int(np.asarray(pix_to_face).max(initial=-1))
+    if validate or not isinstance(pix_to_face, wp.array):
+        mx = int(max_face(pix_to_face, p2f))
         if mx >= fa.shape[0]:
             raise ValueError(
                 f"pix_to_face holds face {mx}, but face_attributes has {fa.shape[0]} faces"
@@ -492,7 +504,8 @@ def interpolate_vertex_attributes(
         out, out_dx, out_dy: optional preallocated (N, H, W, K) ``vector(D)`` outputs;
             with them (and ``validate=False``) the call allocates nothing and reads
             nothing back (graph-capturable).
-        validate: check the face indices on the host (a device read).
+        validate: check the face indices on the host (a device read): those of
+            ``faces`` (and ``ndc_faces``) and that ``pix_to_face`` indexes ``faces``.
 
     Returns:
         ``values`` when ``verts_ndc`` is None, else ``(values, d_dx, d_dy)``; each a
@@ -518,8 +531,8 @@ def interpolate_vertex_attributes(
             raise ValueError(f"ndc_faces has {nf.shape[0]} faces, faces has {fcs.shape[0]}")
     elif ndc_faces is not None:
         raise ValueError("ndc_faces is only used with verts_ndc")
-    if not isinstance(pix_to_face, wp.array):
-        mx = int(np.asarray(pix_to_face).max(initial=-1))
+    if validate or not isinstance(pix_to_face, wp.array):
+        mx = int(max_face(pix_to_face, p2f))
         if mx >= fcs.shape[0]:
             raise ValueError(f"pix_to_face holds face {mx}, but faces has {fcs.shape[0]} faces")
     if validate:

@@ -9,7 +9,10 @@ masked to zero where ``n . l <= 0``.
 
 Light objects hold their parameters as Warp arrays with a batch of 1 or N rows
 (one per image, a batch of 1 shared by all images); see
-:mod:`warpraster.shading.params` for what each argument accepts. Parameters
+:mod:`warpraster.shading.params` for what each argument accepts. Construction
+checks the values (reading Warp arrays back once) and raises ValueError naming
+the argument: colours must be finite and >= 0, a direction finite and not zero,
+a location finite. Parameters
 given as Warp arrays with ``requires_grad=True`` receive gradients in place;
 NumPy input becomes trainable with ``requires_grad=True``.
 """
@@ -21,7 +24,7 @@ from enum import IntEnum
 
 import warp as wp
 
-from .params import check_batch, row, vec3_param
+from .params import check_batch, check_rows, row, vec3_param
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -164,6 +167,14 @@ class LightsBase:
             name: vec3_param(v, name, self.device, requires_grad) for name, v in values.items()
         }
         self._n = check_batch(type(self).__name__, parsed)
+        # set-up checks of the values (a host read of Warp arrays, once): colours
+        # finite and >= 0, a direction not zero (it would light nothing), a
+        # location finite
+        for name, arr in parsed.items():
+            if name.endswith("_color"):
+                check_rows(arr, name, minimum=0.0)
+            else:
+                check_rows(arr, name, nonzero=name == "direction")
         self._names = tuple(parsed)
         for name, arr in parsed.items():
             setattr(self, name, arr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from .params import check_batch, scalar_param, vec3_param
+from .params import check_batch, check_rows, scalar_param, vec3_param
 
 __all__ = ["Materials"]
 
@@ -23,6 +23,10 @@ class Materials:
     Attributes:
         ambient_color, diffuse_color, specular_color: ``wp.vec3`` (B,) arrays.
         shininess: float32 (B,) array.
+
+    Raises:
+        TypeError, ValueError: bad input, named by argument; every value must be
+            finite and >= 0 (Warp arrays are read back once, at construction).
     """
 
     def __init__(
@@ -47,6 +51,10 @@ class Materials:
         )
         self.shininess = scalar_param(shininess, "shininess", self.device, requires_grad)
         self._n = check_batch("Materials", self.parameters())
+        # set-up checks of the values (a host read of Warp arrays, once): a negative
+        # shininess makes relu(v . r) ** shininess blow up (7e8) where v . r is small
+        for name, arr in self.parameters().items():
+            check_rows(arr, name, minimum=0.0)
 
     def __len__(self) -> int:
         return self._n

@@ -21,6 +21,8 @@ from ..meshes import as_vec3_array
 
 __all__ = [
     "check_batch",
+    "check_mesh_inputs",
+    "check_rows",
     "component",
     "float_rows",
     "new_struct",
@@ -150,6 +152,26 @@ def scalar_param(value, name: str, device=None, requires_grad: bool = False) -> 
     return _device_rows(a, name, wp.float32, device, requires_grad)
 
 
+def check_rows(
+    arr: wp.array, name: str, *, minimum: float | None = None, nonzero: bool = False
+) -> None:
+    """Raises ValueError (naming ``name``) unless every value of ``arr`` is finite, at
+    least ``minimum`` (when given) and, with ``nonzero``, no row is all zeros.
+
+    Reads ``arr`` back to the host: call it at construction (set-up), not per render.
+    A Warp array used zero-copy is checked with the values it holds then; values
+    written into it later are the caller's to keep valid.
+    """
+    a = np.asarray(arr.numpy(), dtype=np.float64)
+    a = a.reshape(a.shape[0], -1) if a.ndim else a.reshape(1, 1)
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name} must be finite, got {a.tolist()}")
+    if minimum is not None and (a < minimum).any():
+        raise ValueError(f"{name} must be >= {minimum}, got {a.tolist()}")
+    if nonzero and (np.abs(a).max(axis=1, initial=0.0) == 0.0).any():
+        raise ValueError(f"{name} must not be a zero vector, got {a.tolist()}")
+
+
 def check_batch(owner: str, arrays: dict[str, wp.array]) -> int:
     """The broadcast batch size of ``arrays`` (each 1 or N); ValueError otherwise."""
     n = max(a.shape[0] for a in arrays.values())
@@ -170,6 +192,28 @@ def batch_fits(owner: str, batch: int, n_images: int) -> None:
             f"{owner} has a batch of {batch}, but {n_images} images are rendered "
             "(expected 1 or one per image)"
         )
+
+
+def check_mesh_inputs(
+    num_verts: int,
+    num_faces: int,
+    num_meshes: int,
+    *,
+    textures=None,
+    lights=None,
+    materials=None,
+) -> None:
+    """Raises ValueError, naming the argument, unless the per-vertex, per-face and
+    per-mesh inputs fit a packed batch of ``num_meshes`` meshes (``num_verts``
+    vertices, ``num_faces`` faces): a texture's rows (its ``check_mesh``), the
+    light and material batches (1 or one per mesh). Shapes only, no device read:
+    the renderers call it before any kernel runs."""
+    check_mesh = getattr(textures, "check_mesh", None)
+    if check_mesh is not None:
+        check_mesh(int(num_verts), int(num_faces), int(num_meshes))
+    for name, obj in (("lights", lights), ("materials", materials)):
+        if obj is not None:
+            batch_fits(name, len(obj), int(num_meshes))
 
 
 def float_rows(mats: wp.array) -> wp.array:

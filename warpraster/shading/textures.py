@@ -4,8 +4,9 @@
   fragments' barycentrics (PyTorch3D's ``TexturesVertex``).
 * :class:`TexturesUV`: one map per mesh ``(N, Ht, Wt, C)``, UVs ``(T, 2)`` with their
   own faces ``(F, 3)``, sampled exactly as PyTorch3D's ``TexturesUV.sample_textures``
-  (``torch.nn.functional.grid_sample`` on the map flipped in v: row 0 of a map is
-  at v = 1) with its ``align_corners``, ``padding_mode`` and ``sampling_mode``.
+  (``torch.nn.functional.grid_sample`` at ``torch.lerp((-1, 1), (1, -1), uv)``: v
+  is flipped, so row 0 of a map is at v = 1) with its ``align_corners``,
+  ``padding_mode`` and ``sampling_mode``.
 * :class:`TexturesUVMipmap` (in :mod:`warpraster.shading.mipmap`): the same maps and
   UVs, filtered with a mip pyramid as nvdiffrast's ``texture``.
 
@@ -18,16 +19,26 @@ The UV sampler is written out (Warp's built-in texture sampling has no adjoint):
 one loop-free kernel per (slot, channel) that interpolates the UVs and reads the
 taps from the map array, so Warp's generated adjoint gives exact gradients to the
 texels (atomic scatter), to the UVs, and through the barycentrics to the vertices.
-The coordinate arithmetic follows PyTorch's CPU ``grid_sample`` step by step
-(unnormalisation, border clip, reflection, floor, weights as products of
-``x - x_w`` and ``x_e - x``), and a clipped coordinate has zero gradient on and
-beyond the clip limits, as there.
+The coordinate arithmetic follows PyTorch3D's and PyTorch's CPU ``grid_sample``
+operation by operation, not only their algebra (which matters where a coordinate
+lands on an exact texel tie, e.g. v = 0.5 on a 12-texel map): ``torch.lerp``'s two
+branches, the unnormalisation (``(g + 1) * ((size - 1) / 2)`` with
+``align_corners``, ``(g + 1) * (size / 2) - 0.5`` without), border clip,
+reflection, nearest as round-half-to-even on the map as stored (not flipped),
+bilinear weights ``w = x - floor(x)`` and ``1 - w``, and the FMAs that torch's
+CPU build contracts (``(g + 1) * (size / 2) - 0.5`` and the running sum of the
+four weighted taps; measured bit for bit against torch 2.13's CPU
+``grid_sample``, tests/test_texture_ties.py). A clipped coordinate has
+zero gradient on and beyond the clip limits, as there. (Flipping the map and
+sampling at ``2 v - 1`` is the same algebra but picks the other texel at a
+nearest-mode tie.)
 """
 
 from __future__ import annotations
 
 import enum
 
+import numpy as np
 import warp as wp
 
 from ..meshes import as_faces_array
@@ -172,7 +183,31 @@ def face_uvs(
     faces = as_faces_array(faces_uvs, "faces_uvs", device)
     if validate:
         check_face_range(faces, verts.shape[0], "faces_uvs", "UVs")
+        check_finite(verts, "verts_uvs")  # a NaN UV would sample nothing, silently
     return new_struct(FaceUVs, verts.device, faces_uvs=faces, verts_uvs=verts)
+
+
+def check_finite(arr: wp.array, name: str) -> None:
+    """Raises ValueError naming ``name`` unless every value of ``arr`` is finite (reads
+    it back to the host: a set-up check)."""
+    a = arr.numpy()
+    if a.size and not np.isfinite(a).all():
+        bad = np.argwhere(~np.isfinite(a.reshape(a.shape[0], -1)).all(axis=1)).ravel()
+        raise ValueError(f"{name} must be finite; rows {bad[:8].tolist()} are not")
+
+
+def row_count(x) -> int:
+    """Rows of an array-like (Warp, NumPy or a sequence) without reading its values."""
+    shape = getattr(x, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) else len(x)
+
+
+def check_pix_to_face(p2f: wp.array, num_faces: int, rows: str) -> None:
+    """Raises ValueError unless the face indices of ``p2f`` are < ``num_faces`` (a host
+    read of the fragments: only where the caller asked for ``validate``)."""
+    mx = int(p2f.numpy().max(initial=-1))
+    if mx >= num_faces:
+        raise ValueError(f"pix_to_face holds face {mx}, but {rows} has {num_faces} rows")
 
 
 class SlotTextures:
@@ -197,8 +232,9 @@ class SlotTextures:
             fragments: :class:`~warpraster.Fragments` (or a (pix_to_face, bary_coords)
                 pair) whose face indices are rows of the texture's faces.
             faces: (F, 3) packed faces the fragments index (required by
-                :class:`TexturesVertex` and by the mip-mapped filter modes; unused by
-                :class:`TexturesUV`).
+                :class:`TexturesVertex` and by the mip-mapped filter modes; for the UV
+                textures only its row count is read, which must equal that of
+                ``faces_uvs``).
             verts_ndc: (V, 3) projected vertices the fragments were rasterized from:
                 the UV derivatives of the mip-mapped filter modes come from them
                 (required there, unused by the other textures).
@@ -206,7 +242,9 @@ class SlotTextures:
             out: optional preallocated (N, H, W, K) ``vector(C)`` result: the call then
                 allocates nothing (and, with ``validate=False``, reads nothing back:
                 graph-capturable).
-            validate: the object's host checks (see its ``_sample``).
+            validate: the object's host checks (see its ``_sample``); without
+                ``faces``, also that the fragments' face indices are rows of the
+                texture's faces (a read of ``pix_to_face``).
             **options: the texture's own keyword options (see its ``_sample``;
                 :class:`TexturesVertex` and :class:`TexturesUV` take none).
 
@@ -216,9 +254,20 @@ class SlotTextures:
             derivatives, ``verts_ndc``).
         """
         p2f, bary = fragment_arrays(fragments)
+        self._check_fragments(p2f, faces, validate)
         return self._sample(
             p2f, bary, faces, out, validate, verts_ndc, perspective_correct, **options
         )
+
+    def check_mesh(self, num_verts: int, num_faces: int, num_meshes: int) -> None:
+        """Raises ValueError, naming the argument, unless this texture's per-vertex,
+        per-face and per-mesh inputs fit a packed batch of ``num_meshes`` meshes
+        with ``num_verts`` vertices and ``num_faces`` faces (shapes only: no device
+        read). The renderers call it before anything runs."""
+        raise NotImplementedError
+
+    def _check_fragments(self, p2f: wp.array, faces, validate: bool) -> None:
+        """The checks of :meth:`sample_textures` before its kernels (see the subclasses)."""
 
 
 # ----------------------------------------------------------------------------- vertex colours
@@ -230,9 +279,20 @@ class TexturesVertex(SlotTextures):
             (zero-copy: later writes are seen, gradients arrive in it) or NumPy.
         device: where NumPy input goes (default: Warp's default device).
         requires_grad: for NumPy input, whether the copy records gradients.
+        validate: check that the features are finite (reads them back to the host).
+
+    Raises:
+        TypeError, ValueError: bad input, named by argument.
     """
 
-    def __init__(self, verts_features, *, device=None, requires_grad: bool = False):
+    def __init__(
+        self,
+        verts_features,
+        *,
+        device=None,
+        requires_grad: bool = False,
+        validate: bool = True,
+    ):
         if isinstance(verts_features, wp.array):
             device = verts_features.device
         self.verts_features = as_float_array(
@@ -241,6 +301,15 @@ class TexturesVertex(SlotTextures):
         if self.verts_features.shape[1] < 1:
             raise ValueError("verts_features must have C >= 1 channels")
         self.device = self.verts_features.device
+        if validate:  # a host read, at set-up
+            check_finite(self.verts_features, "verts_features")
+
+    def check_mesh(self, num_verts: int, num_faces: int, num_meshes: int) -> None:
+        if self.verts_features.shape[0] != num_verts:
+            raise ValueError(
+                f"verts_features has {self.verts_features.shape[0]} rows for "
+                f"{num_verts} vertices (one row per packed vertex)"
+            )
 
     @property
     def channels(self) -> int:
@@ -260,11 +329,37 @@ class TexturesVertex(SlotTextures):
 
 
 # ----------------------------------------------------------------------------- grid_sample
+# PyTorch3D's TexturesUV.sample_textures maps UVs to grid coordinates with
+# ``torch.lerp((-1, 1), (1, -1), uv)`` (flipping v, not the map) and calls
+# ``grid_sample`` on the map as it is. The functions below follow that arithmetic
+# operation by operation (torch's lerp branches; the CPU grid sampler's
+# unnormalisation, clip, reflection, floor/round-half-even and weights), so that a
+# coordinate on an exact texel tie picks PyTorch3D's texel.
+@wp.func_native(
+    "return fmaf(a, b, c);",
+    "adj_a += b * adj_ret; adj_b += a * adj_ret; adj_c += adj_ret;",
+)
+def fused_multiply_add(a: float, b: float, c: float) -> float:
+    """``a * b + c`` rounded once (torch's CPU grid sampler is compiled with its
+    ``x * y + z`` contracted to FMAs; this module otherwise rounds every product)."""
+    ...
+
+
+@wp.func
+def torch_lerp(start: float, end: float, weight: float) -> float:
+    """``torch.lerp(start, end, weight)`` as torch computes it: ``start + weight *
+    (end - start)`` for ``|weight| < 0.5``, else ``end - (end - start) * (1 - weight)``."""
+    if wp.abs(weight) < 0.5:
+        return start + weight * (end - start)
+    return end - (end - start) * (1.0 - weight)
+
+
 @wp.func
 def clip_coordinate(x: float, size: int) -> float:
-    """``min(max(x, 0), size - 1)`` with zero gradient on and beyond the limits (PyTorch)."""
+    """``min(max(x, 0), size - 1)`` (NaN to 0) with zero gradient on and beyond the
+    limits, as PyTorch's grid sampler."""
     hi = float(size - 1)
-    if x <= 0.0:
+    if not (x > 0.0):
         return 0.0
     if x >= hi:
         return hi
@@ -272,18 +367,21 @@ def clip_coordinate(x: float, size: int) -> float:
 
 
 @wp.func
-def reflect_coordinate(x: float, twice_low: float, twice_high: float) -> float:
-    """Reflects ``x`` into [twice_low / 2, twice_high / 2], as PyTorch's grid sampler."""
-    if twice_low == twice_high:
+def reflect_coordinate(x: float, low: float, twice_span: float) -> float:
+    """Reflects ``x`` into [low, low + twice_span / 2], as PyTorch's CPU grid sampler
+    (``|x - low|`` folded by whole double spans, then mirrored once if past the span)."""
+    if twice_span <= 0.0:
         return 0.0
-    lo = twice_low * 0.5
-    span = (twice_high - twice_low) * 0.5
-    a = wp.abs(x - lo)
-    extra = wp.mod(a, span)
-    flips = int(wp.floor(a / span))
-    if flips % 2 == 0:
-        return extra + lo
-    return span - extra + lo
+    d = x - low
+    a = d
+    if d < 0.0:
+        a = -d
+    flips = wp.trunc(a / twice_span)
+    extra = a - flips * twice_span
+    reflected = twice_span - extra
+    if extra > reflected:
+        return reflected + low
+    return extra + low
 
 
 @wp.func
@@ -291,29 +389,26 @@ def grid_source_index(g: float, size: int, padding: int, align_corners: int) -> 
     """Texel coordinate of normalised grid coordinate ``g`` in [-1, 1] (PyTorch's CPU kernel)."""
     x = float(0.0)
     if align_corners != 0:
-        x = (g + 1.0) * (float(size - 1) * 0.5)
+        x = (g + 1.0) * (float(size - 1) / 2.0)
     else:
-        half = float(size) * 0.5
-        x = g * half + (half - 0.5)
+        x = fused_multiply_add(g + 1.0, float(size) / 2.0, -0.5)
     if padding == PaddingMode.BORDER:
         x = clip_coordinate(x, size)
     elif padding == PaddingMode.REFLECTION:
         if align_corners != 0:
-            x = reflect_coordinate(x, 0.0, 2.0 * float(size - 1))
+            x = reflect_coordinate(x, 0.0, float(size - 1) * 2.0)
         else:
-            x = reflect_coordinate(x, -1.0, 2.0 * float(size) - 1.0)
+            x = reflect_coordinate(x, -0.5, float(size) * 2.0)
         x = clip_coordinate(x, size)
     return x
 
 
 @wp.func
-def flipped_texel(maps: wp.array4d(dtype=wp.float32), m: int, yf: int, x: int, c: int) -> float:
-    """Texel (row ``yf`` of the map flipped in v, column ``x``), 0 outside the map."""
-    h = maps.shape[1]
-    w = maps.shape[2]
-    if x < 0 or x >= w or yf < 0 or yf >= h:
+def map_texel(maps: wp.array4d(dtype=wp.float32), m: int, y: int, x: int, c: int) -> float:
+    """Texel (row ``y``, column ``x``) of map ``m`` as stored (row 0 at v = 1), 0 outside."""
+    if x < 0 or x >= maps.shape[2] or y < 0 or y >= maps.shape[1]:
         return 0.0
-    return maps[m, h - 1 - yf, x, c]
+    return maps[m, y, x, c]
 
 
 @wp.struct
@@ -332,27 +427,27 @@ def grid_sample_channel(s: GridSampler, m: int, c: int, u: float, v: float) -> f
     """Channel ``c`` of PyTorch3D's ``TexturesUV`` sample of map ``m`` at (u, v)."""
     h = s.maps.shape[1]
     w = s.maps.shape[2]
-    ix = grid_source_index(u * 2.0 - 1.0, w, s.padding, s.align_corners)
-    iy = grid_source_index(v * 2.0 - 1.0, h, s.padding, s.align_corners)
+    # PyTorch3D: grid = lerp((-1, 1), (1, -1), uv); v = 1 is row 0 of the map
+    ix = grid_source_index(torch_lerp(-1.0, 1.0, u), w, s.padding, s.align_corners)
+    iy = grid_source_index(torch_lerp(1.0, -1.0, v), h, s.padding, s.align_corners)
     # Far outside (or NaN) with zero padding: no tap is inside; keeps int() in range.
     if not (ix > -2.0 and ix < float(w) + 1.0 and iy > -2.0 and iy < float(h) + 1.0):
         return 0.0
-    if s.sampling == SamplingMode.NEAREST:
-        return flipped_texel(s.maps, m, int(wp.rint(iy)), int(wp.rint(ix)), c)
+    if s.sampling == SamplingMode.NEAREST:  # round half to even, as torch's nearest
+        return map_texel(s.maps, m, int(wp.rint(iy)), int(wp.rint(ix)), c)
     x0f = wp.floor(ix)
     y0f = wp.floor(iy)
     x0 = int(x0f)
     y0 = int(y0f)
-    we = ix - x0f
-    ww = (x0f + 1.0) - ix
-    wn = iy - y0f
-    ws = (y0f + 1.0) - iy
-    return (
-        flipped_texel(s.maps, m, y0, x0, c) * (ws * ww)
-        + flipped_texel(s.maps, m, y0, x0 + 1, c) * (ws * we)
-        + flipped_texel(s.maps, m, y0 + 1, x0, c) * (wn * ww)
-        + flipped_texel(s.maps, m, y0 + 1, x0 + 1, c) * (wn * we)
-    )
+    we = ix - x0f  # distance to the west column: the east taps' weight
+    ww = 1.0 - we
+    wn = iy - y0f  # distance to the north row: the south taps' weight
+    ws = 1.0 - wn
+    # nw + ne + sw + se, each sum an FMA with the product after it (torch's CPU build)
+    acc = map_texel(s.maps, m, y0, x0, c) * (ws * ww)
+    acc = fused_multiply_add(map_texel(s.maps, m, y0, x0 + 1, c), ws * we, acc)
+    acc = fused_multiply_add(map_texel(s.maps, m, y0 + 1, x0, c), wn * ww, acc)
+    return fused_multiply_add(map_texel(s.maps, m, y0 + 1, x0 + 1, c), wn * we, acc)
 
 
 @wp.kernel
@@ -398,6 +493,26 @@ class UVTextures(SlotTextures):
         """(F, 3) int32: per packed face, the rows of its corners in :attr:`verts_uvs`."""
         return self.uvs.faces_uvs
 
+    def check_mesh(self, num_verts: int, num_faces: int, num_meshes: int) -> None:
+        self._check_faces(num_faces)
+        check_map_batch(self.maps, num_meshes)
+
+    def _check_faces(self, num_faces: int) -> None:
+        """ValueError unless ``faces_uvs`` has one row per packed face (a shorter one
+        would be read past its end)."""
+        nf = self.faces_uvs.shape[0]
+        if nf != num_faces:
+            raise ValueError(
+                f"faces_uvs has {nf} rows for {num_faces} faces (one row per packed face)"
+            )
+
+    def _check_fragments(self, p2f: wp.array, faces, validate: bool) -> None:
+        check_map_batch(self.maps, p2f.shape[0])
+        if faces is not None:
+            self._check_faces(row_count(faces))
+        elif validate:
+            check_pix_to_face(p2f, self.faces_uvs.shape[0], "faces_uvs")
+
     @property
     def verts_uvs(self) -> wp.array:
         """(T, 2) float32 UVs (the array given, when it was a Warp array)."""
@@ -419,8 +534,9 @@ class TexturesUV(UVTextures):
         sampling_mode: ``"bilinear"`` or ``"nearest"`` (or :class:`SamplingMode`).
         device: where NumPy input goes.
         requires_grad: for NumPy ``maps``/``verts_uvs``, whether the copies record gradients.
-        validate: check that ``faces_uvs`` indexes ``verts_uvs`` (reads the indices
-            back to the host; pass False where they were checked already).
+        validate: check that ``faces_uvs`` indexes ``verts_uvs`` and that the UVs
+            are finite (reads them back to the host; pass False where they were
+            checked already).
 
     Raises:
         TypeError, ValueError: bad input, named by argument.
@@ -465,7 +581,6 @@ class TexturesUV(UVTextures):
         """Per-slot texels, as PyTorch3D's ``TexturesUV.sample_textures``: image n
         samples map n (the geometry arguments unused, nothing read back:
         graph-capturable with ``out``)."""
-        check_map_batch(self.maps, p2f.shape[0])
         if wp.get_device(p2f.device) != wp.get_device(self.device):
             raise ValueError(f"fragments are on {p2f.device}, the texture on {self.device}")
         c = self.channels
