@@ -107,6 +107,7 @@ def _grad_verts(verts, faces, first, count, upstream, device, backward="atomic",
                 perspective_correct=kw.get("perspective_correct", False),
                 clip_barycentric_coords=kw.get("clip_barycentric_coords", False),
                 deterministic=DeterministicBackward(fr.shape, f.shape[0], device),
+                exact_perspective_grad=kw.get("exact_perspective_grad", True),
             )
     else:
         with tape:
@@ -140,6 +141,7 @@ def _p3d_grad(case, device, bin_size, backward):
         device,
         backward,
         bin_size=bin_size,
+        exact_perspective_grad=False,  # PyTorch3D's numbers (docs/BACKWARD.md)
         **args,
     )
 

@@ -52,7 +52,9 @@ GRAD_TOL = 1e-3
 # through the Phong / texture shading, whose adjoints are not yet bit-exact with
 # torch's autograd: face 185's vertex gradients are 0.5-0.7x PyTorch3D's. Moving
 # that slot's upstream bary gradient by 2 ulps (component 0) reproduces
-# PyTorch3D's numbers for them to 2e-7 through tests/p3d_backward_ref.py.
+# PyTorch3D's numbers for them to 2e-7 through tests/p3d_backward_ref.py. The cases
+# render with exact_perspective_grad=False (p3d_render_cases.raster_settings): the
+# default gives the derivative at such slots (tests/test_exact_perspective_grad.py).
 RASTER_BACKWARD_OPEN = {"r08_texuv_softphong_nocorners_reflect"}
 
 CASES = cases.case_names()

@@ -61,6 +61,7 @@ def _case_call(case: dict, device: str):
         max_faces_per_bin=case["max_faces_per_bin"],
         z_clip_value=case["z_clip_value"],
         cull_to_frustum=case["cull_to_frustum"],
+        exact_perspective_grad=False,  # PyTorch3D's numbers (docs/BACKWARD.md)
     )
     return verts, packed, args
 
