@@ -140,6 +140,9 @@ def test_per_vertex_and_per_mesh_rows_are_refused_before_any_kernel(monkeypatch)
     lights = shading.PointLights(location=np.zeros((3, 3)) + [0, 1, 0], device=DEV)
     with no_launch(monkeypatch), pytest.raises(ValueError, match="lights has a batch of 3"):
         _mesh_renderer()(verts, faces, first, count, lights=lights)
+    three_cams = wr.FoVPerspectiveCameras(fov=np.array([60.0, 50.0, 40.0]), device=DEV)
+    with no_launch(monkeypatch), pytest.raises(ValueError, match=r"\(3\) of cameras"):
+        _mesh_renderer()(verts, faces, first, count, cameras=three_cams)
     cams = _cams()
     shader = shading.HardPhongShader(cameras=cams, lights=lights, device=DEV)
     with no_launch(monkeypatch), pytest.raises(ValueError, match="lights has a batch of 3"):
@@ -342,9 +345,10 @@ def test_sensor_without_requires_grad_refuses_a_recording_tape(monkeypatch):
 def test_renderer_without_requires_grad_names_its_own_argument(monkeypatch):
     verts = wp.array(_scene()[0], dtype=wp.vec3, device=DEV, requires_grad=True)
     r = _renderer(requires_grad=False)
-    with no_launch(monkeypatch), pytest.raises(
-        ValueError, match=r"Renderer\(\.\.\., requires_grad=True\)"
-    ) as err:
+    with (
+        no_launch(monkeypatch),
+        pytest.raises(ValueError, match=r"Renderer\(\.\.\., requires_grad=True\)") as err,
+    ):
         with wp.Tape():
             r.render(verts)
     assert "out" not in str(err.value).split()

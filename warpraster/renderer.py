@@ -91,11 +91,13 @@ class MeshRenderer:
         f = as_faces_array(faces, "faces", verts.device)
         first = as_index_array(mesh_to_face_first_idx, "mesh_to_face_first_idx", verts.device)
         count = as_index_array(num_faces_per_mesh, "num_faces_per_mesh", verts.device)
-        # the textures', lights' and materials' rows against the meshes, before any kernel
+        # the cameras', textures', lights' and materials' rows against the meshes,
+        # before any kernel
+        cameras.check_batch(first.shape[0])
+        lights = shader_kwargs.get("lights") or getattr(self.shader, "lights", None)
+        materials = shader_kwargs.get("materials") or getattr(self.shader, "materials", None)
         check_mesh_inputs(verts.shape[0], f.shape[0], first.shape[0], textures=textures,
-                          lights=shader_kwargs.get("lights") or getattr(self.shader, "lights", None),
-                          materials=shader_kwargs.get("materials")
-                          or getattr(self.shader, "materials", None))  # fmt: skip
+                          lights=lights, materials=materials)  # fmt: skip
         v2m = None
         if first.shape[0] > 1:
             v2m = vert_to_mesh_from_faces(f, first, count, verts.shape[0], device=verts.device)

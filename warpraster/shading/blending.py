@@ -104,8 +104,10 @@ class BlendParams:
         if not isinstance(bg, wp.array):
             vec3_param(bg, "background_color", "cpu")
             a = np.asarray(bg, dtype=np.float64)
-            copy = tuple(float(c) for c in a) if a.ndim == 1 else tuple(
-                tuple(float(c) for c in r) for r in a
+            copy = (
+                tuple(float(c) for c in a)
+                if a.ndim == 1
+                else tuple(tuple(float(c) for c in r) for r in a)
             )
             object.__setattr__(self, "background_color", copy)
         else:  # zero-copy: its values now are checked once (a host read at set-up)

@@ -47,8 +47,8 @@ import numpy as np
 import warp as wp
 
 from .. import RasterWorkspace, rasterize_meshes
-from ..settings import parse_image_size
 from ..grad_buffers import clear_if_recording
+from ..settings import parse_image_size
 from .adjoint import SensorBackward
 from .geometry import SensorGeometry, VertexSource
 from .kernel_args import Channels, FrameScene, SensorMesh, frame_structs, make, sensor_structs
@@ -152,18 +152,20 @@ def _vec3(value, name: str, *, nonzero: bool = False, unit_range: bool = False) 
 UNIT_QUAT_TOL = 1.0e-3
 
 
-def _check_transforms(arr, name: str, rows: int | None = None) -> None:
+def _check_transforms(arr, name: str, rows: int | None = None, finite: bool = True) -> None:
     """Raises ValueError naming ``name`` unless the ``wp.transform`` values of ``arr``
-    (the first ``rows`` when given) are finite with unit rotation quaternions (a
-    host read: set-up only)."""
+    (the first ``rows`` when given) have unit rotation quaternions and, with
+    ``finite``, are finite (a host read: set-up only). Without ``finite`` a
+    non-finite transform passes (its vertices are non-finite, whose faces the
+    sensor drops, as documented for non-finite vertices)."""
     host = arr.numpy() if isinstance(arr, wp.array) else arr
     a = np.asarray(host, dtype=np.float64).reshape(-1, 7)
     if rows is not None:
         a = a[:rows]
-    if not np.isfinite(a).all():
+    if finite and not np.isfinite(a).all():
         raise ValueError(f"{name} must be finite")
     norm = np.linalg.norm(a[:, 3:], axis=1)
-    bad = np.flatnonzero(np.abs(norm - 1.0) > UNIT_QUAT_TOL)
+    bad = np.flatnonzero(np.isfinite(norm) & (np.abs(norm - 1.0) > UNIT_QUAT_TOL))
     if bad.size:
         raise ValueError(
             f"{name} must have unit rotation quaternions (|q| = 1 within {UNIT_QUAT_TOL}); "
@@ -262,6 +264,13 @@ class CameraSensor:
             perspective denominator of the sharp (perspective-correct) pass is
             clamped; False: PyTorch3D's numbers there (see
             :class:`warpraster.RasterSettings`; both backwards follow it).
+
+    Raises (at construction, naming the argument): TypeError / ValueError for an
+    ``image_size`` that is not an int or (H, W) of ints (a string too), a NaN
+    ``clear_depth``, colours (``clear_color``, the geometry's shape colours) that
+    are not finite linear RGB in [0, 1], a zero ``up`` or ``light_direction``, a
+    ``light_intensity`` that is not finite and >= 0. The per-frame device inputs
+    are checked by the first :meth:`update` (:meth:`check_inputs`).
 
     The colours (``shape_colors``, vec3 (S,)), light direction and intensity live
     in device arrays (``light_direction``, ``light_intensity``, (1,)): assign new
@@ -367,7 +376,9 @@ class CameraSensor:
                                      requires_grad=mg)  # fmt: skip
         direction = (0.0, 0.0, -1.0) if light_direction is None else light_direction
         self.light_direction = wp.array(
-            [_vec3(direction, "light_direction", nonzero=True)], dtype=wp.vec3, device=dev,
+            [_vec3(direction, "light_direction", nonzero=True)],
+            dtype=wp.vec3,
+            device=dev,
             requires_grad=mg,
         )
         intensity = 0.0 if light_direction is None else float(light_intensity)
@@ -463,8 +474,10 @@ class CameraSensor:
         body_q: wp.array | None = None,
     ) -> None:
         """Checks the values of :meth:`update`'s per-frame inputs on the host: camera
-        and body transforms finite with unit rotation quaternions, fields of view in
-        (0, pi), particle positions finite (only the entries the geometry uses).
+        transforms finite, camera and body rotations unit quaternions, fields of
+        view in (0, pi) (only the entries the geometry uses). Non-finite particle
+        positions and body transforms pass: their vertices' faces are dropped (see
+        the non-finite vertex rules).
 
         Reads the arrays back (a device synchronisation): a set-up check. The first
         :meth:`update` of a sensor runs it (unless a graph is being captured);
@@ -485,12 +498,10 @@ class CameraSensor:
         if self.num_bodies:
             check_source(body_q, "body_q", wp.transform, self.device, self.num_bodies,
                          "the geometry has body meshes")  # fmt: skip
-            _check_transforms(body_q, "body_q", self.num_bodies)
+            _check_transforms(body_q, "body_q", self.num_bodies, finite=False)
         if self.num_particles:
             check_source(particle_q, "particle_q", wp.vec3, self.device, self.num_particles,
                          "the geometry has particle meshes")  # fmt: skip
-            if not np.isfinite(particle_q.numpy()[: self.num_particles]).all():
-                raise ValueError("particle_q must be finite")
 
     # ------------------------------------------------------------------ per step
     def update(
