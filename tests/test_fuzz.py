@@ -338,12 +338,7 @@ def check_contract(entry: Callable[[dict], dict], mutation: str, draw, convert=N
 
 # Cases that fail in code other engineers own (the Warp-side renderer and shading
 # validation): (entry, mutation) -> the reason, as strict xfails.
-KNOWN: dict[tuple[str, str], str] = {
-    ("CameraSensor", "light_intensity NaN"): (
-        "CameraSensor accepts a NaN light_intensity (sensor input validation, issue 26, "
-        "is being done in warpraster/sim)"
-    ),
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _cases(entries, table=MUTATIONS):

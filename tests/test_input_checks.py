@@ -234,6 +234,7 @@ def _sensor_inputs(fov=0.9, q=(0.0, 0.0, 0.0, 1.0)):
         (dict(light_direction=(0, 0, -1), light_intensity=math.nan), ValueError,
          "light_intensity"),
         (dict(light_direction=(0, 0, -1), light_intensity=-1.0), ValueError, "light_intensity"),
+        (dict(light_intensity=math.nan), ValueError, "light_intensity"),  # no light: still NaN
         (dict(light_direction=(0, 0, 0)), ValueError, "light_direction"),
         (dict(up=(0, 0, 0)), ValueError, "up"),
         (dict(clear_depth=math.nan), ValueError, "clear_depth"),

@@ -381,9 +381,13 @@ class CameraSensor:
             device=dev,
             requires_grad=mg,
         )
-        intensity = 0.0 if light_direction is None else float(light_intensity)
+        try:
+            intensity = float(light_intensity)
+        except (TypeError, ValueError):
+            raise TypeError(f"light_intensity must be a number, got {light_intensity!r}") from None
         if not (math.isfinite(intensity) and intensity >= 0.0):
             raise ValueError(f"light_intensity must be finite and >= 0, got {light_intensity!r}")
+        intensity = 0.0 if light_direction is None else intensity
         self.light_intensity = wp.array([intensity], dtype=wp.float32, device=dev,
                                         requires_grad=mg)  # fmt: skip
         # stand-ins for a source the geometry does not use
