@@ -3,7 +3,7 @@
 Warp's recording tape is process-global: without care a torch op's launches land
 on whatever tape is open, and its backward (which records a private tape) cannot
 start while another is open. The torch ops run their Warp work in a tape slot of
-their own (``warpraster.torch.tapes``); these tests pin that down on the CPU.
+their own (``warpraster.tape_slots``); these tests pin that down on the CPU.
 """
 
 from __future__ import annotations
@@ -176,3 +176,40 @@ def test_torch_ops_in_two_threads_at_once_match_single_threaded():
             raise result["error"]
         for got in result["value"]:
             _assert_same(got, want)
+
+
+def test_a_warp_render_beside_another_threads_tape_raises_instead_of_landing_on_it():
+    # Warp's tape is process-global: a warpraster render recorded from a thread
+    # while another thread's wp.Tape is open would be recorded on that tape
+    # (silently differentiating it on the other thread's backward). It raises,
+    # before any launch, and says why; the owner thread itself records as usual.
+    import warpraster as wr
+
+    verts = wp.array([[-0.5, -0.5, 2.0], [0.5, -0.5, 2.0], [0.0, 0.5, 2.0]], dtype=wp.vec3,
+                     device="cpu", requires_grad=True)  # fmt: skip
+    faces = wp.array([[0, 1, 2]], dtype=wp.int32, device="cpu")
+    wr.rasterize_meshes(verts, faces, [0], [1], image_size=8, faces_per_pixel=1)  # loads modules
+    opened, release = threading.Event(), threading.Event()
+    errors = []
+
+    def owner():
+        with wp.Tape() as tape:
+            opened.set()
+            release.wait(timeout=30)
+            wr.rasterize_meshes(verts, faces, [0], [1], image_size=8, faces_per_pixel=1)
+        errors.append(len(tape.launches) > 0)  # its own render is recorded on its tape
+
+    t = threading.Thread(target=owner)
+    t.start()
+    try:
+        assert opened.wait(timeout=30)
+        with pytest.raises(ValueError, match="another thread"):
+            wr.rasterize_meshes(verts, faces, [0], [1], image_size=8, faces_per_pixel=1)
+    finally:
+        release.set()
+        t.join(timeout=60)
+    assert errors == [True]
+    # with the tape left, this thread renders (and records) again
+    with wp.Tape() as tape:
+        wr.rasterize_meshes(verts, faces, [0], [1], image_size=8, faces_per_pixel=1)
+    assert tape.launches

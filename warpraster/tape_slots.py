@@ -1,4 +1,4 @@
-"""The torch ops' Warp work, kept off any ``wp.Tape`` the user has open, in any thread.
+"""Warp's process-global tape, made safe for threads: private slots and an owner.
 
 Warp keeps the recording tape on its process-wide runtime (``runtime.tape``): a
 launch from any thread is recorded on whatever tape is open, and a second
@@ -20,6 +20,12 @@ installed once on Warp's ``Runtime`` class; outside a torch op it reads and
 writes the shared value, so pure Warp code behaves as it always has, including
 its limit: two threads recording two ``wp.Tape`` at once still collide in Warp
 itself (Warp raises "entering a tape while one is already active").
+
+The shared slot also remembers the thread that entered its tape
+(:func:`shared_tape_owner`): a warpraster render recorded from another thread
+while that tape is open would land its launches on it, so
+:func:`warpraster.backward.tape.active_tape` raises instead (one clear error for
+the limit that remains in Warp).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import threading
 
 import warp as wp
 
-__all__ = ["private_tape_slot"]
+__all__ = ["install", "private_tape_slot", "shared_tape_owner"]
 
 _NO_SLOT = object()  # a thread outside any torch op: it uses the shared slot
 _LOCAL = threading.local()
@@ -42,6 +48,9 @@ class _TapeSlot:
 
     def __init__(self, shared):
         self.shared = shared
+        # the thread that put a tape in the shared slot (None: empty, or a tape
+        # entered before the slot was installed, whose thread is unknown)
+        self.owner = None
 
     def __get__(self, runtime, owner_type=None):
         if runtime is None:
@@ -52,11 +61,12 @@ class _TapeSlot:
     def __set__(self, runtime, value):
         if getattr(_LOCAL, "slot", _NO_SLOT) is _NO_SLOT:
             self.shared = value
+            self.owner = None if value is None else threading.get_ident()
         else:
             _LOCAL.slot = value
 
 
-def _install() -> _TapeSlot:
+def install() -> _TapeSlot:
     """The slot descriptor on Warp's Runtime class (installed once, keeping the value
     the runtime holds now)."""
     wp.init()
@@ -78,7 +88,7 @@ def private_tape_slot():
     """Within: this thread's Warp launches see an empty tape slot of their own (a
     ``wp.Tape`` entered inside records only this thread's launches); on exit the
     thread sees the shared slot again (or the enclosing private one: re-entrant)."""
-    _install()
+    install()
     outer = getattr(_LOCAL, "slot", _NO_SLOT)
     _LOCAL.slot = None
     try:
@@ -88,3 +98,13 @@ def private_tape_slot():
             del _LOCAL.slot
         else:
             _LOCAL.slot = outer
+
+
+def shared_tape_owner(runtime, tape) -> int | None:
+    """The ident of the thread that entered ``tape`` when it is the tape of the
+    shared slot, else None (a private slot's tape, no tape, the slot not
+    installed yet, or a tape entered before it was)."""
+    slot = type(runtime).__dict__.get("tape")
+    if not isinstance(slot, _TapeSlot) or tape is None or slot.shared is not tape:
+        return None
+    return slot.owner

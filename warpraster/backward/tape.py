@@ -17,17 +17,48 @@ happens:
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 import warp as wp
 
+from ..tape_slots import install as install_tape_slot
+from ..tape_slots import shared_tape_owner
+
 __all__ = ["RecordGuard", "active_tape"]
 
 
+_SLOT_INSTALLED = False
+
+
 def active_tape():
-    """The ``wp.Tape`` currently recording, or None (Warp keeps it on its runtime)."""
+    """The ``wp.Tape`` currently recording, or None (Warp keeps it on its runtime).
+
+    Raises:
+        ValueError: the tape was entered in another thread. Warp's tape is
+            process-global: a render recorded from this thread would land its
+            launches on that thread's tape (a Warp limit; the torch ops avoid it
+            with a private slot per op, :mod:`warpraster.tape_slots`).
+    """
+    global _SLOT_INSTALLED
     runtime = getattr(wp._src.context, "runtime", None)
-    return getattr(runtime, "tape", None)
+    if runtime is None:
+        return None
+    if not _SLOT_INSTALLED:
+        install_tape_slot()  # from now on the shared slot records its tape's thread
+        _SLOT_INSTALLED = True
+    tape = getattr(runtime, "tape", None)
+    if tape is not None:
+        owner = shared_tape_owner(runtime, tape)
+        if owner is not None and owner != threading.get_ident():
+            raise ValueError(
+                "a wp.Tape entered in another thread is recording: Warp's tape is "
+                "process-global, so this thread's render would be recorded on it. Render "
+                "and record in the thread that holds the tape, or let that thread leave "
+                "its tape first (the torch ops are not affected: each runs on a private "
+                "tape slot)"
+            )
+    return tape
 
 
 _WORKSPACE_ADVICE = (

@@ -16,6 +16,8 @@ from typing import Any
 
 import warp as wp
 
+from ..backward.tape import active_tape
+
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
 
 #: Threads per block of both passes.
@@ -134,8 +136,7 @@ def _partials(device, count: int) -> wp.array:
 
 
 def _active_tape():
-    runtime = getattr(getattr(wp, "_src", wp).context, "runtime", None)
-    return getattr(runtime, "tape", None)
+    return active_tape()  # one home: warpraster.backward.tape (it checks the tape's thread)
 
 
 def image_loss(

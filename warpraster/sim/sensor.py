@@ -47,6 +47,7 @@ import numpy as np
 import warp as wp
 
 from .. import RasterWorkspace, rasterize_meshes
+from ..backward.tape import active_tape
 from ..grad_buffers import clear_if_recording
 from ..settings import parse_image_size
 from .adjoint import SensorBackward
@@ -698,8 +699,7 @@ class CameraSensor:
 
 
 def _active_tape():
-    runtime = getattr(wp._src.context, "runtime", None)
-    return getattr(runtime, "tape", None)
+    return active_tape()  # one home: warpraster.backward.tape (it checks the tape's thread)
 
 
 def look_at_transform(eye, target, up=(0.0, 0.0, 1.0)) -> wp.transform:

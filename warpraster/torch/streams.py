@@ -7,7 +7,7 @@ import threading
 import torch
 import warp as wp
 
-from .tapes import private_tape_slot
+from ..tape_slots import private_tape_slot
 
 __all__ = ["_TorchStream"]
 
@@ -42,7 +42,7 @@ class _TorchStream:
     (the device work itself still overlaps).
 
     The scope also gives the thread a Warp tape slot of its own
-    (:func:`~warpraster.torch.tapes.private_tape_slot`): no launch inside is
+    (:func:`~warpraster.tape_slots.private_tape_slot`): no launch inside is
     recorded on a ``wp.Tape`` the user has open, in this thread or another, and a
     ``wp.Tape`` entered inside records only this thread's launches."""
 
