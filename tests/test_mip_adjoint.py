@@ -41,7 +41,8 @@ from warpraster.shading import (
     interpolate_vertex_attributes,
 )
 from warpraster.shading.corner_lists import CornerLists
-from warpraster.shading.mipmap import _gather_corners, _sample_uv_mipmap, mip_level_sizes
+from warpraster.shading.mip_pyramid import mip_level_sizes
+from warpraster.shading.mip_slots import _gather_corners, _sample_uv_mipmap
 from warpraster.shading.reductions import image_mse
 
 FILTERS = ["nearest", "linear", "linear-mipmap-nearest", "linear-mipmap-linear"]

@@ -7,7 +7,7 @@ import pytest
 import warp as wp
 from test_textures import np_pyramid
 
-from warpraster.shading import mipmap as mm
+from warpraster.shading import mip_pyramid as mm
 from warpraster.shading.params import new_struct
 
 # (maps shape, max_mip_level): square, non-square down to a 1-wide column and a

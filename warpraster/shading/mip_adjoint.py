@@ -1,9 +1,9 @@
 """The hand-written adjoint of :class:`~warpraster.shading.mipmap.TexturesUVMipmap`'s
 sampling kernel.
 
-The forward (``mipmap._sample_uv_mipmap_slots``) runs one thread per slot.
+The forward (``mip_slots._sample_uv_mipmap_slots``) runs one thread per slot.
 Warp's generated adjoint of its twin with one thread per slot and channel
-(``mipmap._sample_uv_mipmap``, the object's ``_generated_adjoint`` path) replays
+(``mip_slots._sample_uv_mipmap``, the object's ``_generated_adjoint`` path) replays
 the whole slot in every channel's thread and adds the slot's UV /
 projected-vertex gradients into the per-face corner tables once per channel.
 :meth:`SampleAdjoint.record` registers instead, with ``tape.record_func``, one
@@ -31,28 +31,21 @@ from ..aggregated import add_mat32_row, add_mat33_row
 from ..geometry import EPS, barycentric, pixel_centre
 from ..patches import patch_launch_size
 from .corner_lists import VertexCorners, corner_of
-from .mipmap import (
+from .mip_pyramid import MipLevels, MipSampler, level_index, level_size
+from .mip_sampling import (
     BoundaryMode,
     FilterMode,
-    MipLevels,
-    MipSampler,
-    SampleInputs,
     bilinear_position,
     boundary_texel,
-    level_index,
-    level_size,
-    mat32,
     mip_level,
     near_level,
     nearest_cell,
-    patch_fragment,
     sample_point,
-    slot_uv_terms,
     texel_cell,
     texel_footprint,
     wrap_tap,
-    zero_channels,
 )
+from .mip_slots import SampleInputs, mat32, patch_fragment, slot_uv_terms, zero_channels
 from .textures import LastStruct
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
@@ -180,7 +173,7 @@ def bary_derivatives_grad(
 def mip_level_grad(
     dudx: float, dvdx: float, dudy: float, dvdy: float, h: int, w: int, max_level: int, g: float
 ) -> wp.vec4:
-    """Adjoint of :func:`~warpraster.shading.mipmap.mip_level`: ``g`` times its
+    """Adjoint of :func:`~warpraster.shading.mip_sampling.mip_level`: ``g`` times its
     gradient to (dudx, dvdx, dudy, dvdy); zero where the level is clamped (on or
     beyond 0 and ``max_level``) or the footprint is zero; the square root's term
     only where its argument is positive."""
@@ -210,7 +203,7 @@ def mip_level_grad(
 @wp.struct
 class LevelTaps:
     """A bilinear sample's taps in one level (a local value of the kernel):
-    :func:`~warpraster.shading.mipmap.bilinear_position`, ``near_level`` and
+    :func:`~warpraster.shading.mip_sampling.bilinear_position`, ``near_level`` and
     ``texel_cell`` of ``level`` (size ``h`` x ``w``; the taps are not set where not
     ``near``), ``gx``, ``gy`` the derivatives d fx / d u and d fy / d v (0 where clamp
     pins the sample), and ``want``: whether this level's texel gradients are written."""
@@ -321,7 +314,7 @@ def _sample_uv_mipmap_adjoint(
     # Gradients out (added to):
     g: SampleGrads,
 ):
-    """One thread per slot: the adjoint of ``mipmap._sample_uv_mipmap_slots`` (and
+    """One thread per slot: the adjoint of ``mip_slots._sample_uv_mipmap_slots`` (and
     of its per-channel twin ``_sample_uv_mipmap``) over all C channels, launched
     over pixel patches (:mod:`~warpraster.patches`)."""
     n, yi, xi, k, f = patch_fragment(a.frag, wp.tid(), ADJOINT_PATCH_W)
@@ -479,7 +472,7 @@ def _uv_corners_adjoint(
     verts_uvs_grad: wp.array2d(dtype=wp.float32),
 ):
     """UV vertex t: adds the rows of its corners (ascending 3 f + c): the adjoint of
-    :func:`~warpraster.shading.mipmap._gather_corners`' UV rows, without atomics."""
+    :func:`~warpraster.shading.mip_slots._gather_corners`' UV rows, without atomics."""
     t = wp.tid()
     g0 = float(0.0)
     g1 = float(0.0)
