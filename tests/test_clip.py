@@ -974,7 +974,7 @@ def test_grid_stride_launches_cover_every_pixel_and_slot(device, k, monkeypatch)
     that each thread loops many times over pixels and groups (and a stride that
     is not a multiple of four groups), a render with split faces and its vertex
     gradient equal those with the default caps."""
-    from warpraster import clip
+    from warpraster.clip import map_back as clip
     from warpraster.raster import launch
 
     rng = np.random.default_rng(5)
