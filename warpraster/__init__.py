@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the names below, for type checkers and editors
     from . import shading
+    from .antialiasing import Antialias, AntialiasTopology, antialias
     from .camera import (
         CameraData,
         CameraKind,
@@ -35,6 +36,9 @@ if TYPE_CHECKING:  # the names below, for type checkers and editors
 # `warpraster --help` and `import warpraster.distributed` do not compile-load every kernel
 _LAZY = {
     "shading": ".shading",
+    "Antialias": ".antialiasing",
+    "AntialiasTopology": ".antialiasing",
+    "antialias": ".antialiasing",
     **dict.fromkeys(
         [
             "CameraData",
@@ -83,6 +87,8 @@ def __dir__():
 __version__ = "0.1.0"
 
 __all__ = [
+    "Antialias",
+    "AntialiasTopology",
     "CameraData",
     "CameraKind",
     "ClipWorkspace",
@@ -99,6 +105,7 @@ __all__ = [
     "RenderOutputs",
     "Renderer",
     "Tuning",
+    "antialias",
     "cameras_from_opencv_projection",
     "interpolate_face_attributes",
     "interpolate_vertex_attributes",
