@@ -67,13 +67,19 @@ from .shading import (  # noqa: F401 (re-exported: shading.__all__, below)
     Materials,
     MeshRasterizer,
     MeshRenderer,
+    MeshRendererWithFragments,
     PerspectiveCameras,
     PointLights,
+    RasterizationSettings,
     SoftGouraudShader,
     SoftPhongShader,
     SoftSilhouetteShader,
     TexturesUV,
+    TexturesUVMipmap,
     TexturesVertex,
+    camera_position_from_spherical_angles,
+    look_at_rotation,
+    look_at_view_transform,
 )
 from .streams import _TorchStream
 
@@ -90,11 +96,11 @@ __all__ = [
     "shading",
     "vertex_normals",
 ]
-# The PyTorch3D-shaped rendering classes, imported above (not the shading module's
-# Fragments and RasterizationSettings: this module's Fragments is the rasterizer's).
+# The PyTorch3D-shaped rendering names, imported above, so that PyTorch3D code runs
+# with ``from pytorch3d.renderer import X`` changed to ``from warpraster.torch import X``
+# (not the renderer's Fragments: this module's Fragments is the rasterizer's).
 __all__ += shading.__all__
 __all__.remove("Fragments")
-__all__.remove("RasterizationSettings")
 
 _NONE = -1  # bin_size / max_faces_per_bin = None in the op schema (ints only)
 

@@ -1,0 +1,326 @@
+"""The render as one torch custom op: project, rasterize and shade with the Warp kernels.
+
+``warpraster::render_meshes`` runs the Warp ``MeshRenderer`` (or only its
+rasterizer) on tensors shared with Warp (zero-copy ``wp.from_torch``) and
+returns the RGBA image and the fragments. Its backward,
+``warpraster::render_meshes_backward``, replays the render on a ``wp.Tape`` with
+the tensors' gradient buffers attached and runs ``tape.backward`` from the
+upstream gradients, returning the gradients of the vertices and of every camera,
+light, material, background, z-plane and texture tensor. Both ops have fake
+implementations (output shapes from the configuration), so ``torch.compile``
+treats the render as one opaque node; nothing Warp-side lives in the autograd graph.
+
+The op takes the packed meshes, a list of float32 / int32 tensors and a JSON
+configuration that says what each tensor is (:func:`config_and_tensors`).
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+import warp as wp
+
+from .. import camera as _camera
+from .. import shading as _shading
+from ..rasterizer import MeshRasterizer as _WarpMeshRasterizer
+from ..rasterizer import RasterizationSettings
+from ..renderer import MeshRenderer as _WarpMeshRenderer
+from .cameras import _f32
+from .checks import check_packed, check_packed_values, to_int32
+from .lighting import AmbientLights
+from .streams import _TorchStream
+
+_RASTER_FIELDS = ("blur_radius", "faces_per_pixel", "bin_size", "max_faces_per_bin",
+                  "perspective_correct", "clip_barycentric_coords", "cull_backfaces",
+                  "z_clip_value", "cull_to_frustum", "exact_perspective_grad")  # fmt: skip
+
+
+def _wp(t: torch.Tensor, dtype, grad: torch.Tensor | None = None) -> wp.array:
+    if grad is None:
+        return wp.from_torch(t, dtype=dtype, requires_grad=False)
+    return wp.from_torch(t, dtype=dtype, requires_grad=True, grad=grad)
+
+
+_VEC_DTYPES = {3: wp.vec3, 2: wp.vec2}
+
+
+def _as_warp(t, grad=None):
+    """Warp view of a parameter tensor: (B,) scalars, (B, 2|3) vectors, (B, 3, 3) mat33."""
+    if t.ndim == 3 and t.shape[1:] == (3, 3):
+        return _wp(t, wp.mat33, grad)
+    if t.ndim == 2 and t.shape[1] in _VEC_DTYPES:
+        return _wp(t, _VEC_DTYPES[t.shape[1]], grad)
+    return _wp(t, wp.float32, grad)
+
+
+class _OwnCamera:
+    """A Warp shader that shades with its own camera (PyTorch3D's shader camera, when
+    it is not the rasterizer's): every call gets ``cameras`` replaced."""
+
+    def __init__(self, shader, cameras):
+        self._shader, self._cameras = shader, cameras
+
+    def __getattr__(self, name):
+        return getattr(self._shader, name)
+
+    def __call__(self, *args, cameras=None, **kwargs):
+        return self._shader(*args, cameras=self._cameras, **kwargs)
+
+
+def _build(config: dict, tensors: list[torch.Tensor], grads: list | None):
+    """Warp cameras, lights, materials, textures, blend params and z planes from the op inputs."""
+    it = iter(range(len(tensors)))
+
+    def take(kind="param"):
+        i = next(it)
+        g = None if grads is None else grads[i]
+        return _wp(tensors[i], wp.float32, g) if kind == "raw" else _as_warp(tensors[i], g)
+
+    def camera(cfg):
+        args = {name: take("raw" if name == "focal_length" else "param") for name in cfg["names"]}
+        return getattr(_camera, cfg["type"])(**args, **cfg["kwargs"])
+
+    out = {"cameras": camera(config["camera"])}
+    if config["shader"] == "none":
+        return out
+    out["shader_cameras"] = (
+        None if config["shader_camera"] is None else camera(config["shader_camera"])
+    )
+    light_cfg = config["lights"]
+    out["lights"] = getattr(_shading, light_cfg["type"])(**{n: take() for n in light_cfg["names"]})
+    out["materials"] = _shading.Materials(**{n: take() for n in config["materials"]})
+    bg = take() if config["blend"]["background_tensor"] else tuple(config["blend"]["background"])
+    out["blend_params"] = _shading.BlendParams(
+        sigma=config["blend"]["sigma"], gamma=config["blend"]["gamma"], background_color=bg
+    )
+    out["z_planes"] = {name: take("raw") for name in config["z_planes"]}
+    tex_cfg = config["textures"]
+    if tex_cfg is None:
+        out["textures"] = None
+    elif tex_cfg["type"] == "TexturesVertex":
+        out["textures"] = _shading.TexturesVertex(take("raw"))
+    else:
+        maps, verts_uvs = take("raw"), take("raw")
+        faces_uvs = wp.from_torch(tensors[next(it)], dtype=wp.int32)
+        cls = getattr(_shading, tex_cfg["type"])
+        out["textures"] = cls(maps, faces_uvs, verts_uvs, **tex_cfg["static"])
+    return out
+
+
+def _run(verts, faces, first, count, tensors, config, grads=None, grad_verts=None):
+    """Runs the Warp MeshRenderer (or rasterizer) on tensor views; returns (image, fragments)."""
+    v = _wp(verts, wp.vec3, grad_verts)
+    f = wp.from_torch(to_int32(faces), dtype=wp.int32)
+    fi = wp.from_torch(to_int32(first), dtype=wp.int32)
+    cn = wp.from_torch(to_int32(count), dtype=wp.int32)
+    objs = _build(config, tensors, grads)
+    settings = RasterizationSettings(**config["raster"])
+    rasterizer = _WarpMeshRasterizer(cameras=objs["cameras"], raster_settings=settings)
+    if config["shader"] == "none":
+        return None, rasterizer(v, f, fi, cn, validate=grads is None)
+    shader = getattr(_shading, config["shader"])(
+        cameras=objs["cameras"],
+        lights=objs["lights"],
+        materials=objs["materials"],
+        blend_params=objs["blend_params"],
+    )
+    renderer = _WarpMeshRenderer(rasterizer=rasterizer, shader=shader)
+    if objs["shader_cameras"] is not None:
+        renderer.shader = _OwnCamera(shader, objs["shader_cameras"])
+    image, frags = renderer(v, f, fi, cn, textures=objs["textures"], return_fragments=True,
+                            **objs["z_planes"])  # fmt: skip
+    return image, frags
+
+
+def _shape(first: torch.Tensor, config: dict):
+    h, w = config["image_size"]
+    return (first.shape[0], h, w, config["raster"]["faces_per_pixel"])
+
+
+@torch.library.custom_op("warpraster::render_meshes", mutates_args=())
+def render_op(
+    verts: torch.Tensor,
+    faces: torch.Tensor,
+    mesh_to_face_first_idx: torch.Tensor,
+    num_faces_per_mesh: torch.Tensor,
+    tensors: list[torch.Tensor],
+    config: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(image (N, H, W, 4), pix_to_face int32, zbuf, bary (N, H, W, K, 3), dists)."""
+    cfg = json.loads(config)
+    # The index values, before any int32 cast could wrap them (a host read; the op
+    # body runs eagerly also inside a compiled graph).
+    check_packed_values(verts.shape[0], faces, mesh_to_face_first_idx, num_faces_per_mesh)
+    with _TorchStream(verts.device):
+        image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh, tensors, cfg)
+        n, h, w, k = frags.pix_to_face.shape
+        outs = (
+            wp.to_torch(frags.pix_to_face).clone(),
+            wp.to_torch(frags.zbuf).clone(),
+            wp.to_torch(frags.bary_coords).reshape(n, h, w, k, 3).clone(),
+            wp.to_torch(frags.dists).clone(),
+        )
+        img = wp.to_torch(image).clone() if image is not None else verts.new_zeros((n, h, w, 4))
+    return (img, *outs)
+
+
+@render_op.register_fake
+def _render_fake(verts, faces, first, count, tensors, config):
+    shape = _shape(first, json.loads(config))
+    return (
+        verts.new_empty((*shape[:3], 4)),
+        verts.new_empty(shape, dtype=torch.int32),
+        verts.new_empty(shape),
+        verts.new_empty((*shape, 3)),
+        verts.new_empty(shape),
+    )
+
+
+@torch.library.custom_op("warpraster::render_meshes_backward", mutates_args=())
+def _render_backward_op(
+    upstream: list[torch.Tensor], saved: list[torch.Tensor], config: str
+) -> list[torch.Tensor]:
+    """[d verts, d tensors[0], ...]: the render replayed on a wp.Tape, then backward.
+
+    ``upstream`` = [d image, d zbuf, d bary, d dists] (zeros where none came);
+    ``saved`` = the forward's inputs [verts, faces, mesh_to_face_first_idx,
+    num_faces_per_mesh, *tensors], as :func:`_setup_context` saved them.
+    """
+    cfg = json.loads(config)
+    grad_image, grad_zbuf, grad_bary, grad_dists = upstream
+    verts, faces, first, count, *tensors = saved
+
+    grad_verts = torch.zeros_like(verts)
+    grads = [torch.zeros_like(t) if t.is_floating_point() else None for t in tensors]
+    with _TorchStream(verts.device):
+        tape = wp.Tape()
+        with tape:
+            image, frags = _run(
+                verts, faces, first, count, tensors, cfg, grads=grads, grad_verts=grad_verts
+            )
+        n, h, w, k = frags.pix_to_face.shape
+        output_grads = {
+            frags.zbuf: wp.from_torch(grad_zbuf.contiguous(), dtype=wp.float32),
+            frags.bary_coords: wp.from_torch(
+                grad_bary.reshape(n, h, w, k, 3).contiguous(), dtype=wp.vec3
+            ),
+            frags.dists: wp.from_torch(grad_dists.contiguous(), dtype=wp.float32),
+        }
+        if image is not None:
+            output_grads[image] = wp.from_torch(grad_image.contiguous(), dtype=wp.float32)
+        tape.backward(grads=output_grads)
+    return [grad_verts] + [
+        g if g is not None else torch.zeros_like(t, dtype=torch.float32)
+        for g, t in zip(grads, tensors, strict=True)
+    ]
+
+
+@_render_backward_op.register_fake
+def _render_backward_fake(upstream, saved, config):
+    verts, tensors = saved[0], saved[4:]
+    return [torch.empty_like(verts)] + [torch.empty_like(t, dtype=torch.float32) for t in tensors]
+
+
+def _setup_context(ctx, inputs, output):
+    verts, faces, first, count, tensors, config = inputs
+    ctx.config = config
+    ctx.save_for_backward(verts, faces, first, count, *tensors)
+
+
+def _backward_impl(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists):
+    saved = list(ctx.saved_tensors)
+    verts, first, tensors = saved[0], saved[2], saved[4:]
+    shape = _shape(first, json.loads(ctx.config))
+
+    def z(g, s):
+        return verts.new_zeros(s) if g is None else g.contiguous()
+
+    upstream = [
+        z(g_image, (*shape[:3], 4)),
+        z(g_zbuf, shape),
+        z(g_bary, (*shape, 3)),
+        z(g_dists, shape),
+    ]
+    grads = _render_backward_op(upstream, saved, ctx.config)
+    tensor_grads = [
+        g if t.is_floating_point() else None for g, t in zip(grads[1:], tensors, strict=True)
+    ]
+    return (grads[0], None, None, None, tensor_grads, None)
+
+
+render_op.register_autograd(_backward_impl, setup_context=_setup_context)
+
+
+# ----------------------------------------------------------------------------- configuration
+def _dev(t: torch.Tensor, device) -> torch.Tensor:
+    return t if device is None else t.to(device)
+
+
+def _camera_config(cams, tensors: list, device) -> dict:
+    cam_t = cams.tensors()
+    tensors += [_dev(t, device) for t in cam_t.values()]
+    return {"type": cams._warp, "names": list(cam_t), "kwargs": cams._warp_kwargs()}
+
+
+def config_and_tensors(call, device) -> tuple[dict, list[torch.Tensor]]:
+    """The op's configuration and tensor list for one call (a :class:`RenderCall`-like
+    object: cameras, shader_cameras, raster_settings, shader, lights, materials,
+    blend_params, z_planes, textures (a ``PackedTextures`` or None))."""
+    s = call.raster_settings
+    raster = {k: getattr(s, k) for k in _RASTER_FIELDS}
+    if call.z_clip_value is not None:
+        raster["z_clip_value"] = call.z_clip_value
+    size = s.image_size
+    h, w = (size, size) if isinstance(size, int) else tuple(int(x) for x in size)
+    raster["image_size"] = [h, w]
+    tensors: list[torch.Tensor] = []
+    config = {
+        "camera": _camera_config(call.cameras, tensors, device),
+        "raster": raster,
+        "image_size": [h, w],
+        "shader": "none",
+    }
+    if call.shader is None:
+        return config, tensors
+    config["shader"] = call.shader._warp
+    config["shader_camera"] = None
+    if call.shader_cameras is not None:
+        config["shader_camera"] = _camera_config(call.shader_cameras, tensors, device)
+    lights = call.lights if call.shader._warp != "SoftSilhouetteShader" else AmbientLights()
+    lt = lights.tensors()
+    tensors += [_dev(t, device) for t in lt.values()]
+    config["lights"] = {"type": lights._warp, "names": list(lt)}
+    mt = call.materials.tensors()
+    tensors += [_dev(t, device) for t in mt.values()]
+    config["materials"] = list(mt)
+    bp = call.blend_params
+    bg_tensor = isinstance(bp.background_color, torch.Tensor)
+    config["blend"] = {
+        "sigma": float(bp.sigma),
+        "gamma": float(bp.gamma),
+        "background_tensor": bg_tensor,
+        "background": None if bg_tensor else [float(c) for c in bp.background_color],
+    }
+    if bg_tensor:
+        tensors.append(_f32(bp.background_color, device, 3))
+    config["z_planes"] = list(call.z_planes)
+    tensors += [_f32(v, device).reshape(-1) for v in call.z_planes.values()]
+    tex = call.textures
+    config["textures"] = None if tex is None else {"type": tex.kind, "static": tex.static}
+    if tex is not None:
+        tensors += [_dev(t, device) for t in tex.tensors]
+    return config, tensors
+
+
+def packed(verts, faces, first, count):
+    """The checked packed batch (structure; the op checks the index values): float32
+    contiguous verts, integer faces and per-mesh ranges as given (cast in the op)."""
+    verts, faces, first, count, _ = check_packed(verts, faces, first, count)
+    return verts.to(torch.float32).contiguous(), faces.contiguous(), first, count
+
+
+@torch._dynamo.assume_constant_result
+def config_json(config: dict) -> str:
+    """The op's static configuration as JSON (a constant for torch.compile)."""
+    return json.dumps(config)
