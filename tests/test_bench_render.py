@@ -2,7 +2,7 @@
 
 import warp as wp
 
-from warpraster.bench_render import owned_bytes
+from warpraster.bench.renderer import owned_bytes
 from warpraster.shading.pixel_args import PixelFragments
 
 

@@ -6,7 +6,8 @@ one of its cameras (or a default camera framing it) and writes one RGBA colour
 PNG per frame, ``color.<frame>.png`` (alpha = coverage), plus depth, id images
 and raw fragments on request. With no scene it renders the bundled scene.
 ``warpraster info SCENE`` lists meshes, materials, cameras, lights and the
-frame range. ``warpraster bench ...`` runs the benchmark (``warpraster bench --help``).
+frame range. ``warpraster bench --suite raster|renderer|sensor|usd ...`` runs the
+benchmark (``warpraster bench --help``; the :mod:`warpraster.bench` package).
 
 Start-up: this module imports no Warp kernel and no pxr; the arguments are
 parsed (and ``--help``, ``--version`` and argument errors answered) before the
@@ -749,7 +750,9 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--verbose", action="store_true", help="list each of USD's warnings")
     i.set_defaults(func=_cmd_info)
     sub.add_parser(
-        "bench", help="run the benchmark (options: warpraster bench --help)", add_help=False
+        "bench",
+        help="run a benchmark suite: raster, renderer, sensor or usd (warpraster bench --help)",
+        add_help=False,
     )
     return parser
 
