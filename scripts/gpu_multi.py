@@ -1,7 +1,8 @@
 """Multi-GPU checks of warpraster (issue 17), for a machine with two or more GPUs.
 
-Run from the repository root (Warp and warpraster importable, e.g.
-``PYTHONPATH=/tmp/warp-site:$PWD``)::
+Run from the repository root (Warp, torch and warpraster importable, e.g. after
+``pip install -e .``); the one maintained script here: the test suite runs on one
+device, and these are the multi-GPU checks behind the README's two-GPU figures::
 
     python scripts/gpu_multi.py            # about 1-2 minutes
     python scripts/gpu_multi.py --frames 2048 --size 512   # a longer throughput run
