@@ -77,6 +77,14 @@ class ClipMap:
     any_split: wp.array(dtype=wp.int32)
 
 
+def _run_to_run(fn, name: str, *, enable_backward: bool = False) -> wp.Kernel:
+    """``fn`` as a kernel in Warp's RUN_TO_RUN mode (module of its own), for
+    ``deterministic=True``: float atomics become a scatter, sort and fixed-order sum."""
+    options = {"fuse_fp": False, "deterministic": wp.DeterministicMode.RUN_TO_RUN}
+    return wp.kernel(fn, name=name, enable_backward=enable_backward, module="unique",
+                     module_options=options)  # fmt: skip
+
+
 @wp.struct
 class SlotViews:
     """A contiguous int32 slot array (N, H, W, K) as kernel argument: ``flat``
@@ -86,14 +94,6 @@ class SlotViews:
     flat: wp.array(dtype=wp.int32)
     wide: wp.array(dtype=wp.vec4i)
     aligned: int
-
-
-def _run_to_run(fn, name: str, *, enable_backward: bool = False) -> wp.Kernel:
-    """``fn`` as a kernel in Warp's RUN_TO_RUN mode (module of its own), for
-    ``deterministic=True``: float atomics become a scatter, sort and fixed-order sum."""
-    options = {"fuse_fp": False, "deterministic": wp.DeterministicMode.RUN_TO_RUN}
-    return wp.kernel(fn, name=name, enable_backward=enable_backward, module="unique",
-                     module_options=options)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- buffers
