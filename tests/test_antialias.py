@@ -177,7 +177,8 @@ def test_batch_images_are_independent(device):
     nv = case["verts_ndc"].shape[0] // 3
     nf = case["faces"].shape[0]
     for i in range(3):
-        alone = run(device, case["color"][i : i + 1], p2f[i : i + 1] - np.where(p2f[i : i + 1] >= 0, i * nf, 0),
+        local = np.where(p2f[i : i + 1] >= 0, p2f[i : i + 1] - i * nf, -1)
+        alone = run(device, case["color"][i : i + 1], local,
                     case["verts_ndc"][i * nv : (i + 1) * nv], case["faces"],
                     case["grad_aa"][i : i + 1], deterministic=True)  # fmt: skip
         np.testing.assert_array_equal(batched[0][i], alone[0][0])
@@ -195,7 +196,7 @@ def test_deterministic_is_bit_identical(device, name):
     first = run(device, *args, deterministic=True)
     for _ in range(3):
         again = run(device, *args, deterministic=True)
-        for a, b in zip(first, again):
+        for a, b in zip(first, again, strict=True):
             np.testing.assert_array_equal(a, b)
     atomic = run(device, *args)
     np.testing.assert_array_equal(atomic[0], first[0])
@@ -297,8 +298,9 @@ def test_pose_gradient_through_rasterization_matches_central_differences(device)
     def loss_and_grad(p, grad: bool):
         v = posed(p)
         vw = wp.array(v.astype(np.float32), dtype=wp.vec3, device=device, requires_grad=grad)
-        frags = wr.rasterize_meshes(vw, wp.array(faces, dtype=wp.int32, device=device), [0],
-                                    [len(faces)], image_size=(h_img, w_img), faces_per_pixel=1)  # fmt: skip
+        fw = wp.array(faces, dtype=wp.int32, device=device)
+        frags = wr.rasterize_meshes(vw, fw, [0], [len(faces)], image_size=(h_img, w_img),
+                                    faces_per_pixel=1)  # fmt: skip
         p2f = frags.pix_to_face.numpy()
         sil = (p2f >= 0).astype(np.float32)
         c = wp.array(sil, dtype=wp.float32, device=device)
@@ -358,7 +360,7 @@ def test_object_reuse_capture_and_fresh_tapes(device):
     for _ in range(2):
         out = step()
         results.append((out.numpy().copy(), c.grad.numpy().copy(), v.grad.numpy().copy()))
-    for a, b in zip(*results):
+    for a, b in zip(*results, strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(results[0][2], case["grad_verts_ndc"], rtol=0, atol=2e-4)
     with wp.ScopedCapture(device=device, force_module_load=False) as cap:
@@ -366,7 +368,7 @@ def test_object_reuse_capture_and_fresh_tapes(device):
     for x in (op.out, c.grad, v.grad):
         x.zero_()
     wp.capture_launch(cap.graph)
-    for a, x in zip(results[0], (op.out, c.grad, v.grad)):
+    for a, x in zip(results[0], (op.out, c.grad, v.grad), strict=True):
         np.testing.assert_array_equal(a, x.numpy())
 
 
