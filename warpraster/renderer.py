@@ -27,6 +27,7 @@ from .rasterize import rasterize_checked
 from .rasterizer import MeshRasterizer
 from .shading.corner_lists import CornerLists
 from .shading.fused import FORWARD_PATCH_W
+from .shading.materials import face_materials_array
 from .shading.normals import vertex_normals
 from .shading.params import check_mesh_inputs, new_struct
 from .shading.pixel_args import PixelFragments
@@ -96,6 +97,8 @@ class MeshRenderer:
         cameras.check_batch(first.shape[0])
         lights = shader_kwargs.get("lights") or getattr(self.shader, "lights", None)
         materials = shader_kwargs.get("materials") or getattr(self.shader, "materials", None)
+        if shader_kwargs.get("face_materials") is not None:
+            materials = None  # a material table: checked with its per-face ids by the shader
         check_mesh_inputs(verts.shape[0], f.shape[0], first.shape[0], textures=textures,
                           lights=lights, materials=materials)  # fmt: skip
         v2m = None
@@ -293,6 +296,9 @@ class Renderer:
         textures: ``None``, ``TexturesVertex``, ``TexturesUV`` or ``TexturesUVMipmap``.
         face_to_object: optional (F,) int32 object id per face for ``mesh_ids``
             (default: the mesh index n).
+        face_materials: optional (F,) int32 per-face rows of the shader's
+            ``materials``, then a material table of any number of rows (Phong and
+            flat shaders; checked here once); None: one material per image.
         channels: the extra channels to write beside the image, any of
             ``("depth", "normals", "face_ids", "mesh_ids")`` (default: all); the
             others are None in :class:`RenderOutputs` and cost nothing (no
@@ -339,6 +345,7 @@ class Renderer:
         num_verts: int,
         textures=None,
         face_to_object=None,
+        face_materials=None,
         channels=CHANNELS,
         steps: int = 1,
         requires_grad: bool = True,
@@ -372,7 +379,8 @@ class Renderer:
         cameras.check_batch(n)
         check_mesh_inputs(self.num_verts, self.faces.shape[0], n, textures=textures,
                           lights=getattr(shader, "lights", None),
-                          materials=getattr(shader, "materials", None))  # fmt: skip
+                          materials=(getattr(shader, "materials", None)
+                                     if face_materials is None else None))  # fmt: skip
         # validate the static topology once (host reads happen here, not per call)
         pack_meshes(
             wp.zeros(self.num_verts, dtype=wp.vec3, device=dev),
@@ -401,6 +409,15 @@ class Renderer:
             else wp.zeros(1, dtype=wp.int32, device=dev)
         )
         self._has_objects = int(face_to_object is not None)
+        self.face_materials = None
+        if face_materials is not None:
+            if shader.mode == ShadingMode.GOURAUD or isinstance(shader, SoftSilhouetteShader):
+                raise ValueError(
+                    "face_materials: per-face materials need a Phong or flat shader"
+                )
+            self.face_materials = face_materials_array(
+                face_materials, self.faces.shape[0], len(shader.materials), dev
+            )
         self.requires_grad = bool(requires_grad)
         # the normals channel needs vertex normals; Phong and Gouraud compute them anyway
         self._shader_skips_normals = "normals" in self.channels and (
@@ -540,6 +557,8 @@ class Renderer:
             perspective_correct=self.settings.perspective_correct,
             buffers=out.shading,
             compact_slots=True,
+            face_materials=self.face_materials,
+            validate=False,  # checked at construction
         )
         nrm = out.shading.verts_normals
         if self._shader_skips_normals:

@@ -52,6 +52,7 @@ __all__ = [
     "camera_centre",
     "launch_shade_blend",
     "lit_colour",
+    "material_row",
     "new_inputs",
     "slot_colour",
 ]
@@ -116,6 +117,10 @@ class ShadeInputs:
     slot is lit: surface from the per-face corner tables ``faces``, the texel
     from ``texel_source``, camera ``cam``, ``light`` and material ``mat`` rows.
 
+    ``material_per_face`` = 1: face f is lit with material row
+    ``face_material[f]`` (a material table); 0: with the image's row (one
+    material per image, PyTorch3D's ``Materials``).
+
     ``compact`` = 1 promises that each pixel's filled slots come first (the
     rasterizer's sorted queues): the slot loops stop at the first empty slot
     instead of reading all K (at K = 8 most slots are empty).
@@ -130,6 +135,8 @@ class ShadeInputs:
     cam: CameraRT
     light: LightRows
     mat: MaterialRows
+    face_material: wp.array(dtype=wp.int32)
+    material_per_face: int
     blend: int
     compact: int
     background: wp.array(dtype=wp.vec3)
@@ -191,19 +198,34 @@ def _wants(g: ShadeGrads, bit: int) -> bool:
 
 
 @wp.func
+def material_row(a: ShadeInputs, n: int, f: int) -> int:
+    """The material row that lights face ``f`` in image ``n``: the face's own
+    (a material table, ``material_per_face``) or the image's."""
+    if a.material_per_face != 0:
+        return a.face_material[f]
+    return n
+
+
+@wp.func
 def lit_colour(
-    a: ShadeInputs, n: int, point: wp.vec3, normal: wp.vec3, texel: wp.vec3, eye: wp.vec3
+    a: ShadeInputs,
+    n: int,
+    m: int,
+    point: wp.vec3,
+    normal: wp.vec3,
+    texel: wp.vec3,
+    eye: wp.vec3,
 ):
-    """``(m_a * l_a + m_d * diffuse) * texel + m_s * specular`` with the light and
-    material rows of image (or mesh) ``n`` (PyTorch3D)."""
-    shininess = a.mat.shininess[row(n, a.mat.shininess.shape[0])]
+    """``(m_a * l_a + m_d * diffuse) * texel + m_s * specular`` with the light rows
+    of image (or mesh) ``n`` and material row ``m`` (PyTorch3D)."""
+    shininess = a.mat.shininess[row(m, a.mat.shininess.shape[0])]
     d, s = light_terms(a.light, n, point, normal, eye, shininess)
     ambient = wp.cw_mul(
-        a.mat.ambient[row(n, a.mat.ambient.shape[0])],
+        a.mat.ambient[row(m, a.mat.ambient.shape[0])],
         a.light.ambient[row(n, a.light.ambient.shape[0])],
     )
-    diff = wp.cw_mul(a.mat.diffuse[row(n, a.mat.diffuse.shape[0])], d)
-    spec = wp.cw_mul(a.mat.specular[row(n, a.mat.specular.shape[0])], s)
+    diff = wp.cw_mul(a.mat.diffuse[row(m, a.mat.diffuse.shape[0])], d)
+    spec = wp.cw_mul(a.mat.specular[row(m, a.mat.specular.shape[0])], s)
     return wp.cw_mul(ambient + diff, texel) + spec
 
 
@@ -238,7 +260,7 @@ def slot_colour(
     if a.lit == 0:
         return a.colors[n, y, x, k]
     point, normal, texel = _surface(a, n, y, x, k, f, b)
-    return lit_colour(a, n, point, normal, texel, eye)
+    return lit_colour(a, n, material_row(a, n, f), point, normal, texel, eye)
 
 
 @wp.func
@@ -246,21 +268,23 @@ def _light_adjoint(
     a: ShadeInputs,
     g: ShadeGrads,
     n: int,
+    m: int,
     point: wp.vec3,
     normal: wp.vec3,
     texel: wp.vec3,
     eye: wp.vec3,
     gc: wp.vec3,
 ):
-    """Adjoint of :func:`lit_colour` for the colour gradient ``gc``.
+    """Adjoint of :func:`lit_colour` (light rows ``n``, material row ``m``) for the
+    colour gradient ``gc``.
 
     Adds the light/material row gradients (when wanted) and returns the
     gradients of (point, normal, texel, eye) and the lit colour itself (the same
     float32 operations as :func:`lit_colour`)."""
-    rs = row(n, a.mat.shininess.shape[0])
-    ra = row(n, a.mat.ambient.shape[0])
-    rd = row(n, a.mat.diffuse.shape[0])
-    rsp = row(n, a.mat.specular.shape[0])
+    rs = row(m, a.mat.shininess.shape[0])
+    ra = row(m, a.mat.ambient.shape[0])
+    rd = row(m, a.mat.diffuse.shape[0])
+    rsp = row(m, a.mat.specular.shape[0])
     rla = row(n, a.light.ambient.shape[0])
     shininess = a.mat.shininess[rs]
     ma = a.mat.ambient[ra]
@@ -356,7 +380,7 @@ def _slot_adjoint(
         return wp.vec3(0.0), a.colors[n, y, x, k]
     point, normal, texel = _surface(a, n, y, x, k, f, b)
     g_point, g_normal, g_texel, g_eye, colour = _light_adjoint(
-        a, g, n, point, normal, texel, eye, gc
+        a, g, n, material_row(a, n, f), point, normal, texel, eye, gc
     )
     pos = a.faces.pos[f]
     nrm = a.faces.nrm[f]

@@ -1,12 +1,21 @@
-"""Materials: ambient/diffuse/specular reflectivity and shininess, as PyTorch3D's."""
+"""Materials: ambient/diffuse/specular reflectivity and shininess, as PyTorch3D's.
+
+A :class:`Materials` of B rows is either one material per image (PyTorch3D's
+meaning: B = 1 or N) or, with per-face material ids (``face_materials``, (F,)
+int32 rows of the table, :func:`face_materials_array`), a material table that
+lights each face with its own row: the shaders, ``MeshRenderer`` and
+``Renderer`` take the ids, and gradients reach each row from its faces' pixels.
+"""
 
 from __future__ import annotations
 
+import numpy as np
 import warp as wp
 
+from ..meshes import as_index_array
 from .params import check_batch, check_rows, scalar_param, vec3_param
 
-__all__ = ["Materials"]
+__all__ = ["Materials", "face_materials_array"]
 
 
 class Materials:
@@ -71,3 +80,33 @@ class Materials:
     def kernel_args(self) -> list:
         """[ambient, diffuse, specular, shininess]: the kernels' material arguments."""
         return [self.ambient_color, self.diffuse_color, self.specular_color, self.shininess]
+
+
+def face_materials_array(
+    face_materials, num_faces: int, num_materials: int, device, *, validate: bool = True
+) -> wp.array:
+    """Per-face material ids as an (F,) int32 array, checked against the table.
+
+    Args:
+        face_materials: (F,) ints (NumPy, a list or an int32 ``wp.array``, used
+            zero-copy), each a row of a :class:`Materials` of ``num_materials`` rows.
+        num_faces: F, the packed faces rendered.
+        num_materials: B, rows of the material table.
+        device: where NumPy input goes (a Warp array must be there).
+        validate: check the values (a host read of a Warp array: set-up time).
+
+    Raises:
+        TypeError, ValueError: not integers, not one per face, or an id outside
+            ``[0, num_materials)``; named ``face_materials``.
+    """
+    ids = as_index_array(face_materials, "face_materials", device, length=int(num_faces))
+    if validate and ids.shape[0]:
+        host = ids.numpy()
+        lo, hi = int(host.min()), int(host.max())
+        if lo < 0 or hi >= num_materials:
+            bad = int(np.flatnonzero((host < 0) | (host >= num_materials))[0])
+            raise ValueError(
+                f"face_materials[{bad}] = {int(host[bad])} is not a row of the {num_materials} "
+                f"materials (ids must be in [0, {num_materials}))"
+            )
+    return ids

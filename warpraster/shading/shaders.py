@@ -54,7 +54,7 @@ from .fused import (
 )
 from .interpolate import interpolate_vertex_attributes
 from .lighting import LightsBase, PointLights
-from .materials import Materials
+from .materials import Materials, face_materials_array
 from .mipmap import CornerTables, TexturesUVMipmap
 from .modes import BlendMode, ShadingMode, TexelSource
 from .normals import face_normals, vertex_normals
@@ -217,7 +217,7 @@ def _shade_vertices_kernel(
         shaded_out[v] = wp.vec3(0.0)
         return
     eye = camera_centre(a.cam, m)
-    shaded_out[v] = lit_colour(a, m, verts[v], normals[v], texel, eye)
+    shaded_out[v] = lit_colour(a, m, m, verts[v], normals[v], texel, eye)
 
 
 # ----------------------------------------------------------------------------- buffers
@@ -685,6 +685,12 @@ class ShaderBase:
         compact_slots: the fragments come from warpraster's rasterizer, whose
             filled slots come first in every pixel: the blend stops at the first
             empty slot. Leave False for fragments made otherwise.
+        face_materials: (F,) int32 per-face rows of ``materials``, which is then a
+            material table of any number of rows (Phong and flat shaders): face f
+            is lit with row ``face_materials[f]``; gradients reach each row.
+            None: one material per image (PyTorch3D).
+        validate: check ``face_materials``' values on the host (pass False in a
+            captured loop once they have been checked).
 
     Returns the (N, H, W, 4) float32 RGBA image (a Warp array).
     """
@@ -747,6 +753,8 @@ class ShaderBase:
         perspective_correct: bool = True,
         buffers: ShadingBuffers | None = None,
         compact_slots: bool = False,
+        face_materials=None,
+        validate: bool = True,
     ) -> wp.array:
         shape = check_fragments(fragments)
         device = fragments.pix_to_face.device
@@ -755,7 +763,10 @@ class ShaderBase:
         materials = self.materials if materials is None else materials
         blend_params = self.blend_params if blend_params is None else blend_params
         self._check_types(lights, materials, blend_params)
+        per_face = face_materials is not None
         for name, obj in (("lights", lights), ("materials", materials)):
+            if per_face and obj is materials:
+                continue  # a material table: any number of rows, checked with the ids
             if len(obj) not in (1, shape[0]):
                 raise ValueError(
                     f"{name} has a batch of {len(obj)} for {shape[0]} images (expected 1 or N)"
@@ -764,6 +775,15 @@ class ShaderBase:
                 raise ValueError(f"{name} are on device {obj.device}, the fragments on {device}")
         v = as_vec3_array(verts, "verts", device)
         f = as_faces_array(faces, "faces", device)
+        face_mat = None
+        if per_face:
+            if self.mode == ShadingMode.GOURAUD or self.blend == BlendMode.SIGMOID:
+                raise ValueError(
+                    "face_materials: per-face materials light faces per pixel (Phong and "
+                    "flat shaders); Gouraud lights vertices and the silhouette has no material"
+                )
+            face_mat = face_materials_array(face_materials, f.shape[0], len(materials), device,
+                                            validate=validate)  # fmt: skip
         if buffers is None:
             buffers = ShadingBuffers(
                 shape, v.shape[0], f.shape[0], device, requires_grad=active_tape() is not None
@@ -810,6 +830,9 @@ class ShaderBase:
         )
         blend = self._blend_fields(cameras, blend_params, znear, zfar, device, compact_slots)
         fields = {**slot, **blend}
+        if face_mat is not None:
+            fields["face_material"] = face_mat
+            fields["material_per_face"] = 1
 
         def build() -> ShadeInputs:
             a = new_inputs(device)
