@@ -10,8 +10,8 @@ central differences.
 
 from __future__ import annotations
 
-import numpy as np
 import np_shading as ref
+import numpy as np
 import pytest
 import warp as wp
 
