@@ -38,6 +38,7 @@ from ..rasterize import RENDER_OPTIONS, settings_from_options, takes_render_opti
 from ..rasterize import rasterize_meshes as _rasterize_meshes_wp
 from ..settings import RasterSettings
 from . import ops, shading
+from .antialias import antialias
 from .checks import (
     check_index_range,
     check_packed,
@@ -85,6 +86,7 @@ from .streams import _TorchStream
 
 __all__ = [
     "RasterContext",
+    "antialias",
     "default_context",
     "face_normals",
     "interpolate_face_attributes",

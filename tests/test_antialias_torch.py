@@ -1,0 +1,112 @@
+"""warpraster.torch.antialias: the custom op against the Warp op and nvdiffrast's
+reference numbers, under autograd and torch.compile, with input checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import warp as wp
+from test_antialias import CASES, load, nvdr_ids
+
+import warpraster as wr
+import warpraster.torch as wrt
+
+
+def _tensors(case):
+    color = torch.tensor(case["color"], requires_grad=True)
+    verts = torch.tensor(case["verts_ndc"], requires_grad=True)
+    return color, torch.tensor(nvdr_ids(case)), verts, torch.tensor(case["faces_packed"])
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_torch_op_matches_nvdiffrast(name):
+    """Forward and gradients against nvdiffrast's (tolerances as in
+    tests/test_antialias.py: float32 rounding and atomic order there, values up
+    to ~3 for images, ~150 for vertex gradients: 1e-5 and 2e-4)."""
+    case = load(name)
+    color, p2f, verts, faces = _tensors(case)
+    aa = wrt.antialias(color, p2f.long(), verts, faces.long())  # int64 indices, as PyTorch3D
+    (aa * torch.tensor(case["grad_aa"])).sum().backward()
+    np.testing.assert_allclose(aa.detach().numpy(), case["aa"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(color.grad.numpy(), case["grad_color"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(verts.grad.numpy(), case["grad_verts_ndc"], rtol=0, atol=2e-4)
+
+
+def test_torch_op_equals_warp_op_bit_for_bit():
+    """The torch op is the Warp op on the same memory: same bits (deterministic)."""
+    case = load("aa_p05_batch3_two_icos_24x40")
+    color, p2f, verts, faces = _tensors(case)
+    aa = wrt.antialias(color, p2f, verts, faces, deterministic=True)
+    (aa * torch.tensor(case["grad_aa"])).sum().backward()
+    c = wp.array(case["color"], dtype=wp.float32, requires_grad=True)
+    v = wp.array(case["verts_ndc"], dtype=wp.vec3, requires_grad=True)
+    tape = wp.Tape()
+    with tape:
+        out = wr.antialias(c, wp.array(nvdr_ids(case)), v, case["faces_packed"], deterministic=True)
+    out.grad.assign(case["grad_aa"])
+    tape.backward()
+    np.testing.assert_array_equal(aa.detach().numpy(), out.numpy())
+    np.testing.assert_array_equal(color.grad.numpy(), c.grad.numpy())
+    np.testing.assert_array_equal(verts.grad.numpy(), v.grad.numpy())
+
+
+def test_torch_op_under_compile_and_beside_an_open_tape():
+    """torch.compile(fullgraph=True) gives the eager numbers; an open wp.Tape records
+    none of the op's launches."""
+    case = load("aa_p02_two_tris_occlusion_32")
+    g = torch.tensor(case["grad_aa"])
+
+    def loss(color, p2f, verts, faces):
+        return (wrt.antialias(color, p2f, verts, faces) * g).sum()
+
+    color, p2f, verts, faces = _tensors(case)
+    loss(color, p2f, verts, faces).backward()
+    eager = (color.grad.clone(), verts.grad.clone())
+    color2, _, verts2, _ = _tensors(case)
+    tape = wp.Tape()
+    with tape:
+        torch.compile(loss, fullgraph=True)(color2, p2f, verts2, faces).backward()
+    assert len(tape.launches) == 0
+    torch.testing.assert_close(color2.grad, eager[0], rtol=0, atol=0)
+    torch.testing.assert_close(verts2.grad, eager[1], rtol=0, atol=0)
+
+
+def test_torch_gradcheck_against_central_differences():
+    """float64 central differences of sum(aa * g) in the vertices (x, y), face ids
+    fixed, step 5e-5 NDC as in tests/test_antialias.py (no event within it on
+    aa_p01; float32 image rounding ~1e-6 in the loss over 1e-4: atol 2e-2;
+    the 1/(dy + 1e-3 px) guard: rtol 2e-3)."""
+    case = load("aa_p01_tri_16")
+    color, p2f, verts, faces = _tensors(case)
+    g = torch.tensor(case["grad_aa"], dtype=torch.float64)
+    (wrt.antialias(color, p2f, verts, faces).double() * g).sum().backward()
+    base = torch.tensor(case["verts_ndc"], dtype=torch.float64)
+    h = 5e-5
+    fd = torch.zeros_like(base)
+    with torch.no_grad():
+        for i in range(base.shape[0]):
+            for k in range(2):
+                vp, vm = base.clone(), base.clone()
+                vp[i, k] += h
+                vm[i, k] -= h
+                lp = (wrt.antialias(color, p2f, vp, faces).double() * g).sum()
+                lm = (wrt.antialias(color, p2f, vm, faces).double() * g).sum()
+                fd[i, k] = (lp - lm) / (2 * h)
+    assert fd.abs().max() > 1.0
+    torch.testing.assert_close(verts.grad.double(), fd, rtol=2e-3, atol=2e-2)
+
+
+def test_torch_bad_input_names_the_argument():
+    case = load("aa_p01_tri_16")
+    color, p2f, verts, faces = _tensors(case)
+    with pytest.raises(TypeError, match="color"):
+        wrt.antialias(color.long(), p2f, verts, faces)
+    with pytest.raises(ValueError, match="pix_to_face"):
+        wrt.antialias(color, p2f.expand(1, 16, 16, 2), verts, faces)
+    with pytest.raises(ValueError, match="pix_to_face"):
+        wrt.antialias(color, p2f + 5, verts, faces)
+    with pytest.raises(ValueError, match="faces"):
+        wrt.antialias(color, p2f, verts, faces + 3)
+    with pytest.raises(ValueError, match="verts_ndc"):
+        wrt.antialias(color, p2f, verts[:, :2], faces)
