@@ -16,6 +16,7 @@ configuration that says what each tensor is (:func:`config_and_tensors`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import torch
@@ -95,21 +96,42 @@ def _build(config: dict, tensors: list[torch.Tensor], grads: list | None):
         sigma=config["blend"]["sigma"], gamma=config["blend"]["gamma"], background_color=bg
     )
     out["z_planes"] = {name: take("raw") for name in config["z_planes"]}
-    tex_cfg = config["textures"]
-    if tex_cfg is None:
-        out["textures"] = None
-    elif tex_cfg["type"] == "TexturesVertex":
-        out["textures"] = _shading.TexturesVertex(take("raw"))
-    else:
-        maps, verts_uvs = take("raw"), take("raw")
-        faces_uvs = wp.from_torch(tensors[next(it)], dtype=wp.int32)
-        cls = getattr(_shading, tex_cfg["type"])
-        out["textures"] = cls(maps, faces_uvs, verts_uvs, **tex_cfg["static"])
     return out
 
 
-def _run(verts, faces, first, count, tensors, config, grads=None, grad_verts=None):
-    """Runs the Warp MeshRenderer (or rasterizer) on tensor views; returns (image, fragments)."""
+def _textures(config: dict, tensors: list[torch.Tensor], grads: list | None):
+    """The Warp textures from the op's last tensors (None without textures).
+
+    Built outside any tape: a ``TexturesUVMipmap`` builds its pyramid when made and
+    again when sampled; recorded twice, the pyramid's adjoint would reach the base
+    texels twice.
+    """
+    tex_cfg = config.get("textures")
+    if tex_cfg is None:
+        return None
+
+    def take(i):
+        return _wp(tensors[i], wp.float32, None if grads is None else grads[i])
+
+    if tex_cfg["type"] == "TexturesVertex":
+        return _shading.TexturesVertex(take(len(tensors) - 1))
+    n = len(tensors)
+    faces_uvs = wp.from_torch(tensors[n - 1], dtype=wp.int32)
+    cls = getattr(_shading, tex_cfg["type"])
+    return cls(take(n - 3), faces_uvs, take(n - 2), **tex_cfg["static"])
+
+
+def _run(verts, faces, first, count, tensors, config, grads=None, grad_verts=None, tape=None):
+    """Runs the Warp MeshRenderer (or rasterizer) on tensor views; returns (image, fragments).
+
+    With ``tape``, everything but the textures' construction is recorded on it.
+    """
+    textures = None if config["shader"] == "none" else _textures(config, tensors, grads)
+    with tape if tape is not None else contextlib.nullcontext():
+        return _render(verts, faces, first, count, tensors, config, grads, grad_verts, textures)
+
+
+def _render(verts, faces, first, count, tensors, config, grads, grad_verts, textures):
     v = _wp(verts, wp.vec3, grad_verts)
     f = wp.from_torch(to_int32(faces), dtype=wp.int32)
     fi = wp.from_torch(to_int32(first), dtype=wp.int32)
@@ -128,7 +150,7 @@ def _run(verts, faces, first, count, tensors, config, grads=None, grad_verts=Non
     renderer = _WarpMeshRenderer(rasterizer=rasterizer, shader=shader)
     if objs["shader_cameras"] is not None:
         renderer.shader = _OwnCamera(shader, objs["shader_cameras"])
-    image, frags = renderer(v, f, fi, cn, textures=objs["textures"], return_fragments=True,
+    image, frags = renderer(v, f, fi, cn, textures=textures, return_fragments=True,
                             **objs["z_planes"])  # fmt: skip
     return image, frags
 
@@ -195,10 +217,8 @@ def _render_backward_op(
     grads = [torch.zeros_like(t) if t.is_floating_point() else None for t in tensors]
     with _TorchStream(verts.device):
         tape = wp.Tape()
-        with tape:
-            image, frags = _run(
-                verts, faces, first, count, tensors, cfg, grads=grads, grad_verts=grad_verts
-            )
+        image, frags = _run(verts, faces, first, count, tensors, cfg, grads=grads,
+                            grad_verts=grad_verts, tape=tape)  # fmt: skip
         n, h, w, k = frags.pix_to_face.shape
         output_grads = {
             frags.zbuf: wp.from_torch(grad_zbuf.contiguous(), dtype=wp.float32),
