@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
+from .antialiasing import Antialias, AntialiasTopology
 from .backward.tape import active_tape
 from .camera import vert_to_mesh_from_faces
 from .fragments import Fragments
@@ -28,6 +29,7 @@ from .rasterizer import MeshRasterizer
 from .shading.corner_lists import CornerLists
 from .shading.fused import FORWARD_PATCH_W
 from .shading.materials import face_materials_array
+from .shading.modes import BlendMode
 from .shading.normals import vertex_normals
 from .shading.params import check_mesh_inputs, new_struct
 from .shading.pixel_args import PixelFragments
@@ -43,17 +45,22 @@ class MeshRenderer:
     Args:
         rasterizer: a :class:`warpraster.MeshRasterizer` (cameras and settings).
         shader: one of the shaders of :mod:`warpraster.shading`.
+        antialias: run :func:`warpraster.antialias` on the hard image (a hard
+            shader and ``faces_per_pixel=1``): silhouette and occlusion edges
+            blended by where they cross the pixels, so the image has gradients
+            with respect to where its edges are (nvdiffrast's ``antialias``).
 
     After a call, :attr:`fragments` holds the fragments the shader saw.
     """
 
-    def __init__(self, rasterizer: MeshRasterizer, shader: ShaderBase):
+    def __init__(self, rasterizer: MeshRasterizer, shader: ShaderBase, *, antialias: bool = False):
         if not isinstance(rasterizer, MeshRasterizer):
             raise TypeError(f"rasterizer must be a MeshRasterizer, got {type(rasterizer).__name__}")
         if not isinstance(shader, ShaderBase):
             raise TypeError(f"shader must be a warpraster shader, got {type(shader).__name__}")
         self.rasterizer = rasterizer
         self.shader = shader
+        self.antialias = _check_antialias(antialias, shader)
         self.fragments: Fragments | None = None
 
     def __call__(
@@ -101,6 +108,9 @@ class MeshRenderer:
             materials = None  # a material table: checked with its per-face ids by the shader
         check_mesh_inputs(verts.shape[0], f.shape[0], first.shape[0], textures=textures,
                           lights=lights, materials=materials)  # fmt: skip
+        settings = self.rasterizer.settings_for(cameras)
+        if self.antialias:
+            _check_antialias_k(settings)
         v2m = None
         if first.shape[0] > 1:
             v2m = vert_to_mesh_from_faces(f, first, count, verts.shape[0], device=verts.device)
@@ -122,7 +132,31 @@ class MeshRenderer:
         image = self.shader(
             fragments, verts, f, textures=textures, cameras=cameras, **shader_kwargs
         )
+        if self.antialias:
+            aa = Antialias(f, verts.shape[0], image.shape, verts.device,
+                           deterministic=settings.deterministic)  # fmt: skip
+            image = aa(image, fragments.pix_to_face, verts_ndc, zbuf=fragments.zbuf)
         return (image, fragments) if return_fragments else image
+
+
+def _check_antialias(antialias, shader: ShaderBase) -> bool:
+    """``antialias`` as a bool; ValueError unless the shader makes a hard image."""
+    if not isinstance(antialias, bool):
+        raise TypeError(f"antialias must be a bool, got {antialias!r}")
+    if antialias and (shader.blend != BlendMode.HARD or isinstance(shader, SoftSilhouetteShader)):
+        raise ValueError(
+            f"antialias: the antialias pass takes a hard image (K = 1, a hard shader), got "
+            f"{type(shader).__name__}; soft shaders blend their edges already"
+        )
+    return antialias
+
+
+def _check_antialias_k(settings) -> None:
+    if settings.faces_per_pixel != 1:
+        raise ValueError(
+            f"antialias: the antialias pass takes a K = 1 render, the raster settings have "
+            f"faces_per_pixel={settings.faces_per_pixel}"
+        )
 
 
 # ----------------------------------------------------------------------------- Renderer
@@ -296,6 +330,11 @@ class Renderer:
         textures: ``None``, ``TexturesVertex``, ``TexturesUV`` or ``TexturesUVMipmap``.
         face_to_object: optional (F,) int32 object id per face for ``mesh_ids``
             (default: the mesh index n).
+        antialias: run :func:`warpraster.antialias` on the hard image (a hard
+            shader and ``faces_per_pixel=1``): ``image`` is then the antialiased
+            image, differentiable with respect to where its edges are (vertices,
+            camera); the shaded image stays in ``outputs.shaded``. An image loss
+            on it takes the unfused route.
         face_materials: optional (F,) int32 per-face rows of the shader's
             ``materials``, then a material table of any number of rows (Phong and
             flat shaders; checked here once); None: one material per image.
@@ -346,6 +385,7 @@ class Renderer:
         textures=None,
         face_to_object=None,
         face_materials=None,
+        antialias: bool = False,
         channels=CHANNELS,
         steps: int = 1,
         requires_grad: bool = True,
@@ -419,6 +459,11 @@ class Renderer:
                 face_materials, self.faces.shape[0], len(shader.materials), dev
             )
         self.requires_grad = bool(requires_grad)
+        self.antialias = _check_antialias(antialias, shader)
+        self._aa_topology = None
+        if self.antialias:
+            _check_antialias_k(self.settings)
+            self._aa_topology = AntialiasTopology(self.faces, self.num_verts, dev)
         # the normals channel needs vertex normals; Phong and Gouraud compute them anyway
         self._shader_skips_normals = "normals" in self.channels and (
             shader.mode == ShadingMode.FLAT or isinstance(shader, SoftSilhouetteShader)
@@ -455,6 +500,12 @@ class Renderer:
         # the packed meshes the rasterizer reads (projected vertices, static topology,
         # checked at set-up against the workspace made for them above)
         out.meshes = pack_meshes(out.verts_ndc, self.faces, self.first, self.count, validate=False)
+        out.shaded = out.image
+        out.antialias = None
+        if self.antialias:
+            out.antialias = Antialias(self._aa_topology, self.num_verts, out.image.shape,
+                                      self.device, deterministic=self.settings.deterministic)
+            out.image = out.antialias.out
         out.channel_mesh = new_struct(
             ChannelMesh,
             self.device,
@@ -527,7 +578,8 @@ class Renderer:
         """
         o = self.outputs[self._check_step(step)]
         out = checked_mse_out(o.image, target, out)
-        if o.shading.fuse_image_mse(target, out, 1.0 / o.image.size, active_tape()):
+        fuse = o.antialias is None  # the antialiased image's loss is not the shading's
+        if fuse and o.shading.fuse_image_mse(target, out, 1.0 / o.image.size, active_tape()):
             return mse_forward(o.image, target, out)[0]
         return image_mse(o.image, target, out=out)
 
@@ -560,6 +612,8 @@ class Renderer:
             face_materials=self.face_materials,
             validate=False,  # checked at construction
         )
+        if out.antialias is not None:
+            out.antialias(out.shaded, frags.pix_to_face, out.verts_ndc, zbuf=frags.zbuf)
         nrm = out.shading.verts_normals
         if self._shader_skips_normals:
             vertex_normals(v, self.faces, out=nrm, sums_out=out.shading.normal_sums,
