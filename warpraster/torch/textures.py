@@ -45,8 +45,9 @@ def _batched(x, name: str, packed_ndim: int):
 
 
 class TexturesVertex(_Holder):
-    """PyTorch3D's ``TexturesVertex``: ``verts_features`` (N, V, C) padded or a list of
-    (V_i, C) (PyTorch3D's shapes), or (V, C) packed over the whole batch."""
+    """PyTorch3D's ``TexturesVertex``: ``verts_features`` (N, V, 3) padded or a list of
+    (V_i, 3) (PyTorch3D's shapes), or (V, 3) packed over the whole batch (RGB: the
+    shaders read three channels, so other widths are refused here)."""
 
     _names = ("verts_features",)
     _warp = "TexturesVertex"
@@ -54,8 +55,8 @@ class TexturesVertex(_Holder):
     def __init__(self, verts_features):
         self._kind, value = _batched(verts_features, "verts_features", 2)
         items = value if self._kind == "list" else [value]
-        for t in items:
-            float_tensor(t, "verts_features", t.ndim, (None,) * (t.ndim - 1))
+        for t in items:  # RGB: the shaders read three channels
+            float_tensor(t, "verts_features", t.ndim, (None,) * (t.ndim - 2) + (3,))
         if self._kind == "list":
             self._list = items
             self.verts_features = None
