@@ -35,9 +35,15 @@ __all__ = [
     "LightRows",
     "PointLights",
     "diffuse",
+    "LightList",
+    "direction_toward",
+    "light_index",
+    "light_kind",
+    "light_range",
     "light_terms",
     "normalize_eps",
     "specular",
+    "specular_toward",
 ]
 
 
@@ -78,10 +84,19 @@ def specular(
     shininess: float,
 ) -> wp.vec3:
     """Phong term ``color * relu(v^ . r)^shininess``, zero where ``n^ . l^ <= 0``."""
+    return specular_toward(normal, direction, color, camera_position - point, shininess)
+
+
+@wp.func
+def specular_toward(
+    normal: wp.vec3, direction: wp.vec3, color: wp.vec3, to_eye: wp.vec3, shininess: float
+) -> wp.vec3:
+    """:func:`specular` seen along ``to_eye`` (toward the viewer, not normalised: the
+    eye minus the point, or the reversed view direction of an orthographic camera)."""
     n = normalize_eps(normal)
     d = normalize_eps(direction)
     cos_angle = wp.dot(n, d)
-    view = normalize_eps(camera_position - point)
+    view = normalize_eps(to_eye)
     reflect = -d + 2.0 * (cos_angle * n)
     return color * phong_power(phong_alpha(cos_angle, view, reflect), shininess)
 
@@ -106,15 +121,59 @@ def phong_power(alpha: float, shininess: float) -> float:
 
 @wp.struct
 class LightRows:
-    """A light as kernels read it: its :class:`LightKind` and (B,) ``vec3`` rows
-    (B = 1 or N): ``param`` the location (point lights) or direction
-    (directional), and the ``ambient``, ``diffuse`` and ``specular`` colours."""
+    """Lights as kernels read them: ``param`` the location (point lights) or
+    direction (directional), and the ``ambient``, ``diffuse`` and ``specular``
+    colours, (B,) ``vec3`` rows each.
+
+    ``listed`` = 0: one light per image (PyTorch3D's lights), of kind ``kind``,
+    rows B = 1 (shared) or N, each array broadcast on its own.
+    ``listed`` = 1: a light list (:class:`LightList`): light j has kind
+    ``kinds[j]`` and row j of every array; image n is lit by lights
+    ``first[r] .. first[r + 1] - 1``, r = n (``first`` of N + 1 entries) or 0
+    (2 entries: every image has the same lights).
+    """
 
     kind: int
     param: wp.array(dtype=wp.vec3)
     ambient: wp.array(dtype=wp.vec3)
     diffuse: wp.array(dtype=wp.vec3)
     specular: wp.array(dtype=wp.vec3)
+    listed: int
+    kinds: wp.array(dtype=wp.int32)
+    first: wp.array(dtype=wp.int32)
+
+
+@wp.func
+def light_range(light: LightRows, n: int):
+    """(first, end) of the lights of image ``n`` (one light: (0, 1))."""
+    if light.listed == 0:
+        return 0, 1
+    r = row(n, light.first.shape[0] - 1)
+    return light.first[r], light.first[r + 1]
+
+
+@wp.func
+def light_index(light: LightRows, n: int, j: int, count: int) -> int:
+    """Row of light ``j`` of image ``n`` in an array of ``count`` rows."""
+    if light.listed != 0:
+        return j
+    return row(n, count)
+
+
+@wp.func
+def light_kind(light: LightRows, j: int) -> int:
+    """The :class:`LightKind` of light ``j``."""
+    if light.listed != 0:
+        return light.kinds[j]
+    return light.kind
+
+
+@wp.func
+def direction_toward(kind: int, param: wp.vec3, point: wp.vec3) -> wp.vec3:
+    """Direction toward a light of ``kind`` with parameter ``param`` from ``point``."""
+    if kind == LightKind.POINT:
+        return param - point
+    return param
 
 
 @wp.func
@@ -294,3 +353,101 @@ class AmbientLights(LightsBase):
 
     def _param(self) -> wp.array:
         return self._zero
+
+
+def _rows_param(value, name: str, count: int, device, requires_grad: bool) -> wp.array:
+    """(L,) ``vec3`` rows of a :class:`LightList` (a Warp array is used zero-copy)."""
+    arr = vec3_param(value, name, device, requires_grad)
+    if arr.shape[0] != count:
+        raise ValueError(f"{name} must have one row per light ({count}), got {arr.shape[0]}")
+    return arr
+
+
+class LightList:
+    """Several lights per image, of any kinds: a scene's light list (a USD stage's
+    ambient, distant and point lights). Kernels sum the lights of an image in list
+    order, each with PyTorch3D's formula ``(m_a l_a + m_d diffuse) texel + m_s
+    specular`` (:func:`~warpraster.shading.slot_light.lit_colour_toward`).
+
+    Args (keyword-only; colours and parameters ``(L, 3)`` NumPy or (L,) ``vec3``
+    Warp arrays, used zero-copy):
+        kinds: (L,) :class:`LightKind` per light.
+        param: direction toward the light (directional) or location (point);
+            any finite value for ambient lights.
+        ambient, diffuse, specular: colours (>= 0). ``diffuse`` and ``specular``
+            may be one Warp array (one colour for both terms; on a tape it then
+            receives both terms' gradients).
+        first: (N + 1,) ints, image n lit by lights ``first[n] .. first[n + 1] - 1``;
+            None: every image by all L lights.
+        device, requires_grad: as :class:`DirectionalLights`.
+
+    Raises:
+        TypeError, ValueError: bad input, named by argument (values read back once).
+    """
+
+    def __init__(
+        self,
+        *,
+        kinds,
+        param,
+        ambient,
+        diffuse,
+        specular,
+        first=None,
+        device=None,
+        requires_grad: bool = False,
+    ):
+        import numpy as np
+
+        kinds = np.asarray(kinds, np.int64).reshape(-1)
+        count = int(kinds.shape[0])
+        if count < 1:
+            raise ValueError("kinds: a light list needs at least one light")
+        valid = {int(k) for k in LightKind}
+        if not set(kinds.tolist()) <= valid:
+            raise ValueError(f"kinds must be LightKind values, got {kinds.tolist()}")
+        given = [param, ambient, diffuse, specular]
+        if device is None:
+            arrays = [v for v in given if isinstance(v, wp.array)]
+            device = arrays[0].device if arrays else None
+        self.device = wp.get_device(device)
+        d, rg = self.device, requires_grad
+        self.param = _rows_param(param, "param", count, d, rg)
+        self.ambient_color = _rows_param(ambient, "ambient", count, d, rg)
+        self.diffuse_color = _rows_param(diffuse, "diffuse", count, d, rg)
+        self.specular_color = (
+            self.diffuse_color if specular is diffuse else _rows_param(specular, "specular", count, d, rg)
+        )
+        for name in ("ambient_color", "diffuse_color", "specular_color"):
+            check_rows(getattr(self, name), name[: -len("_color")], minimum=0.0)
+        check_rows(self.param, "param")
+        first = np.array([0, count]) if first is None else np.asarray(first, np.int64).reshape(-1)
+        if first.shape[0] < 2 or first[0] != 0 or first[-1] != count or np.any(np.diff(first) < 0):
+            raise ValueError(
+                f"first must run from 0 to the {count} lights without decreasing, got {first.tolist()}"
+            )
+        self._n = int(first.shape[0]) - 1
+        self.kinds = wp.array(kinds.astype(np.int32), dtype=wp.int32, device=d)
+        self.first = wp.array(first.astype(np.int32), dtype=wp.int32, device=d)
+        self.num_lights = count
+
+    def __len__(self) -> int:
+        """Images served: 1 (every image has all the lights) or N."""
+        return self._n
+
+    def parameters(self) -> dict[str, wp.array]:
+        """The parameter arrays by name (``specular_color`` may be ``diffuse_color``)."""
+        return dict(
+            param=self.param,
+            ambient_color=self.ambient_color,
+            diffuse_color=self.diffuse_color,
+            specular_color=self.specular_color,
+        )
+
+    def fill(self, rows: LightRows) -> None:
+        """Puts the list into the kernels' ``rows`` (``listed`` = 1)."""
+        rows.kind = int(LightKind.AMBIENT)
+        rows.listed = 1
+        rows.param, rows.ambient = self.param, self.ambient_color
+        rows.diffuse, rows.specular = self.diffuse_color, self.specular_color
+        rows.kinds, rows.first = self.kinds, self.first

@@ -1,0 +1,184 @@
+"""What the pixel kernel and its adjoint read and write: the argument structs.
+
+:class:`ShadeInputs` is one launch's inputs besides the fragments (the per-face
+corner tables, texels, camera, lights, materials and the blend's fields);
+:class:`ShadeGrads` nests the same structs for the gradients the adjoint adds
+(same field names: the gradient of ``a.mat.diffuse`` is ``g.mat.diffuse``);
+:class:`ImageGrad` is the image gradient the adjoint reads. The forward
+(:mod:`warpraster.shading.fused`) and the adjoint
+(:mod:`warpraster.shading.fused_adjoint`) exchange these.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from .lighting import LightRows
+from .params import new_struct, row
+from .pixel_args import CameraRT, FaceCorners, MaterialRows, fill_placeholders, PixelFragments
+
+wp.set_module_options({"fuse_fp": False})
+
+__all__ = [
+    "BLEND_EPS",
+    "ImageGrad",
+    "ShadeGrads",
+    "ShadeInputs",
+    "camera_centre",
+    "material_row",
+    "new_inputs",
+    "prob",
+    "zinv",
+]
+
+#: PyTorch3D's ``eps`` in ``softmax_rgb_blend``.
+BLEND_EPS = wp.constant(1.0e-10)
+
+# Bits of ShadeGrads.want: which gradients the adjoint writes.
+WANT_BARY = 1
+WANT_ZBUF = 2
+WANT_DISTS = 4
+WANT_COLORS = 8  # given colours, or the texel array (TexelSource.PIXEL)
+WANT_FACE_POS = 16
+WANT_FACE_NRM = 32
+WANT_FACE_COL = 64
+WANT_CAMERA = 128
+WANT_LIGHT = 256
+WANT_MATERIAL = 512
+WANT_BACKGROUND = 1024
+WANT_ALPHA = 2048  # the per-slot opacity array (slot_alpha)
+
+
+@wp.struct
+class ShadeInputs:
+    """What the pixel kernel reads besides the fragments.
+
+    ``lit`` = 0: the slot colours are ``colors`` (blend only). ``lit`` = 1: each
+    slot is lit: surface from the per-face corner tables ``faces``, the texel
+    from ``texel_source``, camera ``cam``, ``light`` and material ``mat`` rows.
+
+    ``material_per_face`` = 1: face f is lit with material row
+    ``face_material[f]`` (a material table); 0: with the image's row (one
+    material per image, PyTorch3D's ``Materials``).
+
+    ``compact`` = 1 promises that each pixel's filled slots come first (the
+    rasterizer's sorted queues): the slot loops stop at the first empty slot
+    instead of reading all K (at K = 8 most slots are empty).
+
+    What a scene renderer adds (all 0 for PyTorch3D's shaders):
+    ``two_sided`` = 1 turns each slot's normal toward the viewer before lighting;
+    ``orthographic`` = 1 looks along the camera's forward axis (R's third
+    column) instead of from its centre; ``far_cut`` = 1 makes a hard blend's
+    first slot beyond ``zfar`` empty; ``slot_alpha`` = 1 gives a hard blend's
+    alpha from the per-slot opacity ``alpha`` (clamped to [0, 1]) and
+    ``premultiply`` = 1 writes its colour multiplied by that alpha.
+    """
+
+    lit: int
+    colors: wp.array4d(dtype=wp.vec3)
+    mode: int
+    texel_source: int
+    faces: FaceCorners
+    texels: wp.array4d(dtype=wp.vec3)
+    cam: CameraRT
+    light: LightRows
+    mat: MaterialRows
+    face_material: wp.array(dtype=wp.int32)
+    material_per_face: int
+    blend: int
+    compact: int
+    background: wp.array(dtype=wp.vec3)
+    znear: wp.array(dtype=wp.float32)
+    zfar: wp.array(dtype=wp.float32)
+    sigma: float
+    gamma: float
+    two_sided: int
+    orthographic: int
+    far_cut: int
+    slot_alpha: int
+    premultiply: int
+    alpha: wp.array4d(dtype=wp.float32)
+
+
+@wp.struct
+class ShadeGrads:
+    """Where the adjoint adds its gradients: those of the fragments (``frag``:
+    ``bary_coords``, ``zbuf``, ``dists``; ``pix_to_face`` is not written) and of
+    the arrays of :class:`ShadeInputs` (each nested struct holds the gradients of
+    the same fields), and ``want``, the WANT_* bits of those it writes."""
+
+    want: int
+    frag: PixelFragments
+    colors: wp.array4d(dtype=wp.vec3)
+    faces: FaceCorners
+    cam: CameraRT
+    light: LightRows
+    mat: MaterialRows
+    background: wp.array(dtype=wp.vec3)
+    alpha: wp.array4d(dtype=wp.float32)
+
+
+@wp.struct
+class ImageGrad:
+    """The image gradient the adjoint reads: ``grad`` (N, H, W, 4), the image's
+    ``.grad``, plus, when ``mse`` = 1, the gradient of an image MSE computed on
+    the fly (:meth:`warpraster.Renderer.image_mse`, which then writes no image
+    gradient): ``2 weight loss_grad[0] (image - target)``, as
+    :func:`~warpraster.shading.reductions.image_mse`'s backward adds it."""
+
+    grad: wp.array4d(dtype=wp.float32)
+    mse: int
+    target: wp.array4d(dtype=wp.float32)
+    loss_grad: wp.array(dtype=wp.float32)
+    weight: float
+
+
+#: The structs nested in ShadeInputs and ShadeGrads, by field name.
+NESTED = {"faces": FaceCorners, "cam": CameraRT, "light": LightRows, "mat": MaterialRows}
+
+
+def new_inputs(device) -> ShadeInputs:
+    """A :class:`ShadeInputs` whose arrays (nested ones too) are one-element
+    placeholders on ``device`` (Warp's tape walks every array field of a struct
+    it differentiates)."""
+    a = new_struct(ShadeInputs, device)
+    for name, cls in NESTED.items():
+        fill_placeholders(getattr(a, name), cls, device)
+    return a
+
+
+@wp.func
+def wants(g: ShadeGrads, bit: int) -> bool:
+    return (g.want & bit) != 0
+
+
+@wp.func
+def camera_centre(cam: CameraRT, n: int):
+    """World position of camera ``n``: ``C @ R + T = 0`` (row vectors), so ``C = -R T``."""
+    r = cam.R[row(n, cam.R.shape[0])]
+    t = cam.T[row(n, cam.T.shape[0])]
+    return -(r * t)
+
+
+@wp.func
+def prob(d: float, sigma: float) -> float:
+    """``sigmoid(-d / sigma)`` as torch computes it."""
+    x = -d / sigma
+    return 1.0 / (1.0 + wp.exp(-x))
+
+
+@wp.func
+def zinv(f: int, z: float, zn: float, zf: float) -> float:
+    """PyTorch3D's ``(zfar - z) / (zfar - znear) * mask``."""
+    if f < 0:
+        return 0.0
+    return (zf - z) / (zf - zn)
+
+
+@wp.func
+def material_row(a: ShadeInputs, n: int, f: int) -> int:
+    """The material row that lights face ``f`` in image ``n``: the face's own
+    (a material table, ``material_per_face``) or the image's."""
+    if a.material_per_face != 0:
+        return a.face_material[f]
+    return n
