@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import warp as wp
+from conftest import DEVICES
 from p3d_backward_ref import pixel_centres
 from p3d_render_cases import rel_l2
 
@@ -202,6 +203,7 @@ def test_torch_soft_shader_default_gradient_is_the_derivative(silhouette):
         assert rel_l2(p3d, fd) > PYTORCH3D_MISS, rel_l2(p3d, fd)
 
 
+@pytest.mark.skipif("cpu" not in DEVICES, reason="torch runs on the cpu; cpu is not a test device")
 def test_torch_raster_settings_reach_the_warp_renderer():
     """The torch MeshRenderer runs the Warp one: each flag gives the Warp entry's
     gradient, to the bit (the same kernels on the same float32 upstream gradient,
