@@ -260,13 +260,20 @@ def test_mesh_rasterizer_passes_exact_perspective_grad_to_the_raster_call(device
                 cams.transform_points_ndc(v), FACES, [0], [2], settings=s
             ),
         )
-        np.testing.assert_array_equal(ours, theirs)  # the same kernels, the same order
+        _same(ours, theirs, device)  # the same kernels
         grads[exact] = ours
     assert not np.array_equal(grads[True], grads[False])
     # the default is the exact one
     default = _fragment_grad(device, lambda v: wr.MeshRasterizer(
         cameras=cams, raster_settings=_settings())(v, FACES, [0], [2]))  # fmt: skip
-    np.testing.assert_array_equal(default, grads[True])
+    _same(default, grads[True], device)
+
+
+def _same(a, b, device):
+    if wp.get_device(device).is_cpu:
+        np.testing.assert_array_equal(a, b)  # the cpu adds its atomics in one order
+    else:  # CUDA float32 atomics reorder: a few ulps of the largest entry
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * np.abs(b).max())
 
 
 def test_renderer_takes_exact_perspective_grad_from_its_settings(device):
