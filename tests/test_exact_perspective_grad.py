@@ -152,10 +152,11 @@ def test_warp_soft_silhouette_default_gradient_is_the_derivative(device):
     fd = _central_differences(lambda v: _warp_render(v, device, silhouette=True)[:2], p2f)
     assert rel_l2(grad, fd) <= FD_TOL, rel_l2(grad, fd)
     # the silhouette reads only dists, whose gradient does not pass through the
-    # perspective denominator: PyTorch3D's numbers are the same, to the bit
+    # perspective denominator: PyTorch3D's numbers are the same (to the bit on the
+    # cpu; CUDA's atomics add in a varying order)
     _, _, p3d = _warp_render(VERTS, device, silhouette=True, grad=True,
                              exact_perspective_grad=False)  # fmt: skip
-    np.testing.assert_array_equal(p3d, grad)
+    _same(p3d, grad, device)
 
 
 # ----------------------------------------------------------------------------- torch MeshRenderer
@@ -189,6 +190,7 @@ def _torch_render(v, *, silhouette=False, grad=False, **settings):
 
 
 @pytest.mark.parametrize("silhouette", [False, True], ids=["soft_phong", "soft_silhouette"])
+@pytest.mark.skipif("cpu" not in DEVICES, reason="torch runs on the cpu; cpu is not a test device")
 def test_torch_soft_shader_default_gradient_is_the_derivative(silhouette):
     pytest.importorskip("torch")
     _, p2f, grad = _torch_render(VERTS, silhouette=silhouette, grad=True)
