@@ -34,7 +34,7 @@ from ..backward.sorted import SortedSegmentSum
 from ..backward.tape import active_tape
 from ..grad_buffers import clear_owned_grads
 from ..meshes import as_faces_array
-from .kernels import AAGrads, AAInputs, adjoint, analyse_pairs, blend
+from .kernels import AAGrads, AAInputs, adjoint, analyse_and_blend
 from .topology import AntialiasTopology, edge_opposites
 
 __all__ = ["Antialias", "AntialiasTopology", "antialias", "edge_opposites"]
@@ -203,15 +203,15 @@ class Antialias:
             return out
         dev = self.device
         a = self._inputs(color, pix_to_face, verts_ndc, zbuf)
-        pairs = [self.pair_alpha, self.pair_code]
-        wp.launch(analyse_pairs, dim=(n, h, w), inputs=[a], outputs=pairs, device=dev,
-                  record_tape=False)  # fmt: skip
-        wp.launch(blend, dim=(n, h, w), inputs=[color, *pairs], outputs=[out], device=dev,
-                  record_tape=False)  # fmt: skip
         tape = active_tape()
         want_color = color.requires_grad and color.grad is not None
         want_pos = verts_ndc.requires_grad and verts_ndc.grad is not None
-        if tape is None or out.grad is None or not (want_color or want_pos):
+        record = tape is not None and out.grad is not None and (want_color or want_pos)
+        # one pass; the pair records the adjoint reads are stored only when recording
+        wp.launch(analyse_and_blend, dim=(n, h, w), inputs=[a, int(record)],
+                  outputs=[self.pair_alpha, self.pair_code, out], device=dev,
+                  record_tape=False)  # fmt: skip
+        if not record:
             return out
         if own:
             clear_owned_grads(self.out)  # ours: written by this call's consumers only
