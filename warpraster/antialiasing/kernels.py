@@ -26,9 +26,9 @@ pixel's), and the left/upper pixel (alpha > 0) or the right/lower one takes
 
 No float atomics in the forward: one kernel, in which each pixel analyses the
 (at most four) pairs it belongs to and blends them in a fixed order (its own two
-pairs' records are stored for the adjoint when a tape records). The adjoint gathers the colour gradient the same
-way; vertex gradients are either added with atomics or stored per pair and
-summed in a fixed order (deterministic).
+pairs' records are stored for the adjoint when a tape records). The adjoint
+gathers the colour gradient the same way; vertex gradients are either added
+with atomics or stored per pair and summed in a fixed order (deterministic).
 """
 
 from __future__ import annotations
