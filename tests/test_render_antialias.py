@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import warp as wp
+from conftest import DEVICES
 
 import warpraster as wr
 from warpraster import shading
@@ -174,3 +175,44 @@ def test_antialias_needs_a_hard_k1_render(device):
     with pytest.raises(TypeError, match="antialias must be a bool"):
         MeshRenderer(rasterizer=wr.MeshRasterizer(cameras=cams, raster_settings=s1),
                      shader=hard, antialias="yes")  # fmt: skip
+
+
+@pytest.mark.skipif("cpu" not in DEVICES, reason="torch runs on the cpu; cpu is not a test device")
+def test_torch_mesh_renderer_antialias_is_the_warp_one():
+    torch = pytest.importorskip("torch")
+    from warpraster.torch import shading as T
+
+    v, f, _, _, _ = _quad_scene("cpu")
+    R, Tr = wr.look_at_view_transform(dist=2.5, elev=10.0, azim=15.0)
+    settings = dict(image_size=(24, 32), faces_per_pixel=1)
+    cols = np.array([[0.9, 0.2, 0.1]] * 4 + [[0.1, 0.3, 0.9]] * 3, np.float32)
+    # torch
+    tcams = T.FoVPerspectiveCameras(R=torch.tensor(R), T=torch.tensor(Tr), fov=55.0)
+    tl = T.DirectionalLights(direction=[[0.3, -0.5, -1.0]])
+    tr = T.MeshRenderer(T.MeshRasterizer(cameras=tcams,
+                                         raster_settings=T.RasterizationSettings(**settings)),
+                        T.HardPhongShader(cameras=tcams, lights=tl), antialias=True)  # fmt: skip
+    tv = torch.tensor(v, requires_grad=True)
+    img = tr(tv, torch.tensor(f), torch.tensor([0]), torch.tensor([3]),
+             textures=T.TexturesVertex(torch.tensor(cols)))  # fmt: skip
+    weights = np.random.default_rng(3).standard_normal(img.shape).astype(np.float32)
+    (img * torch.tensor(weights)).sum().backward()
+    # Warp
+    cams = wr.FoVPerspectiveCameras(R=R, T=Tr, fov=55.0, device="cpu")
+    lights = shading.DirectionalLights(direction=[[0.3, -0.5, -1.0]], device="cpu")
+    mr = MeshRenderer(
+        rasterizer=wr.MeshRasterizer(cameras=cams,
+                                     raster_settings=wr.RasterizationSettings(**settings)),
+        shader=shading.HardPhongShader(cameras=cams, lights=lights), antialias=True)  # fmt: skip
+    wv = wp.array(v, dtype=wp.vec3, device="cpu", requires_grad=True)
+    tape = wp.Tape()
+    with tape:
+        wimg = mr(wv, f, [0], [3], textures=shading.TexturesVertex(cols, device="cpu"))
+    tape.backward(grads={wimg: wp.array(weights, dtype=wp.float32, device="cpu")})
+    # the torch op runs the Warp renderer on the same values: the same bits
+    np.testing.assert_array_equal(img.detach().numpy(), wimg.numpy())
+    np.testing.assert_array_equal(tv.grad.numpy(), wv.grad.numpy())
+    assert np.abs(tv.grad.numpy()).max() > 0
+    with pytest.raises(ValueError, match="antialias"):
+        T.MeshRenderer(T.MeshRasterizer(cameras=tcams), T.SoftPhongShader(cameras=tcams),
+                       antialias=True)  # fmt: skip

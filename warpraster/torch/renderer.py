@@ -203,7 +203,8 @@ def _meshes_inputs(meshes_world, packed_args: tuple, textures):
     )
 
 
-def _render(rasterizer, shader, meshes_world, packed_args, textures, kwargs, who):
+def _render(rasterizer, shader, meshes_world, packed_args, textures, kwargs, who,
+            antialias: bool = False):  # fmt: skip
     """(image, Fragments) of one call (image zeros for a rasterizer call)."""
     verts, faces, first, count, tex, per_mesh = _meshes_inputs(meshes_world, packed_args, textures)
     call = RenderCall.resolve(rasterizer, shader, kwargs, who)
@@ -211,6 +212,13 @@ def _render(rasterizer, shader, meshes_world, packed_args, textures, kwargs, who
     if shader is not None:
         call.textures = pack_textures(tex, v.shape[0], cn, per_mesh)
     config, tensors = config_and_tensors(call, v.device)
+    if antialias:
+        if call.raster_settings.faces_per_pixel != 1:
+            raise ValueError(
+                "antialias: the antialias pass takes a K = 1 render, the raster settings have "
+                f"faces_per_pixel={call.raster_settings.faces_per_pixel}"
+            )
+        config["antialias"] = True
     img, p2f, zbuf, bary, dists = render_op(v, f, fi, cn, tensors, config_json(config))
     return img, Fragments(p2f.to(torch.int64), zbuf, bary, dists)
 
@@ -246,10 +254,20 @@ class MeshRenderer(torch.nn.Module):
     tensor that requires grad.
     """
 
-    def __init__(self, rasterizer: MeshRasterizer, shader: _Shader):
+    def __init__(self, rasterizer: MeshRasterizer, shader: _Shader, *, antialias: bool = False):
         super().__init__()
+        if not isinstance(antialias, bool):
+            raise TypeError(f"antialias must be a bool, got {antialias!r}")
+        if antialias and not getattr(shader, "_warp", "").startswith("Hard"):
+            raise ValueError(
+                f"antialias: the antialias pass takes a hard image (K = 1, a hard shader), got "
+                f"{type(shader).__name__}; soft shaders blend their edges already"
+            )
         self.rasterizer = rasterizer
         self.shader = shader
+        #: run the antialias pass on the hard image (warpraster.torch.antialias):
+        #: gradients with respect to where the silhouette and occlusion edges are
+        self.antialias = antialias
         self.fragments: Fragments | None = None
 
     def to(self, device):
@@ -259,7 +277,8 @@ class MeshRenderer(torch.nn.Module):
 
     def forward(self, meshes_world, *packed_args, textures=None, **kwargs):
         img, self.fragments = _render(self.rasterizer, self.shader, meshes_world, packed_args,
-                                      textures, kwargs, type(self).__name__)  # fmt: skip
+                                      textures, kwargs, type(self).__name__,
+                                      antialias=self.antialias)  # fmt: skip
         return img
 
 
