@@ -25,6 +25,7 @@ __all__ = [
     "ShadeGrads",
     "ShadeInputs",
     "camera_centre",
+    "camera_centre_precise",
     "material_row",
     "new_inputs",
     "prob",
@@ -71,7 +72,10 @@ class ShadeInputs:
     column) instead of from its centre; ``far_cut`` = 1 makes a hard blend's
     first slot beyond ``zfar`` empty; ``slot_alpha`` = 1 gives a hard blend's
     alpha from the per-slot opacity ``alpha`` (clamped to [0, 1]) and
-    ``premultiply`` = 1 writes its colour multiplied by that alpha.
+    ``premultiply`` = 1 writes its colour multiplied by that alpha;
+    ``precise_eye`` = 1 evaluates the eye ``-(R T)`` in float64 and rounds it once
+    (:func:`camera_centre_precise`: the camera position a scene gave in float64,
+    where PyTorch3D's float32 evaluation can be an ulp off it).
     """
 
     lit: int
@@ -98,6 +102,7 @@ class ShadeInputs:
     slot_alpha: int
     premultiply: int
     alpha: wp.array4d(dtype=wp.float32)
+    precise_eye: int
 
 
 @wp.struct
@@ -158,6 +163,22 @@ def camera_centre(cam: CameraRT, n: int):
     r = cam.R[row(n, cam.R.shape[0])]
     t = cam.T[row(n, cam.T.shape[0])]
     return -(r * t)
+
+
+@wp.func
+def camera_centre_precise(cam: CameraRT, n: int):
+    """:func:`camera_centre` evaluated in float64 and rounded to float32 once (the
+    products of float32 values are exact in float64): the correctly rounded
+    centre, up to the float64 sum's rounding. Its gradient is the same."""
+    r = cam.R[row(n, cam.R.shape[0])]
+    t = cam.T[row(n, cam.T.shape[0])]
+    t0 = wp.float64(t[0])
+    t1 = wp.float64(t[1])
+    t2 = wp.float64(t[2])
+    x = wp.float64(r[0, 0]) * t0 + wp.float64(r[0, 1]) * t1 + wp.float64(r[0, 2]) * t2
+    y = wp.float64(r[1, 0]) * t0 + wp.float64(r[1, 1]) * t1 + wp.float64(r[1, 2]) * t2
+    z = wp.float64(r[2, 0]) * t0 + wp.float64(r[2, 1]) * t1 + wp.float64(r[2, 2]) * t2
+    return wp.vec3(-wp.float32(x), -wp.float32(y), -wp.float32(z))
 
 
 @wp.func

@@ -26,7 +26,15 @@ from .lighting import (
 from .modes import ShadingMode, TexelSource
 from .params import row
 from .pixel_args import PixelFragments
-from .shade_inputs import BLEND_EPS, ShadeInputs, camera_centre, material_row, prob, zinv
+from .shade_inputs import (
+    BLEND_EPS,
+    ShadeInputs,
+    camera_centre,
+    camera_centre_precise,
+    material_row,
+    prob,
+    zinv,
+)
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -199,6 +207,8 @@ def write_rgba(image: wp.array4d(dtype=wp.float32), n: int, y: int, x: int, c: w
 def pixel_eye(a: ShadeInputs, n: int) -> wp.vec3:
     """The eye position of image ``n`` when the slots are lit (else unused: 0)."""
     if a.lit != 0:
+        if a.precise_eye != 0:
+            return camera_centre_precise(a.cam, n)
         return camera_centre(a.cam, n)
     return wp.vec3(0.0)
 

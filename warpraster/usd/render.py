@@ -1,13 +1,29 @@
-"""Rendering a loaded scene: device buffers allocated once, one render per frame.
+"""Rendering a loaded scene: device buffers allocated once, one render per frame,
+through the one shading core, differentiable.
 
 :class:`StageRenderer` uploads a :class:`~warpraster.usd.scene.Scene` once
-(:class:`StageBuffers`), then each :meth:`StageRenderer.render` rasterizes the
-packed meshes through the camera (one image, K = 1, perspective-correct
-barycentrics, near-plane clipping at the camera's near distance), then one
-kernel (:mod:`warpraster.usd.shade`) shades the ``spp`` samples of each pixel
-(a grid of samples per pixel) and box-filters them. New positions, normals
-and cameras of a later frame are written into the same device arrays
-(``wp.array.assign``): nothing is reallocated per frame.
+(:class:`StageBuffers`: points, per-mesh transforms, corner tables, a material
+table with its texture atlas, a light list, the camera), then each
+:meth:`StageRenderer.render_device` runs the pipeline every front end runs:
+
+* points placed by their mesh's transform, the per-face corner tables gathered
+  (:mod:`warpraster.shading.corner_tables`);
+* the rasterizer through the camera at the sample resolution (one image, K = 1,
+  perspective-correct barycentrics clipped to the triangle and renormalised,
+  near-plane clipping at the camera's near distance);
+* each sample's albedo and opacity from the material table and atlas
+  (:mod:`warpraster.shading.atlas`);
+* the pixel kernel (:mod:`warpraster.shading.fused`): PyTorch3D's Phong model
+  summed over the stage's lights, two-sided, hard blend with the far cut,
+  premultiplied by the opacity;
+* the box filter of each pixel's ``spp`` samples and its centre sample's depth,
+  face and mesh (:mod:`warpraster.shading.resolve`).
+
+New positions, normals, cameras and lights of a later frame are written into the
+same device arrays (``wp.array.assign``): nothing is reallocated per frame. Made
+with ``requires_grad=True``, a render recorded on a ``wp.Tape`` sends gradients
+to the material parameters and texels, the points and mesh transforms, the
+camera and the lights (:class:`StageBuffers` lists them).
 
 Back faces: as Storm (usdview) draws them, a mesh whose ``doubleSided`` is
 false shows only its front faces, those whose corners run counter-clockwise
@@ -37,11 +53,21 @@ from .scene import (
     Scene,
     SceneMeshes,
 )
-from .shade import Corner, Lighting, MaterialRow, Surface, launch_shade
+from ..grad_buffers import clear_if_recording
+from ..shading.atlas import Atlas, TextureWrap, sample_atlas
+from ..shading.corner_tables import gather_corner_tables, place_points
+from ..shading.fused import launch_shade_blend, new_inputs
+from ..shading.lighting import LightKind, LightList
+from ..shading.materials import Materials
+from ..shading.modes import BlendMode, ShadingMode, TexelSource
+from ..shading.params import placeholder
+from ..shading.pixel_args import StructCache, pixel_fragments
+from ..shading.resolve import resolve_samples
+from ..shading.shaders import FaceTables
 
 __all__ = ["RenderOutput", "StageBuffers", "StageRenderer", "linear_to_srgb", "parse_spp"]
 
-wp.set_module_options({"enable_backward": False})  # integer outputs only
+wp.set_module_options({"enable_backward": False})  # the cull kernel: integer outputs only
 
 
 def linear_to_srgb(c: np.ndarray) -> np.ndarray:
@@ -87,122 +113,176 @@ class RenderOutput:
         return float((self.face_id >= 0).mean())
 
 
-def _vec_array(a: np.ndarray, dtype, device) -> wp.array:
-    return wp.array(np.ascontiguousarray(a, np.float32), dtype=dtype, device=device)
+def _vec_array(a: np.ndarray, dtype, device, requires_grad: bool = False) -> wp.array:
+    return wp.array(
+        np.ascontiguousarray(a, np.float32), dtype=dtype, device=device, requires_grad=requires_grad
+    )
+
+
+def _light_list(lights: LightSet, forward: np.ndarray, device, requires_grad: bool) -> LightList:
+    """The stage's lights as one :class:`~warpraster.shading.lighting.LightList`:
+    the ambient light, then the directional lights (the headlight, first of them,
+    travels along the camera's ``forward``), then the point lights. A light's one
+    colour is its diffuse and its specular colour (one array)."""
+    d = np.asarray(lights.directional, np.float32).reshape(-1, 2, 3).copy()
+    p = np.asarray(lights.point, np.float32).reshape(-1, 2, 3)
+    if lights.headlight and len(d):
+        d[0, 0] = forward
+    kinds = [LightKind.AMBIENT] + [LightKind.DIRECTIONAL] * len(d) + [LightKind.POINT] * len(p)
+    zero = np.zeros((1, 3), np.float32)
+    # directional rows hold the direction toward the light: minus the travel direction
+    param = np.concatenate([zero, -d[:, 0], p[:, 0]])
+    ambient = np.zeros((len(kinds), 3), np.float32)
+    ambient[0] = np.asarray(lights.ambient, np.float32).reshape(3)
+    colour = _vec_array(np.concatenate([zero, d[:, 1], p[:, 1]]), wp.vec3, device, requires_grad)
+    return LightList(kinds=kinds, param=param, ambient=ambient, diffuse=colour, specular=colour,
+                     device=device, requires_grad=requires_grad)  # fmt: skip
 
 
 class StageBuffers:
-    """Every device array of a scene: triangles, corners, materials, textures, lights.
+    """The stage's scene on the device: what a render reads, and what it can optimise.
+
+    Parameters (``requires_grad`` when the renderer was made with it; a
+    ``wp.Tape`` around :meth:`StageRenderer.render_device` sends gradients here;
+    the caller zeroes them, as any array of theirs):
 
     Attributes:
-        verts: (max(V, 1),) ``vec3`` world positions, rewritten in place by
-            :meth:`update_meshes` (as are ``faces`` and ``corners``).
+        verts: (max(V, 1),) ``vec3`` world points, rewritten in place by
+            :meth:`update_meshes` (as are ``faces`` and the corner arrays).
+        mesh_xform: (max(M, 1),) ``mat44`` row-vector transform applied to each
+            mesh's points and normals on the device (identity: USD's own xforms
+            are already in ``verts``), for optimising a mesh's placement.
+        atlas: the material table's diffuse colours, opacities and texels
+            (:class:`~warpraster.shading.atlas.Atlas`; row M, after the scene's M
+            materials, is unused: faces without a material take ``displayColor``).
+        materials: :class:`~warpraster.shading.materials.Materials` of M + 1 rows:
+            specular colour and Phong shininess (``UsdPreviewSurface``'s Blinn-Phong
+            exponent / 4), ambient and diffuse reflectivity 1 (the albedo is the
+            atlas'); row M (no material): no specular, shininess 10.
+        lights: the :class:`~warpraster.shading.lighting.LightList` (ambient,
+            directional, point; ``param``, ``ambient_color``, ``diffuse_color``
+            which is also ``specular_color``).
+
+    Scene data (no gradients):
         faces: (max(F, 1), 3) int32 vertex indices.
-        corners: (3 max(F, 1),) :class:`~warpraster.usd.shade.Corner`: normal,
-            colour and UV of each triangle corner.
-        face_material, face_mesh: (max(F, 1),) int32 material row (-1: none) and mesh.
-        surface: those arrays as the kernels' :class:`~warpraster.usd.shade.Surface`.
-        materials: (max(M, 1),) :class:`~warpraster.usd.shade.MaterialRow`.
-        texels: ``vec4`` linear RGBA of every texture, one after the other (row 0
-            is a black texel).
-        lighting: the lights and the view, :class:`~warpraster.usd.shade.Lighting`.
+        corner_normal, corner_color, corner_uv: (max(F, 1), 3) ``vec3`` / ``vec4`` /
+            ``vec2`` per triangle corner (``corners`` is ``corner_normal``).
+        face_material: (max(F, 1),) int32 atlas row, -1 for ``displayColor``;
+            ``material_ids``: the same with M for -1 (the table's row).
+        face_mesh, vert_mesh: (max(F, 1),) / (max(V, 1),) int32 mesh of each.
+        view: (3,) ``vec3``: camera position, forward, (far, 0, 0).
+        zfar: (1,) float32 far distance.
     """
 
-    def __init__(self, scene: Scene, device):
+    def __init__(self, scene: Scene, device, requires_grad: bool = False):
         m = scene.meshes
         self.device = wp.get_device(device)
-        d = self.device
+        d, rg = self.device, bool(requires_grad)
+        self.requires_grad = rg
         nf = max(m.num_faces, 1)
-        self.verts = _vec_array(m.verts.reshape(-1, 3), wp.vec3, d)
+        self.verts = _vec_array(m.verts.reshape(-1, 3), wp.vec3, d, rg)
+        if self.verts.shape[0] == 0:
+            self.verts = wp.zeros(1, dtype=wp.vec3, device=d, requires_grad=rg)
         faces = m.faces if m.num_faces else np.zeros((1, 3), np.int32)
         self.faces = wp.array(np.ascontiguousarray(faces, np.int32), dtype=wp.int32, device=d)
-        self.corners = wp.array(_corner_rows(m), dtype=Corner, device=d)
-        fm = m.face_material if m.num_faces else np.full(nf, -1, np.int32)
-        self.face_material = wp.array(fm.astype(np.int32), dtype=wp.int32, device=d)
-        mesh = m.face_mesh if m.num_faces else np.zeros(nf, np.int32)
-        self.face_mesh = wp.array(mesh.astype(np.int32), dtype=wp.int32, device=d)
-        self.surface = Surface()
-        for name in Surface.vars:
-            setattr(self.surface, name, getattr(self, name))
-        self.materials, self.texels = _material_rows(scene.materials, d)
-        self.lights = scene.lights
-        self.lighting = Lighting()
-        self.lighting.directional = self._light_rows(scene.lights.directional)
-        self.lighting.point = self._light_rows(scene.lights.point)
-        self.lighting.ambient = _vec_array(scene.lights.ambient.reshape(1, 3), wp.vec3, d)
-        self.lighting.view = wp.zeros(3, dtype=wp.vec3, device=d)
+        self.corner_normal = wp.zeros((nf, 3), dtype=wp.vec3, device=d)
+        self.corner_color = wp.zeros((nf, 3), dtype=wp.vec4, device=d)
+        self.corner_uv = wp.zeros((nf, 3), dtype=wp.vec2, device=d)
+        self._assign_corners(m)
+        fm = m.face_material.astype(np.int32) if m.num_faces else np.full(nf, -1, np.int32)
+        self.face_material = wp.array(fm, dtype=wp.int32, device=d)
+        nm = len(scene.materials)
+        self.material_ids = wp.array(np.where(fm < 0, nm, fm).astype(np.int32), dtype=wp.int32,
+                                     device=d)  # fmt: skip
+        mesh = m.face_mesh.astype(np.int32) if m.num_faces else np.zeros(nf, np.int32)
+        self.face_mesh = wp.array(mesh, dtype=wp.int32, device=d)
+        vert_mesh = np.zeros(self.verts.shape[0], np.int32)
+        for i, (first, count) in enumerate(zip(m.vert_first, m.vert_count, strict=True)):
+            vert_mesh[int(first) : int(first) + int(count)] = i
+        self.vert_mesh = wp.array(vert_mesh, dtype=wp.int32, device=d)
+        eye = np.tile(np.eye(4, dtype=np.float32), (max(len(m.names), 1), 1, 1))
+        self.mesh_xform = wp.array(eye, dtype=wp.mat44, device=d, requires_grad=rg)
+        mats = scene.materials
+        self.atlas = Atlas(
+            diffuse=[mat.diffuse for mat in mats] + [np.ones(3)],
+            opacity=[mat.opacity for mat in mats] + [1.0],
+            textures=[_texture(mat.texture) for mat in mats] + [None],
+            device=d,
+            requires_grad=rg,
+        )
+        ones = np.ones((nm + 1, 3), np.float32)
+        specular = np.array([mat.specular for mat in mats] + [np.zeros(3)], np.float32)
+        # UsdPreviewSurface's Blinn-Phong exponent -> the Phong (r . v) exponent
+        shininess = np.array([np.float32(mat.shininess / 4.0) for mat in mats] + [10.0], np.float32)
+        self.materials = Materials(ambient_color=ones, diffuse_color=ones, specular_color=specular,
+                                   shininess=shininess, device=d, requires_grad=rg)  # fmt: skip
+        self.view = wp.zeros(3, dtype=wp.vec3, device=d)
+        self.zfar = wp.zeros(1, dtype=wp.float32, device=d)
+        self.lights = None
 
     @property
-    def view(self) -> wp.array:
-        """(3,) ``vec3``: camera position, forward, (far, 0, 0)."""
-        return self.lighting.view
+    def corners(self) -> wp.array:
+        """The corner normals (``corner_normal``), the first corner array."""
+        return self.corner_normal
 
-    def _light_rows(self, rows: np.ndarray) -> wp.array:
-        rows = np.asarray(rows, np.float32).reshape(-1, 2, 3)
-        return wp.array(rows, dtype=wp.vec3, device=self.device)
-
-    def _assign_light_rows(self, name: str, rows: np.ndarray) -> None:
-        """Writes light rows in place (a new array when the number of lights changed)."""
-        current = getattr(self.lighting, name)
-        if rows.shape == tuple(current.shape) + (3,):
-            current.assign(rows)
-        else:
-            setattr(self.lighting, name, self._light_rows(rows))
+    def _assign_corners(self, meshes: SceneMeshes) -> None:
+        n = meshes.num_faces
+        if n:
+            self.corner_normal.assign(np.ascontiguousarray(meshes.normals.reshape(n, 3, 3), np.float32))
+            self.corner_color.assign(np.ascontiguousarray(meshes.colors.reshape(n, 3, 4), np.float32))
+            self.corner_uv.assign(np.ascontiguousarray(meshes.uvs.reshape(n, 3, 2), np.float32))
 
     def update_meshes(self, meshes: SceneMeshes) -> None:
         """Writes a later frame's positions, faces (winding), normals, colours and UVs in place."""
-        self.verts.assign(np.ascontiguousarray(meshes.verts.reshape(-1, 3), np.float32))
+        if meshes.num_verts:
+            self.verts.assign(np.ascontiguousarray(meshes.verts.reshape(-1, 3), np.float32))
         if meshes.num_faces:
             self.faces.assign(np.ascontiguousarray(meshes.faces, np.int32))
-        self.corners.assign(_corner_rows(meshes))
+        self._assign_corners(meshes)
 
-    def update_lights(self, lights: LightSet, camera: CameraParams) -> None:
-        """Writes the lights (the headlight follows the camera) and the view into place."""
+    def update_lights(self, lights: LightSet, camera: CameraParams) -> bool:
+        """Writes the lights (the headlight follows the camera) and the view into place;
+        True when the light list was remade (another number of lights)."""
         rot = np.asarray(camera.cam_to_world, np.float64)
         forward = -rot[2, :3] / max(np.linalg.norm(rot[2, :3]), 1e-12)
         self.view.assign(np.array([camera.position, forward, [camera.far, 0.0, 0.0]], np.float32))
-        d = np.asarray(lights.directional, np.float32).reshape(-1, 2, 3).copy()
-        if lights.headlight and len(d):
-            d[0, 0] = forward
-        self._assign_light_rows("directional", d)
-        self._assign_light_rows("point", np.asarray(lights.point, np.float32).reshape(-1, 2, 3))
-        self.lighting.ambient.assign(np.asarray(lights.ambient, np.float32).reshape(1, 3))
+        self.zfar.assign(np.array([camera.far], np.float32))
+        new = _light_list(lights, np.float32(forward), "cpu", False)
+        if self.lights is not None and self.lights.num_lights == new.num_lights:
+            for name, arr in new.parameters().items():
+                getattr(self.lights, name).assign(arr.numpy())
+            self.lights.kinds.assign(new.kinds.numpy())
+            return False
+        self.lights = _light_list(lights, np.float32(forward), self.device, self.requires_grad)
+        return True
 
 
-def _corner_rows(meshes: SceneMeshes) -> np.ndarray:
-    """The meshes' per-corner normals, colours and UVs as one :class:`Corner` record
-    each (a NumPy structured array, 3 max(F, 1) rows)."""
-    rows = np.zeros(max(3 * meshes.num_faces, 3), Corner.numpy_dtype())
-    n = 3 * meshes.num_faces
-    rows["normal"][:n] = meshes.normals.reshape(-1, 3)
-    rows["color"][:n] = meshes.colors.reshape(-1, 4)
-    rows["uv"][:n] = meshes.uvs.reshape(-1, 2)
-    return rows
+def _texture(tex):
+    """An :class:`~warpraster.shading.atlas.Atlas` texture entry of a scene texture."""
+    if tex is None:
+        return None
+    return tex.texels, TextureWrap(int(tex.wrap_s)), TextureWrap(int(tex.wrap_t)), tex.scale, tex.bias
 
 
-def _material_rows(materials: list[Material], device) -> tuple[wp.array, wp.array]:
-    """The scene's materials as :class:`MaterialRow` s (one default row when there is
-    none) and the texel atlas they index (texel 0 is black; textures follow it)."""
-    rows = []
-    chunks, offset = [np.zeros((1, 4), np.float32)], 1
-    for mat in materials or [None]:
-        row = MaterialRow()
-        row.shininess, row.opacity = 1.0, 1.0
-        row.tex_scale = wp.vec4(1.0)
-        if mat is not None:
-            row.diffuse, row.specular = wp.vec3(*mat.diffuse), wp.vec3(*mat.specular)
-            row.shininess = mat.shininess / 4.0  # Blinn-Phong exponent -> Phong (r . v) exponent
-            row.opacity = mat.opacity
-            tex = mat.texture
-            if tex is not None:
-                h, w = tex.texels.shape[:2]
-                row.texture = wp.vec4i(offset, w, h, int(tex.wrap_s) * 4 + int(tex.wrap_t))
-                row.tex_scale, row.tex_bias = wp.vec4(*tex.scale), wp.vec4(*tex.bias)
-                chunks.append(tex.texels.reshape(-1, 4))
-                offset += h * w
-        rows.append(row)
-    texels = _vec_array(np.concatenate(chunks), wp.vec4, device)
-    return wp.array(rows, dtype=MaterialRow, device=device), texels
+class _Work:
+    """The render's own intermediate buffers: their gradients are cleared by each
+    recorded render (:mod:`warpraster.grad_buffers`)."""
+
+    owns_grad_buffers = True
+
+    def __init__(self, num_verts: int, num_faces: int, samples: tuple[int, int],
+                 image_size: tuple[int, int], device, requires_grad: bool):  # fmt: skip
+        d, rg = device, requires_grad
+        hs, ws = samples
+        h, w = image_size
+        self.world = wp.zeros(num_verts, dtype=wp.vec3, device=d, requires_grad=rg)
+        self.verts_ndc = wp.zeros(num_verts, dtype=wp.vec3, device=d, requires_grad=rg)
+        self.tables = FaceTables(num_faces, d, rg)
+        self.albedo = wp.zeros((1, hs, ws, 1), dtype=wp.vec3, device=d, requires_grad=rg)
+        self.opacity = wp.zeros((1, hs, ws, 1), dtype=wp.float32, device=d, requires_grad=rg)
+        self.samples = wp.zeros((1, hs, ws, 4), dtype=wp.float32, device=d, requires_grad=rg)
+        self.color = wp.zeros((h, w), dtype=wp.vec4, device=d, requires_grad=rg)
+        self.workspaces = {}
 
 
 @wp.kernel
@@ -266,12 +346,17 @@ class StageRenderer:
         double_sided: draw the back faces of every mesh; by default only those of
             the meshes whose ``doubleSided`` is true (``scene.meshes.double_sided``),
             as Storm (usdview) does.
+        requires_grad: make the scene's parameters (:class:`StageBuffers`) and the
+            camera's ``R``, ``T``, ``focal_length`` / ``principal_point`` (or
+            ``scale_xyz``) trainable: a render recorded on a ``wp.Tape`` then sends
+            gradients to them from a loss on :attr:`color`.
         device: Warp device.
 
     Attributes (device outputs of the last render, (H, W)):
         color: ``vec4`` linear RGB (straight) and alpha = coverage x opacity.
         depth: float32 view depth of the centre sample, ``inf`` where empty.
         face_id, mesh_id: int32 triangle / mesh of the centre sample, -1 empty.
+        cameras: the rasterizer's camera (its arrays take the camera's gradients).
 
     Raises:
         ValueError: a camera path the scene does not have (naming it), bad sizes.
@@ -286,6 +371,7 @@ class StageRenderer:
         spp: int = 1,
         conform: AspectConform = AspectConform.EXPAND_APERTURE,
         double_sided: bool = False,
+        requires_grad: bool = False,
         device=None,
     ):
         h, w = (int(x) for x in image_size)
@@ -297,9 +383,10 @@ class StageRenderer:
         self.sample_size = (h * self.grid[0], w * self.grid[1])
         self.conform = AspectConform(conform)
         self.device = wp.get_device(device)
+        self.requires_grad = bool(requires_grad)
         d = self.device
         self.camera = self.resolve_camera(scene, camera, aspect=w / h)
-        self.buffers = StageBuffers(scene, d)
+        self.buffers = StageBuffers(scene, d, self.requires_grad)
         nf = scene.meshes.num_faces
         sided = scene.meshes.double_sided
         # the triangles the rasterizer sees: a copy with culled back faces made
@@ -311,18 +398,29 @@ class StageRenderer:
                 np.asarray(sided, np.int32), dtype=wp.int32, device=d
             )
             self._draw_faces = wp.empty_like(self.buffers.faces)
-        self.color = wp.zeros((h, w), dtype=wp.vec4, device=d)
+        self._work = _Work(self.buffers.verts.shape[0], self.buffers.faces.shape[0],
+                           self.sample_size, self.image_size, d, self.requires_grad)  # fmt: skip
+        self.color = self._work.color
         self.depth = wp.zeros((h, w), dtype=float, device=d)
         self.face_id = wp.zeros((h, w), dtype=wp.int32, device=d)
         self.mesh_id = wp.zeros((h, w), dtype=wp.int32, device=d)
-        self.verts_ndc = wp.zeros(max(scene.meshes.num_verts, 1), dtype=wp.vec3, device=d)
-        self._workspaces = {}
         self._first = wp.array([0], dtype=wp.int32, device=d)
         self._count = wp.array([nf], dtype=wp.int32, device=d)
-        self._cameras = None
+        self._structs = StructCache()
+        self.cameras = None
         self._key = None
+        self._inputs = None
         self._apply_camera(self.camera)
         self.buffers.update_lights(scene.lights, self.camera)
+
+    @property
+    def _cameras(self):
+        return self.cameras
+
+    @property
+    def verts_ndc(self) -> wp.array:
+        """(max(V, 1),) ``vec3`` projected points of the last render."""
+        return self._work.verts_ndc
 
     @staticmethod
     def resolve_camera(scene: Scene, camera, *, aspect: float = 4.0 / 3.0) -> CameraParams:
@@ -359,18 +457,25 @@ class StageRenderer:
         grid_cam = replace(cam, horizontal_aperture=ha, vertical_aperture=va)
         values = raster_camera(grid_cam, self.sample_size, device="cpu")
         if key != self._key:
-            self._cameras = raster_camera(grid_cam, self.sample_size, device=self.device)
+            self.cameras = raster_camera(grid_cam, self.sample_size, device=self.device)
+            if self.requires_grad:
+                for name, spec in type(self.cameras)._SPEC.items():
+                    if spec.differentiable:
+                        getattr(self.cameras, name).requires_grad = True
             settings = wr.RasterizationSettings(
                 image_size=self.sample_size,
                 faces_per_pixel=1,
                 perspective_correct=persp,
+                # the shading reads barycentrics clamped to the triangle and renormalised
+                clip_barycentric_coords=True,
                 z_clip_value=max(cam.near, 1e-6) if persp else None,
             )
-            self._rasterizer = wr.MeshRasterizer(cameras=self._cameras, raster_settings=settings)
+            self._rasterizer = wr.MeshRasterizer(cameras=self.cameras, raster_settings=settings)
             self._key = key
+            self._inputs = None
         else:
             for name in type(values)._SPEC:
-                getattr(self._cameras, name).assign(getattr(values, name).numpy())
+                getattr(self.cameras, name).assign(getattr(values, name).numpy())
         self.camera = cam
 
     def set_frame(
@@ -384,73 +489,106 @@ class StageRenderer:
             self.buffers.update_meshes(meshes)
         if camera is not None:
             self._apply_camera(camera)
-        self.buffers.update_lights(lights if lights is not None else self.scene.lights, self.camera)
+        lights = lights if lights is not None else self.scene.lights
+        if self.buffers.update_lights(lights, self.camera):
+            self._inputs = None
 
     def workspace(self, *, clipped: bool):
         """The raster buffers (made on first use): a ClipWorkspace when near-clipping."""
         import warpraster as wr
 
-        if clipped not in self._workspaces:
-            nf = max(self.scene.meshes.num_faces, 1)
+        work = self._work.workspaces
+        if clipped not in work:
             kw = dict(
-                num_faces=nf,
+                num_faces=self.buffers.faces.shape[0],
                 num_meshes=1,
                 image_size=self.sample_size,
                 faces_per_pixel=1,
                 device=self.device,
+                requires_grad=self.requires_grad,
             )
             if clipped:
-                ws = wr.ClipWorkspace(num_verts=max(self.scene.meshes.num_verts, 1), **kw)
+                ws = wr.ClipWorkspace(num_verts=self.buffers.verts.shape[0], **kw)
             else:
                 ws = wr.RasterWorkspace(**kw)
-            self._workspaces[clipped] = ws
-        return self._workspaces[clipped]
+            work[clipped] = ws
+        return work[clipped]
 
     def fragments(self):
-        """Rasterizes the current frame at the sample resolution (K = 1)."""
+        """Places the points and rasterizes the current frame at the sample
+        resolution (K = 1; on the tape)."""
+        b, work = self.buffers, self._work
+        place_points(b.verts, b.vert_mesh, b.mesh_xform, out=work.world)
         persp = self.camera.projection == Projection.PERSPECTIVE
         if self._mesh_double_sided is not None:
-            b = self.buffers
             wp.launch(
                 _cull_back_faces,
                 dim=b.faces.shape[0],
-                inputs=[
-                    b.faces,
-                    b.face_mesh,
-                    self._mesh_double_sided,
-                    b.verts,
-                    b.view,
-                    int(not persp),
-                ],
+                inputs=[b.faces, b.face_mesh, self._mesh_double_sided, work.world, b.view,
+                        int(not persp)],  # fmt: skip
                 outputs=[self._draw_faces],
                 device=self.device,
+                record_tape=False,
             )
         return self._rasterizer(
-            self.buffers.verts,
+            work.world,
             self._draw_faces,
             self._first,
             self._count,
             workspace=self.workspace(clipped=persp),
-            verts_ndc=self.verts_ndc,
+            verts_ndc=work.verts_ndc,
             validate=False,
         )
 
+    def _shade_inputs(self):
+        """The pixel kernel's :class:`~warpraster.shading.fused.ShadeInputs` (made
+        once, again only when the camera model or the number of lights changes)."""
+        if self._inputs is not None:
+            return self._inputs
+        b, work, d = self.buffers, self._work, self.device
+        a = new_inputs(d)
+        a.lit = 1
+        a.mode = int(ShadingMode.PHONG)
+        a.texel_source = int(TexelSource.PIXEL)
+        a.faces = work.tables.corners
+        a.texels = work.albedo
+        a.cam.R, a.cam.T = self.cameras.R, self.cameras.T
+        b.lights.fill(a.light)
+        mat = a.mat
+        mat.ambient, mat.diffuse, mat.specular, mat.shininess = b.materials.kernel_args()
+        a.face_material = b.material_ids
+        a.material_per_face = 1
+        a.blend = int(BlendMode.HARD)
+        a.background = placeholder(wp.vec3, 1, d)  # zeros: transparent black
+        a.zfar = b.zfar
+        a.two_sided = 1
+        a.orthographic = int(self.camera.projection == Projection.ORTHOGRAPHIC)
+        a.far_cut = 1
+        a.slot_alpha = 1
+        a.premultiply = 1
+        a.alpha = work.opacity
+        a.precise_eye = 1  # the camera position the stage gave, not an ulp off it
+        self._inputs = a
+        return a
+
     def render_device(self) -> None:
         """Renders the current frame into :attr:`color`, :attr:`depth`, :attr:`face_id`,
-        :attr:`mesh_id` (no allocation, no host read: capturable)."""
+        :attr:`mesh_id` (no allocation, no host read: capturable). Recorded on a
+        ``wp.Tape`` (``requires_grad=True``), its backward sends the gradient of
+        :attr:`color` to the scene's parameters."""
+        b, work = self.buffers, self._work
+        clear_if_recording(work)
         frags = self.fragments()
-        cam = self.camera
-        ortho = cam.projection == Projection.ORTHOGRAPHIC
-        launch_shade(
-            frags,
-            self.buffers,
-            grid=self.grid,
-            orthographic=ortho,
-            color=self.color,
-            depth=self.depth,
-            face_id=self.face_id,
-            mesh_id=self.mesh_id,
-        )
+        gather_corner_tables(b.faces, b.face_mesh, work.world, b.corner_normal, b.mesh_xform,
+                             pos_out=work.tables.pos, nrm_out=work.tables.nrm)  # fmt: skip
+        sample_atlas(frags, b.face_material, b.corner_uv, b.corner_color, b.atlas,
+                     albedo_out=work.albedo, opacity_out=work.opacity)  # fmt: skip
+        key = (frags.pix_to_face, frags.bary_coords, frags.zbuf, frags.dists)
+        frag = self._structs.get("fragments", key, lambda: pixel_fragments(frags))
+        launch_shade_blend(frag, self._shade_inputs(), work.samples)
+        resolve_samples(work.samples, frags, grid=self.grid, far=b.zfar, face_mesh=b.face_mesh,
+                        color=self.color, depth=self.depth, face_id=self.face_id,
+                        mesh_id=self.mesh_id)  # fmt: skip
 
     def output(self) -> RenderOutput:
         """The last render's device outputs copied to the host."""

@@ -1,0 +1,244 @@
+"""Per-slot albedo and opacity from a material table and a texel atlas.
+
+A scene's materials (a USD stage's ``UsdPreviewSurface`` materials) each have a
+diffuse colour, an opacity and optionally a texture: one image of an atlas that
+holds every texture's texels one after the other, read bilinearly with its own
+wrap modes and a ``texel * scale + bias`` (``UsdUVTexture``). For each filled
+slot (n, y, x, k) of the fragments, :func:`sample_atlas` writes
+
+* the albedo: the face's material diffuse colour times its texture at the
+  slot's interpolated UV, the diffuse colour alone for an untextured material,
+  or the slot's interpolated corner colour for a face without a material
+  (id -1: USD's ``displayColor``);
+* the opacity: the material's, or the interpolated corner alpha
+  (``displayOpacity``) for a face without one;
+
+which the pixel kernel reads as its texels (``TexelSource.PIXEL``) and
+per-slot opacity (``slot_alpha``). UV convention: v = 0 is the bottom row of a
+texture (USD's ``st``); row 0 of the stored texels is the top.
+
+The kernel is loop-free (one thread per slot), so Warp's generated adjoint is
+right: on a ``wp.Tape`` gradients reach the texels (each slot's four bilinear
+taps, atomically), the material diffuse colours and opacities, the corner
+UVs and colours, and the barycentrics (through the interpolated UV and
+colour).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+import warp as wp
+
+wp.set_module_options({"fuse_fp": False})
+
+__all__ = ["Atlas", "TextureWrap", "sample_atlas"]
+
+
+class TextureWrap(IntEnum):
+    """How a texel index outside the image is read (``UsdUVTexture`` ``wrapS``/``wrapT``)."""
+
+    REPEAT = 0
+    CLAMP = 1
+    MIRROR = 2
+    BLACK = 3  # outside reads (0, 0, 0, 1)
+
+
+@wp.func
+def _wrap(i: int, n: int, mode: int) -> int:
+    """Texel index ``i`` wrapped into [0, n) (-1 for BLACK outside)."""
+    if mode == TextureWrap.CLAMP:
+        return wp.clamp(i, 0, n - 1)
+    if mode == TextureWrap.MIRROR:
+        p = ((i % (2 * n)) + 2 * n) % (2 * n)
+        if p >= n:
+            p = 2 * n - 1 - p
+        return p
+    if mode == TextureWrap.BLACK:
+        if i < 0 or i >= n:
+            return -1
+        return i
+    return ((i % n) + n) % n
+
+
+@wp.func
+def _texel(texels: wp.array(dtype=wp.vec4), base: int, w: int, ix: int, iy: int) -> wp.vec4:
+    if ix < 0 or iy < 0:
+        return wp.vec4(0.0, 0.0, 0.0, 1.0)
+    return texels[base + iy * w + ix]
+
+
+@wp.func
+def bilinear(texels: wp.array(dtype=wp.vec4), info: wp.vec4i, uv: wp.vec2) -> wp.vec4:
+    """Bilinear sample; ``info`` = (first texel, width, height, wrap_s * 4 + wrap_t).
+
+    v = 0 is the bottom row of the image (USD's ``st`` convention).
+    """
+    w = info[1]
+    h = info[2]
+    ws = info[3] // 4
+    wt = info[3] % 4
+    x = uv[0] * float(w) - 0.5
+    y = (1.0 - uv[1]) * float(h) - 0.5
+    x0 = wp.floor(x)
+    y0 = wp.floor(y)
+    fx = x - x0
+    fy = y - y0
+    ix0 = _wrap(int(x0), w, ws)
+    ix1 = _wrap(int(x0) + 1, w, ws)
+    iy0 = _wrap(int(y0), h, wt)
+    iy1 = _wrap(int(y0) + 1, h, wt)
+    c00 = _texel(texels, info[0], w, ix0, iy0)
+    c10 = _texel(texels, info[0], w, ix1, iy0)
+    c01 = _texel(texels, info[0], w, ix0, iy1)
+    c11 = _texel(texels, info[0], w, ix1, iy1)
+    top = c00 * (1.0 - fx) + c10 * fx
+    bottom = c01 * (1.0 - fx) + c11 * fx
+    return top * (1.0 - fy) + bottom * fy
+
+
+@wp.kernel
+def _sample_atlas_kernel(
+    # Fragments in:
+    pix_to_face: wp.array4d(dtype=wp.int32),
+    bary_coords: wp.array4d(dtype=wp.vec3),
+    # Faces in: material row (-1: none) and per-corner UVs and RGBA colours, (F, 3)
+    face_material: wp.array(dtype=wp.int32),
+    corner_uv: wp.array2d(dtype=wp.vec2),
+    corner_color: wp.array2d(dtype=wp.vec4),
+    # Materials in, (M,) each:
+    diffuse: wp.array(dtype=wp.vec3),
+    opacity: wp.array(dtype=wp.float32),
+    texture: wp.array(dtype=wp.vec4i),
+    tex_scale: wp.array(dtype=wp.vec4),
+    tex_bias: wp.array(dtype=wp.vec4),
+    texels: wp.array(dtype=wp.vec4),
+    # Data out, (N, H, W, K):
+    albedo_out: wp.array4d(dtype=wp.vec3),
+    opacity_out: wp.array4d(dtype=wp.float32),
+):
+    n, y, x, k = wp.tid()
+    f = pix_to_face[n, y, x, k]
+    if f < 0:
+        albedo_out[n, y, x, k] = wp.vec3(0.0)
+        opacity_out[n, y, x, k] = 0.0
+        return
+    b = bary_coords[n, y, x, k]
+    m = face_material[f]
+    if m < 0:
+        col = b[0] * corner_color[f, 0] + b[1] * corner_color[f, 1] + b[2] * corner_color[f, 2]
+        albedo_out[n, y, x, k] = wp.vec3(col[0], col[1], col[2])
+        opacity_out[n, y, x, k] = col[3]
+        return
+    kd = diffuse[m]
+    info = texture[m]
+    if info[1] > 0:
+        uv = b[0] * corner_uv[f, 0] + b[1] * corner_uv[f, 1] + b[2] * corner_uv[f, 2]
+        t = bilinear(texels, info, uv)
+        sc = tex_scale[m]
+        bi = tex_bias[m]
+        kd = wp.cw_mul(
+            kd, wp.vec3(t[0] * sc[0] + bi[0], t[1] * sc[1] + bi[1], t[2] * sc[2] + bi[2])
+        )
+    albedo_out[n, y, x, k] = kd
+    opacity_out[n, y, x, k] = opacity[m]
+
+
+class Atlas:
+    """A material table with its texture atlas, on the device.
+
+    Args (keyword-only):
+        diffuse: (M, 3) diffuse colours (multiplied by the texture, if any).
+        opacity: (M,) opacities.
+        textures: M entries, each None or ``(texels, wrap_s, wrap_t, scale, bias)``:
+            (h, w, 4) float32 RGBA (row 0 the top), :class:`TextureWrap` modes and
+            the (4,) ``texel * scale + bias`` of ``UsdUVTexture``.
+        device: Warp device.
+        requires_grad: the diffuse colours, opacities and texels take gradients.
+
+    Attributes:
+        diffuse, opacity, texels: the trainable arrays ((M,) ``vec3``, (M,)
+            float32, (T,) ``vec4``; texel 0 is a black one no texture uses).
+        texture, tex_scale, tex_bias: (M,) per-material texture info
+            ((first texel, w, h, wrap_s * 4 + wrap_t), width 0 for none), scale, bias.
+    """
+
+    def __init__(self, *, diffuse, opacity, textures, device=None, requires_grad: bool = False):
+        d = wp.get_device(device)
+        diffuse = np.asarray(diffuse, np.float32).reshape(-1, 3)
+        m = diffuse.shape[0]
+        opacity = np.asarray(opacity, np.float32).reshape(-1)
+        if opacity.shape[0] != m or len(textures) != m:
+            raise ValueError(
+                f"diffuse ({m}), opacity ({opacity.shape[0]}) and textures ({len(textures)}) "
+                "need one entry per material"
+            )
+        info = np.zeros((m, 4), np.int32)
+        scale = np.ones((m, 4), np.float32)
+        bias = np.zeros((m, 4), np.float32)
+        chunks, offset = [np.zeros((1, 4), np.float32)], 1
+        for i, tex in enumerate(textures):
+            if tex is None:
+                continue
+            texels, wrap_s, wrap_t, sc, bi = tex
+            texels = np.asarray(texels, np.float32)
+            h, w = texels.shape[:2]
+            info[i] = (offset, w, h, int(wrap_s) * 4 + int(wrap_t))
+            scale[i], bias[i] = sc, bi
+            chunks.append(texels.reshape(-1, 4))
+            offset += h * w
+        rg = bool(requires_grad)
+        self.device = d
+        self.num_materials = m
+        self.diffuse = wp.array(diffuse, dtype=wp.vec3, device=d, requires_grad=rg)
+        self.opacity = wp.array(opacity, dtype=wp.float32, device=d, requires_grad=rg)
+        self.texels = wp.array(np.concatenate(chunks), dtype=wp.vec4, device=d, requires_grad=rg)
+        self.texture = wp.array(info, dtype=wp.vec4i, device=d)
+        self.tex_scale = wp.array(scale, dtype=wp.vec4, device=d)
+        self.tex_bias = wp.array(bias, dtype=wp.vec4, device=d)
+
+    def texel_range(self, material: int) -> tuple[int, int, int]:
+        """(first texel, width, height) of a material's texture (width 0: none)."""
+        first, w, h, _ = (int(v) for v in self.texture.numpy()[material])
+        return first, w, h
+
+
+def sample_atlas(
+    fragments,
+    face_material: wp.array,
+    corner_uv: wp.array,
+    corner_color: wp.array,
+    atlas: Atlas,
+    *,
+    albedo_out: wp.array,
+    opacity_out: wp.array,
+) -> None:
+    """Writes each slot's albedo and opacity (see the module docs; on the tape).
+
+    Args:
+        fragments: (N, H, W, K) fragments (``pix_to_face``, ``bary_coords``).
+        face_material: (F,) int32 material rows, -1 for the corner colours.
+        corner_uv: (F, 3) ``vec2`` UVs; corner_color: (F, 3) ``vec4`` RGBA.
+        atlas: the :class:`Atlas`.
+        albedo_out: (N, H, W, K) ``vec3``; opacity_out: (N, H, W, K) float32.
+    """
+    wp.launch(
+        _sample_atlas_kernel,
+        dim=fragments.pix_to_face.shape,
+        inputs=[
+            fragments.pix_to_face,
+            fragments.bary_coords,
+            face_material,
+            corner_uv,
+            corner_color,
+            atlas.diffuse,
+            atlas.opacity,
+            atlas.texture,
+            atlas.tex_scale,
+            atlas.tex_bias,
+            atlas.texels,
+        ],
+        outputs=[albedo_out, opacity_out],
+        device=albedo_out.device,
+    )
