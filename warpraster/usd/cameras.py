@@ -135,8 +135,10 @@ def raster_camera(
     *,
     conform: AspectConform = AspectConform.ADJUST_PIXEL_ASPECT_RATIO,
     device=None,
+    requires_grad: bool = False,
 ):
-    """The warpraster camera drawing ``cam``'s window onto an (H, W) image.
+    """The warpraster camera drawing ``cam``'s window onto an (H, W) image
+    (``requires_grad``: its differentiable parameters take gradients).
 
     Returns:
         :class:`warpraster.PerspectiveCameras` (NDC, from the OpenCV form) or
@@ -148,7 +150,8 @@ def raster_camera(
     if cam.projection == Projection.PERSPECTIVE:
         R, tvec, K = opencv_from_usd_camera(cam, image_size, conform)
         return wr.cameras_from_opencv_projection(
-            R[None], tvec[None], K[None], np.array([[h, w]], np.float64), device=device
+            R[None], tvec[None], K[None], np.array([[h, w]], np.float64), device=device,
+            requires_grad=requires_grad,
         )
     ha, va = conformed_apertures(cam, image_size, conform)
     rot, centre = _rotation_rows(cam.cam_to_world)
@@ -173,6 +176,7 @@ def raster_camera(
         R=R[None],
         T=T[None],
         device=device,
+        requires_grad=requires_grad,
     )
 
 

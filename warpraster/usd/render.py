@@ -457,11 +457,8 @@ class StageRenderer:
         grid_cam = replace(cam, horizontal_aperture=ha, vertical_aperture=va)
         values = raster_camera(grid_cam, self.sample_size, device="cpu")
         if key != self._key:
-            self.cameras = raster_camera(grid_cam, self.sample_size, device=self.device)
-            if self.requires_grad:
-                for name, spec in type(self.cameras)._SPEC.items():
-                    if spec.differentiable:
-                        getattr(self.cameras, name).requires_grad = True
+            self.cameras = raster_camera(grid_cam, self.sample_size, device=self.device,
+                                         requires_grad=self.requires_grad)  # fmt: skip
             settings = wr.RasterizationSettings(
                 image_size=self.sample_size,
                 faces_per_pixel=1,
