@@ -35,6 +35,7 @@ from .shading.params import check_mesh_inputs, new_struct
 from .shading.pixel_args import PixelFragments
 from .shading.reductions import checked_mse_out, image_mse, mse_forward
 from .shading.shaders import ShaderBase, ShadingBuffers, ShadingMode, SoftSilhouetteShader
+from .tape_replay import RecordedCall
 
 __all__ = ["MeshRenderer", "RenderOutputs", "Renderer"]
 
@@ -137,6 +138,14 @@ class MeshRenderer:
                            deterministic=settings.deterministic)  # fmt: skip
             image = aa(image, fragments.pix_to_face, verts_ndc, zbuf=fragments.zbuf)
         return (image, fragments) if return_fragments else image
+
+
+def _image_grad_key(ig) -> tuple:
+    """What the shading adjoint reads by value from its :class:`ImageGrad` (a fused
+    loss's arguments): each state gets its own captured backward."""
+    if ig.mse == 0:
+        return (0,)
+    return (1, ig.target.ptr, ig.loss_grad.ptr, float(ig.weight))
 
 
 def _check_antialias(antialias, shader: ShaderBase) -> bool:
@@ -469,11 +478,16 @@ class Renderer:
             shader.mode == ShadingMode.FLAT or isinstance(shader, SoftSilhouetteShader)
         )
         self.outputs = [self._make_outputs() for _ in range(int(steps))]
-        #: Render calls outside a tape that repeat the previous call's vertex array
-        #: are captured once and replayed as one graph (None: on CUDA; see
-        #: :class:`~warpraster.raster.workspace.CallGraph`).
+        #: Render calls that repeat the previous call's vertex array are captured
+        #: once and replayed as one graph (None: on CUDA; True: everywhere; False:
+        #: never): outside a tape the render (:class:`~warpraster.raster.workspace.CallGraph`),
+        #: on a tape the render and, as a second graph, its backward
+        #: (:class:`~warpraster.tape_replay.RecordedCall`), so an eager training step
+        #: costs a few graph launches instead of ~40 kernel launches each way.
         self.call_graphs: bool | None = None
         self._call_graphs = [CallGraph(self.device) for _ in range(int(steps))]
+        self._recorded = [RecordedCall(self.device) for _ in range(int(steps))]
+        self._armed = [False] * int(steps)  # the captured render armed a fused loss
 
     def _make_outputs(self) -> RenderOutputs:
         n = self.shape[0]
@@ -549,11 +563,22 @@ class Renderer:
                 "with requires_grad=False, so its buffers cannot carry them: construct it "
                 "with Renderer(..., requires_grad=True)"
             )
-        if active_tape() is not None:
-            self._launch(v, out)  # recorded launch by launch, for the backward
-        else:
-            key = (v.ptr, tuple(v.shape), tuple(v.strides), v.dtype)
+        key = (v.ptr, tuple(v.shape), tuple(v.strides), v.dtype, v.grad is not None)
+        tape = active_tape()
+        if tape is None:
             self._call_graphs[step](key, lambda: self._launch(v, out), self.call_graphs)
+            return out
+        rec = self._recorded[step]
+        ig = out.shading.image_grad
+        replayed = rec(tape, key, lambda: self._launch(v, out), mode=self.call_graphs,
+                       backward_key=lambda: _image_grad_key(ig))  # fmt: skip
+        if not replayed:
+            self._armed[step] = out.shading.loss_armed is not None
+        else:
+            # what the render's Python side set (launch_shade_blend): the adjoint reads
+            # only the image's gradient until a fused loss claims it on this tape
+            ig.mse = 0
+            out.shading.loss_armed = tape if self._armed[step] else None
         return out
 
     def image_mse(
