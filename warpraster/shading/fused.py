@@ -89,11 +89,12 @@ _NESTED = NESTED
 
 
 # ----------------------------------------------------------------------------- kernels
-#: CUDA register cap of both pixel kernels (the adjoint's: ADJOINT_MAX_REGISTERS). Uncapped they take ~112 (forward) and
-#: ~118 (adjoint) registers: 2 blocks of 256 per SM, and they wait on their
-#: gathers. Capped at 80 (H200, `python scripts/gpu_render_regs.py`, graph replay,
-#: median of 20): K=8 soft Phong 0.775 -> 0.739 ms forward, 1.789 -> 1.712 ms
-#: forward + backward; the adjoint alone at 80: 1.749; both at 64: 0.749 / 1.749.
+#: CUDA register cap of both pixel kernels (the adjoint's own: ADJOINT_MAX_REGISTERS).
+#: Uncapped they take ~112 (forward) and ~118 (adjoint) registers: 2 blocks of 256 per
+#: SM, and they wait on their gathers. Capped at 80 (H200, `python
+#: scripts/gpu_render_regs.py`, graph replay, median of 20): K=8 soft Phong 0.775 ->
+#: 0.739 ms forward, 1.789 -> 1.712 ms forward + backward; the adjoint alone at 80:
+#: 1.749; both at 64: 0.749 / 1.749.
 PIXEL_MAX_REGISTERS = 80
 #: Pixel patches of the two pixel kernels (:mod:`warpraster.patches`): each
 #: warp's 32 threads take a patch of ``patch_w`` x (32 / ``patch_w``) pixels of one
@@ -261,7 +262,9 @@ def launch_shade_blend(
     forward's image until the backward has run.
     """
     if inputs.slot_alpha != 0 and inputs.blend != BlendMode.HARD:
-        raise ValueError("slot_alpha: per-slot opacity is a hard blend's (the softmax blend has none)")
+        raise ValueError(
+            "slot_alpha: per-slot opacity is a hard blend's (the softmax blend has none)"
+        )
     p2f = frag.pix_to_face
     n, h, w, _ = p2f.shape
     device = p2f.device

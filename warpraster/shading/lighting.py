@@ -416,7 +416,9 @@ class LightList:
         self.ambient_color = _rows_param(ambient, "ambient", count, d, rg)
         self.diffuse_color = _rows_param(diffuse, "diffuse", count, d, rg)
         self.specular_color = (
-            self.diffuse_color if specular is diffuse else _rows_param(specular, "specular", count, d, rg)
+            self.diffuse_color
+            if specular is diffuse
+            else _rows_param(specular, "specular", count, d, rg)
         )
         for name in ("ambient_color", "diffuse_color", "specular_color"):
             check_rows(getattr(self, name), name[: -len("_color")], minimum=0.0)
@@ -424,7 +426,8 @@ class LightList:
         first = np.array([0, count]) if first is None else np.asarray(first, np.int64).reshape(-1)
         if first.shape[0] < 2 or first[0] != 0 or first[-1] != count or np.any(np.diff(first) < 0):
             raise ValueError(
-                f"first must run from 0 to the {count} lights without decreasing, got {first.tolist()}"
+                f"first must run from 0 to the {count} lights without decreasing, "
+                f"got {first.tolist()}"
             )
         self._n = int(first.shape[0]) - 1
         self.kinds = wp.array(kinds.astype(np.int32), dtype=wp.int32, device=d)

@@ -15,7 +15,7 @@ import warp as wp
 
 from .lighting import LightRows
 from .params import new_struct, row
-from .pixel_args import CameraRT, FaceCorners, MaterialRows, fill_placeholders, PixelFragments
+from .pixel_args import CameraRT, FaceCorners, MaterialRows, PixelFragments, fill_placeholders
 
 wp.set_module_options({"fuse_fp": False})
 

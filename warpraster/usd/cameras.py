@@ -150,7 +150,11 @@ def raster_camera(
     if cam.projection == Projection.PERSPECTIVE:
         R, tvec, K = opencv_from_usd_camera(cam, image_size, conform)
         return wr.cameras_from_opencv_projection(
-            R[None], tvec[None], K[None], np.array([[h, w]], np.float64), device=device,
+            R[None],
+            tvec[None],
+            K[None],
+            np.array([[h, w]], np.float64),
+            device=device,
             requires_grad=requires_grad,
         )
     ha, va = conformed_apertures(cam, image_size, conform)

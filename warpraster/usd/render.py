@@ -43,16 +43,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 import warp as wp
 
-from .cameras import conformed_apertures, default_camera, raster_camera
-from .scene import (
-    AspectConform,
-    CameraParams,
-    LightSet,
-    Material,
-    Projection,
-    Scene,
-    SceneMeshes,
-)
 from ..grad_buffers import clear_if_recording
 from ..shading.atlas import Atlas, TextureWrap, sample_atlas
 from ..shading.corner_tables import gather_corner_tables, place_points
@@ -64,6 +54,15 @@ from ..shading.params import placeholder
 from ..shading.pixel_args import StructCache, pixel_fragments
 from ..shading.resolve import resolve_samples
 from ..shading.shaders import FaceTables
+from .cameras import conformed_apertures, default_camera, raster_camera
+from .scene import (
+    AspectConform,
+    CameraParams,
+    LightSet,
+    Projection,
+    Scene,
+    SceneMeshes,
+)
 
 __all__ = ["RenderOutput", "StageBuffers", "StageRenderer", "linear_to_srgb", "parse_spp"]
 
@@ -228,8 +227,12 @@ class StageBuffers:
     def _assign_corners(self, meshes: SceneMeshes) -> None:
         n = meshes.num_faces
         if n:
-            self.corner_normal.assign(np.ascontiguousarray(meshes.normals.reshape(n, 3, 3), np.float32))
-            self.corner_color.assign(np.ascontiguousarray(meshes.colors.reshape(n, 3, 4), np.float32))
+            self.corner_normal.assign(
+                np.ascontiguousarray(meshes.normals.reshape(n, 3, 3), np.float32)
+            )
+            self.corner_color.assign(
+                np.ascontiguousarray(meshes.colors.reshape(n, 3, 4), np.float32)
+            )
             self.corner_uv.assign(np.ascontiguousarray(meshes.uvs.reshape(n, 3, 2), np.float32))
 
     def update_meshes(self, meshes: SceneMeshes) -> None:
@@ -261,7 +264,13 @@ def _texture(tex):
     """An :class:`~warpraster.shading.atlas.Atlas` texture entry of a scene texture."""
     if tex is None:
         return None
-    return tex.texels, TextureWrap(int(tex.wrap_s)), TextureWrap(int(tex.wrap_t)), tex.scale, tex.bias
+    return (
+        tex.texels,
+        TextureWrap(int(tex.wrap_s)),
+        TextureWrap(int(tex.wrap_t)),
+        tex.scale,
+        tex.bias,
+    )
 
 
 class _Work:
@@ -521,8 +530,14 @@ class StageRenderer:
             wp.launch(
                 _cull_back_faces,
                 dim=b.faces.shape[0],
-                inputs=[b.faces, b.face_mesh, self._mesh_double_sided, work.world, b.view,
-                        int(not persp)],  # fmt: skip
+                inputs=[
+                    b.faces,
+                    b.face_mesh,
+                    self._mesh_double_sided,
+                    work.world,
+                    b.view,
+                    int(not persp),
+                ],  # fmt: skip
                 outputs=[self._draw_faces],
                 device=self.device,
                 record_tape=False,
