@@ -48,6 +48,9 @@ def _steps(r, verts, params, target, device, losses):
     base = verts.numpy().copy()
     for i, kind in enumerate(losses):
         verts.assign(base * (1.0 + 0.01 * i))  # new values in the same array
+        if kind == "plain":  # a render outside any tape (replayed as its own graph)
+            seen.append([r.render(verts).image.numpy().copy()])
+            continue
         loss.zero_()
         for p in params:
             p.grad.zero_()
@@ -81,6 +84,20 @@ def test_replayed_steps_equal_launched_steps(name, kw):
         for j, (x, y) in enumerate(zip(a, b, strict=True)):
             np.testing.assert_array_equal(y, x, err_msg=f"step {i}, array {j}")
     assert np.abs(got[-1][2]).max() > 0  # the vertices got gradients
+
+
+def test_replayed_steps_between_renders_outside_a_tape():
+    # renders outside a tape (their own graph) between recorded steps, as a
+    # benchmark or a viewer does: the replayed backward still differentiates the
+    # render just replayed
+    device = "cpu"
+    losses = ["plain", "plain", "plain", "fused", "fused", "plain", "fused", "fused", "plain",
+              "unfused", "unfused", "fused"]  # fmt: skip
+    ref = _steps(*_renderer("r03_softphong_directional_k8", device, False), device, losses)
+    got = _steps(*_renderer("r03_softphong_directional_k8", device, True), device, losses)
+    for i, (a, b) in enumerate(zip(ref, got, strict=True)):
+        for j, (x, y) in enumerate(zip(a, b, strict=True)):
+            np.testing.assert_array_equal(y, x, err_msg=f"step {i}, array {j}")
 
 
 def test_a_replayed_step_records_once_per_tape():

@@ -566,6 +566,7 @@ class Renderer:
         key = (v.ptr, tuple(v.shape), tuple(v.strides), v.dtype, v.grad is not None)
         tape = active_tape()
         if tape is None:
+            self._recorded[step].guard.note_render()  # overwrites what a recorded step read
             self._call_graphs[step](key, lambda: self._launch(v, out), self.call_graphs)
             return out
         rec = self._recorded[step]

@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable
 
 import warp as wp
 
-from .backward.tape import RecordGuard
+from .backward.tape import RecordGuard, replay_scope
 from .tape_slots import private_tape_slot
 
 __all__ = ["RecordedCall"]
@@ -121,7 +121,9 @@ class RecordedCall:
     def _replay_backward(self, bkey) -> None:
         graph = self._backward.get(bkey)
         if graph is None:
-            with private_tape_slot():
+            # the buffers' own render counters count Python-side renders only: this
+            # object's guard (checked by the caller) stands for them here
+            with private_tape_slot(), replay_scope():
                 with wp.ScopedCapture(device=self.device, force_module_load=False) as cap:
                     self._tape.backward()
             graph = self._backward[bkey] = cap.graph

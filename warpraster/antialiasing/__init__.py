@@ -31,10 +31,10 @@ import numpy as np
 import warp as wp
 
 from ..backward.sorted import SortedSegmentSum
-from ..backward.tape import active_tape
+from ..backward.tape import active_tape, replaying
 from ..grad_buffers import clear_owned_grads
 from ..meshes import as_faces_array
-from .kernels import AAGrads, AAInputs, adjoint, analyse_and_blend
+from .kernels import AAGrads, AAInputs, adjoint, analyse_pairs, blend
 from .topology import AntialiasTopology, edge_opposites
 
 __all__ = ["Antialias", "AntialiasTopology", "antialias", "edge_opposites"]
@@ -203,22 +203,25 @@ class Antialias:
             return out
         dev = self.device
         a = self._inputs(color, pix_to_face, verts_ndc, zbuf)
+        pairs = [self.pair_alpha, self.pair_code]
+        # two passes: a one-pass variant in which each pixel re-analysed its left and
+        # upper neighbours' pairs was slower on an H200 (0.173 against 0.118 ms graph
+        # forward, ico5 x8 512²: the four inlined analyses diverge), docs/PERF.md
+        wp.launch(analyse_pairs, dim=(n, h, w), inputs=[a], outputs=pairs, device=dev,
+                  record_tape=False)  # fmt: skip
+        wp.launch(blend, dim=(n, h, w), inputs=[color, *pairs], outputs=[out], device=dev,
+                  record_tape=False)  # fmt: skip
         tape = active_tape()
         want_color = color.requires_grad and color.grad is not None
         want_pos = verts_ndc.requires_grad and verts_ndc.grad is not None
-        record = tape is not None and out.grad is not None and (want_color or want_pos)
-        # one pass; the pair records the adjoint reads are stored only when recording
-        wp.launch(analyse_and_blend, dim=(n, h, w), inputs=[a, int(record)],
-                  outputs=[self.pair_alpha, self.pair_code, out], device=dev,
-                  record_tape=False)  # fmt: skip
-        if not record:
+        if tape is None or out.grad is None or not (want_color or want_pos):
             return out
         if own:
             clear_owned_grads(self.out)  # ours: written by this call's consumers only
         call = self._calls
 
         def backward():
-            if self._calls != call:
+            if self._calls != call and not replaying():
                 raise ValueError(
                     "Antialias: the object ran again after this call was recorded on the tape, "
                     "so its pair buffers no longer belong to the call being differentiated "

@@ -24,11 +24,10 @@ parameter t (0 at the examined face's pixel centre, 1 at the other) gives
 pixel's), and the left/upper pixel (alpha > 0) or the right/lower one takes
 ``alpha (color[right/lower] - color[left/upper])``.
 
-No float atomics in the forward: one kernel, in which each pixel analyses the
-(at most four) pairs it belongs to and blends them in a fixed order (its own two
-pairs' records are stored for the adjoint when a tape records). The adjoint
-gathers the colour gradient the same way; vertex gradients are either added
-with atomics or stored per pair and summed in a fixed order (deterministic).
+No float atomics in the forward: the blend kernel gathers each pixel's (at most
+four) pairs in a fixed order. The adjoint gathers the colour gradient the same
+way; vertex gradients are either added with atomics or stored per pair and
+summed in a fixed order (deterministic).
 """
 
 from __future__ import annotations
@@ -254,11 +253,49 @@ def _analyse_pair(a: AAInputs, n: int, r: int, c: int, down: int):
     return alpha, code
 
 
-@wp.func
-def _blend_pixel(color: wp.array4d(dtype=wp.float32), n: int, r: int, c: int, ar: float,
-                 right: bool, ad: float, lower: bool, al: float, left: bool, au: float,
-                 upper: bool, out: wp.array4d(dtype=wp.float32)):  # fmt: skip
-    """out[n, r, c] = color + the contributions of the pairs that write to it."""
+@wp.kernel
+def analyse_pairs(
+    # Data in:
+    a: AAInputs,
+    # Data out:
+    alpha_out: wp.array4d(dtype=wp.float32),
+    code_out: wp.array4d(dtype=wp.int32),
+):
+    """Both pairs of pixel (n, r, c): slot 0 right, slot 1 down."""
+    n, r, c = wp.tid()
+    al, co = _analyse_pair(a, n, r, c, 0)
+    alpha_out[n, r, c, 0] = al
+    code_out[n, r, c, 0] = co
+    al, co = _analyse_pair(a, n, r, c, 1)
+    alpha_out[n, r, c, 1] = al
+    code_out[n, r, c, 1] = co
+
+
+@wp.kernel
+def blend(
+    # Data in:
+    color: wp.array4d(dtype=wp.float32),
+    alpha: wp.array4d(dtype=wp.float32),
+    code: wp.array4d(dtype=wp.int32),
+    # Data out:
+    out: wp.array4d(dtype=wp.float32),
+):
+    """out = color + the pairs that write to this pixel (right, down, left, up)."""
+    n, r, c = wp.tid()
+    ar = alpha[n, r, c, 0]
+    ad = alpha[n, r, c, 1]
+    right = code[n, r, c, 0] != NO_PAIR and ar > 0.0
+    lower = code[n, r, c, 1] != NO_PAIR and ad > 0.0
+    al = float(0.0)
+    au = float(0.0)
+    left = False
+    upper = False
+    if c > 0:
+        al = alpha[n, r, c - 1, 0]
+        left = code[n, r, c - 1, 0] != NO_PAIR and not (al > 0.0)
+    if r > 0:
+        au = alpha[n, r - 1, c, 1]
+        upper = code[n, r - 1, c, 1] != NO_PAIR and not (au > 0.0)
     for ch in range(color.shape[3]):
         own = color[n, r, c, ch]
         v = own
@@ -271,42 +308,6 @@ def _blend_pixel(color: wp.array4d(dtype=wp.float32), n: int, r: int, c: int, ar
         if upper:
             v += au * (own - color[n, r - 1, c, ch])
         out[n, r, c, ch] = v
-
-
-@wp.kernel
-def analyse_and_blend(
-    # Data in:
-    a: AAInputs,
-    store: int,
-    # Data out:
-    alpha_out: wp.array4d(dtype=wp.float32),
-    code_out: wp.array4d(dtype=wp.int32),
-    out: wp.array4d(dtype=wp.float32),
-):
-    """The forward in one pass: pixel (n, r, c) analyses its own two pairs (stored
-    for the adjoint when ``store``) and again the left and upper neighbours'
-    pairs that end at it (the same function of the same inputs, so the same
-    values), then blends. No pair buffer is read, and most pairs end at once
-    (both pixels show one face)."""
-    n, r, c = wp.tid()
-    ar, cr = _analyse_pair(a, n, r, c, 0)
-    ad, cd = _analyse_pair(a, n, r, c, 1)
-    if store != 0:
-        alpha_out[n, r, c, 0] = ar
-        code_out[n, r, c, 0] = cr
-        alpha_out[n, r, c, 1] = ad
-        code_out[n, r, c, 1] = cd
-    al = float(0.0)
-    cl = int(NO_PAIR)
-    au = float(0.0)
-    cu = int(NO_PAIR)
-    if c > 0:
-        al, cl = _analyse_pair(a, n, r, c - 1, 0)
-    if r > 0:
-        au, cu = _analyse_pair(a, n, r - 1, c, 1)
-    _blend_pixel(a.color, n, r, c, ar, cr != NO_PAIR and ar > 0.0, ad,
-                 cd != NO_PAIR and ad > 0.0, al, cl != NO_PAIR and not (al > 0.0), au,
-                 cu != NO_PAIR and not (au > 0.0), out)  # fmt: skip
 
 
 @wp.struct

@@ -17,6 +17,7 @@ happens:
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 
@@ -25,7 +26,7 @@ import warp as wp
 from ..tape_slots import install as install_tape_slot
 from ..tape_slots import shared_tape_owner
 
-__all__ = ["RecordGuard", "active_tape"]
+__all__ = ["RecordGuard", "active_tape", "replay_scope", "replaying"]
 
 
 _SLOT_INSTALLED = False
@@ -67,6 +68,29 @@ _WORKSPACE_ADVICE = (
 )
 
 
+_REPLAY = threading.local()
+
+
+@contextlib.contextmanager
+def replay_scope():
+    """Within: the backward of a render replayed from a captured graph is being
+    captured (:class:`warpraster.tape_replay.RecordedCall`). Its forward was just
+    replayed into the same buffers, and the replaying object guards its own
+    renders, so the per-buffer render counters (which count Python-side renders,
+    not graph replays) are not consulted."""
+    prior = getattr(_REPLAY, "on", False)
+    _REPLAY.on = True
+    try:
+        yield
+    finally:
+        _REPLAY.on = prior
+
+
+def replaying() -> bool:
+    """Inside :func:`replay_scope` (in this thread)."""
+    return getattr(_REPLAY, "on", False)
+
+
 class RecordGuard:
     """Per-workspace record of the renders and of the tape entry of the last one."""
 
@@ -98,8 +122,9 @@ class RecordGuard:
         self._entry = (len(tape.launches) - 1, fn)
 
     def check_backward(self, render: int) -> None:
-        """Raises ValueError if the workspace rendered again after render ``render``."""
-        if self.renders != render:
+        """Raises ValueError if the workspace rendered again after render ``render``
+        (not while a replayed render's backward is captured, :func:`replaying`)."""
+        if self.renders != render and not replaying():
             raise ValueError(
                 "workspace: the workspace rendered again after this render was recorded on "
                 "the tape, so its fragments no longer belong to the render being "
