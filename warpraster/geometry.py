@@ -32,6 +32,16 @@ def finite_face(v0: wp.vec3, v1: wp.vec3, v2: wp.vec3) -> bool:
 
 
 @wp.func
+def finite_cross(p0: wp.vec3, p1: wp.vec3, p2: wp.vec3) -> wp.vec3:
+    """``cross(p1 - p0, p2 - p0)``: the normal of face (p0, p1, p2), twice its area
+    long; 0 for a face with a non-finite corner (never drawn, so it adds nothing to
+    its neighbours' normals and takes no gradient)."""
+    if not finite_face(p0, p1, p2):
+        return wp.vec3(0.0)
+    return wp.cross(p1 - p0, p2 - p0)
+
+
+@wp.func
 def pix_to_ndc(i: int, s1: int, s2: int) -> float:
     """NDC coordinate of the centre of pixel ``i`` along an axis of ``s1`` pixels.
 

@@ -54,7 +54,6 @@ from .shade_inputs import (
 from .slot_light import (
     depth_range,
     hard_hit,
-    lit_colour,
     lit_colour_toward,
     pixel_eye,
     slot_colour,
@@ -74,7 +73,6 @@ __all__ = [
     "ShadeInputs",
     "camera_centre",
     "launch_shade_blend",
-    "lit_colour",
     "lit_colour_toward",
     "material_row",
     "new_inputs",

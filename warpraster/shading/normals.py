@@ -22,7 +22,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..backward.tape import active_tape
-from ..geometry import finite_face
+from ..geometry import finite_cross, finite_face
 from ..meshes import as_faces_array, as_vec3_array
 from .corner_lists import CornerLists, VertexCorners, corner_of
 
@@ -69,9 +69,7 @@ def corner_cross(verts: wp.array(dtype=wp.vec3), faces: wp.array2d(dtype=wp.int3
     vi = verts[faces[f, c]]
     vj = verts[faces[f, (c + 1) % 3]]
     vk = verts[faces[f, (c + 2) % 3]]
-    if not finite_face(vi, vj, vk):
-        return wp.vec3(0.0)
-    return wp.cross(vj - vi, vk - vi)
+    return finite_cross(vi, vj, vk)
 
 
 @wp.kernel

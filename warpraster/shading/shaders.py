@@ -42,7 +42,7 @@ from .fused import (
     ShadeInputs,
     camera_centre,
     launch_shade_blend,
-    lit_colour,
+    lit_colour_toward,
     new_inputs,
     slot_colour,
 )
@@ -122,8 +122,9 @@ def _shade_vertices_kernel(
         # (0 * inf) to the lights, materials, camera or colours
         shaded_out[v] = wp.vec3(0.0)
         return
+    point = verts[v]
     eye = camera_centre(a.cam, m)
-    shaded_out[v] = lit_colour(a, m, m, verts[v], normals[v], texel, eye)
+    shaded_out[v] = lit_colour_toward(a, m, m, point, normals[v], texel, eye - point)
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -40,7 +40,6 @@ wp.set_module_options({"fuse_fp": False})
 
 __all__ = [
     "light_terms_at",
-    "lit_colour",
     "lit_colour_toward",
     "slot_colour",
     "surface",
@@ -123,21 +122,6 @@ def lit_colour_toward(
     for j in range(lo + 1, hi):
         colour = colour + _one_light(a, n, j, ma, md, ms, shininess, point, normal, texel, to_eye)
     return colour
-
-
-@wp.func
-def lit_colour(
-    a: ShadeInputs,
-    n: int,
-    m: int,
-    point: wp.vec3,
-    normal: wp.vec3,
-    texel: wp.vec3,
-    eye: wp.vec3,
-):
-    """``(m_a * l_a + m_d * diffuse) * texel + m_s * specular`` with the light rows
-    of image (or mesh) ``n`` and material row ``m``, seen from ``eye`` (PyTorch3D)."""
-    return lit_colour_toward(a, n, m, point, normal, texel, eye - point)
 
 
 @wp.func

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from ..geometry import finite_face, finite_vec3, pixel_centre
+from ..geometry import finite_cross, finite_vec3, pixel_centre
 from ..shading.pixel_args import PixelFragments
 from .geometry import VertexSource
 from .kernel_args import (
@@ -119,15 +119,12 @@ def corner_face(corner: int):
 
 @wp.func
 def area_normal(points: wp.array(dtype=wp.vec3), i: wp.vec3i) -> wp.vec3:
-    """``cross(p1 - p0, p2 - p0)`` of the face with corners i: its normal, twice its area
-    long; 0 for a face with a non-finite corner (never drawn, so it adds nothing to
-    its neighbours' normals and takes no gradient)."""
+    """:func:`~warpraster.geometry.finite_cross` of the face with corners i: its
+    normal, twice its area long (0 for a face with a non-finite corner)."""
     p0 = points[i[0]]
     p1 = points[i[1]]
     p2 = points[i[2]]
-    if not finite_face(p0, p1, p2):
-        return wp.vec3(0.0)
-    return wp.cross(p1 - p0, p2 - p0)
+    return finite_cross(p0, p1, p2)
 
 
 @wp.kernel
