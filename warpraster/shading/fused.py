@@ -30,21 +30,10 @@ from .pixel_args import PixelFragments
 from .shade_inputs import (
     BLEND_EPS,
     NESTED,
-    WANT_ALPHA,
-    WANT_BACKGROUND,
-    WANT_BARY,
-    WANT_CAMERA,
-    WANT_COLORS,
-    WANT_DISTS,
-    WANT_FACE_COL,
-    WANT_FACE_NRM,
-    WANT_FACE_POS,
-    WANT_LIGHT,
-    WANT_MATERIAL,
-    WANT_ZBUF,
     ImageGrad,
     ShadeGrads,
     ShadeInputs,
+    Want,
     camera_centre,
     material_row,
     new_inputs,
@@ -170,28 +159,28 @@ def launch_image_kernel(kernel, dim, inputs: list, image_out: wp.array, device):
     return tape
 
 
-#: The nested structs written as a whole (every array, once any has a gradient), by WANT bit.
-_GROUPS = {WANT_CAMERA: "cam", WANT_LIGHT: "light", WANT_MATERIAL: "mat"}
+#: The nested structs written as a whole (every array, once any has a gradient), by Want bit.
+_GROUPS = {Want.CAMERA: "cam", Want.LIGHT: "light", Want.MATERIAL: "mat"}
 
 
 def _shade_grads(frag: PixelFragments, inputs: ShadeInputs) -> tuple[ShadeGrads, list]:
     """The :class:`ShadeGrads` of a launch (``want`` set) and the arrays it writes into."""
     g = ShadeGrads()
-    want = 0
+    want = Want(0)
     sources = []
     # the colour gradient goes to the given colours, or to the texel array
     colours = inputs.colors if inputs.lit == 0 else inputs.texels
     g.frag.pix_to_face = frag.pix_to_face  # not written
-    singles = [  # (struct, field, array, WANT bit)
-        (g.frag, "bary_coords", frag.bary_coords, WANT_BARY),
-        (g.frag, "zbuf", frag.zbuf, WANT_ZBUF),
-        (g.frag, "dists", frag.dists, WANT_DISTS),
-        (g, "colors", colours, WANT_COLORS),
-        (g, "background", inputs.background, WANT_BACKGROUND),
-        (g.faces, "pos", inputs.faces.pos, WANT_FACE_POS),
-        (g.faces, "nrm", inputs.faces.nrm, WANT_FACE_NRM),
-        (g.faces, "col", inputs.faces.col, WANT_FACE_COL),
-        (g, "alpha", inputs.alpha, WANT_ALPHA),
+    singles = [  # (struct, field, array, Want bit)
+        (g.frag, "bary_coords", frag.bary_coords, Want.BARY),
+        (g.frag, "zbuf", frag.zbuf, Want.ZBUF),
+        (g.frag, "dists", frag.dists, Want.DISTS),
+        (g, "colors", colours, Want.COLORS),
+        (g, "background", inputs.background, Want.BACKGROUND),
+        (g.faces, "pos", inputs.faces.pos, Want.FACE_POS),
+        (g.faces, "nrm", inputs.faces.nrm, Want.FACE_NRM),
+        (g.faces, "col", inputs.faces.col, Want.FACE_COL),
+        (g, "alpha", inputs.alpha, Want.ALPHA),
     ]
     for target, name, arr, bit in singles:
         grad, has = _grad_or(arr, arr)
@@ -221,16 +210,16 @@ def _shade_grads(frag: PixelFragments, inputs: ShadeInputs) -> tuple[ShadeGrads,
         if written and inputs.lit != 0:
             want |= bit
     if inputs.lit == 0:
-        want &= ~(WANT_FACE_POS | WANT_FACE_NRM | WANT_FACE_COL)
+        want &= ~(Want.FACE_POS | Want.FACE_NRM | Want.FACE_COL)
     elif inputs.texel_source != TexelSource.PIXEL:
-        want &= ~WANT_COLORS
+        want &= ~Want.COLORS
     if inputs.lit != 0 and inputs.texel_source != TexelSource.VERTEX:
-        want &= ~WANT_FACE_COL
+        want &= ~Want.FACE_COL
     if inputs.blend == BlendMode.HARD:
-        want &= ~(WANT_ZBUF | WANT_DISTS)
+        want &= ~(Want.ZBUF | Want.DISTS)
     if inputs.slot_alpha == 0:
-        want &= ~WANT_ALPHA
-    g.want = want
+        want &= ~Want.ALPHA
+    g.want = int(want)
     return g, sources
 
 

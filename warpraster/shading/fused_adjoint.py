@@ -32,21 +32,10 @@ from .params import row
 from .pixel_args import PixelFragments
 from .shade_inputs import (
     BLEND_EPS,
-    WANT_ALPHA,
-    WANT_BACKGROUND,
-    WANT_BARY,
-    WANT_CAMERA,
-    WANT_COLORS,
-    WANT_DISTS,
-    WANT_FACE_COL,
-    WANT_FACE_NRM,
-    WANT_FACE_POS,
-    WANT_LIGHT,
-    WANT_MATERIAL,
-    WANT_ZBUF,
     ImageGrad,
     ShadeGrads,
     ShadeInputs,
+    Want,
     material_row,
     prob,
     wants,
@@ -125,7 +114,7 @@ def _one_light_adjoint(
     g_ma = wp.cw_mul(g_lit, la)
     g_md = wp.cw_mul(g_lit, d)
     g_ms = wp.cw_mul(gc, s)
-    if wants(g, WANT_LIGHT):
+    if wants(g, Want.LIGHT):
         wp.atomic_add(g.light.ambient, rla, wp.cw_mul(g_lit, ma))
     g_point = wp.vec3(0.0)
     g_normal = wp.vec3(0.0)
@@ -173,7 +162,7 @@ def _one_light_adjoint(
         g_dir = _normalize_eps_adjoint(direction, g_dd)
         if kind == LightKind.POINT:
             g_point = -g_dir
-        if wants(g, WANT_LIGHT):
+        if wants(g, Want.LIGHT):
             wp.atomic_add(g.light.param, rp, g_dir)
             wp.atomic_add(g.light.diffuse, rld, g_d * angle)
             wp.atomic_add(g.light.specular, rls, g_s * power)
@@ -234,7 +223,7 @@ def _light_adjoint(
         g_ms += gms
         g_shin += gsh
         shin_on = wp.max(shin_on, on)
-    if wants(g, WANT_MATERIAL):
+    if wants(g, Want.MATERIAL):
         wp.atomic_add(g.mat.ambient, ra, g_ma)
         wp.atomic_add(g.mat.diffuse, rd, g_md)
         wp.atomic_add(g.mat.specular, rsp, g_ms)
@@ -261,7 +250,7 @@ def _slot_adjoint(
     pixel: the eye position's, or the forward axis' when orthographic) and the
     slot's colour (the forward's value, computed on the way)."""
     if a.lit == 0:
-        if wants(g, WANT_COLORS):
+        if wants(g, Want.COLORS):
             g.colors[n, y, x, k] = g.colors[n, y, x, k] + gc
         return wp.vec3(0.0), a.colors[n, y, x, k]
     point, normal, texel = surface(a, n, y, x, k, f, b)
@@ -283,10 +272,10 @@ def _slot_adjoint(
     nrm = a.faces.nrm[f]
     gb = wp.vec3(0.0)
     if a.mode == ShadingMode.FLAT:
-        if wants(g, WANT_FACE_POS):
+        if wants(g, Want.FACE_POS):
             gp = g_point / 3.0
             wp.atomic_add(g.faces.pos, f, wp.matrix_from_rows(gp, gp, gp))
-        if wants(g, WANT_FACE_NRM):
+        if wants(g, Want.FACE_NRM):
             wp.atomic_add(g.faces.nrm, f, wp.matrix_from_rows(g_normal, wp.vec3(0.0), wp.vec3(0.0)))
     else:
         gb = wp.vec3(
@@ -294,11 +283,11 @@ def _slot_adjoint(
             wp.dot(pos[1], g_point) + wp.dot(nrm[1], g_normal),
             wp.dot(pos[2], g_point) + wp.dot(nrm[2], g_normal),
         )
-        if wants(g, WANT_FACE_POS):
+        if wants(g, Want.FACE_POS):
             add_mat33_row(
                 g.faces.pos, f, wp.matrix_from_rows(b[0] * g_point, b[1] * g_point, b[2] * g_point)
             )
-        if wants(g, WANT_FACE_NRM):
+        if wants(g, Want.FACE_NRM):
             add_mat33_row(
                 g.faces.nrm,
                 f,
@@ -307,14 +296,14 @@ def _slot_adjoint(
     if a.texel_source == TexelSource.VERTEX:
         col = a.faces.col[f]
         gb += wp.vec3(wp.dot(col[0], g_texel), wp.dot(col[1], g_texel), wp.dot(col[2], g_texel))
-        if wants(g, WANT_FACE_COL):
+        if wants(g, Want.FACE_COL):
             add_mat33_row(
                 g.faces.col, f, wp.matrix_from_rows(b[0] * g_texel, b[1] * g_texel, b[2] * g_texel)
             )
     elif a.texel_source == TexelSource.PIXEL:
-        if wants(g, WANT_COLORS):
+        if wants(g, Want.COLORS):
             g.colors[n, y, x, k] = g.colors[n, y, x, k] + g_texel
-    if wants(g, WANT_BARY):
+    if wants(g, Want.BARY):
         g.frag.bary_coords[n, y, x, k] = g.frag.bary_coords[n, y, x, k] + gb
     return g_cam, colour
 
@@ -366,14 +355,14 @@ def _hard_adjoint(
         if a.premultiply != 0:
             gc = grgb * al
         g_cam, c0 = _slot_adjoint(a, g, n, y, x, 0, f0, frag.bary_coords[n, y, x, 0], eye, gc)
-        if a.slot_alpha != 0 and wants(g, WANT_ALPHA):
+        if a.slot_alpha != 0 and wants(g, Want.ALPHA):
             g_al = grgba[3]
             if a.premultiply != 0:
                 g_al = wp.dot(grgb, c0) + g_al
             o = a.alpha[n, y, x, 0]
             if o >= 0.0 and o <= 1.0:  # the clamp passes the gradient inside [0, 1] (as torch's)
                 g.alpha[n, y, x, 0] = g.alpha[n, y, x, 0] + g_al
-    elif wants(g, WANT_BACKGROUND):
+    elif wants(g, Want.BACKGROUND):
         wp.atomic_add(g.background, brow, grgb)
     return g_cam
 
@@ -407,7 +396,7 @@ def shade_blend_adjoint(
     g_eye = wp.vec3(0.0)
     if a.blend == BlendMode.HARD:
         g_eye = _hard_adjoint(frag, a, g, n, y, x, eye, grgba, brow)
-        if a.lit != 0 and wants(g, WANT_CAMERA):
+        if a.lit != 0 and wants(g, Want.CAMERA):
             _add_camera_grad(a, g, n, g_eye)
         return
     zn, zf = depth_range(a, n)
@@ -443,24 +432,24 @@ def shade_blend_adjoint(
             gw = ((gn[0] * ck[0] + gn[1] * ck[1]) + gn[2] * ck[2]) + gden
             gdiff = ((gw * p) * e) / a.gamma  # d/d(zinv_k - zmax)
             gmax_e = gmax_e + -gdiff
-            if wants(g, WANT_DISTS):
+            if wants(g, Want.DISTS):
                 # p_k = sigmoid(-d_k / sigma): through w_k, then the alpha product
                 dd = -((((gw * e) * (1.0 - p)) * p) / a.sigma)
                 dd += ga * (-keep * p / a.sigma)
                 g.frag.dists[n, y, x, k] = g.frag.dists[n, y, x, k] + dd
             if k == kmax:
                 gdiff_max = gdiff
-            elif wants(g, WANT_ZBUF):
+            elif wants(g, Want.ZBUF):
                 g.frag.zbuf[n, y, x, k] = g.frag.zbuf[n, y, x, k] + -(gdiff / (zf - zn))
-    if wants(g, WANT_BACKGROUND):
+    if wants(g, Want.BACKGROUND):
         wp.atomic_add(g.background, brow, wp.vec3(gn[0] * delta, gn[1] * delta, gn[2] * delta))
-    if a.lit != 0 and wants(g, WANT_CAMERA):
+    if a.lit != 0 and wants(g, Want.CAMERA):
         _add_camera_grad(a, g, n, g_eye)
     # zmax = max(max_k zinv_k, eps) feeds the K exponents and delta = max(exp(...), eps)
     gmax_d = float(0.0)
     if dexp >= BLEND_EPS:
         gmax_d = -((gdelta * dexp) / a.gamma)
-    if wants(g, WANT_ZBUF) and frag.pix_to_face[n, y, x, kmax] >= 0:
+    if wants(g, Want.ZBUF) and frag.pix_to_face[n, y, x, kmax] >= 0:
         gz_max = gdiff_max
         if zraw >= BLEND_EPS:
             gz_max = gdiff_max + (gmax_e + gmax_d)

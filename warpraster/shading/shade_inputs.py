@@ -11,6 +11,8 @@ corner tables, texels, camera, lights, materials and the blend's fields);
 
 from __future__ import annotations
 
+from enum import IntFlag
+
 import warp as wp
 
 from .lighting import LightRows
@@ -24,6 +26,7 @@ __all__ = [
     "ImageGrad",
     "ShadeGrads",
     "ShadeInputs",
+    "Want",
     "camera_centre",
     "camera_centre_precise",
     "material_row",
@@ -35,19 +38,22 @@ __all__ = [
 #: PyTorch3D's ``eps`` in ``softmax_rgb_blend``.
 BLEND_EPS = wp.constant(1.0e-10)
 
-# Bits of ShadeGrads.want: which gradients the adjoint writes.
-WANT_BARY = 1
-WANT_ZBUF = 2
-WANT_DISTS = 4
-WANT_COLORS = 8  # given colours, or the texel array (TexelSource.PIXEL)
-WANT_FACE_POS = 16
-WANT_FACE_NRM = 32
-WANT_FACE_COL = 64
-WANT_CAMERA = 128
-WANT_LIGHT = 256
-WANT_MATERIAL = 512
-WANT_BACKGROUND = 1024
-WANT_ALPHA = 2048  # the per-slot opacity array (slot_alpha)
+
+class Want(IntFlag):
+    """Bits of :attr:`ShadeGrads.want`: which gradients the adjoint writes."""
+
+    BARY = 1
+    ZBUF = 2
+    DISTS = 4
+    COLORS = 8  # given colours, or the texel array (TexelSource.PIXEL)
+    FACE_POS = 16
+    FACE_NRM = 32
+    FACE_COL = 64
+    CAMERA = 128
+    LIGHT = 256
+    MATERIAL = 512
+    BACKGROUND = 1024
+    ALPHA = 2048  # the per-slot opacity array (slot_alpha)
 
 
 @wp.struct
@@ -110,7 +116,7 @@ class ShadeGrads:
     """Where the adjoint adds its gradients: those of the fragments (``frag``:
     ``bary_coords``, ``zbuf``, ``dists``; ``pix_to_face`` is not written) and of
     the arrays of :class:`ShadeInputs` (each nested struct holds the gradients of
-    the same fields), and ``want``, the WANT_* bits of those it writes."""
+    the same fields), and ``want``, the :class:`Want` bits of those it writes."""
 
     want: int
     frag: PixelFragments

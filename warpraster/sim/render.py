@@ -121,10 +121,7 @@ def corner_face(corner: int):
 def area_normal(points: wp.array(dtype=wp.vec3), i: wp.vec3i) -> wp.vec3:
     """:func:`~warpraster.geometry.finite_cross` of the face with corners i: its
     normal, twice its area long (0 for a face with a non-finite corner)."""
-    p0 = points[i[0]]
-    p1 = points[i[1]]
-    p2 = points[i[2]]
-    return finite_cross(p0, p1, p2)
+    return finite_cross(points[i[0]], points[i[1]], points[i[2]])
 
 
 @wp.kernel
