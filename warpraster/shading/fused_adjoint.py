@@ -58,12 +58,13 @@ wp.set_module_options({"fuse_fp": False})
 
 __all__ = ["ADJOINT_MAX_REGISTERS", "ADJOINT_PATCH_W", "shade_blend_adjoint"]
 
-#: The adjoint's cap, since it lights each slot once (the slot adjoint returns the
-#: colour) and reads the blend's colour from the image: 64 against 80, two
-#: alternating runs each (`python scripts/gpu_render_regs.py`, graph replay, with
-#: the extra channels): K=8 1.436 / 1.437 -> 1.421 / 1.423 ms forward + backward,
-#: K=1 1.612 / 1.612 -> 1.604 / 1.607.
-ADJOINT_MAX_REGISTERS = 64
+#: The adjoint's register cap. It was 64 (measured against 80 when the adjoint lit
+#: one light per image); since the light list, the two-sided/orthographic views and
+#: per-slot opacity joined it, 64 spills: H200, `warpraster bench --suite renderer
+#: --channels none`, graph forward + backward, caps alternated in one call: K=8 soft
+#: Phong 1.435-1.436 (64) / 1.400-1.405 (96) / 1.374 ms (128), K=1 mip 1.512-1.515 /
+#: 1.512-1.516 / 1.504 ms.
+ADJOINT_MAX_REGISTERS = 128
 #: The adjoint's pixel patch width (see FORWARD_PATCH_W in :mod:`warpraster.shading.fused`).
 ADJOINT_PATCH_W = wp.constant(16)
 
