@@ -145,6 +145,15 @@ def _wing_xy(a: AAInputs, tri: int, e: int, own: wp.vec2, centre: wp.vec2) -> wp
 
 
 @wp.func
+def _corner_coords(p0: wp.vec2, p1: wp.vec2, p2: wp.vec2, swap: int):
+    """(x0, y0, x1, y1, x2, y2) of the three points, each point's x and y swapped
+    when ``swap`` is nonzero."""
+    if swap != 0:
+        return p0[1], p0[0], p1[1], p1[0], p2[1], p2[0]
+    return p0[0], p0[1], p1[0], p1[1], p2[0], p2[1]
+
+
+@wp.func
 def _analyse_pair(a: AAInputs, n: int, r: int, c: int, down: int):
     """(alpha, code) of the pair (n, r, c) -> right (``down`` 0) or lower neighbour;
     code: ``NO_PAIR``, or ``edge + 4 * use1`` (edge 0..2 of the examined face, use1
@@ -194,12 +203,7 @@ def _analyse_pair(a: AAInputs, n: int, r: int, c: int, down: int):
     o0 = _wing_xy(a, tri, 0, p0, centre)
     o1 = _wing_xy(a, tri, 1, p1, centre)
     o2 = _wing_xy(a, tri, 2, p2, centre)
-    x0 = p0[0]
-    y0 = p0[1]
-    x1 = p1[0]
-    y1 = p1[1]
-    x2 = p2[0]
-    y2 = p2[1]
+    x0, y0, x1, y1, x2, y2 = _corner_coords(p0, p1, p2, 0)
     # Orientation of the face, and of each edge with its opposite vertex.
     bb = (x1 - x0) * (y2 - y0) - (x2 - x0) * (y1 - y0)
     a0 = (x1 - o0[0]) * (y2 - o0[1]) - (x2 - o0[0]) * (y1 - o0[1])
@@ -211,12 +215,7 @@ def _analyse_pair(a: AAInputs, n: int, r: int, c: int, down: int):
     if not (sil0 or sil1 or sil2):
         return alpha, code
     if down != 0:  # across the line becomes x, along it y
-        x0 = p0[1]
-        y0 = p0[0]
-        x1 = p1[1]
-        y1 = p1[0]
-        x2 = p2[1]
-        y2 = p2[0]
+        x0, y0, x1, y1, x2, y2 = _corner_coords(p0, p1, p2, 1)
     dx0 = x2 - x1
     dx1 = x0 - x2
     dx2 = x1 - x0
