@@ -24,7 +24,7 @@ from enum import IntEnum
 
 import warp as wp
 
-from .params import check_batch, check_rows, row, vec3_param
+from .params import ParamRows, check_batch, check_rows, row, vec3_param
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -206,7 +206,7 @@ def light_terms(
     )
 
 
-class LightsBase:
+class LightsBase(ParamRows):
     """What every light holds: ambient/diffuse/specular colours and one vec3 parameter.
 
     Attributes:
@@ -238,9 +238,6 @@ class LightsBase:
         for name, arr in parsed.items():
             setattr(self, name, arr)
 
-    def __len__(self) -> int:
-        return self._n
-
     def _param(self) -> wp.array:
         """The kind's own parameter (direction or location): the last one given."""
         return getattr(self, self._names[-1])
@@ -254,10 +251,6 @@ class LightsBase:
             self.diffuse_color,
             self.specular_color,
         ]
-
-    def parameters(self) -> dict[str, wp.array]:
-        """The parameter arrays by name (those given at construction)."""
-        return {name: getattr(self, name) for name in self._names}
 
 
 #: PyTorch3D's default light direction / location.
@@ -363,7 +356,7 @@ def _rows_param(value, name: str, count: int, device, requires_grad: bool) -> wp
     return arr
 
 
-class LightList:
+class LightList(ParamRows):
     """Several lights per image, of any kinds: a scene's light list (a USD stage's
     ambient, distant and point lights). Kernels sum the lights of an image in list
     order, each with PyTorch3D's formula ``(m_a l_a + m_d diffuse) texel + m_s
@@ -383,7 +376,12 @@ class LightList:
 
     Raises:
         TypeError, ValueError: bad input, named by argument (values read back once).
+
+    ``len()`` is 1 (every image has all the lights) or N; ``specular_color`` may be
+    ``diffuse_color`` (one array for both terms).
     """
+
+    _names = ("param", "ambient_color", "diffuse_color", "specular_color")
 
     def __init__(
         self,
@@ -433,19 +431,6 @@ class LightList:
         self.kinds = wp.array(kinds.astype(np.int32), dtype=wp.int32, device=d)
         self.first = wp.array(first.astype(np.int32), dtype=wp.int32, device=d)
         self.num_lights = count
-
-    def __len__(self) -> int:
-        """Images served: 1 (every image has all the lights) or N."""
-        return self._n
-
-    def parameters(self) -> dict[str, wp.array]:
-        """The parameter arrays by name (``specular_color`` may be ``diffuse_color``)."""
-        return dict(
-            param=self.param,
-            ambient_color=self.ambient_color,
-            diffuse_color=self.diffuse_color,
-            specular_color=self.specular_color,
-        )
 
     def fill(self, rows: LightRows) -> None:
         """Puts the list into the kernels' ``rows`` (``listed`` = 1)."""

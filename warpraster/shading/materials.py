@@ -13,12 +13,12 @@ import numpy as np
 import warp as wp
 
 from ..meshes import as_index_array
-from .params import check_batch, check_rows, scalar_param, vec3_param
+from .params import ParamRows, check_batch, check_rows, scalar_param, vec3_param
 
 __all__ = ["Materials", "face_materials_array"]
 
 
-class Materials:
+class Materials(ParamRows):
     """A batch of materials (one per image), as PyTorch3D's ``Materials``.
 
     Args (keyword-only):
@@ -37,6 +37,8 @@ class Materials:
         TypeError, ValueError: bad input, named by argument; every value must be
             finite and >= 0 (Warp arrays are read back once, at construction).
     """
+
+    _names = ("ambient_color", "diffuse_color", "specular_color", "shininess")
 
     def __init__(
         self,
@@ -64,18 +66,6 @@ class Materials:
         # shininess makes relu(v . r) ** shininess blow up (7e8) where v . r is small
         for name, arr in self.parameters().items():
             check_rows(arr, name, minimum=0.0)
-
-    def __len__(self) -> int:
-        return self._n
-
-    def parameters(self) -> dict[str, wp.array]:
-        """The parameter arrays by name."""
-        return dict(
-            ambient_color=self.ambient_color,
-            diffuse_color=self.diffuse_color,
-            specular_color=self.specular_color,
-            shininess=self.shininess,
-        )
 
     def kernel_args(self) -> list:
         """[ambient, diffuse, specular, shininess]: the kernels' material arguments."""

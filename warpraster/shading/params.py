@@ -20,6 +20,7 @@ import warp as wp
 from ..meshes import as_vec3_array
 
 __all__ = [
+    "ParamRows",
     "check_batch",
     "check_mesh_inputs",
     "check_rows",
@@ -170,6 +171,22 @@ def check_rows(
         raise ValueError(f"{name} must be >= {minimum}, got {a.tolist()}")
     if nonzero and (np.abs(a).max(axis=1, initial=0.0) == 0.0).any():
         raise ValueError(f"{name} must not be a zero vector, got {a.tolist()}")
+
+
+class ParamRows:
+    """Named parameter arrays of B rows (lights, materials): ``len()`` is B, the
+    images (or meshes) served (1: shared by all); :meth:`parameters` gives the
+    arrays named in ``_names``, in that order."""
+
+    _n: int
+    _names: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return self._n
+
+    def parameters(self) -> dict[str, wp.array]:
+        """The parameter arrays by name."""
+        return {name: getattr(self, name) for name in self._names}
 
 
 def check_batch(owner: str, arrays: dict[str, wp.array]) -> int:
