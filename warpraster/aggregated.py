@@ -81,3 +81,19 @@ def add_mat33_row(a: wp.array(dtype=wp.mat33), i: int, v: wp.mat33):
 def add_mat32_row(a: wp.array(dtype=mat32), i: int, v: mat32):
     """``a[i] += v`` (3 x 2), summed first over the warp's run of lanes adding to row i."""
     ...
+
+
+@wp.func_native(
+    _snippet(
+        12,
+        "(j < 9 ? r.data[j / 3][j % 3] : t.c[j - 9])",
+        f"float* row = {_ROW};\nfor (int j = 0; j < 12; ++j) atomicAdd(row + j, s[j]);",
+        f"float* row = {_ROW};\n"
+        "for (int j = 0; j < 12; ++j) row[j] += (j < 9 ? r.data[j / 3][j % 3] : t.c[j - 9]);",
+    )
+)
+def add_rt_partial(a: wp.array2d(dtype=wp.float32), i: int, r: wp.mat33, t: wp.vec3):
+    """``a[i, 0:9] += r`` (row-major) and ``a[i, 9:12] += t``, summed first over
+    the warp's run of lanes adding to slot ``i``: a per-warp partial sum of a
+    camera's (R, T) gradient, one slot per warp (no contention across warps)."""
+    ...

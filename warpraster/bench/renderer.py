@@ -74,14 +74,16 @@ def make_renderer(name: str, device, channels=CHANNELS) -> tuple[Renderer, wp.ar
     channels it writes beside the image)."""
     verts, faces, first, count, uvs, colors = _scene()
     n = len(first)
+    camgrad = name.endswith("_camgrad")  # the cameras' R and T trainable
     R, T = look_at_view_transform(dist=2.7, elev=10.0, azim=20.0)
-    cams = FoVPerspectiveCameras(R=np.repeat(R, n, 0), T=np.repeat(T, n, 0), device=device)
+    cams = FoVPerspectiveCameras(R=np.repeat(R, n, 0), T=np.repeat(T, n, 0), device=device,
+                                 requires_grad=camgrad)  # fmt: skip
     lights = PointLights(location=((1.0, 2.0, 3.0),), device=device)
     materials = Materials(device=device)
     if name.startswith("softphong"):
         sigma = 1e-4
         blur = 0.0
-        if name.endswith("_blur"):
+        if name.removesuffix("_camgrad").endswith("_blur"):
             blur = float(np.log(1.0 / 1e-4 - 1.0) * sigma)  # SoftRas's rule, as PyTorch3D's docs
         settings = RasterizationSettings(image_size=512, faces_per_pixel=8, blur_radius=blur)
         shader = SoftPhongShader(cameras=cams, lights=lights, materials=materials,

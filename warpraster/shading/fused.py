@@ -23,9 +23,14 @@ import warp as wp
 
 from ..backward.tape import active_tape
 from ..patches import patch_launch_size, patch_pixel
-from .fused_adjoint import ADJOINT_MAX_REGISTERS, ADJOINT_PATCH_W, shade_blend_adjoint
+from .fused_adjoint import (
+    ADJOINT_MAX_REGISTERS,
+    ADJOINT_PATCH_W,
+    reduce_camera_partials,
+    shade_blend_adjoint,
+)
 from .modes import BlendMode, TexelSource
-from .params import row
+from .params import placeholder, row
 from .pixel_args import PixelFragments
 from .shade_inputs import (
     BLEND_EPS,
@@ -220,7 +225,32 @@ def _shade_grads(frag: PixelFragments, inputs: ShadeInputs) -> tuple[ShadeGrads,
     if inputs.slot_alpha == 0:
         want &= ~Want.ALPHA
     g.want = int(want)
+    g.cam_part = placeholder(wp.float32, 2, frag.pix_to_face.device)
+    g.cam_key = placeholder(wp.int32, 1, frag.pix_to_face.device)
     return g, sources
+
+
+_CAMERA_PARTIALS: dict = {}  # (device, slots) -> (partial sums, keys), shared by launches
+
+
+def _camera_partials(device, threads: int) -> tuple[wp.array, wp.array]:
+    """The per-warp slots of the camera gradient for an adjoint launch of ``threads``
+    threads (made once per size and device: a backward fills and reduces them
+    before the next one runs, on the same stream)."""
+    slots = (threads + 31) // 32
+    key = (wp.get_device(device).alias, slots)
+    got = _CAMERA_PARTIALS.get(key)
+    if got is None:
+        got = _CAMERA_PARTIALS[key] = (
+            wp.zeros((slots, 12), dtype=wp.float32, device=device),
+            wp.full(slots, -1, dtype=wp.int32, device=device),
+        )
+    return got
+
+
+#: Slots of the camera gradient each thread of the reduction sums (per-warp slots:
+#: 65,536 for 8 x 512²; 256 threads then add a few atomics per camera row).
+CAMERA_REDUCE_CHUNK = 256
 
 
 def launch_shade_blend(
@@ -265,15 +295,31 @@ def launch_shade_blend(
     ig = ImageGrad() if image_grad is None else image_grad
     ig.grad = image_out.grad
     ig.mse = 0
+    dim = patch_launch_size(n, h, w, ADJOINT_PATCH_W)
+    camera = (g.want & Want.CAMERA) != 0
+    if camera:
+        g.cam_part, g.cam_key = _camera_partials(device, dim)
 
     def backward():
+        if camera:
+            g.cam_part.zero_()
+            g.cam_key.fill_(-1)
         wp.launch(
             shade_blend_adjoint,
-            dim=patch_launch_size(n, h, w, ADJOINT_PATCH_W),
+            dim=dim,
             inputs=[frag, inputs, image_out, ig],
             outputs=[g],
             device=device,
         )
+        if camera:
+            slots = g.cam_part.shape[0]
+            wp.launch(
+                reduce_camera_partials,
+                dim=(slots + CAMERA_REDUCE_CHUNK - 1) // CAMERA_REDUCE_CHUNK,
+                inputs=[g.cam_part, g.cam_key, CAMERA_REDUCE_CHUNK],
+                outputs=[g.cam.R, g.cam.T, int(inputs.orthographic == 0)],
+                device=device,
+            )
 
     tape.record_func(backward, arrays=with_grad(image_out, *sources))
     return tape
