@@ -424,6 +424,7 @@ def _cmd_render(args) -> int:
                     spp=args.spp,
                     conform=conform,
                     double_sided=args.double_sided,
+                    antialias=args.antialias,
                     device=device,
                 )
             out = renderer.render()
@@ -635,6 +636,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="draw the back faces of every mesh (default: as usdview, only of the meshes "
         "whose doubleSided is true; the others' back faces are culled)",
+    )
+    r.add_argument(
+        "--antialias",
+        action="store_true",
+        help="blend the colours across silhouette and occlusion edges by where each edge "
+        "crosses between sample centres (nvdiffrast's analytic antialias, before the --spp "
+        "box filter)",
     )
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument(

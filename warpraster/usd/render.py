@@ -16,6 +16,9 @@ table with its texture atlas, a light list, the camera), then each
 * the pixel kernel (:mod:`warpraster.shading.fused`): PyTorch3D's Phong model
   summed over the stage's lights, two-sided, hard blend with the far cut,
   premultiplied by the opacity;
+* with ``antialias=True``, nvdiffrast's analytic antialias of the shaded sample
+  image (:mod:`warpraster.usd.antialias`): silhouette and occlusion edges then
+  have gradients with respect to the points, transforms and camera;
 * the box filter of each pixel's ``spp`` samples and its centre sample's depth,
   face and mesh (:mod:`warpraster.shading.resolve`).
 
@@ -54,6 +57,7 @@ from ..shading.params import placeholder
 from ..shading.pixel_args import StructCache, pixel_fragments
 from ..shading.resolve import resolve_samples
 from ..shading.shaders import FaceTables
+from .antialias import StageAntialias
 from .cameras import conformed_apertures, default_camera, raster_camera
 from .scene import (
     AspectConform,
@@ -355,6 +359,11 @@ class StageRenderer:
         double_sided: draw the back faces of every mesh; by default only those of
             the meshes whose ``doubleSided`` is true (``scene.meshes.double_sided``),
             as Storm (usdview) does.
+        antialias: run nvdiffrast's analytic antialias on the shaded sample image
+            before the box filter, so that edges (silhouettes, occlusions) move the
+            picture continuously and send gradients to the points, transforms and
+            camera; faces touching the near plane keep hard edges
+            (:mod:`warpraster.usd.antialias`).
         requires_grad: make the scene's parameters (:class:`StageBuffers`) and the
             camera's ``R``, ``T``, ``focal_length`` / ``principal_point`` (or
             ``scale_xyz``) trainable: a render recorded on a ``wp.Tape`` then sends
@@ -380,9 +389,12 @@ class StageRenderer:
         spp: int = 1,
         conform: AspectConform = AspectConform.EXPAND_APERTURE,
         double_sided: bool = False,
+        antialias: bool = False,
         requires_grad: bool = False,
         device=None,
     ):
+        if not isinstance(antialias, bool):
+            raise TypeError(f"antialias must be a bool, got {antialias!r}")
         h, w = (int(x) for x in image_size)
         if h < 1 or w < 1:
             raise ValueError(f"image_size must be >= 1 in both dimensions, got {h}x{w}")
@@ -410,6 +422,10 @@ class StageRenderer:
         self._work = _Work(self.buffers.verts.shape[0], self.buffers.faces.shape[0],
                            self.sample_size, self.image_size, d, self.requires_grad)  # fmt: skip
         self.color = self._work.color
+        self._antialias = None
+        if antialias:
+            self._antialias = StageAntialias(self.buffers.faces, self.buffers.verts.shape[0],
+                                             self.sample_size, d)  # fmt: skip
         self.depth = wp.zeros((h, w), dtype=float, device=d)
         self.face_id = wp.zeros((h, w), dtype=wp.int32, device=d)
         self.mesh_id = wp.zeros((h, w), dtype=wp.int32, device=d)
@@ -430,6 +446,17 @@ class StageRenderer:
     def verts_ndc(self) -> wp.array:
         """(max(V, 1),) ``vec3`` projected points of the last render."""
         return self._work.verts_ndc
+
+    @property
+    def samples(self) -> wp.array:
+        """(1, Hs, Ws, 4) float32 shaded samples (premultiplied RGBA) of the last
+        render, before the antialias pass and the box filter."""
+        return self._work.samples
+
+    @property
+    def antialias(self) -> bool:
+        """Whether renders run the antialias pass."""
+        return self._antialias is not None
 
     @staticmethod
     def resolve_camera(scene: Scene, camera, *, aspect: float = 4.0 / 3.0) -> CameraParams:
@@ -493,6 +520,8 @@ class StageRenderer:
         """Writes a later frame's meshes / camera / lights into the same device arrays."""
         if meshes is not None:
             self.buffers.update_meshes(meshes)
+            if self._antialias is not None and meshes.num_faces:
+                self._antialias.update_faces(meshes.faces)
         if camera is not None:
             self._apply_camera(camera)
         lights = lights if lights is not None else self.scene.lights
@@ -598,7 +627,11 @@ class StageRenderer:
         key = (frags.pix_to_face, frags.bary_coords, frags.zbuf, frags.dists)
         frag = self._structs.get("fragments", key, lambda: pixel_fragments(frags))
         launch_shade_blend(frag, self._shade_inputs(), work.samples)
-        resolve_samples(work.samples, frags, grid=self.grid, far=b.zfar, face_mesh=b.face_mesh,
+        samples = work.samples
+        if self._antialias is not None:
+            z_clip = self._rasterizer.raster_settings.z_clip_value
+            samples = self._antialias(samples, frags, work.verts_ndc, z_clip)
+        resolve_samples(samples, frags, grid=self.grid, far=b.zfar, face_mesh=b.face_mesh,
                         color=self.color, depth=self.depth, face_id=self.face_id,
                         mesh_id=self.mesh_id)  # fmt: skip
 
