@@ -547,19 +547,15 @@ def test_torch_default_context_threads_do_not_share_scratch(monkeypatch):
             assert torch.equal(got, want), f"thread {i} got another thread's render"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="warpraster/torch/__init__.py _TorchStream enters wp.ScopedStream, which sets "
-    "Warp's current stream of the device (Device.set_stream: one per process, not per "
-    "thread): while another thread is inside the op, this thread's launches go to the "
-    "other thread's torch stream (fix: give the launches torch's stream explicitly, "
-    "e.g. keep it on the workspace and pass stream= to wp.launch / Launch.launch / "
-    "capture_launch, instead of changing the device's current stream)",
-)
 def test_torch_threads_on_one_gpu_launch_on_their_own_streams(monkeypatch):
-    """Two threads on one GPU, each on its own torch stream: every Warp launch of thread A
-    goes to A's stream, also while thread B is inside the op on B's stream (B is held
-    there, deterministically, at its raster pass while A makes its launches)."""
+    """Two threads on one GPU, each on its own torch stream. Warp's current stream is
+    the device's (one per process), so the torch ops hold a per-device lock while
+    they issue their launches (torch/streams.py): thread B, held inside its op at
+    its raster pass, keeps thread A's op out until it leaves; then A issues, on
+    A's stream. Checked: A makes no launch while B is inside (A's op cannot finish
+    within the hold), no launches interleave, each thread's launches go to its own
+    stream, and Warp's current stream is restored. (Before the lock, A's launches
+    went to B's stream: this test was an expected failure, then passed unseen.)"""
     torch = pytest.importorskip("torch")
     if not (torch.cuda.is_available() and wp.is_cuda_available()):
         pytest.skip("needs a GPU that torch and Warp both see")
@@ -568,23 +564,19 @@ def test_torch_threads_on_one_gpu_launch_on_their_own_streams(monkeypatch):
 
     dev = "cuda:0"
     jobs = _torch_jobs(torch, wrt, [dev, dev])
-    b_go, b_inside, a_done = threading.Event(), threading.Event(), threading.Event()
+    b_inside, a_done = threading.Event(), threading.Event()
+    order: list[str] = []  # the thread of every launch, in issue order
     launched: dict[str, list[int]] = {"A": [], "B": []}
     expected: dict[str, int] = {}
-    held = []
+    a_finished_during_hold = []
     original_pass_for = RasterWorkspace.pass_for
     original_launch, original_cmd = wp.launch, wp.Launch.launch
 
     def pass_for(self, *args, **kwargs):
-        name = threading.current_thread().name
-        if name == "A" and not held:
-            held.append(name)
-            b_go.set()
-            b_inside.wait(timeout=10)  # B is now inside its op, on its stream
-        elif name == "B" and "B" not in held:
-            held.append(name)
+        if threading.current_thread().name == "B" and not b_inside.is_set():
             b_inside.set()
-            a_done.wait(timeout=10)  # A makes its launches meanwhile
+            # A tries its op now; the lock keeps it out: it cannot finish meanwhile
+            a_finished_during_hold.append(a_done.wait(timeout=2.0))
         return original_pass_for(self, *args, **kwargs)
 
     def note(stream, device) -> None:
@@ -592,6 +584,7 @@ def test_torch_threads_on_one_gpu_launch_on_their_own_streams(monkeypatch):
         if name in launched:
             s = stream if stream is not None else wp.get_device(device).stream
             launched[name].append(int(s.cuda_stream))
+            order.append(name)
 
     def launch(kernel, dim, *args, **kwargs):
         if not kwargs.get("record_cmd", False):
@@ -619,8 +612,8 @@ def test_torch_threads_on_one_gpu_launch_on_their_own_streams(monkeypatch):
 
     sa, sb = torch.cuda.Stream(dev), torch.cuda.Stream(dev)
     threads = [
-        threading.Thread(target=call, name="A", args=("A", jobs[0], sa, None, a_done)),
-        threading.Thread(target=call, name="B", args=("B", jobs[1], sb, b_go, None)),
+        threading.Thread(target=call, name="B", args=("B", jobs[1], sb, None, None)),
+        threading.Thread(target=call, name="A", args=("A", jobs[0], sa, b_inside, a_done)),
     ]
     warp_dev = wp.get_device(dev)
     before = warp_dev.stream
@@ -630,12 +623,13 @@ def test_torch_threads_on_one_gpu_launch_on_their_own_streams(monkeypatch):
         for t in threads:
             t.join(timeout=120)
     finally:
-        # interleaved scopes may leave one of the test's streams current: restore it
         left = warp_dev.stream
         warp_dev.set_stream(before, sync=False)
-    assert held == ["A", "B"], "the hook did not hold both threads"
+    assert a_finished_during_hold == [False], "A's op ran while B was inside its own"
+    assert launched["A"] and launched["B"], "no Warp launch seen from a thread"
+    first_a = order.index("A")
+    assert "B" not in order[first_a:], "the two threads' launches interleaved"
     for name in ("A", "B"):
-        assert launched[name], f"no Warp launch seen from thread {name}"
         wrong = [s for s in launched[name] if s != expected[name]]
         assert not wrong, f"{len(wrong)} of thread {name}'s launches went to another stream"
     assert left.cuda_stream == before.cuda_stream, "Warp's current stream was left changed"
