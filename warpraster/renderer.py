@@ -461,9 +461,7 @@ class Renderer:
         self.face_materials = None
         if face_materials is not None:
             if shader.mode == ShadingMode.GOURAUD or isinstance(shader, SoftSilhouetteShader):
-                raise ValueError(
-                    "face_materials: per-face materials need a Phong or flat shader"
-                )
+                raise ValueError("face_materials: per-face materials need a Phong or flat shader")
             self.face_materials = face_materials_array(
                 face_materials, self.faces.shape[0], len(shader.materials), dev
             )
@@ -517,8 +515,13 @@ class Renderer:
         out.shaded = out.image
         out.antialias = None
         if self.antialias:
-            out.antialias = Antialias(self._aa_topology, self.num_verts, out.image.shape,
-                                      self.device, deterministic=self.settings.deterministic)
+            out.antialias = Antialias(
+                self._aa_topology,
+                self.num_verts,
+                out.image.shape,
+                self.device,
+                deterministic=self.settings.deterministic,
+            )
             out.image = out.antialias.out
         out.channel_mesh = new_struct(
             ChannelMesh,

@@ -147,8 +147,9 @@ def _render(verts, faces, first, count, tensors, config, grads, grad_verts, text
         materials=objs["materials"],
         blend_params=objs["blend_params"],
     )
-    renderer = _WarpMeshRenderer(rasterizer=rasterizer, shader=shader,
-                                 antialias=bool(config.get("antialias", False)))
+    renderer = _WarpMeshRenderer(
+        rasterizer=rasterizer, shader=shader, antialias=bool(config.get("antialias", False))
+    )
     if objs["shader_cameras"] is not None:
         renderer.shader = _OwnCamera(shader, objs["shader_cameras"])
     image, frags = renderer(v, f, fi, cn, textures=textures, return_fragments=True,
