@@ -472,3 +472,37 @@ def test_import_warpraster_torch_imports_no_pxr():
     code = "import sys, warpraster.torch; print(any(m.startswith('pxr') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_torch_step_reads_back_no_light_or_material_values(monkeypatch):
+    """The torch classes check their values once, when made (a NaN light location,
+    a negative shininess: ValueError there); the op then builds its Warp lights and
+    materials on every call without reading them back (each read is a device
+    synchronisation on CUDA)."""
+    import warp as wp
+    from test_torch_shading import torch_scene
+
+    from warpraster.torch import Materials, PointLights
+
+    with pytest.raises(ValueError, match="location must be finite"):
+        PointLights(location=[[float("nan"), 0.0, 1.0]])
+    with pytest.raises(ValueError, match="shininess must be >= 0"):
+        Materials(shininess=-1.0)
+    d, spec, ren, inputs, tex, leaves = torch_scene("r03_softphong_directional_k8")
+    target = torch.tensor(d["images"] * 0.9)
+    ren(*inputs)  # the first call
+    reads = []
+    real = wp.array.numpy
+
+    def counting(self):
+        import traceback
+
+        where = "".join(traceback.format_stack(limit=4))
+        if "lighting.py" in where or "materials.py" in where or "params.py" in where:
+            reads.append(where)
+        return real(self)
+
+    monkeypatch.setattr(wp.array, "numpy", counting)
+    img = ren(*inputs)
+    ((img - target) ** 2).mean().backward()
+    assert reads == []

@@ -14,6 +14,9 @@ broadcasts):
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numpy as np
 import warp as wp
 
@@ -153,6 +156,23 @@ def scalar_param(value, name: str, device=None, requires_grad: bool = False) -> 
     return _device_rows(a, name, wp.float32, device, requires_grad)
 
 
+_CHECKED = threading.local()
+
+
+@contextlib.contextmanager
+def values_checked():
+    """Within: the lights, materials and backgrounds made here hold values their
+    caller has checked already (the torch ops: the torch classes check their
+    tensors once, at construction), so :func:`check_rows` reads nothing back:
+    the ops then build their Warp objects on every call without a host read."""
+    prior = getattr(_CHECKED, "on", False)
+    _CHECKED.on = True
+    try:
+        yield
+    finally:
+        _CHECKED.on = prior
+
+
 def check_rows(
     arr: wp.array, name: str, *, minimum: float | None = None, nonzero: bool = False
 ) -> None:
@@ -161,8 +181,11 @@ def check_rows(
 
     Reads ``arr`` back to the host: call it at construction (set-up), not per render.
     A Warp array used zero-copy is checked with the values it holds then; values
-    written into it later are the caller's to keep valid.
+    written into it later are the caller's to keep valid. Nothing is checked
+    inside :func:`values_checked`.
     """
+    if getattr(_CHECKED, "on", False):
+        return
     a = np.asarray(arr.numpy(), dtype=np.float64)
     a = a.reshape(a.shape[0], -1) if a.ndim else a.reshape(1, 1)
     if not np.isfinite(a).all():

@@ -24,7 +24,7 @@ class _Mirror(_Holder):
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         warp_args = inspect.signature(getattr(_shading, cls._warp)).parameters.values()
-        own = [p for p in warp_args if p.name not in ("device", "requires_grad")]
+        own = [p for p in warp_args if p.name not in ("device", "requires_grad", "validate")]
         cls._names = tuple(p.name for p in own)
         kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
         cls.__signature__ = inspect.Signature(
@@ -39,6 +39,10 @@ class _Mirror(_Holder):
         for name, v in values.items():
             t = _f32(v, device).reshape(-1) if name in self._scalars else _f32(v, device, 3)
             setattr(self, name, t)
+        # the values checked once, here, as the Warp class checks them (host copies):
+        # the op then builds its Warp objects per call without reading them back
+        host = {n: getattr(self, n).detach().cpu().numpy() for n in values}
+        getattr(_shading, self._warp)(**host, device="cpu")
 
 
 class PointLights(_Mirror):

@@ -27,6 +27,7 @@ from .. import shading as _shading
 from ..rasterizer import MeshRasterizer as _WarpMeshRasterizer
 from ..rasterizer import RasterizationSettings
 from ..renderer import MeshRenderer as _WarpMeshRenderer
+from ..shading.params import values_checked
 from .cameras import _f32
 from .checks import check_packed, check_packed_values, to_int32
 from .lighting import AmbientLights
@@ -136,7 +137,8 @@ def _render(verts, faces, first, count, tensors, config, grads, grad_verts, text
     f = wp.from_torch(to_int32(faces), dtype=wp.int32)
     fi = wp.from_torch(to_int32(first), dtype=wp.int32)
     cn = wp.from_torch(to_int32(count), dtype=wp.int32)
-    objs = _build(config, tensors, grads)
+    with values_checked():  # the torch classes checked their values once, when made
+        objs = _build(config, tensors, grads)
     settings = RasterizationSettings(**config["raster"])
     rasterizer = _WarpMeshRasterizer(cameras=objs["cameras"], raster_settings=settings)
     if config["shader"] == "none":
