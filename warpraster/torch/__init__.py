@@ -39,6 +39,7 @@ from ..rasterize import rasterize_meshes as _rasterize_meshes_wp
 from ..settings import RasterSettings
 from . import ops, shading
 from .antialias import antialias
+from .stage import render_stage, stage_parameters
 from .checks import (
     check_index_range,
     check_packed,
@@ -87,6 +88,8 @@ from .streams import _TorchStream
 __all__ = [
     "RasterContext",
     "antialias",
+    "render_stage",
+    "stage_parameters",
     "default_context",
     "face_normals",
     "interpolate_face_attributes",
