@@ -39,7 +39,6 @@ from ..rasterize import rasterize_meshes as _rasterize_meshes_wp
 from ..settings import RasterSettings
 from . import ops, shading
 from .antialias import antialias
-from .stage import render_stage, stage_parameters
 from .checks import (
     check_index_range,
     check_packed,
@@ -83,6 +82,7 @@ from .shading import (  # noqa: F401 (re-exported: shading.__all__, below)
     look_at_rotation,
     look_at_view_transform,
 )
+from .stage import render_stage, stage_parameters
 from .streams import _TorchStream
 
 __all__ = [
