@@ -506,3 +506,36 @@ def test_torch_step_reads_back_no_light_or_material_values(monkeypatch):
     img = ren(*inputs)
     ((img - target) ** 2).mean().backward()
     assert reads == []
+
+
+def test_the_backward_runs_the_forwards_recorded_render(monkeypatch):
+    """A forward whose inputs require gradients records its Warp launches; its
+    backward runs that record instead of rendering again (one render per step).
+    More forwards than are kept before their backwards: the older ones render
+    again on a tape, with the same gradients."""
+    from test_torch_shading import torch_scene
+
+    from warpraster.torch import render_op
+
+    d, spec, ren, inputs, tex, leaves = torch_scene("r03_softphong_directional_k8")
+    target = torch.tensor(d["images"] * 0.9)
+    runs = []
+    real_run = render_op._run
+    monkeypatch.setattr(render_op, "_run", lambda *a, **k: (runs.append(1), real_run(*a, **k))[1])
+    img = ren(*inputs)
+    ((img - target) ** 2).mean().backward()
+    assert len(runs) == 1  # the forward's render, and no second one for the backward
+    want = {k: t.grad.clone() for k, t in leaves.items() if t.grad is not None}
+    # six forwards, then their backwards in reverse: more than the kept records
+    for t in leaves.values():
+        t.grad = None
+    images = [ren(*inputs) for _ in range(render_op._Recorded.capacity + 2)]
+    for image in reversed(images):
+        ((image - target) ** 2).mean().backward()
+    n = len(images)
+    for k, g in want.items():
+        # n equal steps summed by autograd: n x one step's gradient, to float32
+        # rounding of the n-term sum (relative ~n x 6e-8)
+        scale = float(g.abs().max())
+        torch.testing.assert_close(leaves[k].grad, n * g, rtol=1e-5, atol=1e-6 * scale,
+                                   msg=k)  # fmt: skip

@@ -16,8 +16,10 @@ configuration that says what each tensor is (:func:`config_and_tensors`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
+import threading
 
 import torch
 import warp as wp
@@ -164,6 +166,39 @@ def _shape(first: torch.Tensor, config: dict):
     return (first.shape[0], h, w, config["raster"]["faces_per_pixel"])
 
 
+class _Recorded:
+    """Forward renders recorded on their own ``wp.Tape`` for the backward, by handle.
+
+    A forward whose inputs require gradients records its launches (and the Warp
+    objects they use stay alive here); its backward runs that tape instead of
+    rendering again. At most :attr:`capacity` are kept (each holds a render's
+    buffers): an older one's backward, or a second backward of one, renders again
+    on a tape (the same numbers).
+    """
+
+    capacity = 4
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._next = 0
+        self._entries: collections.OrderedDict[int, tuple] = collections.OrderedDict()
+
+    def put(self, entry: tuple) -> int:
+        with self._lock:
+            self._next += 1
+            self._entries[self._next] = entry
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+            return self._next
+
+    def take(self, handle: int):
+        with self._lock:
+            return self._entries.pop(handle, None)
+
+
+_RECORDED = _Recorded()
+
+
 @torch.library.custom_op("warpraster::render_meshes", mutates_args=())
 def render_op(
     verts: torch.Tensor,
@@ -172,14 +207,27 @@ def render_op(
     num_faces_per_mesh: torch.Tensor,
     tensors: list[torch.Tensor],
     config: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(image (N, H, W, 4), pix_to_face int32, zbuf, bary (N, H, W, K, 3), dists)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(image (N, H, W, 4), pix_to_face int32, zbuf, bary (N, H, W, K, 3), dists, handle):
+    ``handle`` (an int64 scalar) names the recorded render its backward runs
+    (``config["record"]``; -1: not recorded)."""
     cfg = json.loads(config)
     # The index values, before any int32 cast could wrap them (a host read; the op
     # body runs eagerly also inside a compiled graph).
     check_packed_values(verts.shape[0], faces, mesh_to_face_first_idx, num_faces_per_mesh)
+    handle = -1
     with _TorchStream(verts.device):
-        image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh, tensors, cfg)
+        if cfg.get("record", False):
+            grad_verts = torch.zeros_like(verts)
+            grads = [torch.zeros_like(t) if t.is_floating_point() else None for t in tensors]
+            tape = wp.Tape()
+            image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
+                                tensors, cfg, grads=grads, grad_verts=grad_verts,
+                                tape=tape)  # fmt: skip
+            handle = _RECORDED.put((tape, image, frags, grad_verts, grads))
+        else:
+            image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
+                                tensors, cfg)  # fmt: skip
         n, h, w, k = frags.pix_to_face.shape
         outs = (
             wp.to_torch(frags.pix_to_face).clone(),
@@ -188,7 +236,7 @@ def render_op(
             wp.to_torch(frags.dists).clone(),
         )
         img = wp.to_torch(image).clone() if image is not None else verts.new_zeros((n, h, w, 4))
-    return (img, *outs)
+    return (img, *outs, torch.tensor(handle, dtype=torch.int64))
 
 
 @render_op.register_fake
@@ -200,14 +248,16 @@ def _render_fake(verts, faces, first, count, tensors, config):
         verts.new_empty(shape),
         verts.new_empty((*shape, 3)),
         verts.new_empty(shape),
+        torch.empty((), dtype=torch.int64),
     )
 
 
 @torch.library.custom_op("warpraster::render_meshes_backward", mutates_args=())
 def _render_backward_op(
-    upstream: list[torch.Tensor], saved: list[torch.Tensor], config: str
+    upstream: list[torch.Tensor], saved: list[torch.Tensor], config: str, handle: torch.Tensor
 ) -> list[torch.Tensor]:
-    """[d verts, d tensors[0], ...]: the render replayed on a wp.Tape, then backward.
+    """[d verts, d tensors[0], ...]: the forward's recorded tape run backward (or, when
+    it is no longer kept, the render again on a wp.Tape, then backward).
 
     ``upstream`` = [d image, d zbuf, d bary, d dists] (zeros where none came);
     ``saved`` = the forward's inputs [verts, faces, mesh_to_face_first_idx,
@@ -216,13 +266,16 @@ def _render_backward_op(
     cfg = json.loads(config)
     grad_image, grad_zbuf, grad_bary, grad_dists = upstream
     verts, faces, first, count, *tensors = saved
-
-    grad_verts = torch.zeros_like(verts)
-    grads = [torch.zeros_like(t) if t.is_floating_point() else None for t in tensors]
+    recorded = _RECORDED.take(int(handle))
     with _TorchStream(verts.device):
-        tape = wp.Tape()
-        image, frags = _run(verts, faces, first, count, tensors, cfg, grads=grads,
-                            grad_verts=grad_verts, tape=tape)  # fmt: skip
+        if recorded is not None:
+            tape, image, frags, grad_verts, grads = recorded
+        else:
+            grad_verts = torch.zeros_like(verts)
+            grads = [torch.zeros_like(t) if t.is_floating_point() else None for t in tensors]
+            tape = wp.Tape()
+            image, frags = _run(verts, faces, first, count, tensors, cfg, grads=grads,
+                                grad_verts=grad_verts, tape=tape)  # fmt: skip
         n, h, w, k = frags.pix_to_face.shape
         output_grads = {
             frags.zbuf: wp.from_torch(grad_zbuf.contiguous(), dtype=wp.float32),
@@ -241,7 +294,7 @@ def _render_backward_op(
 
 
 @_render_backward_op.register_fake
-def _render_backward_fake(upstream, saved, config):
+def _render_backward_fake(upstream, saved, config, handle):
     verts, tensors = saved[0], saved[4:]
     return [torch.empty_like(verts)] + [torch.empty_like(t, dtype=torch.float32) for t in tensors]
 
@@ -249,12 +302,12 @@ def _render_backward_fake(upstream, saved, config):
 def _setup_context(ctx, inputs, output):
     verts, faces, first, count, tensors, config = inputs
     ctx.config = config
-    ctx.save_for_backward(verts, faces, first, count, *tensors)
+    ctx.save_for_backward(verts, faces, first, count, output[5], *tensors)
 
 
-def _backward_impl(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists):
-    saved = list(ctx.saved_tensors)
-    verts, first, tensors = saved[0], saved[2], saved[4:]
+def _backward_impl(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists, g_handle):
+    verts, faces, first, count, handle, *tensors = ctx.saved_tensors
+    saved = [verts, faces, first, count, *tensors]
     shape = _shape(first, json.loads(ctx.config))
 
     def z(g, s):
@@ -266,7 +319,7 @@ def _backward_impl(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists):
         z(g_bary, (*shape, 3)),
         z(g_dists, shape),
     ]
-    grads = _render_backward_op(upstream, saved, ctx.config)
+    grads = _render_backward_op(upstream, saved, ctx.config, handle)
     tensor_grads = [
         g if t.is_floating_point() else None for g, t in zip(grads[1:], tensors, strict=True)
     ]

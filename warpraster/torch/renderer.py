@@ -219,7 +219,11 @@ def _render(rasterizer, shader, meshes_world, packed_args, textures, kwargs, who
                 f"faces_per_pixel={call.raster_settings.faces_per_pixel}"
             )
         config["antialias"] = True
-    img, p2f, zbuf, bary, dists = render_op(v, f, fi, cn, tensors, config_json(config))
+    # record the Warp launches for the backward when autograd will ask for it
+    config["record"] = torch.is_grad_enabled() and (
+        v.requires_grad or any(t.requires_grad for t in tensors)
+    )
+    img, p2f, zbuf, bary, dists, _handle = render_op(v, f, fi, cn, tensors, config_json(config))
     return img, Fragments(p2f.to(torch.int64), zbuf, bary, dists)
 
 
