@@ -27,8 +27,11 @@ fragments:
    summed by ``BIG_STRIPS`` threads, one per set of rows, whose sums are then
    added in strip order.
 3. ``proj_gather`` (one thread per projected vertex): sums its face corners
-   (CSR of the packed faces, ascending), then the projection's adjoint: the
-   gradient of the world point, of the camera transform and of the field of view.
+   (CSR of the packed faces, ascending) and, with antialias, adds the antialias
+   pass's gradient of the vertex (``frame.ndc.grad``, written by that pass's
+   deterministic backward, which runs before this one), then the projection's
+   adjoint: the gradient of the world point, of the camera transform and of the
+   field of view.
 4. ``vertex_gather`` (one thread per sensor vertex): sums its projections
    (CSR, ascending); with smooth normals, then the vertex normals' adjoint
    (per face, then per vertex over its corners).
@@ -195,6 +198,7 @@ class SensorBackward:
         self._dummy4 = {t: _dummy((1, 1, 1, 1), t, dev) for t in (wp.vec3, wp.float32, wp.uint32)}
         self._dummy3 = _dummy((1, 1, 1), wp.vec3, dev)
         self._dummy_fov = _dummy(1, wp.float32, dev)
+        self._no_ndc_grad = _dummy(1, wp.vec3, dev)
         self._no_camera = make(CameraGrads, t=_dummy(1, wp.vec3, dev), q=_dummy(1, wp.vec4, dev),
                                fov=self._dummy_fov)  # fmt: skip
         self._dummy_cam = _dummy((1, 1), wp.transform, dev)
@@ -290,7 +294,9 @@ class SensorBackward:
     def _channel_grads(self, frame) -> tuple[Channels, int]:
         """The frame's channel gradients as a :class:`Channels` (absent ones: a dummy)
         and the mask of those present; packed once per slot and set of gradients."""
-        arrays = tuple(getattr(frame, name).grad for name in frame.CHANNELS[:6])
+        # with antialias, the colour gradient is the hard colour's (the pass's adjoint
+        # runs first and writes it)
+        arrays = tuple(frame.written(name).grad for name in frame.CHANNELS[:6])
         key = tuple(id(a) for a in arrays)
         cached = self._grads.get(id(frame))
         if cached is None or cached[0] != key:
@@ -382,11 +388,14 @@ class SensorBackward:
                       outputs=[strips], device=dev, record_tape=False)  # fmt: skip
             wp.launch(big_face_sum_kernel, dim=self.big.faces.shape[0], inputs=[self.big, strips],
                       outputs=[self.face_sums], device=dev, record_tape=False)  # fmt: skip
+        # the antialias pass's NDC gradient (its backward ran first), added per projection
+        aa_on = frame.antialias is not None and frame.ndc.grad is not None
         wp.launch(
             proj_gather_kernel,
             dim=s.proj_vertex.shape[0],
-            inputs=[self.proj_corners, s.view, smooth, int(cam_on), self.face_sums,
-                    frame.points, camera_transforms, camera_fovs],
+            inputs=[self.proj_corners, s.view, smooth, int(cam_on), int(aa_on), self.face_sums,
+                    frame.points, camera_transforms, camera_fovs,
+                    frame.ndc.grad if aa_on else self._no_ndc_grad],
             outputs=[self.proj_grads, cam["proj"] if cam_on else self._no_camera],
             device=dev,
             record_tape=False,

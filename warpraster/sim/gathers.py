@@ -259,18 +259,21 @@ def proj_gather_kernel(
     view: View,
     smooth: int,
     camera_grad: int,
+    ndc_grad_on: int,
     # Data in:
     sums: FaceSums,
     points: wp.array(dtype=wp.vec3),
     camera_transforms: wp.array2d(dtype=wp.transform),
     camera_fovs: wp.array(dtype=float),
+    ndc_grad: wp.array(dtype=wp.vec3),
     # Data out, (P,):
     proj_out: VertexGrads,
     camera_out: CameraGrads,
 ):
-    """Projected vertex j: its face corners' gradients summed in CSR order, then the
-    adjoint of ``render.project_kernel`` (``ndc = (-x_c, y_c) / s, z``,
-    ``s = tan(fov / 2) aspect max(z, MIN_DEPTH)``)."""
+    """Projected vertex j: its face corners' gradients summed in CSR order, plus
+    ``ndc_grad[j]`` when ``ndc_grad_on`` (the antialias pass's), then the adjoint of
+    ``render.project_kernel`` (``ndc = (-x_c, y_c) / s, z``, ``s = tan(fov / 2) aspect
+    max(z, MIN_DEPTH)``)."""
     j = wp.tid()
     g_ndc = wp.vec3(0.0)
     g_w = wp.vec3(0.0)
@@ -281,6 +284,8 @@ def proj_gather_kernel(
         g_w = g_w + row(sums.world[f, 0], r)
         if smooth != 0:
             g_vn = g_vn + row(sums.vn[f, 0], r)
+    if ndc_grad_on != 0:
+        g_ndc = g_ndc + ndc_grad[j]
     w, c = image_camera(view, view.proj_image[j])
     aspect_min = view.aspect_min
     tf = camera_transforms[c, w]

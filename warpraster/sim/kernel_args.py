@@ -289,7 +289,8 @@ def frame_structs(sensor, frame) -> tuple[FrameScene, Channels]:
                   vertex_normals=frame.vertex_normals)  # fmt: skip
     scene = make(FrameScene, sharp=sharp, blurred=blurred, view=sensor.view, surface=sensor.surface,
                  look=sensor.look, frame=arrays)  # fmt: skip
-    channels = make(Channels, **{name: getattr(frame, name) for name in frame.CHANNELS})
+    # the arrays the channel kernel writes (with antialias its colour is the hard one)
+    channels = make(Channels, **{name: frame.written(name) for name in frame.CHANNELS})
     return scene, channels
 
 

@@ -319,6 +319,13 @@ def frame_loss(
     ``grad_channels``). One launch pair for both terms. With the generated
     backward (``deterministic=False``) this calls :func:`image_loss` per term.
 
+    With a sensor made with ``antialias=True`` the colour term is not fused: the
+    fused gradient is computed inside the channel adjoint, from the hard colour,
+    which the antialiased ``color`` is not. The colour term then runs as
+    :func:`image_loss` of ``color`` (the same value and gradients, through
+    ``color.grad`` and the antialias pass's adjoint; so the sensor's
+    ``grad_channels`` must hold ``color``); a depth term is still fused.
+
     The frame's :meth:`~warpraster.sim.CameraSensor.update` must be recorded on
     the active tape (when one is active and ``loss_out`` has a gradient), and at
     most one fused loss per recorded update.
@@ -332,7 +339,9 @@ def frame_loss(
         color_weight, depth_weight: the terms' scales.
 
     Raises:
-        TypeError, ValueError: bad arguments, named (before any launch).
+        TypeError, ValueError: bad arguments, named (before any launch); ValueError
+            for a recorded colour term of an antialiased sensor without a ``color``
+            gradient buffer (``grad_channels``).
     """
     frames = getattr(sensor, "frames", None)
     if frames is None:
@@ -353,6 +362,18 @@ def frame_loss(
     backward = getattr(sensor, "backward", None)
     tape = _active_tape()
     taped = tape is not None and loss_out.grad is not None and sensor.requires_grad
+    if getattr(sensor, "antialias", False) and color_target is not None:
+        # unfused: the channel adjoint sees the hard colour, not the antialiased one
+        if taped and out.color.grad is None:
+            raise ValueError(
+                "frame_loss: with antialias the colour term's gradient goes through "
+                "frame.color.grad, which this sensor does not allocate: include 'color' in "
+                "CameraSensor(grad_channels=...)"
+            )
+        image_loss(out.color, color_target, loss_out, weight=color_weight)
+        color_target = None
+        if depth_target is None:
+            return
     if backward is None:
         for target, image, weight in ((color_target, out.color, color_weight),
                                       (depth_target, out.depth, depth_weight)):  # fmt: skip

@@ -9,7 +9,9 @@ One :meth:`CameraSensor.update` runs, with no allocation and no host read:
 3. :func:`warpraster.rasterize_meshes` of the packed batch (W x C images, K = 1)
    into the frame's :class:`~warpraster.RasterWorkspace`;
 4. ``channels_kernel``: colour, albedo, normal, depth, forward depth, coverage and
-   shape index, in Newton's ``(world, camera, H, W)`` layout.
+   shape index, in Newton's ``(world, camera, H, W)`` layout;
+5. with ``antialias``: :class:`warpraster.Antialias` of the shaded colour into
+   ``color`` (:mod:`warpraster.sim.antialias`).
 
 Gradients of any image loss reach particle positions, body transforms, camera
 transforms, fields of view, shape colours and light parameters, on an enclosing
@@ -32,8 +34,11 @@ Two backwards (``deterministic``):
   atomic backward for step 3. On CUDA their float atomics make the last bits of
   the gradients vary run to run (bit-identical on the cpu device only).
 
-Limits: outlines are soft only against empty background (or the clear values):
-where one surface occludes another, the edge is hard and gives no gradient.
+Edges: ``silhouette_sigma > 0`` gives soft outlines, only against empty
+background (or the clear values): where one surface occludes another, the edge
+is hard and gives no gradient. ``antialias=True`` instead antialiases the hard
+colour (:mod:`warpraster.sim.antialias`): silhouette and occlusion edges alike
+give gradients, in the ``color`` channel only.
 Faces with a vertex behind the camera are dropped whole (no near-plane clipping).
 """
 
@@ -51,6 +56,7 @@ from ..backward.tape import active_tape
 from ..grad_buffers import clear_if_recording
 from ..settings import parse_image_size
 from .adjoint import SensorBackward
+from .antialias import FrameAntialias, sensor_topology
 from .checks import (
     _check_transforms,
     _vec3,
@@ -84,7 +90,8 @@ class SensorFrame:
 
     Attributes:
         color: vec3, linear RGB, shaded (Newton's ``hdr_color``), composited over
-            ``clear_color`` by ``alpha``.
+            ``clear_color`` by ``alpha``; with ``antialias``, ``hard_color``
+            antialiased.
         albedo: vec3, linear unshaded colour (premultiplied by ``alpha``).
         normal: vec3, world-space face normal (counter-clockwise front), zero
             where empty.
@@ -98,11 +105,15 @@ class SensorFrame:
             ``deterministic``, its ``.grad`` holds the last backward's gradient of
             these points, overwritten by each backward of the slot).
         ndc: vec3 (P,), projected vertices of every image (with ``deterministic``
-            its ``.grad`` is not filled: the backward goes from the faces to the
-            points directly).
+            its ``.grad`` holds only the antialias pass's gradient, if any: the
+            backward goes from the faces to the points directly).
         vertex_normals: vec3 (V,), area-weighted vertex normals (``smooth_normals``).
         workspace: the frame's rasterizer buffers (its ``fragments``), sharp pass.
         soft_workspace: those of the blurred pass (``silhouette_sigma > 0`` only).
+        hard_color: vec3, the shaded colour before the antialias pass (``antialias``
+            only; else None).
+        antialias: the slot's :class:`~warpraster.sim.antialias.FrameAntialias`
+            (``antialias`` only; else None).
     """
 
     color: wp.array
@@ -123,12 +134,21 @@ class SensorFrame:
     #: pixel reads (with the sensor's model and materials), the channels written.
     scene: FrameScene | None = None
     channels: Channels | None = None
+    hard_color: wp.array | None = None
+    antialias: FrameAntialias | None = None
 
     CHANNELS = ("color", "albedo", "normal", "depth", "forward_depth", "alpha", "shape_index")
 
     #: its gradient arrays are its own: cleared when a recorded update writes it
     #: (warpraster.grad_buffers)
     owns_grad_buffers = True
+
+    def written(self, name: str) -> wp.array:
+        """The array the channel kernel writes for channel ``name`` (``hard_color``
+        for ``color`` with antialias): its ``.grad`` is what the kernel's adjoint reads."""
+        if name == "color" and self.hard_color is not None:
+            return self.hard_color
+        return getattr(self, name)
 
     def numpy(self) -> dict[str, np.ndarray]:
         """Host copies of the image channels (reads the device).
@@ -154,6 +174,14 @@ class CameraSensor:
             per pixel within the blur radius ``sigma ln(9999)``; see
             ``warpraster.sim.render.CHANNEL_KERNELS``): coverage is continuous
             as outlines move and gives gradients there.
+        antialias: antialias the hard colour (nvdiffrast's analytic antialias,
+            :mod:`warpraster.sim.antialias`): ``color`` is then the antialiased
+            image and has gradients with respect to where silhouette and occlusion
+            edges are (the other channels stay hard). An alternative to
+            ``silhouette_sigma > 0``, not combined with it. A
+            :func:`~warpraster.sim.frame_loss` colour term then runs unfused
+            (:func:`~warpraster.sim.image_loss`, so ``grad_channels`` must hold
+            ``color``).
         clear_color: linear RGB of empty pixels.
         clear_depth: depth of empty pixels (Newton's default 0).
         ambient: Newton's hemispheric ambient light on/off.
@@ -188,9 +216,10 @@ class CameraSensor:
     Raises (at construction, naming the argument): TypeError / ValueError for an
     ``image_size`` that is not an int or (H, W) of ints (a string too), a NaN
     ``clear_depth``, colours (``clear_color``, the geometry's shape colours) that
-    are not finite linear RGB in [0, 1], a zero ``up`` or ``light_direction``, a
-    ``light_intensity`` that is not finite and >= 0. The per-frame device inputs
-    are checked by the first :meth:`update` (:meth:`check_inputs`).
+    are not finite linear RGB in [0, 1], ``antialias`` with ``silhouette_sigma > 0``,
+    a zero ``up`` or ``light_direction``, a ``light_intensity`` that is not finite
+    and >= 0. The per-frame device inputs are checked by the first :meth:`update`
+    (:meth:`check_inputs`).
 
     The colours (``shape_colors``, vec3 (S,)), light direction and intensity live
     in device arrays (``light_direction``, ``light_intensity``, (1,)): assign new
@@ -208,6 +237,7 @@ class CameraSensor:
         image_size=64,
         frames: int = 1,
         silhouette_sigma: float = 0.0,
+        antialias: bool = False,
         clear_color=(0.0, 0.0, 0.0),
         clear_depth: float = 0.0,
         ambient: bool = True,
@@ -234,6 +264,14 @@ class CameraSensor:
             raise ValueError(f"silhouette_sigma must be finite and >= 0, got {silhouette_sigma}")
         self.silhouette_sigma = sigma
         self.blur_radius = sigma * _BLUR_PER_SIGMA
+        if not isinstance(antialias, bool):
+            raise TypeError(f"antialias must be a bool, got {antialias!r}")
+        if antialias and sigma > 0.0:
+            raise ValueError(
+                "antialias: the antialias pass and the soft outlines (silhouette_sigma > 0) "
+                "are alternatives; pass one of them"
+            )
+        self.antialias = antialias
         self.clear_color = _vec3(clear_color, "clear_color", unit_range=True)
         self.clear_depth = float(clear_depth)
         if math.isnan(self.clear_depth):
@@ -315,6 +353,7 @@ class CameraSensor:
         self._no_bodies = wp.zeros(1, dtype=wp.transform, device=dev)
         # the kernels' static arguments, packed once
         self.sources, self.view, self.surface, self.look = sensor_structs(self)
+        self._aa_topology = sensor_topology(self) if antialias else None
         self.frames = [self._allocate_frame() for _ in range(self.frame_count)]
         self.backward = SensorBackward(self) if self.deterministic else None
         #: the sensor's triangles and each vertex's corners (the deterministic normals)
@@ -377,8 +416,12 @@ class CameraSensor:
             workspace=workspace(),
             soft_workspace=workspace(SOFT_SLOTS) if self.silhouette_sigma > 0.0 else None,
             ndc_nograd=ndc_nograd,
+            hard_color=img(wp.vec3, "color") if self.antialias else None,
         )
         frame.scene, frame.channels = frame_structs(self, frame)
+        if self.antialias:
+            frame.antialias = FrameAntialias(self._aa_topology, frame.hard_color, frame.color,
+                                             ndc, deterministic=det)  # fmt: skip
         return frame
 
     def _source_input(self, arr, name, dtype, used, stand_in, kind):
@@ -543,6 +586,10 @@ class CameraSensor:
         )  # fmt: skip
         if det and self.requires_grad:
             self._record_backward(frame, camera_transforms, camera_fovs, particle_q, body_q)
+        if out.antialias is not None:
+            # recorded after the update: its backward runs first and hands the
+            # sensor's backward (or the generated adjoints) its colour and NDC grads
+            out.antialias(out.workspace.fragments)
         return out
 
     def recorded_update(self, frame: int) -> tuple | None:
@@ -593,7 +640,7 @@ class CameraSensor:
                 )
             bw.run(out, **inputs)
 
-        arrays = [getattr(out, name) for name in self.grad_channels]
+        arrays = [out.written(name) for name in self.grad_channels]
         arrays += [a for a in (out.points, *inputs.values(), self.shape_colors,
                                self.light_direction, self.light_intensity)
                    if a.grad is not None]  # fmt: skip
