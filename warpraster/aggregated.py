@@ -97,3 +97,31 @@ def add_rt_partial(a: wp.array2d(dtype=wp.float32), i: int, r: wp.mat33, t: wp.v
     the warp's run of lanes adding to slot ``i``: a per-warp partial sum of a
     camera's (R, T) gradient, one slot per warp (no contention across warps)."""
     ...
+
+
+@wp.func_native(
+    _snippet(
+        3,
+        "v.c[j]",
+        f"float* row = {_ROW};\nfor (int j = 0; j < 3; ++j) atomicAdd(row + j, s[j]);",
+        f"float* row = {_ROW};\nfor (int j = 0; j < 3; ++j) row[j] += v.c[j];",
+    )
+)
+def add_vec3_row(a: wp.array(dtype=wp.vec3), i: int, v: wp.vec3):
+    """``a[i] += v``, summed first over the warp's run of lanes adding to row i: the
+    shading adjoint's per-image (light, background) and per-material rows, which
+    every pixel of an image (or of a material's faces) adds to."""
+    ...
+
+
+@wp.func_native(
+    _snippet(
+        1,
+        "v",
+        f"float* row = {_ROW};\natomicAdd(row, s[0]);",
+        f"float* row = {_ROW};\nrow[0] += v;",
+    )
+)
+def add_float_row(a: wp.array(dtype=wp.float32), i: int, v: float):
+    """``a[i] += v``, summed first over the warp's run of lanes adding to row i."""
+    ...

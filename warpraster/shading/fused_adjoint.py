@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from ..aggregated import add_mat33_row, add_rt_partial
+from ..aggregated import add_float_row, add_mat33_row, add_rt_partial, add_vec3_row
 from ..patches import patch_pixel
 from .lighting import (
     NORMALIZE_EPS,
@@ -121,7 +121,7 @@ def _one_light_adjoint(
     g_md = wp.cw_mul(g_lit, d)
     g_ms = wp.cw_mul(gc, s)
     if wants(g, Want.LIGHT):
-        wp.atomic_add(g.light.ambient, rla, wp.cw_mul(g_lit, ma))
+        add_vec3_row(g.light.ambient, rla, wp.cw_mul(g_lit, ma))
     g_point = wp.vec3(0.0)
     g_normal = wp.vec3(0.0)
     g_to_eye = wp.vec3(0.0)
@@ -169,9 +169,9 @@ def _one_light_adjoint(
         if kind == LightKind.POINT:
             g_point = -g_dir
         if wants(g, Want.LIGHT):
-            wp.atomic_add(g.light.param, rp, g_dir)
-            wp.atomic_add(g.light.diffuse, rld, g_d * angle)
-            wp.atomic_add(g.light.specular, rls, g_s * power)
+            add_vec3_row(g.light.param, rp, g_dir)
+            add_vec3_row(g.light.diffuse, rld, g_d * angle)
+            add_vec3_row(g.light.specular, rls, g_s * power)
     return colour, g_texel, g_point, g_normal, g_to_eye, g_ma, g_md, g_ms, g_shin, shin_on
 
 
@@ -230,11 +230,11 @@ def _light_adjoint(
         g_shin += gsh
         shin_on = wp.max(shin_on, on)
     if wants(g, Want.MATERIAL):
-        wp.atomic_add(g.mat.ambient, ra, g_ma)
-        wp.atomic_add(g.mat.diffuse, rd, g_md)
-        wp.atomic_add(g.mat.specular, rsp, g_ms)
+        add_vec3_row(g.mat.ambient, ra, g_ma)
+        add_vec3_row(g.mat.diffuse, rd, g_md)
+        add_vec3_row(g.mat.specular, rsp, g_ms)
         if shin_on != 0:
-            wp.atomic_add(g.mat.shininess, rs, g_shin)
+            add_float_row(g.mat.shininess, rs, g_shin)
     return g_point, g_normal, g_texel, g_to_eye, colour
 
 
@@ -417,7 +417,7 @@ def _hard_adjoint(
             if o >= 0.0 and o <= 1.0:  # the clamp passes the gradient inside [0, 1] (as torch's)
                 g.alpha[n, y, x, 0] = g.alpha[n, y, x, 0] + g_al
     elif wants(g, Want.BACKGROUND):
-        wp.atomic_add(g.background, brow, grgb)
+        add_vec3_row(g.background, brow, grgb)
     return g_cam
 
 
@@ -497,7 +497,7 @@ def shade_blend_adjoint(
             elif wants(g, Want.ZBUF):
                 g.frag.zbuf[n, y, x, k] = g.frag.zbuf[n, y, x, k] + -(gdiff / (zf - zn))
     if wants(g, Want.BACKGROUND):
-        wp.atomic_add(g.background, brow, wp.vec3(gn[0] * delta, gn[1] * delta, gn[2] * delta))
+        add_vec3_row(g.background, brow, wp.vec3(gn[0] * delta, gn[1] * delta, gn[2] * delta))
     if a.lit != 0 and wants(g, Want.CAMERA):
         _add_camera_grad(a, g, t, n, g_eye)
     # zmax = max(max_k zinv_k, eps) feeds the K exponents and delta = max(exp(...), eps)
