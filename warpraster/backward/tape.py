@@ -26,7 +26,7 @@ import warp as wp
 from ..tape_slots import install as install_tape_slot
 from ..tape_slots import shared_tape_owner
 
-__all__ = ["RecordGuard", "active_tape", "replay_scope", "replaying"]
+__all__ = ["RecordGuard", "ThreadFlag", "active_tape", "replay_scope", "replaying"]
 
 
 _SLOT_INSTALLED = False
@@ -68,27 +68,42 @@ _WORKSPACE_ADVICE = (
 )
 
 
-_REPLAY = threading.local()
+class ThreadFlag:
+    """A flag set for the span of a ``with flag.scope():`` block, in this thread only
+    (re-entrant): how a caller tells the code below it a fact about the current
+    call without passing it through every signature."""
+
+    def __init__(self):
+        self._local = threading.local()
+
+    def __bool__(self) -> bool:
+        return getattr(self._local, "on", False)
+
+    @contextlib.contextmanager
+    def scope(self):
+        prior = bool(self)
+        self._local.on = True
+        try:
+            yield
+        finally:
+            self._local.on = prior
 
 
-@contextlib.contextmanager
+_REPLAY = ThreadFlag()
+
+
 def replay_scope():
     """Within: the backward of a render replayed from a captured graph is being
     captured (:class:`warpraster.tape_replay.RecordedCall`). Its forward was just
     replayed into the same buffers, and the replaying object guards its own
     renders, so the per-buffer render counters (which count Python-side renders,
     not graph replays) are not consulted."""
-    prior = getattr(_REPLAY, "on", False)
-    _REPLAY.on = True
-    try:
-        yield
-    finally:
-        _REPLAY.on = prior
+    return _REPLAY.scope()
 
 
 def replaying() -> bool:
     """Inside :func:`replay_scope` (in this thread)."""
-    return getattr(_REPLAY, "on", False)
+    return bool(_REPLAY)
 
 
 class RecordGuard:

@@ -14,12 +14,10 @@ broadcasts):
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
 import numpy as np
 import warp as wp
 
+from ..backward.tape import ThreadFlag
 from ..meshes import as_vec3_array
 
 __all__ = [
@@ -156,21 +154,15 @@ def scalar_param(value, name: str, device=None, requires_grad: bool = False) -> 
     return _device_rows(a, name, wp.float32, device, requires_grad)
 
 
-_CHECKED = threading.local()
+_CHECKED = ThreadFlag()
 
 
-@contextlib.contextmanager
 def values_checked():
     """Within: the lights, materials and backgrounds made here hold values their
     caller has checked already (the torch ops: the torch classes check their
     tensors once, at construction), so :func:`check_rows` reads nothing back:
     the ops then build their Warp objects on every call without a host read."""
-    prior = getattr(_CHECKED, "on", False)
-    _CHECKED.on = True
-    try:
-        yield
-    finally:
-        _CHECKED.on = prior
+    return _CHECKED.scope()
 
 
 def check_rows(
@@ -184,7 +176,7 @@ def check_rows(
     written into it later are the caller's to keep valid. Nothing is checked
     inside :func:`values_checked`.
     """
-    if getattr(_CHECKED, "on", False):
+    if _CHECKED:
         return
     a = np.asarray(arr.numpy(), dtype=np.float64)
     a = a.reshape(a.shape[0], -1) if a.ndim else a.reshape(1, 1)
