@@ -539,3 +539,50 @@ def test_the_backward_runs_the_forwards_recorded_render(monkeypatch):
         scale = float(g.abs().max())
         torch.testing.assert_close(leaves[k].grad, n * g, rtol=1e-5, atol=1e-6 * scale,
                                    msg=k)  # fmt: skip
+
+
+def test_repeated_calls_do_not_recheck_unchanged_topology(monkeypatch):
+    """The index values of a packed batch are checked (a host read) the first time;
+    a call with the same, unchanged index tensors reads nothing back; an in-place
+    change (torch's version counter) is checked again, and a bad one refused."""
+    from test_torch_shading import torch_scene
+
+    from warpraster.torch import checks
+
+    d, spec, ren, inputs, tex, leaves = torch_scene("r03_softphong_directional_k8")
+    calls = []
+    real = checks.check_index_range
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(checks, "check_index_range", counted)
+    ren(*inputs)
+    first = len(calls)
+    assert first >= 1
+    ren(*inputs)
+    ren(*inputs)
+    assert len(calls) == first  # unchanged: not read again
+    faces = inputs[1]
+    with torch.no_grad():
+        faces[0, 0] = faces[0, 0].clone()  # an in-place write (same value)
+    ren(*inputs)
+    assert len(calls) > first
+    with torch.no_grad():
+        faces[0, 0] = 10**6
+    with pytest.raises(ValueError, match="faces"):
+        ren(*inputs)
+
+
+def test_a_new_tensor_at_a_reused_address_is_checked():
+    """The topology check is skipped only for the same live tensor objects: a new
+    index tensor, even one at the address of a freed one, is checked."""
+    from warpraster.torch import checks
+
+    first, count = torch.tensor([0]), torch.tensor([2])
+    good = torch.tensor([[0, 1, 2], [1, 2, 3]])
+    checks.check_packed_values(4, good, first, count)
+    del good
+    bad = torch.tensor([[0, 1, 2], [1, 2, 9]])  # the allocator may hand back the address
+    with pytest.raises(ValueError, match="faces"):
+        checks.check_packed_values(4, bad, first, count)

@@ -20,6 +20,8 @@ never wrapped.
 
 from __future__ import annotations
 
+import collections
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -188,6 +190,17 @@ def check_packed_values(num_verts: int, faces, first, count, neighbor=None, *,
     neighbours -1 or a face index. Arguments already passed :func:`check_packed`."""
     if not eager():
         return
+    tensors = (faces, first, count, neighbor)
+    key = (int(num_verts), *(_tensor_key(t) for t in tensors))
+    refs = _CHECKED.get(key)
+    if refs is not None and all(
+        (r is None and t is None) or (r is not None and r() is t)
+        for r, t in zip(refs, tensors, strict=True)
+    ):
+        # the very same tensor objects, unchanged (their memory may not be reused
+        # by another tensor while they live)
+        _CHECKED.move_to_end(key)
+        return
     nv, nf, nfirst, ncount, nnb = names
     check_index_range(faces, nf, num_verts, f"vertices in {nv}", kind="vertex indices")
     c = count.detach().to("cpu", torch.int64)
@@ -204,3 +217,23 @@ def check_packed_values(num_verts: int, faces, first, count, neighbor=None, *,
         raise ValueError(f"{ncount} adds up to {int(c.sum())} faces, but {nf} has {faces.shape[0]}")
     if neighbor is not None:
         check_index_range(neighbor, nnb, faces.shape[0], "faces", allow=-1)
+    _CHECKED[key] = tuple(None if t is None else weakref.ref(t) for t in tensors)
+    while len(_CHECKED) > 64:
+        _CHECKED.popitem(last=False)
+
+
+#: Topologies whose values passed :func:`check_packed_values`, by their tensors'
+#: memory, shape and torch version counter (bumped by every in-place change made
+#: through torch), with weak references to the very tensor objects (an address
+#: reused by a new tensor is not a hit): a repeated call with the same, unchanged
+#: index tensors reads
+#: nothing back (each read is a device synchronisation on CUDA). Writes that
+#: bypass torch's counter (a Warp kernel writing into the tensor's memory) are not
+#: seen: check such tensors yourself.
+_CHECKED: collections.OrderedDict = collections.OrderedDict()
+
+
+def _tensor_key(t) -> tuple | None:
+    if t is None:
+        return None
+    return (t.data_ptr(), tuple(t.shape), t.dtype, str(t.device), t._version)
