@@ -73,6 +73,7 @@ class MeshRenderer:
         *,
         textures=None,
         return_fragments: bool = False,
+        validate: bool = True,
         **shader_kwargs,
     ):
         """Renders a packed batch of world-space meshes (mesh n into image n).
@@ -86,6 +87,8 @@ class MeshRenderer:
             textures: ``None`` (white), ``TexturesVertex``, ``TexturesUV`` (see
                 :mod:`warpraster.shading.shaders`).
             return_fragments: also return the fragments.
+            validate: check the face indices and mesh ranges' values (a host read);
+                False for a caller that checked them (the torch op).
             **shader_kwargs: passed to the shader (``lights=``, ``materials=``,
                 ``blend_params=``, ``verts_normals=``, ``znear=``, ...).
 
@@ -120,7 +123,14 @@ class MeshRenderer:
             verts.shape[0], dtype=wp.vec3, device=verts.device, requires_grad=needs_grad
         )
         fragments = self.rasterizer(
-            verts, f, first, count, cameras=cameras, vert_to_mesh=v2m, verts_ndc=verts_ndc
+            verts,
+            f,
+            first,
+            count,
+            cameras=cameras,
+            vert_to_mesh=v2m,
+            verts_ndc=verts_ndc,
+            validate=validate,
         )
         self.fragments = fragments
         shader_kwargs.setdefault("vert_to_mesh", v2m)

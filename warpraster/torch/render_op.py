@@ -156,8 +156,9 @@ def _render(verts, faces, first, count, tensors, config, grads, grad_verts, text
     )
     if objs["shader_cameras"] is not None:
         renderer.shader = _OwnCamera(shader, objs["shader_cameras"])
+    # the index values were checked by the op (check_packed_values): no host read here
     image, frags = renderer(v, f, fi, cn, textures=textures, return_fragments=True,
-                            **objs["z_planes"])  # fmt: skip
+                            validate=False, **objs["z_planes"])  # fmt: skip
     return image, frags
 
 
