@@ -360,9 +360,13 @@ def test_warp_entry_points_refuse_or_render_correctly(entry, mutation, data):
 
 
 # ----------------------------------------------------------------------------- torch
-torch = pytest.importorskip("torch")
-import warpraster.torch as wrt  # noqa: E402
-from warpraster.torch import shading as T  # noqa: E402
+try:  # torch is optional: without it its cases are left out, the Warp ones run
+    import torch
+
+    import warpraster.torch as wrt
+    from warpraster.torch import shading as T
+except ImportError:
+    torch = wrt = T = None
 
 
 def _as_torch(s: dict) -> dict:
@@ -431,7 +435,11 @@ TORCH_ENTRIES = {
 }
 
 
-@pytest.mark.parametrize(("entry", "mutation"), list(_cases(TORCH_ENTRIES, TORCH_MUTATIONS)))
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+@pytest.mark.parametrize(
+    ("entry", "mutation"),
+    list(_cases(TORCH_ENTRIES, TORCH_MUTATIONS)) if torch is not None else [("-", "-")],
+)
 @FUZZ
 @given(data=st.data())
 def test_torch_entry_points_refuse_or_render_correctly(entry, mutation, data):
@@ -561,6 +569,8 @@ def _other_mutations(spec):
 
 def _other_cases():
     for entry, (_, specs, _, _) in OTHER.items():
+        if torch is None and entry.startswith("torch"):
+            continue  # torch is not installed
         for arg, rows in specs.items():
             for m in _other_mutations(rows):
                 marks = []
