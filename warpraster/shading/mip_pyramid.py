@@ -322,10 +322,7 @@ class MipPyramid:
         )
         self._samplers: dict = {}
         self._adjoint: MipLevels | None = None  # the gradients as MipLevels, made on first use
-        # the levels to start with, not recorded on a tape that may be open: a render
-        # rebuilds and records them (recorded here too, the base texels' gradient
-        # through the levels would be added twice)
-        self.build(record=False)
+        self.build()
 
     @property
     def max_level(self) -> int:
@@ -343,7 +340,7 @@ class MipPyramid:
     #: most levels one build launch computes (1 or 2)
     levels_per_launch: int = 2
 
-    def build(self, *, record: bool = True) -> MipPyramid:
+    def build(self) -> MipPyramid:
         """Recomputes levels 1..L from the base texels: two levels per launch
         (the finer one kept in registers for the coarser).
 
@@ -371,7 +368,7 @@ class MipPyramid:
                 device=self.device,
                 record_tape=False,
             )
-        tape = active_tape() if record else None
+        tape = active_tape()
         if tape is not None and self.maps.requires_grad and len(self.sizes) > 1:
             tape.record_func(self._build_backward, arrays=[self.maps, self.levels])
         return self

@@ -21,6 +21,7 @@ import warp as wp
 from ..backward.tape import active_tape
 from ..meshes import as_faces_array, as_vec3_array
 from ..patches import patch_launch_size
+from ..tape_slots import private_tape_slot
 from .corner_lists import CornerLists
 from .interpolate import ScreenFaces, alloc_vector_out, check_face_range, float_view
 from .mip_adjoint import SampleAdjoint, record_corners_adjoint
@@ -92,12 +93,15 @@ class TexturesUVMipmap(UVTextures):
         device = first_device((maps, verts_uvs, faces_uvs), device)
         self.filter_mode, self.boundary_mode = _modes(filter_mode, boundary_mode, True)
         self.flip_v = bool(flip_v)
-        self.pyramid = MipPyramid(
-            maps,
-            max_mip_level=max_mip_level if self.uses_mipmaps else 0,
-            device=device,
-            requires_grad=requires_grad,
-        )
+        # built off any tape that may be open: a render rebuilds and records the
+        # levels (recorded here too, the texels' gradient would arrive twice)
+        with private_tape_slot():
+            self.pyramid = MipPyramid(
+                maps,
+                max_mip_level=max_mip_level if self.uses_mipmaps else 0,
+                device=device,
+                requires_grad=requires_grad,
+            )
         self.maps = self.pyramid.maps
         self.device = self.pyramid.device
         self.uvs = face_uvs(faces_uvs, verts_uvs, self.device, requires_grad)
