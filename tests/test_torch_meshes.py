@@ -586,3 +586,41 @@ def test_a_new_tensor_at_a_reused_address_is_checked():
     bad = torch.tensor([[0, 1, 2], [1, 2, 9]])  # the allocator may hand back the address
     with pytest.raises(ValueError, match="faces"):
         checks.check_packed_values(4, bad, first, count)
+
+
+def test_only_the_tensors_that_require_gradients_get_them(monkeypatch):
+    """The op gives a gradient buffer (and so an adjoint's work) only to the tensors
+    autograd differentiates: a camera that is not trained gets none, and the
+    trained tensors' gradients are the same as when everything is trained."""
+    from test_torch_shading import torch_scene
+
+    from warpraster.torch import render_op
+
+    made = []
+    real = render_op._grad_buffers
+
+    def spy(tensors, config):
+        made.append(real(tensors, config))
+        return made[-1]
+
+    monkeypatch.setattr(render_op, "_grad_buffers", spy)
+    d, spec, ren, inputs, tex, leaves = torch_scene("r03_softphong_directional_k8")
+    target = torch.tensor(d["images"] * 0.9)
+    cams = ren.rasterizer.cameras
+    results, counts = [], []
+    for train_camera in (True, False):
+        for t in (*leaves.values(), cams.R, cams.T):
+            t.grad = None
+        cams.R.requires_grad_(train_camera)
+        cams.T.requires_grad_(train_camera)
+        made.clear()
+        img = ren(*inputs)
+        ((img - target) ** 2).mean().backward()
+        results.append({k: t.grad.clone() for k, t in leaves.items() if t.grad is not None})
+        counts.append(sum(g is not None for g in made[0]))
+    assert cams.R.grad is None and cams.T.grad is None
+    assert counts[1] == counts[0] - 2  # R and T got no buffer
+    assert results[0].keys() == results[1].keys() and results[0]
+    for k in results[0]:
+        # the same adjoint on the same values for the trained tensors: equal
+        torch.testing.assert_close(results[1][k], results[0][k], rtol=0, atol=0, msg=k)

@@ -167,6 +167,19 @@ def _shape(first: torch.Tensor, config: dict):
     return (first.shape[0], h, w, config["raster"]["faces_per_pixel"])
 
 
+def _grad_buffers(tensors: list[torch.Tensor], config: dict) -> list:
+    """A zeroed gradient buffer for each tensor the caller differentiates
+    (``config["needs_grad"]``, made where autograd can see which tensors require
+    gradients; all floating-point ones when absent), None for the others: the
+    adjoints then compute only the gradients asked for (a camera that is not
+    trained costs its per-pixel sums nothing)."""
+    needs = config.get("needs_grad")
+    return [
+        torch.zeros_like(t) if t.is_floating_point() and (needs is None or needs[i]) else None
+        for i, t in enumerate(tensors)
+    ]
+
+
 class _Recorded:
     """Forward renders recorded on their own ``wp.Tape`` for the backward, by handle.
 
@@ -220,7 +233,7 @@ def render_op(
     with _TorchStream(verts.device):
         if cfg.get("record", False):
             grad_verts = torch.zeros_like(verts)
-            grads = [torch.zeros_like(t) if t.is_floating_point() else None for t in tensors]
+            grads = _grad_buffers(tensors, cfg)
             tape = wp.Tape()
             image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
                                 tensors, cfg, grads=grads, grad_verts=grad_verts,
@@ -273,7 +286,7 @@ def _render_backward_op(
             tape, image, frags, grad_verts, grads = recorded
         else:
             grad_verts = torch.zeros_like(verts)
-            grads = [torch.zeros_like(t) if t.is_floating_point() else None for t in tensors]
+            grads = _grad_buffers(tensors, cfg)
             tape = wp.Tape()
             image, frags = _run(verts, faces, first, count, tensors, cfg, grads=grads,
                                 grad_verts=grad_verts, tape=tape)  # fmt: skip

@@ -223,6 +223,8 @@ def _render(rasterizer, shader, meshes_world, packed_args, textures, kwargs, who
     config["record"] = torch.is_grad_enabled() and (
         v.requires_grad or any(t.requires_grad for t in tensors)
     )
+    # only the tensors that require gradients get them computed (issue 29)
+    config["needs_grad"] = [bool(t.requires_grad) for t in tensors]
     img, p2f, zbuf, bary, dists, _handle = render_op(v, f, fi, cn, tensors, config_json(config))
     return img, Fragments(p2f.to(torch.int64), zbuf, bary, dists)
 
