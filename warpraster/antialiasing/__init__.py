@@ -34,7 +34,7 @@ from ..backward.sorted import SortedSegmentSum
 from ..backward.tape import active_tape, replaying
 from ..grad_buffers import clear_owned_grads
 from ..meshes import as_faces_array
-from .kernels import AAGrads, AAInputs, adjoint, analyse_pairs, blend
+from .kernels import AAGrads, AAInputs, PairRecords, adjoint, analyse_pairs, blend
 from .topology import AntialiasTopology, edge_opposites
 
 __all__ = ["Antialias", "AntialiasTopology", "antialias", "edge_opposites"]
@@ -115,6 +115,9 @@ class Antialias:
         self.out = wp.zeros(self.shape, dtype=wp.float32, device=dev, requires_grad=True)
         self.pair_alpha = wp.zeros((n, h, w, 2), dtype=wp.float32, device=dev)
         self.pair_code = wp.full((n, h, w, 2), -1, dtype=wp.int32, device=dev)
+        self.pairs = PairRecords()  # the two as one kernel argument
+        self.pairs.alpha = self.pair_alpha
+        self.pairs.code = self.pair_code
         self.scale = _scales(h, w) if h and w else (1.0, 1.0)
         self._no_zbuf = wp.zeros((1, 1, 1, 1), dtype=wp.float32, device=dev)
         self._no_color_grad = wp.zeros((1, 1, 1, 1), dtype=wp.float32, device=dev)
@@ -203,13 +206,12 @@ class Antialias:
             return out
         dev = self.device
         a = self._inputs(color, pix_to_face, verts_ndc, zbuf)
-        pairs = [self.pair_alpha, self.pair_code]
         # two passes: a one-pass variant in which each pixel re-analysed its left and
         # upper neighbours' pairs was slower on an H200 (0.173 against 0.118 ms graph
         # forward, ico5 x8 512²: the four inlined analyses diverge), docs/PERF.md
-        wp.launch(analyse_pairs, dim=(n, h, w), inputs=[a], outputs=pairs, device=dev,
+        wp.launch(analyse_pairs, dim=(n, h, w), inputs=[a], outputs=[self.pairs], device=dev,
                   record_tape=False)  # fmt: skip
-        wp.launch(blend, dim=(n, h, w), inputs=[color, *pairs], outputs=[out], device=dev,
+        wp.launch(blend, dim=(n, h, w), inputs=[color, self.pairs], outputs=[out], device=dev,
                   record_tape=False)  # fmt: skip
         tape = active_tape()
         want_color = color.requires_grad and color.grad is not None
@@ -239,8 +241,7 @@ class Antialias:
         ``verts_grad`` (either None: skipped) from ``out_grad``."""
         n, h, w, _ = self.shape
         g = AAGrads()
-        g.alpha = self.pair_alpha
-        g.code = self.pair_code
+        g.pairs = self.pairs
         g.out_grad = out_grad
         g.want_color = int(color_grad is not None)
         g.color_grad = self._no_color_grad if color_grad is None else color_grad

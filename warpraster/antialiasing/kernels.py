@@ -252,74 +252,88 @@ def _analyse_pair(a: AAInputs, n: int, r: int, c: int, down: int):
     return alpha, code
 
 
+@wp.struct
+class PairRecords:
+    """Each pixel's two pairs, (N, H, W, 2) (slot 0 its right pair, slot 1 its lower
+    one): ``alpha`` and ``code`` (``NO_PAIR`` or ``edge + 4 * use1``) as
+    :func:`_analyse_pair` gives them. Written by :func:`analyse_pairs`, read by
+    :func:`blend` and, through :class:`AAGrads`, the :func:`adjoint`."""
+
+    alpha: wp.array4d(dtype=wp.float32)
+    code: wp.array4d(dtype=wp.int32)
+
+
+@wp.func
+def _pixel_pairs(p: PairRecords, n: int, r: int, c: int):
+    """The four pairs that write to pixel (n, r, c), in the order right, lower, left,
+    upper: their codes (``NO_PAIR`` across the image border) and alphas (0 there)."""
+    code = wp.vec4i(p.code[n, r, c, 0], p.code[n, r, c, 1], NO_PAIR, NO_PAIR)
+    alpha = wp.vec4(p.alpha[n, r, c, 0], p.alpha[n, r, c, 1], 0.0, 0.0)
+    if c > 0:
+        code[2] = p.code[n, r, c - 1, 0]
+        alpha[2] = p.alpha[n, r, c - 1, 0]
+    if r > 0:
+        code[3] = p.code[n, r - 1, c, 1]
+        alpha[3] = p.alpha[n, r - 1, c, 1]
+    return code, alpha
+
+
 @wp.kernel
 def analyse_pairs(
     # Data in:
     a: AAInputs,
     # Data out:
-    alpha_out: wp.array4d(dtype=wp.float32),
-    code_out: wp.array4d(dtype=wp.int32),
+    pairs_out: PairRecords,
 ):
     """Both pairs of pixel (n, r, c): slot 0 right, slot 1 down."""
     n, r, c = wp.tid()
     al, co = _analyse_pair(a, n, r, c, 0)
-    alpha_out[n, r, c, 0] = al
-    code_out[n, r, c, 0] = co
+    pairs_out.alpha[n, r, c, 0] = al
+    pairs_out.code[n, r, c, 0] = co
     al, co = _analyse_pair(a, n, r, c, 1)
-    alpha_out[n, r, c, 1] = al
-    code_out[n, r, c, 1] = co
+    pairs_out.alpha[n, r, c, 1] = al
+    pairs_out.code[n, r, c, 1] = co
 
 
 @wp.kernel
 def blend(
     # Data in:
     color: wp.array4d(dtype=wp.float32),
-    alpha: wp.array4d(dtype=wp.float32),
-    code: wp.array4d(dtype=wp.int32),
+    pairs: PairRecords,
     # Data out:
     out: wp.array4d(dtype=wp.float32),
 ):
     """out = color + the pairs that write to this pixel (right, down, left, up)."""
     n, r, c = wp.tid()
-    ar = alpha[n, r, c, 0]
-    ad = alpha[n, r, c, 1]
-    right = code[n, r, c, 0] != NO_PAIR and ar > 0.0
-    lower = code[n, r, c, 1] != NO_PAIR and ad > 0.0
-    al = float(0.0)
-    au = float(0.0)
-    left = False
-    upper = False
-    if c > 0:
-        al = alpha[n, r, c - 1, 0]
-        left = code[n, r, c - 1, 0] != NO_PAIR and not (al > 0.0)
-    if r > 0:
-        au = alpha[n, r - 1, c, 1]
-        upper = code[n, r - 1, c, 1] != NO_PAIR and not (au > 0.0)
+    code, alpha = _pixel_pairs(pairs, n, r, c)
+    right = code[0] != NO_PAIR and alpha[0] > 0.0
+    lower = code[1] != NO_PAIR and alpha[1] > 0.0
+    left = code[2] != NO_PAIR and not (alpha[2] > 0.0)
+    upper = code[3] != NO_PAIR and not (alpha[3] > 0.0)
     for ch in range(color.shape[3]):
         own = color[n, r, c, ch]
         v = own
         if right:
-            v += ar * (color[n, r, c + 1, ch] - own)
+            v += alpha[0] * (color[n, r, c + 1, ch] - own)
         if lower:
-            v += ad * (color[n, r + 1, c, ch] - own)
+            v += alpha[1] * (color[n, r + 1, c, ch] - own)
         if left:
-            v += al * (own - color[n, r, c - 1, ch])
+            v += alpha[2] * (own - color[n, r, c - 1, ch])
         if upper:
-            v += au * (own - color[n, r - 1, c, ch])
+            v += alpha[3] * (own - color[n, r - 1, c, ch])
         out[n, r, c, ch] = v
 
 
 @wp.struct
 class AAGrads:
     """The adjoint's inputs and outputs beyond :class:`AAInputs`: the pair
-    records, the output's gradient, and where the gradients go (``color_grad``
+    records ``pairs``, the output's gradient, and where the gradients go (``color_grad``
     accumulated when ``want_color``; vertex gradients added to ``verts_grad``
     with atomics, or, when ``store`` is set, written per pair slot to
     ``entry_vals`` with the vertex as ``entry_keys`` (``num_verts`` = none) and
     ``entry_order`` = the entry index, for a fixed-order sum)."""
 
-    alpha: wp.array4d(dtype=wp.float32)
-    code: wp.array4d(dtype=wp.int32)
+    pairs: PairRecords
     out_grad: wp.array4d(dtype=wp.float32)
     want_color: int
     color_grad: wp.array4d(dtype=wp.float32)
@@ -360,8 +374,8 @@ def _pair_position_grad(a: AAInputs, g: AAGrads, n: int, r: int, c: int, down: i
     v2 = g.num_verts
     g1 = wp.vec3(0.0)
     g2 = wp.vec3(0.0)
-    code = g.code[n, r, c, down]
-    alpha = g.alpha[n, r, c, down]
+    code = g.pairs.code[n, r, c, down]
+    alpha = g.pairs.alpha[n, r, c, down]
     use1 = int(0)
     if code >= 4:
         use1 = 1
@@ -443,30 +457,17 @@ def adjoint(
     height = a.color.shape[1]
     width = a.color.shape[2]
     if g.want_color != 0:
-        cr = g.code[n, r, c, 0]
-        cd = g.code[n, r, c, 1]
-        ar = g.alpha[n, r, c, 0]
-        ad = g.alpha[n, r, c, 1]
-        cl = int(NO_PAIR)
-        cu = int(NO_PAIR)
-        al = float(0.0)
-        au = float(0.0)
-        if c > 0:
-            cl = g.code[n, r, c - 1, 0]
-            al = g.alpha[n, r, c - 1, 0]
-        if r > 0:
-            cu = g.code[n, r - 1, c, 1]
-            au = g.alpha[n, r - 1, c, 1]
+        code, alpha = _pixel_pairs(g.pairs, n, r, c)
         for ch in range(a.color.shape[3]):
             s = g.out_grad[n, r, c, ch]
-            if cr != NO_PAIR:
-                s -= ar * _upstream(g, n, r, c, r, c + 1, ar, ch)
-            if cd != NO_PAIR:
-                s -= ad * _upstream(g, n, r, c, r + 1, c, ad, ch)
-            if cl != NO_PAIR:
-                s += al * _upstream(g, n, r, c - 1, r, c, al, ch)
-            if cu != NO_PAIR:
-                s += au * _upstream(g, n, r - 1, c, r, c, au, ch)
+            if code[0] != NO_PAIR:
+                s -= alpha[0] * _upstream(g, n, r, c, r, c + 1, alpha[0], ch)
+            if code[1] != NO_PAIR:
+                s -= alpha[1] * _upstream(g, n, r, c, r + 1, c, alpha[1], ch)
+            if code[2] != NO_PAIR:
+                s += alpha[2] * _upstream(g, n, r, c - 1, r, c, alpha[2], ch)
+            if code[3] != NO_PAIR:
+                s += alpha[3] * _upstream(g, n, r - 1, c, r, c, alpha[3], ch)
             g.color_grad[n, r, c, ch] = g.color_grad[n, r, c, ch] + s
     if g.want_pos != 0:
         entry = 4 * ((n * height + r) * width + c)
