@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from ..backward.sorted import SortedSegmentSum
+from ..backward.sorted import SegmentEntries, SortedSegmentSum
 from ..backward.tape import active_tape, replaying
 from ..grad_buffers import clear_owned_grads
 from ..meshes import as_faces_array
@@ -122,12 +122,13 @@ class Antialias:
         self._no_zbuf = wp.zeros((1, 1, 1, 1), dtype=wp.float32, device=dev)
         self._no_color_grad = wp.zeros((1, 1, 1, 1), dtype=wp.float32, device=dev)
         self._no_verts_grad = wp.zeros(1, dtype=wp.vec3, device=dev)
-        self._no_keys = wp.zeros(1, dtype=wp.int32, device=dev)
-        self._entries = None
+        self._entries = SegmentEntries()  # read only when the vertex gradients are stored
+        self._entries.values = self._no_verts_grad
+        self._entries.keys = self._entries.order = wp.zeros(1, dtype=wp.int32, device=dev)
         self._sum = None
         if self.deterministic and n * h * w:
             self._sum = SortedSegmentSum(4 * n * h * w, wp.vec3, dev)
-            self._entries = wp.zeros(4 * n * h * w, dtype=wp.vec3, device=dev)
+            self._entries = self._sum.entries(wp.zeros(4 * n * h * w, dtype=wp.vec3, device=dev))
         self._calls = 0
 
     @property
@@ -250,20 +251,11 @@ class Antialias:
         g.store = int(store)
         g.num_verts = self.topology.num_verts
         g.verts_grad = self._no_verts_grad if verts_grad is None else verts_grad
-        g.entry_vals, g.entry_keys, g.entry_order = (
-            self._no_verts_grad,
-            self._no_keys,
-            self._no_keys,
-        )
-        if store:
-            g.entry_vals, g.entry_keys, g.entry_order = (
-                self._entries,
-                self._sum.keys,
-                self._sum.order,
-            )
+        g.entries = self._entries
         wp.launch(adjoint, dim=(n, h, w), inputs=[a, g], device=self.device, record_tape=False)
         if store:
-            self._sum.run(self._entries, self.topology.num_verts, verts_grad, accumulate=True)
+            self._sum.run(self._entries.values, self.topology.num_verts, verts_grad,
+                          accumulate=True)  # fmt: skip
 
 
 def _check_values(pix_to_face: wp.array, num_faces: int) -> None:

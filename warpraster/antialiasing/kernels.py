@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from ..backward.sorted import SegmentEntries, set_entry
 from ..geometry import barycentric, pixel_centre
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
@@ -329,9 +330,8 @@ class AAGrads:
     """The adjoint's inputs and outputs beyond :class:`AAInputs`: the pair
     records ``pairs``, the output's gradient, and where the gradients go (``color_grad``
     accumulated when ``want_color``; vertex gradients added to ``verts_grad``
-    with atomics, or, when ``store`` is set, written per pair slot to
-    ``entry_vals`` with the vertex as ``entry_keys`` (``num_verts`` = none) and
-    ``entry_order`` = the entry index, for a fixed-order sum)."""
+    with atomics, or, when ``store`` is set, written per pair slot as ``entries``
+    of a fixed-order sum keyed by vertex (``num_verts`` = none))."""
 
     pairs: PairRecords
     out_grad: wp.array4d(dtype=wp.float32)
@@ -341,9 +341,7 @@ class AAGrads:
     store: int
     num_verts: int
     verts_grad: wp.array(dtype=wp.vec3)
-    entry_vals: wp.array(dtype=wp.vec3)
-    entry_keys: wp.array(dtype=wp.int32)
-    entry_order: wp.array(dtype=wp.int32)
+    entries: SegmentEntries
 
 
 @wp.func
@@ -358,9 +356,7 @@ def _upstream(g: AAGrads, n: int, r: int, c: int, r1: int, c1: int, alpha: float
 @wp.func
 def _emit(g: AAGrads, entry: int, v: int, val: wp.vec3):
     if g.store != 0:
-        g.entry_vals[entry] = val
-        g.entry_keys[entry] = v
-        g.entry_order[entry] = entry
+        set_entry(g.entries, entry, v, val)
     elif v < g.num_verts:
         wp.atomic_add(g.verts_grad, v, val)
 

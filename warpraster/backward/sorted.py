@@ -35,7 +35,14 @@ from .slot_pass import SlotGradArgs, launch_slot_pass, slot_grad_args, slot_kern
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
-__all__ = ["DEFAULT_CHUNK", "SortedBackward", "SortedSegmentSum", "gather_face_verts"]
+__all__ = [
+    "DEFAULT_CHUNK",
+    "SegmentEntries",
+    "SortedBackward",
+    "SortedSegmentSum",
+    "gather_face_verts",
+    "set_entry",
+]
 
 #: Entries summed sequentially by one thread per level. Each level shrinks the
 #: list by chunk / 2 (a chunk passes at most two partial sums on).
@@ -128,6 +135,25 @@ def _make_segment_level(value_type):
 _SEGMENT_LEVEL = {t: _make_segment_level(t) for t in (wp.vec3, wp.mat33)}
 
 
+@wp.struct
+class SegmentEntries:
+    """The entries of a ``vec3`` :class:`SortedSegmentSum` as a kernel writes them
+    (:meth:`SortedSegmentSum.entries`): entry e adds ``values[e]`` to key ``keys[e]``
+    (the sum's ``num_keys``: dropped), with ``order[e] = e`` (:func:`set_entry`)."""
+
+    values: wp.array(dtype=wp.vec3)
+    keys: wp.array(dtype=wp.int32)
+    order: wp.array(dtype=wp.int32)
+
+
+@wp.func
+def set_entry(s: SegmentEntries, entry: int, key: int, value: wp.vec3):
+    """Writes entry ``entry`` of ``s``: ``value`` for ``key``."""
+    s.values[entry] = value
+    s.keys[entry] = key
+    s.order[entry] = entry
+
+
 def _levels(length: int, chunk: int) -> list[int]:
     """Entry counts of the successive levels (the last one fits in one chunk)."""
     sizes = [length]
@@ -173,6 +199,15 @@ class SortedSegmentSum:
             wp.empty(nxt, dtype=wp.int32, device=self.device),
             wp.empty(nxt, dtype=dtype, device=self.device),
         )
+
+    def entries(self, values: wp.array) -> SegmentEntries:
+        """``values`` (count,) ``vec3`` with this sum's ``keys`` and ``order``, as the
+        :class:`SegmentEntries` a kernel fills (then :meth:`run` on ``values``)."""
+        e = SegmentEntries()
+        e.values = values
+        e.keys = self.keys
+        e.order = self.order
+        return e
 
     def run(self, values: wp.array, num_keys: int, out: wp.array, *, accumulate: bool) -> None:
         """Sorts the entries by key and writes each key's total into ``out``.
