@@ -167,7 +167,8 @@ class SortedSegmentSum:
 
     Usage, every call with the same ``count``: fill ``keys[:count]`` with the
     keys and ``order[:count]`` with ``0 .. count-1`` (the entry indices; the
-    arrays hold ``2 * count`` for the sort), then call :meth:`run`.
+    arrays hold ``2 * count`` for the sort; a kernel filling ``vec3`` entries:
+    :meth:`entries` and :func:`set_entry`), then call :meth:`run`.
 
     Args:
         count: number of entries per call (>= 1).
