@@ -52,6 +52,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
+from ..backward.sorted import SortedSegmentSum
 from .gathers import (
     BIG_AREA,
     BIG_CAPACITY,
@@ -74,6 +75,7 @@ from .kernel_args import (
     Outline,
     PixelRecords,
     SourceGroups,
+    TexelTaps,
     VertexGrads,
     make,
     pixel_row,
@@ -82,6 +84,7 @@ from .loss import LossTerms
 from .pixel_adjoint import CHANNELS_ADJOINT
 from .reductions import (
     BLOCK,
+    add_texel_grads_kernel,
     body_reduce_kernel,
     camera_add_kernel,
     image_camera_reduce_kernel,
@@ -209,6 +212,21 @@ class SensorBackward:
         )  # fmt: skip
         self.outline = make(Outline, on=self.outline_on, verts=self.outline_verts,
                             g_bary=self.outline_g_bary, g_depth=self.outline_g_depth)  # fmt: skip
+        self.textured = bool(sensor.textured)
+        self.texel_sum, self.texel_grad = None, None
+        num_texels = sensor.atlas.texels.shape[0]
+        if self.textured and sensor.material_grad:
+            # texel gradients: 4 taps a pixel, summed per texel in sorted order
+            self.texel_sum = SortedSegmentSum(4 * n * h * w, wp.vec3, device=dev)
+            self.texel_grad = wp.zeros(num_texels, dtype=wp.vec3, device=dev)
+            count = self.texel_sum.count
+            self.taps = make(TexelTaps, keys=self.texel_sum.keys, order=self.texel_sum.order,
+                             values=wp.zeros(count, dtype=wp.vec3, device=dev),
+                             num_texels=num_texels)  # fmt: skip
+        else:
+            none = _dummy(1, wp.int32, dev)
+            self.taps = make(TexelTaps, keys=none, order=none, values=_dummy(1, wp.vec3, dev),
+                             num_texels=num_texels)  # fmt: skip
         self.flat = pixel_row(self.records)  # what the block reductions read
         self._grads = {}  # per frame slot: (its channel gradients as a Channels, mask)
         self._vertex_grads = {}  # per frame slot: its sensor vertices' VertexGrads
@@ -351,11 +369,11 @@ class SensorBackward:
         grads, mask = self._channel_grads(frame)
         loss = self._armed.pop(id(frame), self._no_loss)
         wp.launch(
-            CHANNELS_ADJOINT[soft, bool(smooth)],
+            CHANNELS_ADJOINT[soft, bool(smooth), self.textured],
             dim=(n, h, w),
             inputs=[frame.scene, camera_transforms, grads, mask, loss, int(cam_on), int(mat_on),
                     int(s.exact_perspective_grad)],
-            outputs=[self.records, self.outline],
+            outputs=[self.records, self.outline, self.taps],
             device=dev,
             record_tape=False,
         )  # fmt: skip
@@ -448,6 +466,13 @@ class SensorBackward:
                 device=dev,
                 record_tape=False,
             )  # fmt: skip
+        if mat_on and self.texel_sum is not None and s.atlas.texels.grad is not None:
+            self.texel_grad.zero_()
+            self.texel_sum.run(self.taps.values, self.taps.num_texels, self.texel_grad,
+                               accumulate=False)  # fmt: skip
+            wp.launch(add_texel_grads_kernel, dim=self.texel_grad.shape[0],
+                      inputs=[self.texel_grad], outputs=[s.atlas.texels.grad], device=dev,
+                      record_tape=False)  # fmt: skip
         if mat_on:
             wp.launch_tiled(
                 material_reduce_kernel,

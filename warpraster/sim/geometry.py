@@ -15,11 +15,21 @@ Each sensor vertex has one source (:class:`VertexSource`):
 
 Each shape belongs to one world, or to all worlds (``world=-1``, Newton's
 "global" shapes such as a shared ground).
+
+Materials: each shape has a colour (its own row of the sensor's material table,
+row ``s`` for shape ``s``); :meth:`SensorGeometry.add_material` adds shared
+materials (a diffuse colour and optionally a texture, rows after the shapes'),
+which a shape takes for all its faces (``material=``) or per face
+(``face_materials=``). A textured material reads its texture at the shape's
+UVs (``uvs=`` per vertex or ``face_uvs=`` per face corner; v = 0 is the bottom
+row of the texture, USD's ``st``), as the USD stage renderer does
+(:class:`warpraster.shading.atlas.Atlas`, the same table and formula).
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +52,44 @@ class _Shape:
     first_vertex: int
     vertex_count: int
     faces: np.ndarray  # (F, 3) int64, global sensor vertex indices
+    face_materials: np.ndarray | None = None  # (F,) int64 geometry material ids, or None
+    face_uvs: np.ndarray | None = None  # (F, 3, 2) float32, or None
+
+
+@dataclass
+class _Material:
+    color: tuple[float, float, float]
+    texture: np.ndarray | None  # (h, w, 4) float32 RGBA, row 0 the top
+    wrap: tuple[int, int]  # TextureWrap of s and t
+
+
+def _texture_rgba(texture) -> np.ndarray:
+    """A (h, w, 3|4) linear texture in [0, 1] as float32 RGBA, checked."""
+    t = np.asarray(texture, dtype=np.float64)
+    if t.ndim != 3 or t.shape[2] not in (3, 4) or t.shape[0] < 1 or t.shape[1] < 1:
+        raise ValueError(f"texture must have shape (h, w, 3) or (h, w, 4), got {t.shape}")
+    if not (np.isfinite(t).all() and t.min() >= 0.0 and t.max() <= 1.0):
+        raise ValueError("texture: texels must be finite linear values in [0, 1]")
+    if t.shape[2] == 3:
+        t = np.concatenate([t, np.ones(t.shape[:2] + (1,))], axis=2)
+    return t.astype(np.float32)
+
+
+def _wrap_mode(value, name: str) -> int:
+    from ..shading.atlas import TextureWrap
+
+    if isinstance(value, str):
+        try:
+            return int(TextureWrap[value.upper()])
+        except KeyError:
+            raise ValueError(
+                f"{name}: unknown wrap mode {value!r}; choose from "
+                f"{[m.name.lower() for m in TextureWrap]}"
+            ) from None
+    try:
+        return int(TextureWrap(value))
+    except ValueError:
+        raise ValueError(f"{name}: unknown wrap mode {value!r}") from None
 
 
 @dataclass
@@ -56,13 +104,44 @@ class SensorGeometry:
     * ``shape_index`` (int or None): the value of the ``shape_index`` channel
       (default: the order of addition);
     * ``color`` (3 floats, default white): linear RGB albedo in [0, 1] (the sensor
-      keeps the colours in a device array that may require gradients).
+      keeps the colours in a device array that may require gradients);
+    * ``material`` (a material id) or ``face_materials`` ((F,) ids): materials added
+      with :meth:`add_material` instead of ``color``;
+    * ``uvs`` ((V, 2)) or ``face_uvs`` ((F, 3, 2)): texture coordinates (needed by a
+      textured material).
     """
 
     source: list[int] = field(default_factory=list)
     index: list[int] = field(default_factory=list)
     local: list[np.ndarray] = field(default_factory=list)
     shapes: list[_Shape] = field(default_factory=list)
+    materials: list[_Material] = field(default_factory=list)
+
+    def add_material(
+        self, color=(1.0, 1.0, 1.0), texture=None, *, wrap=("repeat", "repeat")
+    ) -> int:
+        """Adds a material shapes can share (``material=`` / ``face_materials=``).
+
+        Args:
+            color: linear RGB diffuse colour in [0, 1] (multiplies the texture).
+            texture: None, or an (h, w, 3|4) array of linear texels in [0, 1], row 0
+                the top of the image (alpha is not used by the sensor).
+            wrap: (s, t) wrap modes: ``"repeat"``, ``"clamp"``, ``"mirror"`` or
+                ``"black"`` (:class:`~warpraster.shading.atlas.TextureWrap`).
+
+        Returns:
+            The material id (its row in the sensor's material table is
+            ``len(shapes) + id``).
+        """
+        color = tuple(float(c) for c in color)
+        if len(color) != 3 or not all(math.isfinite(c) and 0.0 <= c <= 1.0 for c in color):
+            raise ValueError(f"color must be 3 linear RGB values in [0, 1], got {color!r}")
+        tex = None if texture is None else _texture_rgba(texture)
+        if isinstance(wrap, str) or len(wrap) != 2:
+            raise ValueError(f"wrap must be a pair (s, t) of wrap modes, got {wrap!r}")
+        modes = (_wrap_mode(wrap[0], "wrap"), _wrap_mode(wrap[1], "wrap"))
+        self.materials.append(_Material(color, tex, modes))
+        return len(self.materials) - 1
 
     # ------------------------------------------------------------------ building
     def _add(
@@ -75,6 +154,10 @@ class SensorGeometry:
         world: int = 0,
         shape_index: int | None = None,
         color=(1.0, 1.0, 1.0),
+        material: int | None = None,
+        face_materials=None,
+        uvs=None,
+        face_uvs=None,
     ) -> int:
         """Appends one shape (the options of every ``add_*`` method are checked and
         defaulted here, once)."""
@@ -96,16 +179,61 @@ class SensorGeometry:
         color = tuple(float(c) for c in color)
         if len(color) != 3:
             raise ValueError(f"color must have 3 components, got {color!r}")
+        mats, corner_uvs = self._shape_materials(faces, nv, material, face_materials, uvs,
+                                                 face_uvs)  # fmt: skip
         first = len(self.source)
         self.source.extend([int(kind)] * nv)
         self.index.extend(np.broadcast_to(np.asarray(index, dtype=np.int64), (nv,)).tolist())
         self.local.append(local)
         if shape_index is None:
             shape_index = len(self.shapes)
+        faces = faces.astype(np.int64) + first
         self.shapes.append(
-            _Shape(int(world), int(shape_index), color, first, nv, faces.astype(np.int64) + first)
+            _Shape(int(world), int(shape_index), color, first, nv, faces, mats, corner_uvs)
         )
         return len(self.shapes) - 1
+
+    def _shape_materials(self, faces, nv, material, face_materials, uvs, face_uvs):
+        """(face material ids (F,) or None, per-corner UVs (F, 3, 2) or None), checked."""
+        nf = faces.shape[0]
+        if material is not None and face_materials is not None:
+            raise ValueError("pass material or face_materials, not both")
+        mats = None
+        if material is not None:
+            face_materials = np.full(nf, material)
+        if face_materials is not None:
+            mats = np.asarray(face_materials)
+            if mats.shape != (nf,) or not np.issubdtype(mats.dtype, np.integer):
+                raise ValueError(f"face_materials must be (F,) = ({nf},) integers, got "
+                                 f"{mats.shape} {mats.dtype}")  # fmt: skip
+            if mats.size and (mats.min() < 0 or mats.max() >= len(self.materials)):
+                raise ValueError(
+                    f"face_materials / material: ids must be materials added with "
+                    f"add_material, in [0, {len(self.materials) - 1}], got "
+                    f"[{mats.min()}, {mats.max()}]"
+                )
+            mats = mats.astype(np.int64)
+        if uvs is not None and face_uvs is not None:
+            raise ValueError("pass uvs or face_uvs, not both")
+        corner_uvs = None
+        if uvs is not None:
+            uvs = np.asarray(uvs, dtype=np.float64)
+            if uvs.shape != (nv, 2):
+                raise ValueError(f"uvs must have shape (V, 2) = ({nv}, 2), got {uvs.shape}")
+            corner_uvs = uvs[faces]
+        elif face_uvs is not None:
+            corner_uvs = np.asarray(face_uvs, dtype=np.float64)
+            if corner_uvs.shape != (nf, 3, 2):
+                raise ValueError(
+                    f"face_uvs must have shape (F, 3, 2) = ({nf}, 3, 2), got {corner_uvs.shape}"
+                )
+        if corner_uvs is not None and not np.isfinite(corner_uvs).all():
+            raise ValueError("uvs / face_uvs must be finite")
+        textured = mats is not None and any(self.materials[m].texture is not None
+                                            for m in np.unique(mats))  # fmt: skip
+        if textured and corner_uvs is None:
+            raise ValueError("a textured material needs the shape's uvs (or face_uvs)")
+        return mats, None if corner_uvs is None else corner_uvs.astype(np.float32)
 
     def add_particle_mesh(self, particle_indices, faces, **options: Any) -> int:
         """Adds a triangle mesh whose vertices are simulation particles.
@@ -185,6 +313,7 @@ class SensorGeometry:
                     f"a shape belongs to world {s.world}, but world_count={world_count}"
                 )
         proj_vertex, proj_image, faces, face_shape, face_vertices = [], [], [], [], []
+        face_material, corner_uv = [], []
         first, count = [], []
         n_proj = 0
         n_faces = 0
@@ -202,6 +331,8 @@ class SensorGeometry:
                     faces.append(s.faces - s.first_vertex + n_proj)
                     face_vertices.append(s.faces)
                     face_shape.append(np.full(len(s.faces), si))
+                    face_material.append(self._face_rows(si))
+                    corner_uv.append(self._corner_uvs(si))
                     n_proj += verts.size
                     img_faces += len(s.faces)
                 count.append(img_faces)
@@ -216,6 +347,10 @@ class SensorGeometry:
             "faces": cat(faces, (0, 3)).reshape(-1, 3),
             "face_shape": cat(face_shape, (0,)),
             "face_vertices": cat(face_vertices, (0, 3)).reshape(-1, 3),
+            "face_material": cat(face_material, (0,)),
+            "corner_uv": (np.concatenate(corner_uv) if corner_uv else np.zeros((0, 3, 2)))
+            .astype(np.float32)
+            .reshape(-1, 3, 2),
             "first": np.asarray(first, np.int32),
             "count": np.asarray(count, np.int32),
         }
@@ -229,6 +364,40 @@ class SensorGeometry:
 
     def shape_colors(self) -> np.ndarray:
         return np.asarray([s.color for s in self.shapes], dtype=np.float32).reshape(-1, 3)
+
+    def _face_rows(self, si: int) -> np.ndarray:
+        """Material-table rows of shape si's faces: its own row si, or its materials'."""
+        s = self.shapes[si]
+        if s.face_materials is None:
+            return np.full(len(s.faces), si)
+        return s.face_materials + len(self.shapes)
+
+    def _corner_uvs(self, si: int) -> np.ndarray:
+        s = self.shapes[si]
+        if s.face_uvs is None:
+            return np.zeros((len(s.faces), 3, 2), np.float32)
+        return s.face_uvs
+
+    def material_table(self) -> dict:
+        """The sensor's material table, the keyword arguments of an
+        :class:`~warpraster.shading.atlas.Atlas`: a row per shape (its colour), then
+        a row per material added with :meth:`add_material`."""
+        diffuse = [s.color for s in self.shapes] + [m.color for m in self.materials]
+        textures = [None] * len(self.shapes) + [
+            None if m.texture is None else (m.texture, m.wrap[0], m.wrap[1], (1.0,) * 4, (0.0,) * 4)
+            for m in self.materials
+        ]
+        return {"diffuse": np.asarray(diffuse, np.float32).reshape(-1, 3),
+                "opacity": np.ones(len(diffuse), np.float32), "textures": textures}  # fmt: skip
+
+    @property
+    def textured(self) -> bool:
+        """Whether a shape uses a textured material."""
+        return any(
+            s.face_materials is not None
+            and any(self.materials[m].texture is not None for m in np.unique(s.face_materials))
+            for s in self.shapes
+        )
 
     def shape_indices(self) -> np.ndarray:
         return np.asarray([s.shape_index for s in self.shapes], dtype=np.int64).reshape(-1)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from ..shading.material_table import MaterialTable, material_table
 from ..shading.pixel_args import PixelFragments, pixel_fragments
 
 
@@ -55,28 +56,34 @@ class View:
 class Surface:
     """The packed faces (F,): ``faces`` index projected vertices,
     ``face_vertices`` the same corners as sensor vertices; ``face_shape`` the
-    shape of each face, ``shape_index`` (S,) each shape's output index."""
+    shape of each face, ``shape_index`` (S,) each shape's output index;
+    ``face_material`` each face's row of the material table, ``corner_uv`` (F, 3)
+    its corners' texture coordinates."""
 
     faces: wp.array2d(dtype=wp.int32)
     face_vertices: wp.array2d(dtype=wp.int32)
     face_shape: wp.array(dtype=wp.int32)
     shape_index: wp.array(dtype=wp.uint32)
+    face_material: wp.array(dtype=wp.int32)
+    corner_uv: wp.array2d(dtype=wp.vec2)
 
 
 @wp.struct
 class MaterialArrays:
-    """The material arrays (which may require gradients), or their gradients: shape
-    colours (S,), light direction and intensity (1,)."""
+    """The material arrays (which may require gradients), or their gradients: the
+    material table's diffuse colours (a row per shape, then the geometry's
+    materials), light direction and intensity (1,)."""
 
-    shape_colors: wp.array(dtype=wp.vec3)
+    colors: wp.array(dtype=wp.vec3)
     light_direction: wp.array(dtype=wp.vec3)
     light_intensity: wp.array(dtype=float)
 
 
 @wp.struct
 class Look:
-    """Shading and coverage options (see ``render.CHANNEL_KERNELS``) and the
-    :class:`MaterialArrays`."""
+    """Shading and coverage options (see ``render.CHANNEL_KERNELS``), the
+    :class:`MaterialArrays` and the material table (its ``diffuse`` is
+    ``materials.colors``)."""
 
     sigma: float
     ambient: int
@@ -88,6 +95,7 @@ class Look:
     clear_depth: float
     smooth: int
     materials: MaterialArrays
+    table: MaterialTable
 
 
 @wp.struct
@@ -186,6 +194,19 @@ class PixelRecords:
 
 
 @wp.struct
+class TexelTaps:
+    """The texel gradients of the pixels, as entries of a deterministic sorted sum
+    (``backward.sorted.SortedSegmentSum``, 4 per pixel of (N, H, W), pixel-major):
+    ``keys`` the tapped texel (``num_texels``: none), ``order`` the entry index,
+    ``values`` the tap's weight times the pixel's scaled texel gradient (rgb)."""
+
+    keys: wp.array(dtype=wp.int32)
+    order: wp.array(dtype=wp.int32)
+    values: wp.array(dtype=wp.vec3)
+    num_texels: int
+
+
+@wp.struct
 class Outline:
     """Per soft pixel (N, H, W): whether its outline point is used, its face's NDC
     vertices (rows), and the gradients of its barycentrics and depth."""
@@ -265,15 +286,17 @@ def sensor_structs(sensor) -> tuple[VertexSources, View, Surface, Look]:
                 camera_count=sensor.camera_count, height=h, width=w,
                 aspect_min=min(1.0, w / h))  # fmt: skip
     surface = make(Surface, faces=sensor.faces, face_vertices=sensor.face_vertices,
-                   face_shape=sensor.face_shape, shape_index=sensor.shape_index)  # fmt: skip
+                   face_shape=sensor.face_shape, shape_index=sensor.shape_index,
+                   face_material=sensor.face_material, corner_uv=sensor.corner_uv)  # fmt: skip
     sky, ground, ambient_intensity = sensor.ambient_terms
-    materials = make(MaterialArrays, shape_colors=sensor.shape_colors,
+    materials = make(MaterialArrays, colors=sensor.shape_colors,
                      light_direction=sensor.light_direction,
                      light_intensity=sensor.light_intensity)  # fmt: skip
     look = make(
         Look, sigma=sensor.silhouette_sigma, ambient=int(sensor.ambient), up=sensor.up, sky=sky,
         ground=ground, ambient_intensity=ambient_intensity, clear_color=sensor.clear_color,
         clear_depth=sensor.clear_depth, smooth=int(sensor.smooth_normals), materials=materials,
+        table=material_table(sensor.atlas),
     )  # fmt: skip
     return sources, view, surface, look
 
@@ -310,6 +333,7 @@ __all__ = [
     "SensorMesh",
     "SourceGroups",
     "Surface",
+    "TexelTaps",
     "VertexSources",
     "VertexGrads",
     "View",

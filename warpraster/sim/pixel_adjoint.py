@@ -10,7 +10,14 @@ import warp as wp
 
 from ..backward import slot_grads
 from ..geometry import pixel_centre
-from .kernel_args import Channels, FrameScene, Outline, PixelRecords
+from ..shading.material_table import (
+    MaterialTable,
+    face_albedo,
+    face_albedo_adjoint,
+    face_uv,
+    texel_taps,
+)
+from .kernel_args import Channels, FrameScene, Outline, PixelRecords, TexelTaps
 from .loss import LossTerms, loss_grads
 from .render import (
     SOFT_SLOTS,
@@ -69,10 +76,43 @@ def upstream_grads(grads: Channels, mask: int, w: int, c: int, y: int, x: int):
     )
 
 
-def _make_channels_adjoint(soft: bool, smooth_normals: bool, max_registers: int | None = None):
+@wp.func
+def _write_taps(taps: TexelTaps, table: MaterialTable, m: int, uv: wp.vec2, g_t: wp.vec3, i: int):
+    """Pixel i's four texel-gradient entries (keys ``num_texels``: none)."""
+    info = table.texture[m]
+    if info[1] > 0:
+        idx, wgt, _fx, _fy = texel_taps(info, uv)
+        for j in range(4):
+            key = idx[j]
+            if key < 0:
+                key = taps.num_texels
+            taps.keys[4 * i + j] = key
+            taps.values[4 * i + j] = wgt[j] * g_t
+    else:
+        for j in range(4):
+            taps.keys[4 * i + j] = taps.num_texels
+            taps.values[4 * i + j] = wp.vec3(0.0)
+    for j in range(4):
+        taps.order[4 * i + j] = 4 * i + j
+
+
+@wp.func
+def _no_taps(taps: TexelTaps, i: int):
+    """Pixel i adds no texel gradient."""
+    for j in range(4):
+        taps.keys[4 * i + j] = taps.num_texels
+        taps.values[4 * i + j] = wp.vec3(0.0)
+        taps.order[4 * i + j] = 4 * i + j
+
+
+def _make_channels_adjoint(
+    soft: bool, smooth_normals: bool, textured: bool, max_registers: int | None = None
+):
     """The adjoint of ``render.CHANNEL_KERNELS[soft]`` (the same inputs), per pixel;
     ``smooth_normals`` compiled in (the ``smooth`` argument is then ignored), so
-    each variant keeps only its own registers; ``max_registers``: a CUDA cap."""
+    each variant keeps only its own registers; ``textured``: with the texture's
+    gradients (to the barycentrics and, with ``material_grad``, the texels as
+    ``taps_out`` entries); ``max_registers``: a CUDA cap."""
 
     @wp.kernel(module="unique", cuda_max_registers=max_registers)
     def channels_adjoint(
@@ -90,6 +130,7 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool, max_registers: int 
         # Data out, (N, H, W) (image n = world * C + camera) unless noted:
         records_out: PixelRecords,
         outline_out: Outline,
+        taps_out: TexelTaps,
     ):
         """Per pixel: the gradients of the shown face's NDC vertices (``rec_ndc``),
         world vertices (``rec_world``) and raw vertex normals (``rec_vn``), rows =
@@ -124,6 +165,10 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool, max_registers: int 
                     outline_out.on[n, y, x] = 1
                     outline_out.verts[n, y, x] = wp.matrix_from_rows(v0, v1, v2)
         records_out.face[n, y, x] = f
+        pixel = (n * view.height + y) * view.width + x
+        if wp.static(textured):
+            if material_grad != 0 and f < 0:
+                _no_taps(taps_out, pixel)
         if f < 0:
             return
         gc, galb, gn, gd, gfd, ga = upstream_grads(grads, grad_mask, w, c, y, x)
@@ -150,7 +195,8 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool, max_registers: int 
             s_raw = b[0] * m0 + b[1] * m1 + b[2] * m2
             nrm = wp.normalize(s_raw)
         mat = look.materials
-        albedo = mat.shape_colors[surface.face_shape[f]]
+        fm = surface.face_material[f]
+        albedo = face_albedo(look.table, fm, surface.corner_uv, f, b)
         amb = wp.vec3(0.0)
         if look.ambient != 0:
             amb = ambient_light(look, nrm)
@@ -208,6 +254,15 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool, max_registers: int 
             g_p0 = g_p0 - g_e1 - g_e2
             g_p1 = g_p1 + g_e1
             g_p2 = g_p2 + g_e2
+        g_kd = g_alb
+        if wp.static(textured):
+            # the albedo's texture, read at the interpolated UV: its gradient reaches
+            # the barycentrics, the diffuse row and the taps' texels
+            g_kd, g_b_tex, g_t = face_albedo_adjoint(look.table, fm, surface.corner_uv, f, b,
+                                                     g_alb)  # fmt: skip
+            g_b = g_b + g_b_tex
+            if material_grad != 0:
+                _write_taps(taps_out, look.table, fm, face_uv(surface.corner_uv, f, b), g_t, pixel)
         g_fwd = a * gfd
         records_out.world[n, y, x] = wp.matrix_from_rows(g_p0, g_p1, g_p2)
         if wp.static(smooth_normals):
@@ -249,7 +304,7 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool, max_registers: int 
             records_out.origin[n, y, x] = -g_hit
         if material_grad != 0:
             g_l = -normalize_adj(l_raw, g_tl)
-            records_out.albedo[n, y, x] = g_alb
+            records_out.albedo[n, y, x] = g_kd
             records_out.light[n, y, x] = wp.vec4(g_l[0], g_l[1], g_l[2], ndotl * g_sh_alb)
 
     return channels_adjoint
@@ -260,13 +315,16 @@ def _make_channels_adjoint(soft: bool, smooth_normals: bool, max_registers: int 
 #: L1TEX scoreboard stalls lead). Capped at 64, the sensor bench's forward +
 #: backward went from 0.524 to 0.476 ms on an H200 (80: 0.492, 72: 0.495, 56: 0.480;
 #: scripts/gpu_sensor_regs.py). The other variants are not measured: uncapped.
-_MAX_REGISTERS = {(False, False): 64}
+_MAX_REGISTERS = {(False, False, False): 64}
 
-#: The per-pixel adjoints by (soft silhouette, smooth normals).
+#: The per-pixel adjoints by (soft silhouette, smooth normals, textured).
 CHANNELS_ADJOINT = {
-    (soft, smooth): _make_channels_adjoint(soft, smooth, _MAX_REGISTERS.get((soft, smooth)))
+    (soft, smooth, tex): _make_channels_adjoint(
+        soft, smooth, tex, _MAX_REGISTERS.get((soft, smooth, tex))
+    )
     for soft in (False, True)
     for smooth in (False, True)
+    for tex in (False, True)
 }
 
 

@@ -152,17 +152,18 @@ def material_reduce_kernel(
     # Data out (added to): the material gradients
     grads_out: MaterialArrays,
 ):
-    """Block s < S: the albedo gradient of the pixels showing shape s; block S: the
-    light gradients of every covered pixel (strided, then tile sums)."""
+    """Block s < S (S rows of the material table): the diffuse-colour gradient of the
+    pixels showing a face of material s; block S: the light gradients of every
+    covered pixel (strided, then tile sums)."""
     s, lane = wp.tid()
-    num_shapes = grads_out.shape_colors.shape[0]
+    num_rows = grads_out.colors.shape[0]
     acc = wp.vec4(0.0)
     i = lane
     while i < count:
         f = records.face[0, 0, i]
         if f >= 0:
-            if s < num_shapes:
-                if surface.face_shape[f] == s:
+            if s < num_rows:
+                if surface.face_material[f] == s:
                     g = records.albedo[0, 0, i]
                     acc = acc + wp.vec4(g[0], g[1], g[2], 0.0)
             else:
@@ -171,15 +172,30 @@ def material_reduce_kernel(
     a = block_sum4(acc)
     rgb = wp.vec3(a[0], a[1], a[2])
     if lane == 0:
-        if s < num_shapes:
-            grads_out.shape_colors[s] = grads_out.shape_colors[s] + rgb
+        if s < num_rows:
+            grads_out.colors[s] = grads_out.colors[s] + rgb
         else:
             grads_out.light_direction[0] = grads_out.light_direction[0] + rgb
             grads_out.light_intensity[0] = grads_out.light_intensity[0] + a[3]
 
 
+@wp.kernel
+def add_texel_grads_kernel(
+    # Data in: each texel's rgb gradient (T,)
+    texel_grad: wp.array(dtype=wp.vec3),
+    # Data out (added to): the atlas texels' gradient, RGBA (T,)
+    texels_grad_out: wp.array(dtype=wp.vec4),
+):
+    """Adds the sorted sums of the texel taps into the atlas's texel gradient (the
+    alpha channel does not reach the sensor's colours)."""
+    i = wp.tid()
+    g = texel_grad[i]
+    texels_grad_out[i] = texels_grad_out[i] + wp.vec4(g[0], g[1], g[2], 0.0)
+
+
 __all__ = [
     "BLOCK",
+    "add_texel_grads_kernel",
     "body_reduce_kernel",
     "camera_add_kernel",
     "image_camera_reduce_kernel",

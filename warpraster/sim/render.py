@@ -23,6 +23,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..geometry import finite_cross, finite_vec3, pixel_centre
+from ..shading.material_table import face_albedo
 from ..shading.pixel_args import PixelFragments
 from .geometry import VertexSource
 from .kernel_args import (
@@ -392,7 +393,7 @@ def _make_channels_kernel(soft: bool):
             )
         s = surface.face_shape[f]
         mat = look.materials
-        albedo = mat.shape_colors[s]
+        albedo = face_albedo(look.table, surface.face_material[f], surface.corner_uv, f, b)
         shaded = wp.vec3(0.0)
         if look.ambient != 0:
             shaded = wp.cw_mul(albedo, ambient_light(look, nrm))

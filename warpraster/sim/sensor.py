@@ -55,6 +55,7 @@ from .. import RasterWorkspace, rasterize_meshes
 from ..backward.tape import active_tape
 from ..grad_buffers import clear_if_recording
 from ..settings import parse_image_size
+from ..shading.atlas import Atlas
 from .adjoint import SensorBackward
 from .antialias import FrameAntialias, sensor_topology
 from .checks import (
@@ -198,8 +199,9 @@ class CameraSensor:
         grad_channels: the float channels that get gradient buffers (None: all
             of color, albedo, normal, depth, forward_depth, alpha); a loss can
             only use these. Fewer means less memory to zero and read back.
-        material_grad: also give ``shape_colors``, ``light_direction`` and
-            ``light_intensity`` gradients (every covered pixel contributes to
+        material_grad: also give ``shape_colors`` (the material table's colours),
+            the texels of textured materials (``atlas.texels``), ``light_direction``
+            and ``light_intensity`` gradients (every covered pixel contributes to
             these few values: off unless they are trained).
         deterministic: True (default): the hand-written backward of
             :mod:`warpraster.sim.adjoint`, bit-identical run after run and in
@@ -221,7 +223,12 @@ class CameraSensor:
     and >= 0. The per-frame device inputs are checked by the first :meth:`update`
     (:meth:`check_inputs`).
 
-    The colours (``shape_colors``, vec3 (S,)), light direction and intensity live
+    Materials: ``atlas`` (a :class:`~warpraster.shading.atlas.Atlas`, the USD stage
+    renderer's material table) holds a row per shape (its colour) and then the
+    geometry's materials (:meth:`SensorGeometry.add_material`: a colour and a
+    texture read at the faces' UVs); ``shape_colors`` is its colour column.
+
+    The colours (``shape_colors``, vec3 (S + M,)), light direction and intensity live
     in device arrays (``light_direction``, ``light_intensity``, (1,)): assign new
     values into them (``.assign``; the kernels' structs, packed once at set-up, hold
     these arrays, so rebinding the attributes is not seen), or pass
@@ -330,8 +337,17 @@ class CameraSensor:
                 f"geometry: shape {int(bad[0])} has color {colors[bad[0]].tolist()}, "
                 "not a linear RGB colour in [0, 1]"
             )
-        self.shape_colors = wp.array(colors, dtype=wp.vec3, device=dev,
-                                     requires_grad=mg)  # fmt: skip
+        # the material table: a row per shape (its colour), then the geometry's
+        # materials; textured rows read the texel atlas at the faces' UVs
+        self.atlas = Atlas(**geometry.material_table(), device=dev)
+        self.atlas.diffuse.requires_grad = mg
+        # texel gradients: the generated backward's atomics, or the deterministic
+        # backward's sorted sums
+        self.atlas.texels.requires_grad = mg and geometry.textured
+        self.textured = geometry.textured
+        self.shape_colors = self.atlas.diffuse
+        self.face_material = wp.array(packed["face_material"], dtype=wp.int32, device=dev)
+        self.corner_uv = wp.array(packed["corner_uv"], dtype=wp.vec2, device=dev)
         direction = (0.0, 0.0, -1.0) if light_direction is None else light_direction
         self.light_direction = wp.array(
             [_vec3(direction, "light_direction", nonzero=True)],
@@ -642,7 +658,7 @@ class CameraSensor:
 
         arrays = [out.written(name) for name in self.grad_channels]
         arrays += [a for a in (out.points, *inputs.values(), self.shape_colors,
-                               self.light_direction, self.light_intensity)
+                               self.atlas.texels, self.light_direction, self.light_intensity)
                    if a.grad is not None]  # fmt: skip
         tape.record_func(backward, arrays=arrays)
         self._recorded[frame] = (weakref.ref(tape), len(tape.launches) - 1, backward)
