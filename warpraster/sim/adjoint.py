@@ -52,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from ..backward.sorted import SortedSegmentSum
+from ..backward.sorted import SegmentEntries, SortedSegmentSum
 from .gathers import (
     BIG_AREA,
     BIG_CAPACITY,
@@ -219,14 +219,12 @@ class SensorBackward:
             # texel gradients: 4 taps a pixel, summed per texel in sorted order
             self.texel_sum = SortedSegmentSum(4 * n * h * w, wp.vec3, device=dev)
             self.texel_grad = wp.zeros(num_texels, dtype=wp.vec3, device=dev)
-            count = self.texel_sum.count
-            self.taps = make(TexelTaps, keys=self.texel_sum.keys, order=self.texel_sum.order,
-                             values=wp.zeros(count, dtype=wp.vec3, device=dev),
-                             num_texels=num_texels)  # fmt: skip
+            values = wp.zeros(self.texel_sum.count, dtype=wp.vec3, device=dev)
+            entries = self.texel_sum.entries(values)
         else:
             none = _dummy(1, wp.int32, dev)
-            self.taps = make(TexelTaps, keys=none, order=none, values=_dummy(1, wp.vec3, dev),
-                             num_texels=num_texels)  # fmt: skip
+            entries = make(SegmentEntries, values=_dummy(1, wp.vec3, dev), keys=none, order=none)
+        self.taps = make(TexelTaps, entries=entries, num_texels=num_texels)
         self.flat = pixel_row(self.records)  # what the block reductions read
         self._grads = {}  # per frame slot: (its channel gradients as a Channels, mask)
         self._vertex_grads = {}  # per frame slot: its sensor vertices' VertexGrads
@@ -468,7 +466,7 @@ class SensorBackward:
             )  # fmt: skip
         if mat_on and self.texel_sum is not None and s.atlas.texels.grad is not None:
             self.texel_grad.zero_()
-            self.texel_sum.run(self.taps.values, self.taps.num_texels, self.texel_grad,
+            self.texel_sum.run(self.taps.entries.values, self.taps.num_texels, self.texel_grad,
                                accumulate=False)  # fmt: skip
             wp.launch(add_texel_grads_kernel, dim=self.texel_grad.shape[0],
                       inputs=[self.texel_grad], outputs=[s.atlas.texels.grad], device=dev,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from ..backward.sorted import SegmentEntries
 from ..shading.material_table import MaterialTable, material_table
 from ..shading.pixel_args import PixelFragments, pixel_fragments
 
@@ -195,14 +196,12 @@ class PixelRecords:
 
 @wp.struct
 class TexelTaps:
-    """The texel gradients of the pixels, as entries of a deterministic sorted sum
-    (``backward.sorted.SortedSegmentSum``, 4 per pixel of (N, H, W), pixel-major):
-    ``keys`` the tapped texel (``num_texels``: none), ``order`` the entry index,
-    ``values`` the tap's weight times the pixel's scaled texel gradient (rgb)."""
+    """The texel gradients of the pixels as the ``entries`` of a deterministic sorted
+    sum (4 per pixel of (N, H, W), pixel-major): key the tapped texel
+    (``num_texels``: none), value the tap's weight times the pixel's scaled texel
+    gradient (rgb)."""
 
-    keys: wp.array(dtype=wp.int32)
-    order: wp.array(dtype=wp.int32)
-    values: wp.array(dtype=wp.vec3)
+    entries: SegmentEntries
     num_texels: int
 
 

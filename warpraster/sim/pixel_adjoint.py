@@ -9,6 +9,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..backward import slot_grads
+from ..backward.sorted import set_entry
 from ..geometry import pixel_centre
 from ..shading.material_table import (
     MaterialTable,
@@ -78,7 +79,7 @@ def upstream_grads(grads: Channels, mask: int, w: int, c: int, y: int, x: int):
 
 @wp.func
 def _write_taps(taps: TexelTaps, table: MaterialTable, m: int, uv: wp.vec2, g_t: wp.vec3, i: int):
-    """Pixel i's four texel-gradient entries (keys ``num_texels``: none)."""
+    """Pixel i's four texel-gradient entries (key ``num_texels``: none)."""
     info = table.texture[m]
     if info[1] > 0:
         idx, wgt, _fx, _fy = texel_taps(info, uv)
@@ -86,23 +87,16 @@ def _write_taps(taps: TexelTaps, table: MaterialTable, m: int, uv: wp.vec2, g_t:
             key = idx[j]
             if key < 0:
                 key = taps.num_texels
-            taps.keys[4 * i + j] = key
-            taps.values[4 * i + j] = wgt[j] * g_t
+            set_entry(taps.entries, 4 * i + j, key, wgt[j] * g_t)
     else:
-        for j in range(4):
-            taps.keys[4 * i + j] = taps.num_texels
-            taps.values[4 * i + j] = wp.vec3(0.0)
-    for j in range(4):
-        taps.order[4 * i + j] = 4 * i + j
+        _no_taps(taps, i)
 
 
 @wp.func
 def _no_taps(taps: TexelTaps, i: int):
     """Pixel i adds no texel gradient."""
     for j in range(4):
-        taps.keys[4 * i + j] = taps.num_texels
-        taps.values[4 * i + j] = wp.vec3(0.0)
-        taps.order[4 * i + j] = 4 * i + j
+        set_entry(taps.entries, 4 * i + j, taps.num_texels, wp.vec3(0.0))
 
 
 def _make_channels_adjoint(
