@@ -1,5 +1,5 @@
 """The camera's gradient through the shading core, summed per warp then per camera
-row (shading/fused.py: ``reduce_camera_partials``), against central differences:
+row (shading/fused.py, aggregated.py: striped sums), against central differences:
 one camera row per image and one row shared by all images, soft and hard."""
 
 from __future__ import annotations

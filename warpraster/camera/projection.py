@@ -1,9 +1,17 @@
 """The camera kernels: world -> view -> NDC, view -> NDC matrices, vertex -> camera maps.
 
-One Warp module. The projection is differentiable (recorded on an enclosing
-``wp.Tape``; its adjoint reaches the vertices and every array field of the
-:class:`~warpraster.camera.data.CameraData` that has a gradient); the
-vertex -> mesh map has no gradient.
+One Warp module. The projection is differentiable: its forward is launched off
+the tape and a hand-written adjoint is recorded on an enclosing ``wp.Tape``. It
+reaches the vertices and every array field of the
+:class:`~warpraster.camera.params.CameraData` that has a gradient. A camera's
+rows get the gradient of every vertex it sees: Warp's generated adjoint added
+each vertex's share with float atomics into the same row, which serialised
+(0.60 ms for 8 cameras x 10,242 vertices on an H200, docs/PERF.md). Here each
+warp sums its vertices' (R, T, view -> NDC matrix) gradients into a stripe of
+its camera (:mod:`warpraster.aggregated`), the stripes are summed per camera,
+and a kernel of one thread per camera takes the sums through Warp's generated
+adjoint of R, T and the matrix (to fov, focal length, ...). The vertex -> mesh
+map has no gradient.
 
 The view -> NDC matrices are PyTorch3D's, in row-vector form:
 ``h = [x_view y_view z_view 1] @ M``, NDC x, y = ``h[0] / h[3], h[1] / h[3]``
@@ -17,6 +25,14 @@ from typing import Any
 
 import warp as wp
 
+from ..aggregated import (
+    add_projection_partial,
+    launch_reduce_stripes,
+    stripe_of,
+    striped_partials,
+    stripes_for,
+)
+from ..backward.tape import active_tape
 from ..geometry import finite_vec3
 from ..meshes import MeshArrays, as_faces_array, as_index_array, mesh_arrays
 from .params import CameraData, CameraKind
@@ -205,6 +221,128 @@ def _project_kernel(
         points_out[i] = wp.vec3(wp.nan, wp.nan, wp.nan)
 
 
+#: Components of a camera's projection gradient: R (9, row-major), T (3), the
+#: row-vector view -> NDC matrix (16, row-major).
+PROJECTION_PARTS = 28
+
+
+@wp.kernel(enable_backward=False)
+def _project_adjoint_kernel(
+    # In:
+    verts: wp.array(dtype=wp.vec3),
+    vert_to_mesh: wp.array(dtype=wp.int32),
+    per_vertex_camera: wp.bool,
+    camera: CameraData,
+    points_grad: wp.array(dtype=wp.vec3),
+    consume: int,
+    # Gradients out (added to):
+    verts_grad_out: wp.array(dtype=wp.vec3),
+    cam_part_out: wp.array2d(dtype=wp.float32),
+    stripes: int,
+):
+    """The adjoint of :func:`_project_kernel` at vertex i: its gradient into
+    ``verts_grad_out`` (when not empty), its camera's (R, T, M) gradient into a
+    stripe of ``cam_part_out`` (when ``stripes`` > 0); ``points_grad[i]`` is
+    zeroed once read when ``consume`` (as Warp's adjoint of a store does)."""
+    i = wp.tid()
+    cam = int(0)
+    if per_vertex_camera:
+        cam = wp.clamp(vert_to_mesh[i], 0, camera.num_cameras - 1)
+    go = points_grad[i]
+    if consume != 0:
+        points_grad[i] = wp.vec3(0.0)
+    p = verts[i]
+    g_r = wp.mat33(0.0)
+    g_t = wp.vec3(0.0)
+    g_m = wp.mat44(0.0)
+    if finite_vec3(p):
+        rot = _per_camera(camera.R, cam)
+        v = p @ rot + _per_camera(camera.T, cam)
+        vh = wp.vec4(v[0], v[1], v[2], 1.0)
+        m = view_to_ndc(camera, cam)
+        h = vh @ m
+        # x, y = h0 / h3, h1 / h3; z = v2
+        w2 = h[3] * h[3]
+        g_h = wp.vec4(go[0] / h[3], go[1] / h[3], 0.0, -go[0] * h[0] / w2 - go[1] * h[1] / w2)
+        g_vh = m @ g_h
+        g_t = wp.vec3(g_vh[0], g_vh[1], g_vh[2] + go[2])
+        if verts_grad_out.shape[0] > 0:
+            verts_grad_out[i] = verts_grad_out[i] + rot @ g_t
+        g_r = wp.outer(p, g_t)
+        g_m = wp.outer(vh, g_h)
+    if stripes > 0:
+        add_projection_partial(cam_part_out, stripe_of(cam, i, stripes), g_r, g_t, g_m)
+
+
+@wp.kernel
+def _camera_dot_kernel(
+    # In:
+    camera: CameraData,
+    sums: wp.array(dtype=wp.float32),
+    # Out:
+    dots_out: wp.array(dtype=wp.float32),
+):
+    """``<sums[c], (R, T, M) of camera c>``, launched only as its adjoint (a unit
+    output gradient): Warp's generated adjoint adds the sums to the rows of R and
+    T and takes the matrix's share to the camera's intrinsics. A camera with zero
+    sums (no vertex) adds nothing."""
+    c = wp.tid()
+    b = c * 28
+    # fmt: off
+    g_r = wp.mat33(sums[b + 0], sums[b + 1], sums[b + 2], sums[b + 3], sums[b + 4],
+                   sums[b + 5], sums[b + 6], sums[b + 7], sums[b + 8])
+    g_t = wp.vec3(sums[b + 9], sums[b + 10], sums[b + 11])
+    g_m = wp.mat44(sums[b + 12], sums[b + 13], sums[b + 14], sums[b + 15],
+                   sums[b + 16], sums[b + 17], sums[b + 18], sums[b + 19],
+                   sums[b + 20], sums[b + 21], sums[b + 22], sums[b + 23],
+                   sums[b + 24], sums[b + 25], sums[b + 26], sums[b + 27])
+    # fmt: on
+    size = wp.ddot(g_r, g_r) + wp.dot(g_t, g_t) + wp.ddot(g_m, g_m)
+    if size != 0.0:  # NaN passes, as a NaN gradient should
+        dots_out[c] = (
+            wp.ddot(g_r, _per_camera(camera.R, c))
+            + wp.dot(g_t, _per_camera(camera.T, c))
+            + wp.ddot(g_m, view_to_ndc(camera, c))
+        )
+
+
+def _arrays_with_grad(camera: CameraData) -> list:
+    """The array fields of ``camera`` that carry a gradient."""
+    out = []
+    for name, var in CameraData.vars.items():
+        if wp.types.is_array(var.type):
+            a = getattr(camera, name)
+            if a is not None and a.grad is not None:
+                out.append(a)
+    return out
+
+
+def _camera_adjoint(camera: CameraData) -> CameraData:
+    """The adjoint struct of ``camera``: each array field's gradient (None without)."""
+    adj = CameraData()
+    for name, var in CameraData.vars.items():
+        value = getattr(camera, name)
+        if wp.types.is_array(var.type):
+            value = value.grad if value is not None else None
+        setattr(adj, name, value)
+    return adj
+
+
+_DOT_BUFFERS: dict = {}  # (device, cameras) -> (unit output gradient, scratch)
+
+
+def _camera_dot_buffers(device, cams: int) -> tuple[wp.array, wp.array]:
+    """The unit adjoint and the (unread) output of :func:`_camera_dot_kernel`."""
+    key = (wp.get_device(device).alias, int(cams))
+    got = _DOT_BUFFERS.get(key)
+    if got is None:
+        got = _DOT_BUFFERS[key] = (
+            wp.ones(int(cams), dtype=wp.float32, device=device),
+            wp.zeros(int(cams), dtype=wp.float32, device=device),
+        )
+    return got
+
+
 def project_points(
     camera: CameraData,
     verts: wp.array,
@@ -215,8 +353,11 @@ def project_points(
 ) -> wp.array:
     """Projects world-space vertices: x, y in NDC, z = view-space depth.
 
-    One launch, recorded on an enclosing ``wp.Tape``. Allocates nothing and reads
-    nothing back (graph-capturable). Inputs are not validated here.
+    One launch; on an enclosing ``wp.Tape``, when ``points_out`` has a gradient and
+    ``verts`` or a camera array has one, its adjoint is recorded (one launch for
+    the vertices' gradient, four more and two memsets for the camera's). Reads
+    nothing back; allocates only the camera's reduction buffers, once per size
+    (graph-capturable after a first call). Inputs are not validated here.
 
     Args:
         camera: the parameters of N cameras.
@@ -229,13 +370,63 @@ def project_points(
     Returns:
         ``points_out``.
     """
+    per_vertex_camera = bool(per_vertex_camera)
+    device = points_out.device
     wp.launch(
         _project_kernel,
         dim=verts.shape[0],
-        inputs=[verts, vert_to_mesh, bool(per_vertex_camera), camera],
+        inputs=[verts, vert_to_mesh, per_vertex_camera, camera],
         outputs=[points_out],
-        device=points_out.device,
+        device=device,
+        record_tape=False,
     )
+    tape = active_tape()
+    if tape is None or points_out.grad is None:
+        return points_out
+    cam_arrays = _arrays_with_grad(camera)
+    if verts.grad is None and not cam_arrays:
+        return points_out
+    cams = int(camera.num_cameras)
+    stripes = stripes_for(verts.shape[0], cams) if cam_arrays else 0
+    if cam_arrays:
+        part, sums = striped_partials(device, cams, stripes, PROJECTION_PARTS)
+        ones, dots = _camera_dot_buffers(device, cams)
+        cam_adj = _camera_adjoint(camera)
+    else:
+        part = wp.empty((0, PROJECTION_PARTS), dtype=wp.float32, device=device)
+    verts_grad = verts.grad if verts.grad is not None else wp.empty(0, dtype=wp.vec3, device=device)
+    consume = int(not points_out.retain_grad)
+
+    def backward():
+        if cam_arrays:
+            part.zero_()
+            sums.zero_()
+        wp.launch(
+            _project_adjoint_kernel,
+            dim=verts.shape[0],
+            inputs=[verts, vert_to_mesh, per_vertex_camera, camera, points_out.grad, consume],
+            outputs=[verts_grad, part, stripes],
+            device=device,
+            record_tape=False,
+        )
+        if cam_arrays:
+            launch_reduce_stripes(part, sums, stripes)
+            # Warp's adjoint of <sums, (R, T, M)> per camera: the sums through R, T
+            # and the view -> NDC matrix to every camera array with a gradient
+            wp.launch(
+                _camera_dot_kernel,
+                dim=cams,
+                inputs=[camera, sums],
+                outputs=[dots],
+                adj_inputs=[cam_adj, None],
+                adj_outputs=[ones],
+                adjoint=True,
+                device=device,
+                record_tape=False,
+            )
+
+    arrays = [points_out] + ([verts] if verts.grad is not None else []) + cam_arrays
+    tape.record_func(backward, arrays=arrays)
     return points_out
 
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import warp as wp
 
+from ..aggregated import launch_reduce_stripes, striped_partials, stripes_for
 from ..backward.tape import active_tape
 from ..patches import patch_launch_size, patch_pixel
 from .fused_adjoint import (
     ADJOINT_MAX_REGISTERS,
     ADJOINT_PATCH_W,
-    reduce_camera_partials,
+    add_camera_sums,
     shade_blend_adjoint,
 )
 from .modes import BlendMode, TexelSource
@@ -226,31 +227,8 @@ def _shade_grads(frag: PixelFragments, inputs: ShadeInputs) -> tuple[ShadeGrads,
         want &= ~Want.ALPHA
     g.want = int(want)
     g.cam_part = placeholder(wp.float32, 2, frag.pix_to_face.device)
-    g.cam_key = placeholder(wp.int32, 1, frag.pix_to_face.device)
+    g.cam_stripes = 1
     return g, sources
-
-
-_CAMERA_PARTIALS: dict = {}  # (device, slots) -> (partial sums, keys), shared by launches
-
-
-def _camera_partials(device, threads: int) -> tuple[wp.array, wp.array]:
-    """The per-warp slots of the camera gradient for an adjoint launch of ``threads``
-    threads (made once per size and device: a backward fills and reduces them
-    before the next one runs, on the same stream)."""
-    slots = (threads + 31) // 32
-    key = (wp.get_device(device).alias, slots)
-    got = _CAMERA_PARTIALS.get(key)
-    if got is None:
-        got = _CAMERA_PARTIALS[key] = (
-            wp.zeros((slots, 12), dtype=wp.float32, device=device),
-            wp.full(slots, -1, dtype=wp.int32, device=device),
-        )
-    return got
-
-
-#: Slots of the camera gradient each thread of the reduction sums (per-warp slots:
-#: 65,536 for 8 x 512²; 256 threads then add a few atomics per camera row).
-CAMERA_REDUCE_CHUNK = 256
 
 
 def launch_shade_blend(
@@ -298,12 +276,13 @@ def launch_shade_blend(
     dim = patch_launch_size(n, h, w, ADJOINT_PATCH_W)
     camera = (g.want & Want.CAMERA) != 0
     if camera:
-        g.cam_part, g.cam_key = _camera_partials(device, dim)
+        g.cam_stripes = stripes_for(dim, n)
+        g.cam_part, cam_sums = striped_partials(device, n, g.cam_stripes, 12)
 
     def backward():
         if camera:
             g.cam_part.zero_()
-            g.cam_key.fill_(-1)
+            cam_sums.zero_()
         wp.launch(
             shade_blend_adjoint,
             dim=dim,
@@ -312,11 +291,11 @@ def launch_shade_blend(
             device=device,
         )
         if camera:
-            slots = g.cam_part.shape[0]
+            launch_reduce_stripes(g.cam_part, cam_sums, g.cam_stripes)
             wp.launch(
-                reduce_camera_partials,
-                dim=(slots + CAMERA_REDUCE_CHUNK - 1) // CAMERA_REDUCE_CHUNK,
-                inputs=[g.cam_part, g.cam_key, CAMERA_REDUCE_CHUNK],
+                add_camera_sums,
+                dim=n,
+                inputs=[cam_sums],
                 outputs=[g.cam.R, g.cam.T, int(inputs.orthographic == 0)],
                 device=device,
             )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from ..aggregated import add_float_row, add_mat33_row, add_rt_partial, add_vec3_row
+from ..aggregated import add_float_row, add_mat33_row, add_rt_partial, add_vec3_row, stripe_of
 from ..patches import patch_pixel
 from .lighting import (
     NORMALIZE_EPS,
@@ -59,7 +59,7 @@ wp.set_module_options({"fuse_fp": False})
 __all__ = [
     "ADJOINT_MAX_REGISTERS",
     "ADJOINT_PATCH_W",
-    "reduce_camera_partials",
+    "add_camera_sums",
     "shade_blend_adjoint",
 ]
 
@@ -332,59 +332,43 @@ def _add_camera_grad(a: ShadeInputs, g: ShadeGrads, t: int, n: int, g_cam: wp.ve
 
     Every pixel of an image adds to the same camera row: instead of atomics into
     it (serialised: 27 ms for one 8 x 512² render's adjoint on an H200), thread
-    ``t`` adds into its warp's slot of ``g.cam_part`` (summed across the warp
-    first, :func:`~warpraster.aggregated.add_rt_partial`); :func:`reduce_camera_partials`
-    sums the slots into R and T after the adjoint."""
-    rr = row(n, a.cam.R.shape[0])
-    slot = t // 32
-    g.cam_key[slot] = rr  # every lane of a warp is in one image: the same value
+    ``t`` adds into one of ``g.cam_stripes`` stripes of image n in ``g.cam_part``
+    (its warp's, summed across the warp first,
+    :func:`~warpraster.aggregated.add_rt_partial`); the stripes are summed after
+    the adjoint (:func:`~warpraster.aggregated.reduce_stripes`) and
+    :func:`add_camera_sums` adds each image's sum to its camera rows."""
+    slot = stripe_of(n, t, g.cam_stripes)
     if a.orthographic != 0:
         z = wp.vec3(0.0)
         add_rt_partial(g.cam_part, slot, wp.matrix_from_cols(z, z, g_cam), wp.vec3(0.0))
         return
+    rr = row(n, a.cam.R.shape[0])
     rt = row(n, a.cam.T.shape[0])
     add_rt_partial(g.cam_part, slot, -wp.outer(g_cam, a.cam.T[rt]),
                    -(wp.transpose(a.cam.R[rr]) * g_cam))  # fmt: skip
 
 
 @wp.kernel(enable_backward=False)
-def reduce_camera_partials(
-    # Partial sums in:
-    part: wp.array2d(dtype=wp.float32),
-    key: wp.array(dtype=wp.int32),
-    chunk: int,
+def add_camera_sums(
+    # Sums in: (N * 12,) image n's R (row-major) then T
+    sums: wp.array(dtype=wp.float32),
     # Gradients out (added to):
     r_grad: wp.array(dtype=wp.mat33),
     t_grad: wp.array(dtype=wp.vec3),
     with_t: int,
 ):
-    """Thread c sums slots [c chunk, (c + 1) chunk) (in order, per run of one camera
-    row) and adds each run's sum to that row: a few atomics per camera row."""
-    c = wp.tid()
-    lo = c * chunk
-    hi = wp.min(lo + chunk, part.shape[0])
-    cur = int(-1)
-    sr = wp.mat33(0.0)
-    st = wp.vec3(0.0)
-    for s in range(lo, hi):
-        k = key[s]
-        if k < 0:
-            continue
-        if k != cur:
-            if cur >= 0:
-                wp.atomic_add(r_grad, cur, sr)
-                if with_t != 0:
-                    wp.atomic_add(t_grad, cur, st)
-            cur = k
-            sr = wp.mat33(0.0)
-            st = wp.vec3(0.0)
-        sr = sr + wp.mat33(part[s, 0], part[s, 1], part[s, 2], part[s, 3], part[s, 4],
-                           part[s, 5], part[s, 6], part[s, 7], part[s, 8])  # fmt: skip
-        st = st + wp.vec3(part[s, 9], part[s, 10], part[s, 11])
-    if cur >= 0:
-        wp.atomic_add(r_grad, cur, sr)
-        if with_t != 0:
-            wp.atomic_add(t_grad, cur, st)
+    """Thread n adds image n's summed (R, T) gradient to its camera rows."""
+    n = wp.tid()
+    b = n * 12
+    # fmt: off
+    wp.atomic_add(r_grad, row(n, r_grad.shape[0]),
+                  wp.mat33(sums[b + 0], sums[b + 1], sums[b + 2], sums[b + 3], sums[b + 4],
+                           sums[b + 5], sums[b + 6], sums[b + 7], sums[b + 8]))
+    # fmt: on
+    if with_t != 0:
+        wp.atomic_add(
+            t_grad, row(n, t_grad.shape[0]), wp.vec3(sums[b + 9], sums[b + 10], sums[b + 11])
+        )
 
 
 @wp.func

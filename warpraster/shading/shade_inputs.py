@@ -127,11 +127,11 @@ class ShadeGrads:
     mat: MaterialRows
     background: wp.array(dtype=wp.vec3)
     alpha: wp.array4d(dtype=wp.float32)
-    #: the camera's gradient as per-warp partial sums (slot = thread index // 32:
-    #: R's nine entries row-major, then T's three), the camera row of each slot in
-    #: ``cam_key`` (-1: none); reduced into ``cam`` after the adjoint (fused.py)
+    #: the camera's gradient as partial sums, ``cam_stripes`` stripes per image
+    #: (row n * cam_stripes + warp index mod cam_stripes: R's nine entries
+    #: row-major, then T's three); reduced into ``cam`` after the adjoint (fused.py)
     cam_part: wp.array2d(dtype=wp.float32)
-    cam_key: wp.array(dtype=wp.int32)
+    cam_stripes: int
 
 
 @wp.struct
