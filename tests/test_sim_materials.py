@@ -99,7 +99,7 @@ def test_albedo_is_the_material_colour_times_its_texture_at_the_uv():
     bary = frags.bary_coords.numpy()[0, :, :, 0].astype(np.float64)
     packed = sensor.geometry.images(1, 1)
     shape = packed["face_shape"]
-    uv = packed["corner_uv"].astype(np.float64)
+    uv = sensor.geometry.face_tables()["corner_uv"][packed["face_source"]].astype(np.float64)
     tex_px = p2f >= 0
     tex_px &= shape[np.maximum(p2f, 0)] == 0
     assert tex_px.sum() > 100  # the textured quad covers a good part of the image
@@ -181,11 +181,13 @@ def test_textured_multi_material_gradients_match_central_differences(determinist
 
 @wp.kernel
 def _albedo_and_adjoint(table: MaterialTable, corner_uv: wp.array2d(dtype=wp.vec2),
-                        b: wp.array(dtype=wp.vec3), g: wp.vec3, albedo: wp.array(dtype=wp.vec3),
+                        corner_color: wp.array2d(dtype=wp.vec4), b: wp.array(dtype=wp.vec3),
+                        g: wp.vec3, albedo: wp.array(dtype=wp.vec3),
                         g_kd: wp.array(dtype=wp.vec3), g_b: wp.array(dtype=wp.vec3)):  # fmt: skip
     i = wp.tid()
-    albedo[i] = face_albedo(table, 0, corner_uv, 0, b[i])
-    gk, gb, _gt = face_albedo_adjoint(table, 0, corner_uv, 0, b[i], g)
+    a = face_albedo(table, 0, corner_uv, corner_color, 0, b[i])
+    albedo[i] = wp.vec3(a[0], a[1], a[2])
+    gk, gb, _gt = face_albedo_adjoint(table, 0, corner_uv, corner_color, 0, b[i], g)
     g_kd[i] = gk
     g_b[i] = gb
 
@@ -202,6 +204,7 @@ def test_face_albedo_adjoint_matches_central_differences_of_the_random_texture()
                   device="cpu")  # fmt: skip
     uv = np.array([[[-0.1, -0.1], [1.2, -0.1], [1.2, 1.2]]], np.float32)
     corner_uv = wp.array(uv, dtype=wp.vec2, device="cpu")
+    no_colors = wp.zeros((1, 3), dtype=wp.vec4, device="cpu")
     b = rng.dirichlet((2.0, 2.0, 2.0), 64)
     st = b @ uv[0].astype(np.float64)
     x, y = st[:, 0] * _TEX_W - 0.5, (1 - st[:, 1]) * _TEX_H - 0.5
@@ -212,7 +215,7 @@ def test_face_albedo_adjoint_matches_central_differences_of_the_random_texture()
     def run(bary):
         n = bary.shape[0]
         outs = [wp.zeros(n, dtype=wp.vec3, device="cpu") for _ in range(3)]
-        wp.launch(_albedo_and_adjoint, n, inputs=[material_table(atlas), corner_uv,
+        wp.launch(_albedo_and_adjoint, n, inputs=[material_table(atlas), corner_uv, no_colors,
                   wp.array(bary, dtype=wp.vec3, device="cpu"), wp.vec3(*g), *outs],
                   device="cpu")  # fmt: skip
         return [o.numpy().astype(np.float64) for o in outs]

@@ -3,13 +3,14 @@
 :class:`MaterialTable` is the :class:`~warpraster.shading.atlas.Atlas` (diffuse
 colours, opacities, per-material texture info and the texel atlas) packed as a
 Warp struct, so a kernel that shades per face reads every material through one
-argument. :func:`face_albedo` is the albedo of a point of a face: its material's
-diffuse colour times the material's texture at the point's interpolated UV
-(``texel * scale + bias``, bilinear with the material's wrap modes:
-:func:`~warpraster.shading.atlas.bilinear`, the one home of that formula), or
-the diffuse colour alone for an untextured material. :func:`face_albedo_adjoint`
-is its hand-written derivative for adjoints that are written by hand (the
-sensor's deterministic backward): the gradients of the diffuse row, of the
+argument. :func:`face_albedo` is the albedo and opacity of a point of a face: its
+material's diffuse colour times the material's texture at the point's
+interpolated UV (``texel * scale + bias``, bilinear with the material's wrap
+modes: :func:`~warpraster.shading.atlas.bilinear`, the one home of that formula),
+or the diffuse colour alone for an untextured material, and the material's
+opacity; a face without a material (-1) takes its interpolated corner colour.
+:func:`face_albedo_adjoint` is its hand-written derivative for adjoints written
+by hand (the sensor's deterministic backward): the gradients of the diffuse row, of the
 barycentrics (through the UV) and, for texel gradients, the four taps and their
 weights.
 
@@ -65,17 +66,27 @@ def _scaled(t: wp.vec4, sc: wp.vec4, bi: wp.vec4) -> wp.vec3:
 
 @wp.func
 def face_albedo(
-    table: MaterialTable, m: int, corner_uv: wp.array2d(dtype=wp.vec2), f: int, b: wp.vec3
-) -> wp.vec3:
-    """Albedo of material ``m`` at the point with barycentrics ``b`` of face ``f``:
-    the diffuse colour, times ``texel * scale + bias`` of its texture at the
-    interpolated UV when it has one (the arithmetic of ``atlas.sample_atlas``)."""
+    table: MaterialTable,
+    m: int,
+    corner_uv: wp.array2d(dtype=wp.vec2),
+    corner_color: wp.array2d(dtype=wp.vec4),
+    f: int,
+    b: wp.vec3,
+) -> wp.vec4:
+    """Albedo (rgb) and opacity (a) of material ``m`` at the point with barycentrics
+    ``b`` of face ``f`` (the row of ``corner_uv`` / ``corner_color``): the diffuse
+    colour, times ``texel * scale + bias`` of its texture at the interpolated UV
+    when it has one, and the material's opacity; for ``m`` = -1 (no material) the
+    interpolated corner colour and alpha (USD's ``displayColor`` /
+    ``displayOpacity``)."""
+    if m < 0:
+        return b[0] * corner_color[f, 0] + b[1] * corner_color[f, 1] + b[2] * corner_color[f, 2]
     kd = table.diffuse[m]
     info = table.texture[m]
     if info[1] > 0:
         t = bilinear(table.texels, info, face_uv(corner_uv, f, b))
         kd = wp.cw_mul(kd, _scaled(t, table.tex_scale[m], table.tex_bias[m]))
-    return kd
+    return wp.vec4(kd[0], kd[1], kd[2], table.opacity[m])
 
 
 @wp.func
@@ -118,14 +129,25 @@ def face_albedo_adjoint(
     table: MaterialTable,
     m: int,
     corner_uv: wp.array2d(dtype=wp.vec2),
+    corner_color: wp.array2d(dtype=wp.vec4),
     f: int,
     b: wp.vec3,
     g: wp.vec3,
 ):
-    """Gradients of :func:`face_albedo` for an upstream gradient ``g`` of the albedo:
+    """Gradients of :func:`face_albedo`'s rgb for an upstream gradient ``g`` of it:
     (of the diffuse row ``m``, of the barycentrics ``b``, of the scaled texel
     (``g * diffuse * scale``, rgb: a tap's texel gradient is its weight times this)).
-    Untextured: (g, 0, 0)."""
+    Untextured: (g, 0, 0); no material (``m`` = -1): (0, the corner colours', 0)."""
+    if m < 0:
+        c0 = corner_color[f, 0]
+        c1 = corner_color[f, 1]
+        c2 = corner_color[f, 2]
+        g_c = wp.vec3(
+            g[0] * c0[0] + g[1] * c0[1] + g[2] * c0[2],
+            g[0] * c1[0] + g[1] * c1[1] + g[2] * c1[2],
+            g[0] * c2[0] + g[1] * c2[1] + g[2] * c2[2],
+        )
+        return wp.vec3(0.0), g_c, wp.vec3(0.0)
     kd = table.diffuse[m]
     info = table.texture[m]
     if info[1] <= 0:
@@ -133,9 +155,8 @@ def face_albedo_adjoint(
     uv = face_uv(corner_uv, f, b)
     sc = table.tex_scale[m]
     bi = table.tex_bias[m]
-    idx, wgt, fx, fy = texel_taps(info, uv)
+    idx, _wgt, fx, fy = texel_taps(info, uv)
     texels = table.texels
-    w = info[1]
     c00 = _texel_at(texels, idx[0])
     c10 = _texel_at(texels, idx[1])
     c01 = _texel_at(texels, idx[2])
@@ -147,7 +168,7 @@ def face_albedo_adjoint(
     g_t = wp.cw_mul(wp.cw_mul(g, kd), wp.vec3(sc[0], sc[1], sc[2]))
     d_fx = (c10 - c00) * (1.0 - fy) + (c11 - c01) * fy
     d_fy = bottom - top
-    g_u = float(w) * (g_t[0] * d_fx[0] + g_t[1] * d_fx[1] + g_t[2] * d_fx[2])
+    g_u = float(info[1]) * (g_t[0] * d_fx[0] + g_t[1] * d_fx[1] + g_t[2] * d_fx[2])
     g_v = -float(info[2]) * (g_t[0] * d_fy[0] + g_t[1] * d_fy[1] + g_t[2] * d_fy[2])
     g_uv = wp.vec2(g_u, g_v)
     g_b = wp.vec3(

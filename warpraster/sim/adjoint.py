@@ -212,10 +212,10 @@ class SensorBackward:
         )  # fmt: skip
         self.outline = make(Outline, on=self.outline_on, verts=self.outline_verts,
                             g_bary=self.outline_g_bary, g_depth=self.outline_g_depth)  # fmt: skip
-        self.textured = bool(sensor.textured)
+        self.varying_albedo = bool(sensor.geometry.varying_albedo)
         self.texel_sum, self.texel_grad = None, None
         num_texels = sensor.atlas.texels.shape[0]
-        if self.textured and sensor.material_grad:
+        if sensor.textured and sensor.material_grad:
             # texel gradients: 4 taps a pixel, summed per texel in sorted order
             self.texel_sum = SortedSegmentSum(4 * n * h * w, wp.vec3, device=dev)
             self.texel_grad = wp.zeros(num_texels, dtype=wp.vec3, device=dev)
@@ -367,7 +367,7 @@ class SensorBackward:
         grads, mask = self._channel_grads(frame)
         loss = self._armed.pop(id(frame), self._no_loss)
         wp.launch(
-            CHANNELS_ADJOINT[soft, bool(smooth), self.textured],
+            CHANNELS_ADJOINT[soft, bool(smooth), self.varying_albedo],
             dim=(n, h, w),
             inputs=[frame.scene, camera_transforms, grads, mask, loss, int(cam_on), int(mat_on),
                     int(s.exact_perspective_grad)],

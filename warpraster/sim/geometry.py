@@ -54,6 +54,7 @@ class _Shape:
     faces: np.ndarray  # (F, 3) int64, global sensor vertex indices
     face_materials: np.ndarray | None = None  # (F,) int64 geometry material ids, or None
     face_uvs: np.ndarray | None = None  # (F, 3, 2) float32, or None
+    corner_colors: np.ndarray | None = None  # (F, 3, 4) float32 for material -1, or None
 
 
 @dataclass
@@ -61,6 +62,8 @@ class _Material:
     color: tuple[float, float, float]
     texture: np.ndarray | None  # (h, w, 4) float32 RGBA, row 0 the top
     wrap: tuple[int, int]  # TextureWrap of s and t
+    scale: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
+    bias: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
 
 def _texture_rgba(texture) -> np.ndarray:
@@ -108,7 +111,9 @@ class SensorGeometry:
     * ``material`` (a material id) or ``face_materials`` ((F,) ids): materials added
       with :meth:`add_material` instead of ``color``;
     * ``uvs`` ((V, 2)) or ``face_uvs`` ((F, 3, 2)): texture coordinates (needed by a
-      textured material).
+      textured material);
+    * ``corner_colors`` ((F, 3, 3|4)): linear colours per face corner, the albedo of
+      the faces whose ``face_materials`` id is -1 (a USD mesh's ``displayColor``).
     """
 
     source: list[int] = field(default_factory=list)
@@ -118,7 +123,13 @@ class SensorGeometry:
     materials: list[_Material] = field(default_factory=list)
 
     def add_material(
-        self, color=(1.0, 1.0, 1.0), texture=None, *, wrap=("repeat", "repeat")
+        self,
+        color=(1.0, 1.0, 1.0),
+        texture=None,
+        *,
+        wrap=("repeat", "repeat"),
+        scale=(1.0, 1.0, 1.0, 1.0),
+        bias=(0.0, 0.0, 0.0, 0.0),
     ) -> int:
         """Adds a material shapes can share (``material=`` / ``face_materials=``).
 
@@ -128,6 +139,8 @@ class SensorGeometry:
                 the top of the image (alpha is not used by the sensor).
             wrap: (s, t) wrap modes: ``"repeat"``, ``"clamp"``, ``"mirror"`` or
                 ``"black"`` (:class:`~warpraster.shading.atlas.TextureWrap`).
+            scale, bias: RGBA; the texture reads ``texel * scale + bias``
+                (``UsdUVTexture``'s).
 
         Returns:
             The material id (its row in the sensor's material table is
@@ -140,7 +153,13 @@ class SensorGeometry:
         if isinstance(wrap, str) or len(wrap) != 2:
             raise ValueError(f"wrap must be a pair (s, t) of wrap modes, got {wrap!r}")
         modes = (_wrap_mode(wrap[0], "wrap"), _wrap_mode(wrap[1], "wrap"))
-        self.materials.append(_Material(color, tex, modes))
+        affine = []
+        for name, v in (("scale", scale), ("bias", bias)):
+            v = tuple(float(c) for c in v)
+            if len(v) != 4 or not all(math.isfinite(c) for c in v):
+                raise ValueError(f"{name} must be 4 finite numbers (RGBA), got {v!r}")
+            affine.append(v)
+        self.materials.append(_Material(color, tex, modes, *affine))
         return len(self.materials) - 1
 
     # ------------------------------------------------------------------ building
@@ -158,6 +177,7 @@ class SensorGeometry:
         face_materials=None,
         uvs=None,
         face_uvs=None,
+        corner_colors=None,
     ) -> int:
         """Appends one shape (the options of every ``add_*`` method are checked and
         defaulted here, once)."""
@@ -179,8 +199,8 @@ class SensorGeometry:
         color = tuple(float(c) for c in color)
         if len(color) != 3:
             raise ValueError(f"color must have 3 components, got {color!r}")
-        mats, corner_uvs = self._shape_materials(faces, nv, material, face_materials, uvs,
-                                                 face_uvs)  # fmt: skip
+        mats, corner_uvs, colors = self._shape_materials(faces, nv, material, face_materials,
+                                                         uvs, face_uvs, corner_colors)  # fmt: skip
         first = len(self.source)
         self.source.extend([int(kind)] * nv)
         self.index.extend(np.broadcast_to(np.asarray(index, dtype=np.int64), (nv,)).tolist())
@@ -189,12 +209,16 @@ class SensorGeometry:
             shape_index = len(self.shapes)
         faces = faces.astype(np.int64) + first
         self.shapes.append(
-            _Shape(int(world), int(shape_index), color, first, nv, faces, mats, corner_uvs)
+            _Shape(
+                int(world), int(shape_index), color, first, nv, faces, mats, corner_uvs, colors
+            )  # fmt: skip
         )
         return len(self.shapes) - 1
 
-    def _shape_materials(self, faces, nv, material, face_materials, uvs, face_uvs):
-        """(face material ids (F,) or None, per-corner UVs (F, 3, 2) or None), checked."""
+    def _shape_materials(self, faces, nv, material, face_materials, uvs, face_uvs,
+                         corner_colors):  # fmt: skip
+        """(face material ids (F,) or None, per-corner UVs (F, 3, 2) or None, per-corner
+        RGBA (F, 3, 4) or None), checked."""
         nf = faces.shape[0]
         if material is not None and face_materials is not None:
             raise ValueError("pass material or face_materials, not both")
@@ -206,13 +230,27 @@ class SensorGeometry:
             if mats.shape != (nf,) or not np.issubdtype(mats.dtype, np.integer):
                 raise ValueError(f"face_materials must be (F,) = ({nf},) integers, got "
                                  f"{mats.shape} {mats.dtype}")  # fmt: skip
-            if mats.size and (mats.min() < 0 or mats.max() >= len(self.materials)):
+            lowest = -1 if corner_colors is not None else 0
+            if mats.size and (mats.min() < lowest or mats.max() >= len(self.materials)):
                 raise ValueError(
                     f"face_materials / material: ids must be materials added with "
-                    f"add_material, in [0, {len(self.materials) - 1}], got "
-                    f"[{mats.min()}, {mats.max()}]"
+                    f"add_material, in [0, {len(self.materials) - 1}] (or -1 with "
+                    f"corner_colors), got [{mats.min()}, {mats.max()}]"
                 )
             mats = mats.astype(np.int64)
+        colors = None
+        if corner_colors is not None:
+            colors = np.asarray(corner_colors, dtype=np.float64)
+            if colors.ndim != 3 or colors.shape[:2] != (nf, 3) or colors.shape[2] not in (3, 4):
+                raise ValueError(
+                    f"corner_colors must have shape (F, 3, 3|4) = ({nf}, 3, 3|4), got "
+                    f"{colors.shape}"
+                )
+            if not (np.isfinite(colors).all() and colors.min() >= 0.0 and colors.max() <= 1.0):
+                raise ValueError("corner_colors must be finite linear values in [0, 1]")
+            if colors.shape[2] == 3:
+                colors = np.concatenate([colors, np.ones((nf, 3, 1))], axis=2)
+            colors = colors.astype(np.float32)
         if uvs is not None and face_uvs is not None:
             raise ValueError("pass uvs or face_uvs, not both")
         corner_uvs = None
@@ -230,10 +268,10 @@ class SensorGeometry:
         if corner_uvs is not None and not np.isfinite(corner_uvs).all():
             raise ValueError("uvs / face_uvs must be finite")
         textured = mats is not None and any(self.materials[m].texture is not None
-                                            for m in np.unique(mats))  # fmt: skip
+                                            for m in np.unique(mats) if m >= 0)  # fmt: skip
         if textured and corner_uvs is None:
             raise ValueError("a textured material needs the shape's uvs (or face_uvs)")
-        return mats, None if corner_uvs is None else corner_uvs.astype(np.float32)
+        return mats, None if corner_uvs is None else corner_uvs.astype(np.float32), colors
 
     def add_particle_mesh(self, particle_indices, faces, **options: Any) -> int:
         """Adds a triangle mesh whose vertices are simulation particles.
@@ -304,8 +342,9 @@ class SensorGeometry:
             projected vertex, ``proj_image`` (P,) its image; ``faces`` (F, 3)
             indices into the projected vertices; ``face_shape`` (F,) the shape
             (row of :attr:`shapes`) of each packed face; ``face_vertices`` (F, 3)
-            the sensor vertices of each packed face; ``first`` and ``count`` (N,)
-            the per-image face ranges.
+            the sensor vertices of each packed face; ``face_source`` (F,) its row
+            of :meth:`all_faces` (and of :meth:`face_tables`); ``first`` and
+            ``count`` (N,) the per-image face ranges.
         """
         for s in self.shapes:
             if s.world >= world_count:
@@ -313,7 +352,8 @@ class SensorGeometry:
                     f"a shape belongs to world {s.world}, but world_count={world_count}"
                 )
         proj_vertex, proj_image, faces, face_shape, face_vertices = [], [], [], [], []
-        face_material, corner_uv = [], []
+        face_source = []
+        face_offset = np.concatenate([[0], np.cumsum([len(s.faces) for s in self.shapes])])
         first, count = [], []
         n_proj = 0
         n_faces = 0
@@ -331,8 +371,7 @@ class SensorGeometry:
                     faces.append(s.faces - s.first_vertex + n_proj)
                     face_vertices.append(s.faces)
                     face_shape.append(np.full(len(s.faces), si))
-                    face_material.append(self._face_rows(si))
-                    corner_uv.append(self._corner_uvs(si))
+                    face_source.append(face_offset[si] + np.arange(len(s.faces)))
                     n_proj += verts.size
                     img_faces += len(s.faces)
                 count.append(img_faces)
@@ -347,10 +386,7 @@ class SensorGeometry:
             "faces": cat(faces, (0, 3)).reshape(-1, 3),
             "face_shape": cat(face_shape, (0,)),
             "face_vertices": cat(face_vertices, (0, 3)).reshape(-1, 3),
-            "face_material": cat(face_material, (0,)),
-            "corner_uv": (np.concatenate(corner_uv) if corner_uv else np.zeros((0, 3, 2)))
-            .astype(np.float32)
-            .reshape(-1, 3, 2),
+            "face_source": cat(face_source, (0,)),
             "first": np.asarray(first, np.int32),
             "count": np.asarray(count, np.int32),
         }
@@ -370,13 +406,29 @@ class SensorGeometry:
         s = self.shapes[si]
         if s.face_materials is None:
             return np.full(len(s.faces), si)
-        return s.face_materials + len(self.shapes)
+        return np.where(s.face_materials < 0, -1, s.face_materials + len(self.shapes))
 
-    def _corner_uvs(self, si: int) -> np.ndarray:
-        s = self.shapes[si]
-        if s.face_uvs is None:
-            return np.zeros((len(s.faces), 3, 2), np.float32)
-        return s.face_uvs
+    def face_tables(self) -> dict:
+        """Per face of :meth:`all_faces`: ``face_material`` (F_s,) its material-table
+        row (-1: its corner colours), ``corner_uv`` (F_s, 3, 2) and ``corner_color``
+        (F_s, 3, 4) (zeros where a shape has none)."""
+        rows, uvs, colors = [], [], []
+        for si, s in enumerate(self.shapes):
+            nf = len(s.faces)
+            rows.append(self._face_rows(si))
+            uvs.append(np.zeros((nf, 3, 2), np.float32) if s.face_uvs is None else s.face_uvs)
+            colors.append(
+                np.zeros((nf, 3, 4), np.float32) if s.corner_colors is None else s.corner_colors
+            )
+        return {
+            "face_material": np.concatenate(rows).astype(np.int32)
+            if rows
+            else np.zeros(0, np.int32),
+            "corner_uv": np.concatenate(uvs).reshape(-1, 3, 2) if uvs else np.zeros((0, 3, 2)),
+            "corner_color": np.concatenate(colors).reshape(-1, 3, 4)
+            if colors
+            else np.zeros((0, 3, 4)),
+        }
 
     def material_table(self) -> dict:
         """The sensor's material table, the keyword arguments of an
@@ -384,18 +436,30 @@ class SensorGeometry:
         a row per material added with :meth:`add_material`."""
         diffuse = [s.color for s in self.shapes] + [m.color for m in self.materials]
         textures = [None] * len(self.shapes) + [
-            None if m.texture is None else (m.texture, m.wrap[0], m.wrap[1], (1.0,) * 4, (0.0,) * 4)
+            None if m.texture is None else (m.texture, m.wrap[0], m.wrap[1], m.scale, m.bias)
             for m in self.materials
         ]
         return {"diffuse": np.asarray(diffuse, np.float32).reshape(-1, 3),
                 "opacity": np.ones(len(diffuse), np.float32), "textures": textures}  # fmt: skip
 
     @property
+    def varying_albedo(self) -> bool:
+        """Whether some face's albedo varies over it (a texture, or corner colours)."""
+        return self.textured or any(
+            s.face_materials is not None
+            and s.corner_colors is not None
+            and (s.face_materials < 0).any()
+            for s in self.shapes
+        )
+
+    @property
     def textured(self) -> bool:
         """Whether a shape uses a textured material."""
         return any(
             s.face_materials is not None
-            and any(self.materials[m].texture is not None for m in np.unique(s.face_materials))
+            and any(
+                self.materials[m].texture is not None for m in np.unique(s.face_materials) if m >= 0
+            )
             for s in self.shapes
         )
 

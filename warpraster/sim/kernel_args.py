@@ -58,15 +58,19 @@ class Surface:
     """The packed faces (F,): ``faces`` index projected vertices,
     ``face_vertices`` the same corners as sensor vertices; ``face_shape`` the
     shape of each face, ``shape_index`` (S,) each shape's output index;
-    ``face_material`` each face's row of the material table, ``corner_uv`` (F, 3)
-    its corners' texture coordinates."""
+    ``face_source`` its row among the sensor's own triangles (F_s,), whose
+    ``face_material`` is the row of the material table (-1: the corner colours),
+    ``corner_uv`` / ``corner_color`` (F_s, 3) the corners' texture coordinates and
+    colours."""
 
     faces: wp.array2d(dtype=wp.int32)
     face_vertices: wp.array2d(dtype=wp.int32)
     face_shape: wp.array(dtype=wp.int32)
     shape_index: wp.array(dtype=wp.uint32)
+    face_source: wp.array(dtype=wp.int32)
     face_material: wp.array(dtype=wp.int32)
     corner_uv: wp.array2d(dtype=wp.vec2)
+    corner_color: wp.array2d(dtype=wp.vec4)
 
 
 @wp.struct
@@ -286,7 +290,8 @@ def sensor_structs(sensor) -> tuple[VertexSources, View, Surface, Look]:
                 aspect_min=min(1.0, w / h))  # fmt: skip
     surface = make(Surface, faces=sensor.faces, face_vertices=sensor.face_vertices,
                    face_shape=sensor.face_shape, shape_index=sensor.shape_index,
-                   face_material=sensor.face_material, corner_uv=sensor.corner_uv)  # fmt: skip
+                   face_source=sensor.face_source, face_material=sensor.face_material,
+                   corner_uv=sensor.corner_uv, corner_color=sensor.corner_color)  # fmt: skip
     sky, ground, ambient_intensity = sensor.ambient_terms
     materials = make(MaterialArrays, colors=sensor.shape_colors,
                      light_direction=sensor.light_direction,

@@ -13,7 +13,6 @@ from ..backward.sorted import set_entry
 from ..geometry import pixel_centre
 from ..shading.material_table import (
     MaterialTable,
-    face_albedo,
     face_albedo_adjoint,
     face_uv,
     texel_taps,
@@ -29,6 +28,7 @@ from .render import (
     outline_point,
     pixel_fragment,
     scene_parts,
+    surface_albedo,
 )
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
@@ -80,7 +80,9 @@ def upstream_grads(grads: Channels, mask: int, w: int, c: int, y: int, x: int):
 @wp.func
 def _write_taps(taps: TexelTaps, table: MaterialTable, m: int, uv: wp.vec2, g_t: wp.vec3, i: int):
     """Pixel i's four texel-gradient entries (key ``num_texels``: none)."""
-    info = table.texture[m]
+    info = wp.vec4i(0)
+    if m >= 0:
+        info = table.texture[m]
     if info[1] > 0:
         idx, wgt, _fx, _fy = texel_taps(info, uv)
         for j in range(4):
@@ -104,9 +106,10 @@ def _make_channels_adjoint(
 ):
     """The adjoint of ``render.CHANNEL_KERNELS[soft]`` (the same inputs), per pixel;
     ``smooth_normals`` compiled in (the ``smooth`` argument is then ignored), so
-    each variant keeps only its own registers; ``textured``: with the texture's
-    gradients (to the barycentrics and, with ``material_grad``, the texels as
-    ``taps_out`` entries); ``max_registers``: a CUDA cap."""
+    each variant keeps only its own registers; ``textured``: an albedo that varies
+    over a face (a texture or corner colours), with its gradients (to the
+    barycentrics and, with ``material_grad``, the texels as ``taps_out``
+    entries); ``max_registers``: a CUDA cap."""
 
     @wp.kernel(module="unique", cuda_max_registers=max_registers)
     def channels_adjoint(
@@ -189,8 +192,9 @@ def _make_channels_adjoint(
             s_raw = b[0] * m0 + b[1] * m1 + b[2] * m2
             nrm = wp.normalize(s_raw)
         mat = look.materials
-        fm = surface.face_material[f]
-        albedo = face_albedo(look.table, fm, surface.corner_uv, f, b)
+        fs = surface.face_source[f]
+        fm = surface.face_material[fs]
+        albedo = surface_albedo(surface, look, f, b)
         amb = wp.vec3(0.0)
         if look.ambient != 0:
             amb = ambient_light(look, nrm)
@@ -252,11 +256,12 @@ def _make_channels_adjoint(
         if wp.static(textured):
             # the albedo's texture, read at the interpolated UV: its gradient reaches
             # the barycentrics, the diffuse row and the taps' texels
-            g_kd, g_b_tex, g_t = face_albedo_adjoint(look.table, fm, surface.corner_uv, f, b,
-                                                     g_alb)  # fmt: skip
+            g_kd, g_b_tex, g_t = face_albedo_adjoint(
+                look.table, fm, surface.corner_uv, surface.corner_color, fs, b, g_alb
+            )
             g_b = g_b + g_b_tex
             if material_grad != 0:
-                _write_taps(taps_out, look.table, fm, face_uv(surface.corner_uv, f, b), g_t, pixel)
+                _write_taps(taps_out, look.table, fm, face_uv(surface.corner_uv, fs, b), g_t, pixel)
         g_fwd = a * gfd
         records_out.world[n, y, x] = wp.matrix_from_rows(g_p0, g_p1, g_p2)
         if wp.static(smooth_normals):

@@ -312,6 +312,16 @@ def face_points(surface: Surface, points: wp.array(dtype=wp.vec3), f: int):
     return i, points[i[0]], points[i[1]], points[i[2]]
 
 
+@wp.func
+def surface_albedo(surface: Surface, look: Look, f: int, b: wp.vec3) -> wp.vec3:
+    """Albedo of packed face f at barycentrics b (its sensor face's material, texture
+    or corner colours: :func:`~warpraster.shading.material_table.face_albedo`)."""
+    fs = surface.face_source[f]
+    m = surface.face_material[fs]
+    a = face_albedo(look.table, m, surface.corner_uv, surface.corner_color, fs, b)
+    return wp.vec3(a[0], a[1], a[2])
+
+
 def _make_channels_kernel(soft: bool):
     """The channel kernel; ``soft``: with the soft-silhouette branch (a separate
     variant so that the sharp one keeps its adjoint small)."""
@@ -393,7 +403,7 @@ def _make_channels_kernel(soft: bool):
             )
         s = surface.face_shape[f]
         mat = look.materials
-        albedo = face_albedo(look.table, surface.face_material[f], surface.corner_uv, f, b)
+        albedo = surface_albedo(surface, look, f, b)
         shaded = wp.vec3(0.0)
         if look.ambient != 0:
             shaded = wp.cw_mul(albedo, ambient_light(look, nrm))

@@ -346,8 +346,12 @@ class CameraSensor:
         self.atlas.texels.requires_grad = mg and geometry.textured
         self.textured = geometry.textured
         self.shape_colors = self.atlas.diffuse
-        self.face_material = wp.array(packed["face_material"], dtype=wp.int32, device=dev)
-        self.corner_uv = wp.array(packed["corner_uv"], dtype=wp.vec2, device=dev)
+        # per face of the sensor's own triangles (the packed faces map to them)
+        tables = geometry.face_tables()
+        self.face_source = wp.array(packed["face_source"], dtype=wp.int32, device=dev)
+        self.face_material = wp.array(tables["face_material"], dtype=wp.int32, device=dev)
+        self.corner_uv = wp.array(tables["corner_uv"], dtype=wp.vec2, device=dev)
+        self.corner_color = wp.array(tables["corner_color"], dtype=wp.vec4, device=dev)
         direction = (0.0, 0.0, -1.0) if light_direction is None else light_direction
         self.light_direction = wp.array(
             [_vec3(direction, "light_direction", nonzero=True)],
