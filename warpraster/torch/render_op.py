@@ -33,6 +33,7 @@ from ..shading.params import values_checked
 from .cameras import _f32
 from .checks import check_packed, check_packed_values, to_int32
 from .lighting import AmbientLights
+from .render_context import _Lease, default_render_context, next_handle
 from .streams import _TorchStream
 
 _RASTER_FIELDS = ("blur_radius", "faces_per_pixel", "bin_size", "max_faces_per_bin",
@@ -124,11 +125,17 @@ def _textures(config: dict, tensors: list[torch.Tensor], grads: list | None):
     return cls(take(n - 3), faces_uvs, take(n - 2), **tex_cfg["static"])
 
 
-def _run(verts, faces, first, count, tensors, config, grads=None, grad_verts=None, tape=None):
+def _run(
+    verts, faces, first, count, tensors, config, grads=None, grad_verts=None, tape=None, slot=None
+):
     """Runs the Warp MeshRenderer (or rasterizer) on tensor views; returns (image, fragments).
 
-    With ``tape``, everything but the textures' construction is recorded on it.
+    With ``tape``, everything but the textures' construction is recorded on it. With
+    ``slot`` (a leased :class:`~.render_context._Slot`), the slot's persistent objects
+    render copies of the inputs instead (recorded on the slot's tape when it records).
     """
+    if slot is not None:
+        return slot.run(verts, tensors)
     textures = None if config["shader"] == "none" else _textures(config, tensors, grads)
     with tape if tape is not None else contextlib.nullcontext():
         return _render(verts, faces, first, count, tensors, config, grads, grad_verts, textures)
@@ -194,16 +201,21 @@ class _Recorded:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._next = 0
-        self._entries: collections.OrderedDict[int, tuple] = collections.OrderedDict()
+        self._entries: collections.OrderedDict[int, object] = collections.OrderedDict()
 
-    def put(self, entry: tuple) -> int:
+    def put(self, entry) -> int:
+        """Keeps ``entry`` (a fresh render's tuple, or a context slot's lease, released
+        when dropped) under a new handle."""
         with self._lock:
-            self._next += 1
-            self._entries[self._next] = entry
+            handle = next_handle()
+            self._entries[handle] = entry
+            dropped = []
             while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
-            return self._next
+                dropped.append(self._entries.popitem(last=False)[1])
+        for old in dropped:
+            if isinstance(old, _Lease):
+                old.release()
+        return handle
 
     def take(self, handle: int):
         with self._lock:
@@ -230,8 +242,16 @@ def render_op(
     # body runs eagerly also inside a compiled graph).
     check_packed_values(verts.shape[0], faces, mesh_to_face_first_idx, num_faces_per_mesh)
     handle = -1
+    context = default_render_context()
     with _TorchStream(verts.device):
-        if cfg.get("record", False):
+        lease = None
+        if context.supports(verts, faces):
+            lease = context.lease(cfg, config, verts, faces, mesh_to_face_first_idx,
+                                  num_faces_per_mesh, tensors)  # fmt: skip
+        if lease is not None:
+            image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
+                                tensors, cfg, slot=lease.slot)  # fmt: skip
+        elif cfg.get("record", False):
             grad_verts = torch.zeros_like(verts)
             grads = _grad_buffers(tensors, cfg)
             tape = wp.Tape()
@@ -250,6 +270,11 @@ def render_op(
             wp.to_torch(frags.dists).clone(),
         )
         img = wp.to_torch(image).clone() if image is not None else verts.new_zeros((n, h, w, 4))
+        if lease is not None:
+            if lease.slot.record:
+                handle = _RECORDED.put(lease)  # the slot stays leased until the backward
+            else:
+                lease.release()
     return (img, *outs, torch.tensor(handle, dtype=torch.int64))
 
 
@@ -278,10 +303,16 @@ def _render_backward_op(
     num_faces_per_mesh, *tensors], as :func:`_setup_context` saved them.
     """
     cfg = json.loads(config)
-    grad_image, grad_zbuf, grad_bary, grad_dists = upstream
     verts, faces, first, count, *tensors = saved
     recorded = _RECORDED.take(int(handle))
-    with _TorchStream(verts.device):
+    with _TorchStream(verts.device):  # (a lease is checked and run under the device lock)
+        if isinstance(recorded, _Lease):
+            lease, recorded = recorded, None
+            if lease.valid():
+                try:
+                    return lease.slot.backward(upstream)
+                finally:
+                    lease.release()
         if recorded is not None:
             tape, image, frags, grad_verts, grads = recorded
         else:
@@ -290,21 +321,28 @@ def _render_backward_op(
             tape = wp.Tape()
             image, frags = _run(verts, faces, first, count, tensors, cfg, grads=grads,
                                 grad_verts=grad_verts, tape=tape)  # fmt: skip
-        n, h, w, k = frags.pix_to_face.shape
-        output_grads = {
-            frags.zbuf: wp.from_torch(grad_zbuf.contiguous(), dtype=wp.float32),
-            frags.bary_coords: wp.from_torch(
-                grad_bary.reshape(n, h, w, k, 3).contiguous(), dtype=wp.vec3
-            ),
-            frags.dists: wp.from_torch(grad_dists.contiguous(), dtype=wp.float32),
-        }
-        if image is not None:
-            output_grads[image] = wp.from_torch(grad_image.contiguous(), dtype=wp.float32)
-        tape.backward(grads=output_grads)
+        tape.backward(grads=_output_grads(image, frags, upstream))
     return [grad_verts] + [
         g if g is not None else torch.zeros_like(t, dtype=torch.float32)
         for g, t in zip(grads, tensors, strict=True)
     ]
+
+
+def _output_grads(image, frags, upstream: list[torch.Tensor]) -> dict:
+    """The tape's output gradients: Warp views of ``upstream`` ([d image, d zbuf,
+    d bary, d dists]) by the arrays they belong to (copied into their ``.grad``)."""
+    grad_image, grad_zbuf, grad_bary, grad_dists = upstream
+    n, h, w, k = frags.pix_to_face.shape
+    output_grads = {
+        frags.zbuf: wp.from_torch(grad_zbuf.contiguous(), dtype=wp.float32),
+        frags.bary_coords: wp.from_torch(
+            grad_bary.reshape(n, h, w, k, 3).contiguous(), dtype=wp.vec3
+        ),
+        frags.dists: wp.from_torch(grad_dists.contiguous(), dtype=wp.float32),
+    }
+    if image is not None:
+        output_grads[image] = wp.from_torch(grad_image.contiguous(), dtype=wp.float32)
+    return output_grads
 
 
 @_render_backward_op.register_fake

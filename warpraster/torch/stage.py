@@ -82,9 +82,11 @@ class _RenderStage(torch.autograd.Function):
             tape = wp.Tape()
             with tape:
                 renderer.render_device()
-            image = wp.to_torch(renderer.color, requires_grad=False).reshape(
-                *renderer.color.shape, 4
-            ).clone()  # the renderer's buffer is rewritten by its next render
+            image = (
+                wp.to_torch(renderer.color, requires_grad=False)
+                .reshape(*renderer.color.shape, 4)
+                .clone()
+            )  # the renderer's buffer is rewritten by its next render
         ctx.renderer, ctx.names, ctx.tape = renderer, names, tape
         return image
 

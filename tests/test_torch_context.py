@@ -1,0 +1,204 @@
+"""The torch renderer op's persistent context (warpraster/torch/render_context.py):
+a repeated call allocates no Warp memory and reads nothing back; a training loop
+gives the same outputs and gradients, bit for bit, as the fresh path that builds
+every Warp object per call; forwards whose backwards have not run yet keep their
+own buffers."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import warp as wp  # noqa: E402
+from host_counts import count_allocations_and_reads  # noqa: E402
+from test_torch_shading import torch_scene  # noqa: E402
+
+from warpraster.torch import render_op  # noqa: E402
+from warpraster.torch.render_context import _Slot, default_render_context  # noqa: E402
+
+# a Soft Phong K = 8 render and a textured (TexturesUV, bilinear) Hard Phong K = 1 one
+CASES = ["r03_softphong_directional_k8", "r07_texuv_hardphong_bilinear"]
+
+
+@pytest.fixture
+def fresh_path():
+    """Within: every call takes the fresh path (the context switched off)."""
+    ctx = default_render_context()
+    yield ctx
+    ctx.enabled = True
+
+
+def _scene(name):
+    """The torch scene with its camera's T trained too: (d, renderer, inputs, leaves)."""
+    d, spec, ren, inputs, tex, leaves = torch_scene(name)
+    cams = ren.rasterizer.cameras
+    cams.T.requires_grad_(True)
+    leaves["cam_T"] = cams.T
+    return d, ren, inputs, leaves
+
+
+def _count_torch_reads(monkeypatch, calls):
+    """Counts torch's host reads (``item``, ``tolist``, ``int()``, ``float()``,
+    ``bool()`` of a tensor) into ``calls["torch"]``, but those of the op's handle
+    (a 0-dim int64 tensor the op makes on the host: reading it syncs no device)."""
+    calls["torch"] = 0
+    for name in ("item", "tolist", "__int__", "__float__", "__bool__"):
+        real = getattr(torch.Tensor, name)
+
+        def counting(self, *a, _real=real, **k):
+            if not (self.ndim == 0 and self.dtype == torch.int64 and self.device.type == "cpu"):
+                calls["torch"] += 1
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_repeated_call_allocates_nothing_and_reads_nothing_back(name, monkeypatch):
+    """After the first forward + backward (and the first call without gradients),
+    the same calls again: no Warp allocation (the cpu device's allocator counted),
+    no ``wp.array.numpy`` and no torch host read (each a device sync on CUDA)."""
+    d, ren, inputs, leaves = _scene(name)
+    target = torch.tensor(d["images"] * 0.9)
+
+    def step():
+        img = ren(*inputs)
+        ((img - target) ** 2).mean().backward()
+        with torch.no_grad():
+            ren(*inputs)
+
+    step()
+    runs = []
+    real_run = _Slot.run
+    monkeypatch.setattr(_Slot, "run", lambda *a: (runs.append(1), real_run(*a))[1])
+    with count_allocations_and_reads(monkeypatch) as calls:
+        _count_torch_reads(monkeypatch, calls)
+        step()
+    assert calls == {"alloc": 0, "numpy": 0, "torch": 0}
+    assert len(runs) == 2  # both calls took the persistent path
+
+
+def _train(ren, inputs, leaves, target, steps):
+    """``steps`` of render, MSE, backward and an in-place SGD step on every leaf;
+    per step the image, the fragments and every leaf's gradient (cloned)."""
+    opt = torch.optim.SGD(list(leaves.values()), lr=1e-2)
+    out = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        img = ren(*inputs)
+        ((img - target) ** 2).mean().backward()
+        f = ren.fragments
+        got = {"image": img, "pix_to_face": f.pix_to_face, "zbuf": f.zbuf,
+               "bary": f.bary_coords, "dists": f.dists}  # fmt: skip
+        got.update({f"grad_{k}": t.grad for k, t in leaves.items() if t.grad is not None})
+        out.append({k: v.detach().clone() for k, v in got.items()})
+        opt.step()
+    return out
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_training_loop_equals_the_fresh_path_bit_for_bit(name, fresh_path):
+    """Verts, the camera's T, the light and (textured case) the texture maps trained
+    with SGD over several steps (the values change every step): each step's image,
+    fragments and gradients are the fresh path's, bit for bit (the same launches on
+    the same values; the cpu device adds in order)."""
+    results = []
+    for enabled in (False, True):
+        fresh_path.enabled = enabled
+        d, ren, inputs, leaves = _scene(name)
+        target = torch.tensor(d["images"] * 0.9)
+        results.append(_train(ren, inputs, leaves, target, steps=4))
+    fresh, persistent = results
+    assert fresh[0].keys() == persistent[0].keys()
+    assert {"grad_verts", "grad_cam_T"} <= fresh[0].keys()
+    for step, (want, got) in enumerate(zip(fresh, persistent, strict=True)):
+        for k in want:
+            assert torch.equal(got[k], want[k]), (step, k)
+    assert not torch.equal(fresh[0]["grad_cam_T"], fresh[-1]["grad_cam_T"])  # it trained
+
+
+@pytest.mark.parametrize("order", ["one_loss", "in_order", "reversed"])
+def test_two_forwards_then_two_backwards(order, fresh_path, monkeypatch):
+    """Two renders of different vertices before either backward (a loss over two
+    renders; or two losses backpropagated one after the other, in either order):
+    each forward keeps its own slot, no backward renders again, and the gradients
+    are the fresh path's, bit for bit."""
+    name = CASES[0]
+    fresh_runs = []
+    real_run = render_op._run
+
+    def spy(*a, **k):
+        if k.get("slot") is None:
+            fresh_runs.append(1)
+        return real_run(*a, **k)
+
+    monkeypatch.setattr(render_op, "_run", spy)
+    results = []
+    for enabled in (False, True):
+        fresh_path.enabled = enabled
+        d, ren, inputs, leaves = _scene(name)
+        target = torch.tensor(d["images"] * 0.9)
+        verts = leaves["verts"]
+        ren(*inputs)  # a first call: the slot exists before the counted ones
+        fresh_runs.clear()
+        img_a = ren(verts, *inputs[1:])
+        img_b = ren(verts * 1.01, *inputs[1:])
+        loss_a = ((img_a - target) ** 2).mean()
+        loss_b = ((img_b - 0.5 * target) ** 2).mean()
+        if order == "one_loss":
+            (loss_a + loss_b).backward()
+        else:
+            for loss in (loss_a, loss_b) if order == "in_order" else (loss_b, loss_a):
+                loss.backward()
+        if enabled:
+            assert fresh_runs == []  # two slots, two recorded tapes: nothing rendered again
+        grads = {k: t.grad.clone() for k, t in leaves.items() if t.grad is not None}
+        results.append(grads | {
+            "a": img_a.detach(), "b": img_b.detach()})  # fmt: skip
+    assert not torch.equal(results[0]["a"], results[0]["b"])
+    for k in results[0]:
+        assert torch.equal(results[1][k], results[0][k]), k
+
+
+def test_more_forwards_than_slots_give_the_same_gradients(fresh_path):
+    """Three forwards of one configuration before their backwards (the pool keeps
+    two): the oldest forward's slot is reused, and its backward renders again on a
+    fresh tape; every gradient is still the fresh path's, bit for bit."""
+    name = CASES[0]
+    results = []
+    for enabled in (False, True):
+        fresh_path.enabled = enabled
+        d, ren, inputs, leaves = _scene(name)
+        target = torch.tensor(d["images"] * 0.9)
+        verts = leaves["verts"]
+        images = [ren(verts * s, *inputs[1:]) for s in (1.0, 1.01, 1.02)]
+        assert default_render_context().pool_size < len(images)
+        sum(((img - target) ** 2).mean() for img in images).backward()
+        results.append({k: t.grad.clone() for k, t in leaves.items() if t.grad is not None})
+    assert {"verts", "cam_T"} <= results[0].keys()
+    for k in results[0]:
+        assert torch.equal(results[1][k], results[0][k]), k
+
+
+def test_new_camera_tensors_are_checked():
+    """A camera whose tensors the op has not seen is validated (a host read), as the
+    fresh path validates every call: a reflection for R is refused."""
+    from warpraster.torch import FoVPerspectiveCameras
+
+    d, ren, inputs, leaves = _scene(CASES[0])
+    ren(*inputs)
+    with pytest.raises(ValueError, match="R"):
+        ren(*inputs, cameras=FoVPerspectiveCameras(R=-torch.eye(3)[None]))
+
+
+def test_no_context_state_leaks_into_the_next_call_of_another_shape():
+    """Two configurations through one context (a K = 8 and a K = 1 scene), interleaved:
+    each call's image is the one a lone call gives."""
+    scenes = [_scene(n) for n in CASES]
+    with torch.no_grad():
+        alone = [ren(*inputs) for _, ren, inputs, _ in scenes]
+        for _ in range(2):
+            for (_, ren, inputs, _), want in zip(scenes, alone, strict=True):
+                assert torch.equal(ren(*inputs), want)
+    assert wp.get_device("cpu").is_cpu

@@ -1,0 +1,391 @@
+"""Persistent Warp state for the torch renderer op: built once, refilled every call.
+
+A :class:`RenderContext` keeps, per (device, stream, static configuration JSON,
+resolved raster settings, input shapes and the topology tensors' identity), a
+small pool of :class:`_Slot` s. A slot holds everything one render needs: owned
+copies of the op's input tensors and their gradient buffers, the Warp cameras,
+lights, materials, textures and shader built on them, the projected vertices,
+the raster workspace, the shading buffers and the antialias pass. Its first
+call builds it (and validates the topology and values on the host); every later
+call copies the input tensors into it (device copies), runs the same launches as
+the Warp ``MeshRenderer`` (so the same numbers, bit for bit) and copies the
+outputs out into fresh tensors: no Warp allocation, no host read.
+
+A forward that records for a backward *leases* its slot: the slot keeps its
+inputs, buffers and tape until the backward has run (``render_meshes_backward``
+runs that tape's adjoint: the forward is never replayed). Two forwards then two
+backwards (a loss over two renders) lease two slots. When every slot of the pool
+is leased, the oldest lease is given up (its backward renders again on a fresh
+tape, as the op's fallback does) and its slot reused.
+
+What takes the fresh path (``render_op._run`` building every Warp object per
+call, as before): a batch with no vertices or no faces, and every call while
+:attr:`RenderContext.enabled` is False.
+
+Values are checked when the op first sees a tensor: a camera tensor that is a new
+object is read back (its Warp camera validates R, znear, ...; znear/2 is also
+the default clip plane, so znear is re-read when its version changes); the
+textures' UVs and the index values when a slot is built (a new topology tensor,
+or one changed in place, builds a new slot). Values written in place into the
+same tensors (an optimizer's step) are not read back again, as with the lights
+and materials (checked when their torch objects are made).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import threading
+import weakref
+
+import torch
+import warp as wp
+
+from .. import shading as _shading
+from ..antialiasing import Antialias
+from ..camera import vert_to_mesh_from_faces
+from ..grad_buffers import clear_if_recording
+from ..meshes import pack_meshes
+from ..raster import ClipWorkspace, RasterWorkspace
+from ..rasterize import rasterize_checked
+from ..rasterizer import MeshRasterizer, RasterizationSettings
+from ..shading.params import check_mesh_inputs, values_checked
+from ..shading.shading_buffers import ShadingBuffers
+from .checks import _tensor_key, to_int32
+
+__all__ = ["RenderContext", "default_render_context"]
+
+# handles of leased slots and of the op's other recorded renders share one counter
+_HANDLES = itertools.count(1)
+
+
+def next_handle() -> int:
+    """A new handle for a recorded render (never -1)."""
+    return next(_HANDLES)
+
+
+def _stream_key(device: torch.device):
+    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+
+
+def _camera_tensors(cfg: dict, tensors: list) -> list[tuple[dict, list]]:
+    """(camera config, its tensors) of the rasterizer's camera and the shader's own."""
+    n = len(cfg["camera"]["names"])
+    out = [(cfg["camera"], tensors[:n])]
+    own = cfg.get("shader_camera") if cfg["shader"] != "none" else None
+    if own is not None:
+        out.append((own, tensors[n : n + len(own["names"])]))
+    return out
+
+
+def _asked(cfg: dict, tensors: list) -> list[bool]:
+    """Which tensors the caller differentiates (``config["needs_grad"]``; all
+    floating-point ones when absent)."""
+    needs = cfg.get("needs_grad")
+    return [t.is_floating_point() and (needs is None or bool(needs[i]))
+            for i, t in enumerate(tensors)]  # fmt: skip
+
+
+def _grouped_needs(cfg: dict, tensors: list) -> list[bool]:
+    """:func:`_asked`, with a whole group when one member is asked for: the shading
+    camera's R and T, the light tensors, the material tensors. The shading adjoint
+    writes a whole group, into a scratch gradient made per recorded call for the
+    members without one (shading/fused.py); the slot gives them buffers of its own
+    instead (the same numbers land there; no allocation per call)."""
+    needs = _asked(cfg, tensors)
+    if cfg["shader"] == "none":
+        return needs
+    cams = _camera_tensors(cfg, tensors)
+    start = 0 if len(cams) == 1 else len(cams[0][0]["names"])
+    names = cams[-1][0]["names"]
+    groups = [[start + names.index(n) for n in ("R", "T") if n in names]]
+    start = sum(len(c["names"]) for c, _ in cams)
+    for group_names in (cfg["lights"]["names"], cfg["materials"]):
+        groups.append(list(range(start, start + len(group_names))))
+        start += len(group_names)
+    for group in groups:
+        if any(needs[i] for i in group):
+            for i in group:
+                needs[i] = tensors[i].is_floating_point()
+    return needs
+
+
+class _Lease:
+    """A recorded forward's claim on its slot until its backward (see the module)."""
+
+    __slots__ = ("context", "generation", "slot")
+
+    def __init__(self, context, slot, generation):
+        self.context, self.slot, self.generation = context, slot, generation
+
+    def valid(self) -> bool:
+        return self.slot.generation == self.generation
+
+    def release(self) -> None:
+        self.context._release(self)
+
+
+class _Slot:
+    """One render's Warp objects and buffers (see the module)."""
+
+    def __init__(self, cfg, settings, verts, faces, first, count, tensors):
+        from .render_op import _build, _grad_buffers, _textures
+
+        self.generation = 0
+        self.busy = False
+        self.record = bool(cfg.get("record", False))
+        self.shader_name = cfg["shader"]
+        self.settings = settings
+        self.antialias = bool(cfg.get("antialias", False))
+        with torch.no_grad():
+            self.verts = verts.detach().clone(memory_format=torch.contiguous_format)
+            self.tensors = [
+                t.detach().clone(memory_format=torch.contiguous_format) for t in tensors
+            ]
+        self.grad_verts = torch.zeros_like(self.verts) if self.record else None
+        self.grads = None
+        if self.record:
+            needs = _grouped_needs(cfg, self.tensors)
+            self.grads = _grad_buffers(self.tensors, {**cfg, "needs_grad": needs})
+            # returned as zeros, as the fresh path returns them (nobody asked for them)
+            asked = _asked(cfg, self.tensors)
+            self.unasked = [n and not a for n, a in zip(needs, asked, strict=True)]
+        # the topology: owned int32 copies (a new or changed tensor builds a new slot)
+        self.faces, self.first, self.count = (to_int32(x).clone() for x in (faces, first, count))
+        rg = self.record
+        self.v = wp.from_torch(self.verts, dtype=wp.vec3, requires_grad=rg, grad=self.grad_verts)
+        self.f = wp.from_torch(self.faces, dtype=wp.int32)
+        self.fi = wp.from_torch(self.first, dtype=wp.int32)
+        self.cn = wp.from_torch(self.count, dtype=wp.int32)
+        self.device = self.v.device
+        n, nv, nf = self.fi.shape[0], self.v.shape[0], self.f.shape[0]
+        h, w = settings.image_size
+        self.shape = (n, h, w, settings.faces_per_pixel)
+        with values_checked():  # the torch classes checked their values once, when made
+            self.objs = _build(cfg, self.tensors, self.grads)
+        self.cameras = self.objs["cameras"]
+        self.cameras.check_batch(n)
+        settings.check_slots(n)
+        self.textures = None if self.shader_name == "none" else _textures(
+            cfg, self.tensors, self.grads
+        )  # fmt: skip
+        # checked once here: every later call runs on the same topology
+        pack_meshes(self.v, self.f, self.fi, self.cn, validate=True)
+        self.v2m = None
+        if n > 1:
+            self.v2m = vert_to_mesh_from_faces(self.f, self.fi, self.cn, nv, device=self.device)
+        self.verts_ndc = wp.zeros(nv, dtype=wp.vec3, device=self.device, requires_grad=rg)
+        self.meshes = pack_meshes(self.verts_ndc, self.f, self.fi, self.cn, validate=False)
+        if settings.clipped:
+            self.workspace = ClipWorkspace(num_verts=nv, num_faces=nf, num_meshes=n,
+                                           settings=settings, device=self.device,
+                                           requires_grad=rg)  # fmt: skip
+        else:
+            self.workspace = RasterWorkspace(num_meshes=n, num_faces=nf, settings=settings,
+                                             device=self.device, requires_grad=rg)  # fmt: skip
+        self.shader = None
+        self.shading = None
+        self.aa = None
+        self.validate = True  # the shader's own checks, on the first run
+        if self.shader_name != "none":
+            objs = self.objs
+            self.shader = getattr(_shading, self.shader_name)(
+                cameras=self.cameras, lights=objs["lights"], materials=objs["materials"],
+                blend_params=objs["blend_params"])  # fmt: skip
+            check_mesh_inputs(nv, nf, n, textures=self.textures, lights=objs["lights"],
+                              materials=objs["materials"])  # fmt: skip
+            self.shading = ShadingBuffers(self.shape, nv, nf, self.device, requires_grad=rg)
+            if self.antialias:
+                self.aa = Antialias(self.f, nv, self.shading.image.shape, self.device,
+                                    deterministic=settings.deterministic)  # fmt: skip
+        self.tape: wp.Tape | None = None
+        self.image = None
+        self.frags = None
+
+    # -- forward
+    def run(self, verts, tensors):
+        """Copies the inputs in and renders (recorded on a new tape when the slot
+        records); returns (image or None, fragments): the slot's own arrays."""
+        with torch.no_grad():
+            self.verts.copy_(verts)
+            for own, t in zip(self.tensors, tensors, strict=True):
+                if own.is_floating_point():
+                    own.copy_(t)
+            if self.record:
+                self.grad_verts.zero_()  # the inputs' gradients accumulate in Warp
+                for g in self.grads:
+                    if g is not None:
+                        g.zero_()
+        if not self.record:
+            self.tape = None
+            return self._launch()
+        self.tape = wp.Tape()
+        with self.tape:
+            return self._launch()
+
+    def _launch(self):
+        """The Warp ``MeshRenderer``'s launches, on this slot's buffers."""
+        clear_if_recording(self.verts_ndc)  # the projection writes it; the rest clear their own
+        self.cameras.transform_points_ndc(self.v, self.v2m, None, self.verts_ndc)
+        frags = rasterize_checked(self.meshes, self.settings, self.workspace)
+        image = None
+        if self.shader is not None:
+            own = self.objs["shader_cameras"]
+            image = self.shader(
+                frags, self.v, self.f, textures=self.textures,
+                cameras=self.cameras if own is None else own, vert_to_mesh=self.v2m,
+                compact_slots=True, verts_ndc=self.verts_ndc,
+                perspective_correct=self.settings.perspective_correct, buffers=self.shading,
+                validate=self.validate, **self.objs["z_planes"],
+            )  # fmt: skip
+            self.validate = False
+            if self.aa is not None:
+                image = self.aa(image, frags.pix_to_face, self.verts_ndc, zbuf=frags.zbuf)
+        self.image, self.frags = image, frags
+        return image, frags
+
+    # -- backward
+    def backward(self, upstream: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The recorded tape's adjoint from ``upstream`` ([d image, d zbuf, d bary,
+        d dists]); [d verts, d tensors[0], ...] as new tensors."""
+        from .render_op import _output_grads
+
+        self.tape.backward(grads=_output_grads(self.image, self.frags, upstream))
+        self.tape = None
+        return [self.grad_verts.clone()] + [
+            g.clone() if g is not None and not u else torch.zeros_like(t, dtype=torch.float32)
+            for g, t, u in zip(self.grads, self.tensors, self.unasked, strict=True)
+        ]
+
+
+class _Entry:
+    """The slots of one key, and the tensors the key's identity parts name."""
+
+    def __init__(self, refs):
+        self.refs = refs
+        self.slots: list[_Slot] = []
+
+
+class RenderContext:
+    """Persistent Warp objects and buffers of the torch renderer op (see the module).
+
+    Args:
+        max_entries: most configurations kept (least recently used dropped).
+        pool_size: slots per configuration: recorded forwards whose backward has
+            not run yet, each keeping its own (a loss over two renders needs 2).
+
+    Attributes:
+        enabled: False sends every call down the fresh path (a debugging switch;
+            the tests compare the two).
+    """
+
+    def __init__(self, max_entries: int = 8, pool_size: int = 2):
+        if max_entries < 1 or pool_size < 1:
+            raise ValueError(f"max_entries and pool_size must be >= 1, got {max_entries}, "
+                             f"{pool_size}")  # fmt: skip
+        self.max_entries, self.pool_size = int(max_entries), int(pool_size)
+        self.enabled = True
+        self._entries: collections.OrderedDict[tuple, _Entry] = collections.OrderedDict()
+        self._cameras: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
+        self._lock = threading.RLock()
+        self._generations = itertools.count(1)
+
+    def supports(self, verts, faces) -> bool:
+        """Whether a call takes the persistent path (else the fresh one)."""
+        return self.enabled and verts.shape[0] > 0 and faces.shape[0] > 0
+
+    def lease(self, cfg: dict, config: str, verts, faces, first, count, tensors) -> _Lease:
+        """A slot for this call, leased to it (built on first use, see the module).
+        Call from inside the op's stream scope (the device lock is held)."""
+        settings = self._settings(cfg, tensors)
+        topology = [faces, first, count, *(t for t in tensors if not t.is_floating_point())]
+        key = (
+            str(verts.device), _stream_key(verts.device), config, settings,
+            tuple(verts.shape),
+            tuple((tuple(t.shape), t.dtype) for t in tensors),
+            tuple(_tensor_key(t) for t in topology),
+        )  # fmt: skip
+        with self._lock:
+            entry = self._entries.get(key)
+            same = entry is not None and all(
+                r() is t for r, t in zip(entry.refs, topology, strict=True)
+            )
+            if not same:  # (a new tensor at a freed one's address is not the same topology)
+                entry = None
+            if entry is None:
+                self._drop(key)
+                entry = self._entries[key] = _Entry([weakref.ref(t) for t in topology])
+                while len(self._entries) > self.max_entries:
+                    self._drop(next(iter(self._entries)))
+            self._entries.move_to_end(key)
+            free = [s for s in entry.slots if not s.busy]
+            if free:
+                slot = free[0]
+            elif len(entry.slots) < self.pool_size:
+                slot = _Slot(cfg, settings, verts, faces, first, count, tensors)
+                entry.slots.append(slot)
+            else:  # every slot leased: the oldest lease gives its slot up
+                slot = min(entry.slots, key=lambda s: s.generation)
+            slot.generation = next(self._generations)
+            slot.busy = True
+            return _Lease(self, slot, slot.generation)
+
+    def _release(self, lease: _Lease) -> None:
+        with self._lock:
+            if lease.valid():
+                lease.slot.busy = False
+                lease.slot.tape = None
+
+    def _drop(self, key) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            for s in entry.slots:
+                s.generation = -1  # its leases are no longer valid
+
+    def _settings(self, cfg: dict, tensors: list):
+        """The call's raster settings (z_clip_value defaults to the camera's znear / 2):
+        a host read of the camera tensors when they are new objects (their Warp
+        cameras validate the values) or znear changed, else remembered."""
+        cams = _camera_tensors(cfg, tensors)
+        flat = [t for _, ts in cams for t in ts]
+        znear = [
+            t._version
+            for c, ts in cams
+            for n, t in zip(c["names"], ts, strict=True)
+            if n == "znear"
+        ]
+        key = (json.dumps([c for c, _ in cams]), json.dumps(cfg["raster"]),
+               tuple(_tensor_key(t)[:4] for t in flat), tuple(znear))  # fmt: skip
+        with self._lock:
+            hit = self._cameras.get(key)
+            if hit is not None and all(r() is t for r, t in zip(hit[0], flat, strict=True)):
+                self._cameras.move_to_end(key)
+                return hit[1]
+        from .render_op import _build
+
+        warp_cams = [_build({"camera": c, "shader": "none"}, ts, None)["cameras"] for c, ts in cams]
+        rasterizer = MeshRasterizer(
+            cameras=warp_cams[0], raster_settings=RasterizationSettings(**cfg["raster"])
+        )
+        settings = rasterizer.settings_for(warp_cams[0])
+        with self._lock:
+            self._cameras[key] = ([weakref.ref(t) for t in flat], settings)
+            while len(self._cameras) > 4 * self.max_entries:
+                self._cameras.popitem(last=False)
+        return settings
+
+    def clear(self) -> None:
+        """Drops every slot (leased ones' backwards render again)."""
+        with self._lock:
+            for key in list(self._entries):
+                self._drop(key)
+            self._cameras.clear()
+
+
+_DEFAULT = RenderContext()
+
+
+def default_render_context() -> RenderContext:
+    """The process-wide context of the torch renderer op."""
+    return _DEFAULT
