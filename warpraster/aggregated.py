@@ -1,4 +1,4 @@
-"""Atomic adds summed across a warp first, for per-face tables.
+"""Atomic adds summed across a warp first, for per-face tables and per-image rows.
 
 The pixel adjoints add each slot's derivatives to its face's row of a per-face
 table. Neighbouring pixels of a warp (a row segment) often hold the same face
@@ -13,6 +13,10 @@ launch's threads one after the other, it is a plain add.
 
 Every lane of the warp that reaches the call takes part (``__activemask``);
 lanes elsewhere in the code are not waited for.
+
+A row that every thread of an image adds to (a camera's pose) still gets one
+atomic per warp: for those, the warps add into stripes of the row and
+:func:`reduce_stripes` sums the stripes (see the section "stripes" below).
 """
 
 import math

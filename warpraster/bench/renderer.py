@@ -74,7 +74,7 @@ def make_renderer(name: str, device, channels=CHANNELS) -> tuple[Renderer, wp.ar
     channels it writes beside the image)."""
     verts, faces, first, count, uvs, colors = _scene()
     n = len(first)
-    camgrad = name.endswith("_camgrad")  # the cameras' R and T trainable
+    camgrad = name.endswith("_camgrad")  # the cameras' R, T, fov and aspect ratio trainable
     R, T = look_at_view_transform(dist=2.7, elev=10.0, azim=20.0)
     cams = FoVPerspectiveCameras(R=np.repeat(R, n, 0), T=np.repeat(T, n, 0), device=device,
                                  requires_grad=camgrad)  # fmt: skip
