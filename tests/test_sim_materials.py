@@ -242,8 +242,8 @@ def test_bad_materials_are_named():
     with pytest.raises(ValueError, match="texture must"):
         g.add_material((1.0, 1.0, 1.0), np.zeros((4, 4)))
     with pytest.raises(ValueError, match="texels must"):
-        g.add_material((1.0, 1.0, 1.0), np.full((2, 2, 3), 2.0))
+        g.add_material((1.0, 1.0, 1.0), np.full((2, 2, 3), -1.0))
     with pytest.raises(ValueError, match="unknown wrap mode"):
         g.add_material((1.0, 1.0, 1.0), _texture(), wrap=("repeat", "bounce"))
     with pytest.raises(ValueError, match="color must"):
-        g.add_material((1.0, 2.0, 1.0))
+        g.add_material((1.0, np.nan, 1.0))

@@ -9,6 +9,7 @@ imported by ``import warpraster`` or ``import warpraster.sim``).
 from .geometry import SensorGeometry, VertexSource
 from .loss import frame_loss, image_loss
 from .multi import MultiDeviceSensor
+from .scene_geometry import add_scene, stage_camera
 from .sensor import CameraSensor, SensorFrame, look_at_transform
 from .tessellate import (
     box_mesh,
@@ -25,6 +26,7 @@ __all__ = [
     "SensorFrame",
     "SensorGeometry",
     "VertexSource",
+    "add_scene",
     "box_mesh",
     "capsule_mesh",
     "cylinder_mesh",
@@ -34,4 +36,5 @@ __all__ = [
     "look_at_transform",
     "plane_mesh",
     "sphere_mesh",
+    "stage_camera",
 ]

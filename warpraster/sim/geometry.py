@@ -71,8 +71,8 @@ def _texture_rgba(texture) -> np.ndarray:
     t = np.asarray(texture, dtype=np.float64)
     if t.ndim != 3 or t.shape[2] not in (3, 4) or t.shape[0] < 1 or t.shape[1] < 1:
         raise ValueError(f"texture must have shape (h, w, 3) or (h, w, 4), got {t.shape}")
-    if not (np.isfinite(t).all() and t.min() >= 0.0 and t.max() <= 1.0):
-        raise ValueError("texture: texels must be finite linear values in [0, 1]")
+    if not (np.isfinite(t).all() and t.min() >= 0.0):
+        raise ValueError("texture: texels must be finite linear values >= 0")
     if t.shape[2] == 3:
         t = np.concatenate([t, np.ones(t.shape[:2] + (1,))], axis=2)
     return t.astype(np.float32)
@@ -134,8 +134,8 @@ class SensorGeometry:
         """Adds a material shapes can share (``material=`` / ``face_materials=``).
 
         Args:
-            color: linear RGB diffuse colour in [0, 1] (multiplies the texture).
-            texture: None, or an (h, w, 3|4) array of linear texels in [0, 1], row 0
+            color: linear RGB diffuse colour, >= 0 (multiplies the texture).
+            texture: None, or an (h, w, 3|4) array of linear texels >= 0, row 0
                 the top of the image (alpha is not used by the sensor).
             wrap: (s, t) wrap modes: ``"repeat"``, ``"clamp"``, ``"mirror"`` or
                 ``"black"`` (:class:`~warpraster.shading.atlas.TextureWrap`).
@@ -147,8 +147,8 @@ class SensorGeometry:
             ``len(shapes) + id``).
         """
         color = tuple(float(c) for c in color)
-        if len(color) != 3 or not all(math.isfinite(c) and 0.0 <= c <= 1.0 for c in color):
-            raise ValueError(f"color must be 3 linear RGB values in [0, 1], got {color!r}")
+        if len(color) != 3 or not all(math.isfinite(c) and c >= 0.0 for c in color):
+            raise ValueError(f"color must be 3 finite linear RGB values >= 0, got {color!r}")
         tex = None if texture is None else _texture_rgba(texture)
         if isinstance(wrap, str) or len(wrap) != 2:
             raise ValueError(f"wrap must be a pair (s, t) of wrap modes, got {wrap!r}")
@@ -246,8 +246,8 @@ class SensorGeometry:
                     f"corner_colors must have shape (F, 3, 3|4) = ({nf}, 3, 3|4), got "
                     f"{colors.shape}"
                 )
-            if not (np.isfinite(colors).all() and colors.min() >= 0.0 and colors.max() <= 1.0):
-                raise ValueError("corner_colors must be finite linear values in [0, 1]")
+            if not (np.isfinite(colors).all() and colors.min() >= 0.0):
+                raise ValueError("corner_colors must be finite linear values >= 0")
             if colors.shape[2] == 3:
                 colors = np.concatenate([colors, np.ones((nf, 3, 1))], axis=2)
             colors = colors.astype(np.float32)
