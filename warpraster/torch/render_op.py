@@ -1,11 +1,16 @@
 """The render as one torch custom op: project, rasterize and shade with the Warp kernels.
 
-``warpraster::render_meshes`` runs the Warp ``MeshRenderer`` (or only its
-rasterizer) on tensors shared with Warp (zero-copy ``wp.from_torch``) and
-returns the RGBA image and the fragments. Its backward,
-``warpraster::render_meshes_backward``, replays the render on a ``wp.Tape`` with
-the tensors' gradient buffers attached and runs ``tape.backward`` from the
-upstream gradients, returning the gradients of the vertices and of every camera,
+``warpraster::render_meshes`` runs the Warp ``MeshRenderer``'s launches (or only
+its rasterizer's) and returns the RGBA image and the fragments. Its Warp objects
+and buffers live in a persistent :class:`~.render_context.RenderContext` slot,
+built on the first call and refilled from the tensors on later ones (no Warp
+allocation, no host read); :func:`_run` without a slot is the fresh path that
+builds them per call on tensors shared with Warp (``wp.from_torch``), taken
+where the context does not apply (see :mod:`.render_context`). A forward whose
+inputs require gradients records its launches on a tape kept by handle (an int64
+output); its backward, ``warpraster::render_meshes_backward``, runs that tape
+from the upstream gradients (rendering again on a fresh tape only when the record
+is no longer kept), returning the gradients of the vertices and of every camera,
 light, material, background, z-plane and texture tensor. Both ops have fake
 implementations (output shapes from the configuration), so ``torch.compile``
 treats the render as one opaque node; nothing Warp-side lives in the autograd graph.
@@ -249,8 +254,12 @@ def render_op(
             lease = context.lease(cfg, config, verts, faces, mesh_to_face_first_idx,
                                   num_faces_per_mesh, tensors)  # fmt: skip
         if lease is not None:
-            image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
-                                tensors, cfg, slot=lease.slot)  # fmt: skip
+            try:
+                image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
+                                    tensors, cfg, slot=lease.slot)  # fmt: skip
+            except BaseException:
+                lease.release()
+                raise
         elif cfg.get("record", False):
             grad_verts = torch.zeros_like(verts)
             grads = _grad_buffers(tensors, cfg)
