@@ -172,14 +172,17 @@ class SensorBackward:
         self.rec_world = wp.zeros(img, dtype=wp.mat33, device=dev)
         self.rec_vn = wp.zeros(img if smooth else (1, 1, 1), dtype=wp.mat33, device=dev)
         simg = img if soft else (1, 1, 1)
+        # the per-pixel points (soft pixels' outline points, cut faces' sharp pixels)
+        self.point_pass = soft or sensor.near_clip > 0.0
+        pimg = img if self.point_pass else (1, 1, 1)
         self.rec_soft = wp.zeros((*simg, SOFT_SLOTS) if soft else (1, 1, 1, 1), dtype=wp.mat33,
                                  device=dev)  # fmt: skip
-        self.outline_on = wp.zeros(simg, dtype=wp.int32, device=dev)
-        self.outline_verts = wp.zeros(simg, dtype=wp.mat33, device=dev)
-        self.outline_g_bary = wp.zeros(simg, dtype=wp.vec3, device=dev)
-        self.outline_g_depth = wp.zeros(simg, dtype=float, device=dev)
-        self.outline_bary = wp.zeros(simg, dtype=wp.vec3, device=dev)
-        self.outline_depth = wp.zeros(simg, dtype=float, device=dev)
+        self.outline_on = wp.zeros(pimg, dtype=wp.int32, device=dev)
+        self.outline_verts = wp.zeros(pimg, dtype=wp.mat33, device=dev)
+        self.outline_g_bary = wp.zeros(pimg, dtype=wp.vec3, device=dev)
+        self.outline_g_depth = wp.zeros(pimg, dtype=float, device=dev)
+        self.outline_bary = wp.zeros(pimg, dtype=wp.vec3, device=dev)
+        self.outline_depth = wp.zeros(pimg, dtype=float, device=dev)
         mimg = img if sensor.material_grad else (1, 1, 1)
         self.pix_albedo = wp.zeros(mimg, dtype=wp.vec3, device=dev)
         self.pix_light = wp.zeros(mimg, dtype=wp.vec4, device=dev)
@@ -375,7 +378,7 @@ class SensorBackward:
             device=dev,
             record_tape=False,
         )  # fmt: skip
-        if soft:
+        if self.point_pass:
             from .render import outline_kernel  # noqa: PLC0415
 
             wp.launch(

@@ -26,7 +26,14 @@ from .kernel_args import (
     VertexGrads,
     View,
 )
-from .render import _MIN_DEPTH, SOFT_SLOTS, corner_face, face_corners, image_camera
+from .render import (
+    _MIN_DEPTH,
+    SOFT_SLOTS,
+    corner_face,
+    face_corners,
+    image_camera,
+    signed_depth,
+)
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
 
@@ -74,6 +81,48 @@ BIG_CAPACITY = 512
 
 
 @wp.func
+def _cut_point(a: wp.vec3, b: wp.vec3, near: float) -> wp.vec2:
+    """NDC xy where edge ab (NDC x, y, view depth z; a in front of the near plane,
+    b behind it) crosses it: the view-space point (x z is the view-space x, up to
+    the camera's scale) interpolated in z and projected again."""
+    t = (near - a[2]) / (b[2] - a[2])
+    return wp.vec2(
+        (a[0] * a[2] * (1.0 - t) + b[0] * b[2] * t) / near,
+        (a[1] * a[2] * (1.0 - t) + b[1] * b[2] * t) / near,
+    )
+
+
+@wp.func
+def _grow(lo: wp.vec2, hi: wp.vec2, v: wp.vec3, w: wp.vec3, near: float):
+    """The box (lo, hi) grown by vertex v if it is in front of the near plane, and by
+    the point where edge vw crosses the plane, if it does."""
+    if v[2] >= near:
+        p = wp.vec2(v[0], v[1])
+        lo = wp.vec2(wp.min(lo[0], p[0]), wp.min(lo[1], p[1]))
+        hi = wp.vec2(wp.max(hi[0], p[0]), wp.max(hi[1], p[1]))
+    if (v[2] >= near) != (w[2] >= near):
+        c = wp.vec2(0.0)
+        if v[2] >= near:
+            c = _cut_point(v, w, near)
+        else:
+            c = _cut_point(w, v, near)
+        lo = wp.vec2(wp.min(lo[0], c[0]), wp.min(lo[1], c[1]))
+        hi = wp.vec2(wp.max(hi[0], c[0]), wp.max(hi[1], c[1]))
+    return lo, hi
+
+
+@wp.func
+def _cut_box(v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, near: float):
+    """NDC box (lo, hi) of the part of a face in front of the near plane."""
+    lo = wp.vec2(1.0e30, 1.0e30)
+    hi = wp.vec2(-1.0e30, -1.0e30)
+    lo, hi = _grow(lo, hi, v0, v1, near)
+    lo, hi = _grow(lo, hi, v1, v2, near)
+    lo, hi = _grow(lo, hi, v2, v0, near)
+    return lo, hi
+
+
+@wp.func
 def _face_box(walk: FaceWalk, scene: FrameScene, f: int):
     """(ok, x0, x1, y0, y1): the pixels whose centre may lie within ``margin_ndc`` of
     packed face f (its NDC box grown by the margin and by 0.01 pixel against
@@ -94,7 +143,17 @@ def _face_box(walk: FaceWalk, scene: FrameScene, f: int):
     ymin = wp.min(wp.min(v0[1], v1[1]), v2[1]) - margin_ndc
     ymax = wp.max(wp.max(v0[1], v1[1]), v2[1]) + margin_ndc
     zmin = wp.min(wp.min(v0[2], v1[2]), v2[2])
-    ok = walk.face_image[f] >= 0 and zmin > 0.0 and wp.isfinite(xmin + xmax + ymin + ymax)
+    near = scene.view.near
+    drawn = zmin > 0.0
+    if near > 0.0 and zmin < near:
+        # cut by the near plane: the box of the part in front of it
+        drawn = wp.max(wp.max(v0[2], v1[2]), v2[2]) > near
+        lo, hi = _cut_box(v0, v1, v2, near)
+        xmin = lo[0] - margin_ndc
+        ymin = lo[1] - margin_ndc
+        xmax = hi[0] + margin_ndc
+        ymax = hi[1] + margin_ndc
+    ok = walk.face_image[f] >= 0 and drawn and wp.isfinite(xmin + xmax + ymin + ymax)
     # pixel centre along x: pix_to_ndc(width - 1 - xi, width, height)
     offx = pix_to_ndc(0, width, height)
     sx = pix_to_ndc(1, width, height) - offx
@@ -273,7 +332,7 @@ def proj_gather_kernel(
     """Projected vertex j: its face corners' gradients summed in CSR order, plus
     ``ndc_grad[j]`` when ``ndc_grad_on`` (the antialias pass's), then the adjoint of
     ``render.project_kernel`` (``ndc = (-x_c, y_c) / s, z``, ``s = tan(fov / 2) aspect
-    max(z, MIN_DEPTH)``)."""
+    signed_depth(z)``)."""
     j = wp.tid()
     g_ndc = wp.vec3(0.0)
     g_w = wp.vec3(0.0)
@@ -304,10 +363,11 @@ def proj_gather_kernel(
     z = -pc[2]
     half = 0.5 * camera_fovs[c]
     th = wp.tan(half)
-    s = th * aspect_min * wp.max(z, _MIN_DEPTH)
+    zs = signed_depth(z)
+    s = th * aspect_min * zs
     g_s = (g_ndc[0] * pc[0] - g_ndc[1] * pc[1]) / (s * s)
     g_z = g_ndc[2]
-    if z > _MIN_DEPTH:
+    if wp.abs(z) > _MIN_DEPTH:
         g_z = g_z + g_s * th * aspect_min
     g_pc = wp.vec3(-g_ndc[0] / s, g_ndc[1] / s, -g_z)
     qi = wp.quat_inverse(wp.transform_get_rotation(tf))
@@ -319,7 +379,7 @@ def proj_gather_kernel(
         g_qi = rotate_adj_q(qi, p - wp.transform_get_translation(tf), g_pc)
         camera_out.t[j] = -g_p
         camera_out.q[j] = wp.vec4(-g_qi[0], -g_qi[1], -g_qi[2], g_qi[3])
-        camera_out.fov[j] = g_s * aspect_min * wp.max(z, _MIN_DEPTH) * (1.0 + th * th) * 0.5
+        camera_out.fov[j] = g_s * aspect_min * zs * (1.0 + th * th) * 0.5
 
 
 # ----------------------------------------------------------------------------- 4. per vertex

@@ -43,7 +43,8 @@ class View:
     """The packed images: projected vertex j (P,) is sensor vertex
     ``proj_vertex[j]`` seen in image ``proj_image[j]`` (image n = world * C +
     camera); ``camera_count`` C; image ``height`` x ``width`` pixels;
-    ``aspect_min`` = min(1, width / height) (the NDC scale of the shorter side)."""
+    ``aspect_min`` = min(1, width / height) (the NDC scale of the shorter side);
+    ``near`` the near plane's view depth (0: no clipping)."""
 
     proj_vertex: wp.array(dtype=wp.int32)
     proj_image: wp.array(dtype=wp.int32)
@@ -51,6 +52,7 @@ class View:
     height: int
     width: int
     aspect_min: float
+    near: float
 
 
 @wp.struct
@@ -287,7 +289,7 @@ def sensor_structs(sensor) -> tuple[VertexSources, View, Surface, Look]:
                    local=sensor.vertex_local)  # fmt: skip
     view = make(View, proj_vertex=sensor.proj_vertex, proj_image=sensor.proj_image,
                 camera_count=sensor.camera_count, height=h, width=w,
-                aspect_min=min(1.0, w / h))  # fmt: skip
+                aspect_min=min(1.0, w / h), near=sensor.near_clip)  # fmt: skip
     surface = make(Surface, faces=sensor.faces, face_vertices=sensor.face_vertices,
                    face_shape=sensor.face_shape, shape_index=sensor.shape_index,
                    face_source=sensor.face_source, face_material=sensor.face_material,

@@ -26,8 +26,8 @@ from .render import (
     face_points,
     nearest_slot,
     outline_point,
-    pixel_fragment,
     scene_parts,
+    sharp_fragment,
     surface_albedo,
 )
 
@@ -141,15 +141,16 @@ def _make_channels_adjoint(
         blurred pass is not perspective-corrected)."""
         n, y, x = wp.tid()
         sharp_frags, blurred, view, surface, look, frame = scene_parts(scene)
-        w, c, f, b, fwd = pixel_fragment(view, sharp_frags, n, y, x)
+        w, c, f, b, fwd = sharp_fragment(scene, n, y, x)
         sharp = f >= 0
         a = float(1.0)
         pc = pixel_centre(y, x, view.height, view.width)
         om = _vec8()
         sigma = look.sigma
         sp = blurred.pix_to_face
-        if wp.static(soft):
+        if wp.static(soft) or view.near > 0.0:
             outline_out.on[n, y, x] = 0
+        if wp.static(soft):
             if not sharp and sigma > 0.0:
                 prod = float(1.0)
                 for k in range(SOFT_SLOTS):
@@ -269,11 +270,22 @@ def _make_channels_adjoint(
         ndc = frame.ndc
         faces = surface.faces
         if sharp:
-            records_out.ndc[n, y, x] = slot_grads(
-                pc, ndc[faces[f, 0]], ndc[faces[f, 1]], ndc[faces[f, 2]], 1, 0,
-                exact_perspective_grad,
-                g_fwd, g_b, 0.0,
-            )  # fmt: skip
+            v0 = ndc[faces[f, 0]]
+            v1 = ndc[faces[f, 1]]
+            v2 = ndc[faces[f, 2]]
+            if wp.min(wp.min(v0[2], v1[2]), v2[2]) < view.near:
+                # a face the near plane cuts: its barycentrics through the generated
+                # adjoint of render.outline_kernel (mode 2, the exact perspective
+                # formula, whose denominator may be negative for such a face)
+                records_out.ndc[n, y, x] = wp.mat33(0.0)
+                outline_out.on[n, y, x] = 2
+                outline_out.verts[n, y, x] = wp.matrix_from_rows(v0, v1, v2)
+                outline_out.g_bary[n, y, x] = g_b
+                outline_out.g_depth[n, y, x] = g_fwd
+            else:
+                records_out.ndc[n, y, x] = slot_grads(
+                    pc, v0, v1, v2, 1, 0, exact_perspective_grad, g_fwd, g_b, 0.0
+                )
         if wp.static(soft):
             if not sharp:
                 # the outline point's part is added by the generated adjoint of

@@ -39,7 +39,13 @@ background (or the clear values): where one surface occludes another, the edge
 is hard and gives no gradient. ``antialias=True`` instead antialiases the hard
 colour (:mod:`warpraster.sim.antialias`): silhouette and occlusion edges alike
 give gradients, in the ``color`` channel only.
-Faces with a vertex behind the camera are dropped whole (no near-plane clipping).
+Near plane: faces cut by the plane at view depth ``near_clip`` are clipped there
+(split as PyTorch3D's rasterizer splits them: :mod:`warpraster.clip`), so a ground
+under the camera is drawn up to the plane; both backwards differentiate the part
+drawn (the deterministic one through the face's own perspective-correct
+barycentrics, valid for a vertex behind the camera too: ``render.cut_face_point``).
+Such faces get no soft outline or antialiasing (their edges stay hard).
+``near_clip=0`` drops every face with a vertex behind the camera instead.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
-from .. import RasterWorkspace, rasterize_meshes
+from .. import ClipWorkspace, RasterWorkspace, rasterize_meshes
 from ..backward.tape import active_tape
 from ..grad_buffers import clear_if_recording
 from ..settings import parse_image_size
@@ -127,7 +133,7 @@ class SensorFrame:
     points: wp.array
     ndc: wp.array
     vertex_normals: wp.array
-    workspace: RasterWorkspace
+    workspace: RasterWorkspace | ClipWorkspace
     soft_workspace: RasterWorkspace | None = None
     #: ``ndc``'s memory without a gradient (the deterministic backward's raster input).
     ndc_nograd: wp.array | None = None
@@ -210,6 +216,9 @@ class CameraSensor:
             and without ``--generated-backward`` times both). False: Warp's
             generated adjoints and the rasterizer's atomic backward (the last
             bits vary on a GPU).
+        near_clip: view depth of the near plane (> 0) faces are clipped at; 0 drops
+            the faces with a vertex behind the camera whole (default 1e-3: close to
+            a ray caster's, which draws all in front of the camera).
         exact_perspective_grad: True (default): the true derivative where the
             perspective denominator of the sharp (perspective-correct) pass is
             clamped; False: PyTorch3D's numbers there (see
@@ -258,6 +267,7 @@ class CameraSensor:
         material_grad: bool = False,
         grad_channels=None,
         deterministic: bool = True,
+        near_clip: float = 1.0e-3,
         exact_perspective_grad: bool = True,
     ):
         if not isinstance(geometry, SensorGeometry):
@@ -279,6 +289,13 @@ class CameraSensor:
                 "are alternatives; pass one of them"
             )
         self.antialias = antialias
+        try:
+            near = float(near_clip)
+        except (TypeError, ValueError):
+            raise TypeError(f"near_clip must be a number, got {near_clip!r}") from None
+        if not (math.isfinite(near) and near >= 0.0):
+            raise ValueError(f"near_clip must be finite and >= 0, got {near_clip!r}")
+        self.near_clip = near
         self.clear_color = _vec3(clear_color, "clear_color", unit_range=True)
         self.clear_depth = float(clear_depth)
         if math.isnan(self.clear_depth):
@@ -404,8 +421,8 @@ class CameraSensor:
 
         det = self.deterministic
 
-        def workspace(k=1):
-            return RasterWorkspace(
+        def workspace(k=1, clipped=False):
+            kw = dict(
                 num_meshes=self.num_images,
                 num_faces=self.faces.shape[0],
                 image_size=self.image_size,
@@ -414,6 +431,9 @@ class CameraSensor:
                 device=dev,
                 requires_grad=rg and not det,  # the deterministic backward needs none
             )
+            if clipped:
+                return ClipWorkspace(num_verts=self.proj_vertex.shape[0], **kw)
+            return RasterWorkspace(**kw)
 
         ndc = wp.zeros(self.proj_vertex.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg)
         ndc_nograd = None
@@ -433,7 +453,7 @@ class CameraSensor:
                 device=dev,
                 requires_grad=rg,
             ),
-            workspace=workspace(),
+            workspace=workspace(clipped=self.near_clip > 0.0),
             soft_workspace=workspace(SOFT_SLOTS) if self.silhouette_sigma > 0.0 else None,
             ndc_nograd=ndc_nograd,
             hard_color=img(wp.vec3, "color") if self.antialias else None,
@@ -667,7 +687,12 @@ class CameraSensor:
         tape.record_func(backward, arrays=arrays)
         self._recorded[frame] = (weakref.ref(tape), len(tape.launches) - 1, backward)
 
-    def _rasterize(self, out: SensorFrame, workspace: RasterWorkspace, blur_radius: float, k: int):
+    def _rasterize(self, out: SensorFrame, workspace, blur_radius: float, k: int):
+        """The sharp pass (clipped at the near plane when ``near_clip`` > 0) or the
+        blurred one (unclipped: a face the near plane cuts has no soft outline)."""
+        clip = {}
+        if isinstance(workspace, ClipWorkspace):
+            clip = dict(z_clip_value=self.near_clip)
         return rasterize_meshes(
             out.ndc if out.ndc_nograd is None else out.ndc_nograd,
             self.faces,
@@ -681,6 +706,7 @@ class CameraSensor:
             exact_perspective_grad=self.exact_perspective_grad,
             workspace=workspace,
             validate=False,
+            **clip,
         )
 
 

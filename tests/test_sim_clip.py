@@ -1,0 +1,162 @@
+"""CameraSensor near-plane clipping: a ground that reaches behind the camera against a
+float64 NumPy ray caster, and gradients through the cut faces against central
+differences (both backwards)."""
+
+import numpy as np
+import pytest
+import warp as wp
+from test_sim_sensor import _apply, _quat_matrix, _raycast
+
+import warpraster.sim as wsim
+
+H, W = 30, 40
+FOV = 0.9
+LIGHT = (-0.4, 0.3, -1.0)
+
+
+def _camera():
+    """Half a metre above the ground, looking ahead and down: the ground fills the
+    image and its two triangles reach behind the camera (both cut by the near plane)."""
+    return wsim.look_at_transform((0.2, -0.3, 0.5), (0.4, 0.5, 0.0))
+
+
+def _scene(box=True):
+    g = wsim.SensorGeometry()
+    pv, pf = wsim.plane_mesh(10.0, 10.0)  # 2 triangles, 20 m a side, centred below the camera
+    g.add_static_mesh(pv, pf, shape_index=2, color=(0.2, 0.5, 0.3))
+    tris = [np.asarray(pv, np.float64)[pf]]
+    if box:
+        bv, bf = wsim.box_mesh(0.2, 0.15, 0.1)
+        g.add_body_mesh(0, bv, bf, shape_index=7, color=(0.8, 0.3, 0.2))
+        tris.append(_apply(_BOX_POSE, np.asarray(bv, np.float64))[bf])
+    return g, np.concatenate(tris)
+
+
+_BOX_POSE = (0.35, 1.2, 0.1, *wp.quat_from_axis_angle(wp.vec3(0.0, 0.0, 1.0), 0.5))
+
+
+def _near_cut_edge(tris, cam_tf, near, px=0.02):
+    """Pixels within ``px`` pixels of an edge of the part of a triangle in front of
+    the near plane (float64 clipping in camera space, then projection)."""
+    tf = np.asarray(cam_tf, np.float64)
+    rot = _quat_matrix(tf[3:])
+    t = np.tan(FOV / 2)
+    ys, xs = np.mgrid[0:H, 0:W]
+    p = np.stack([xs, ys], -1).astype(float)
+    out = np.zeros((H, W), bool)
+    for tri in tris:
+        pc = (tri - tf[:3]) @ rot
+        poly = []
+        for i in range(3):
+            a, b = pc[i], pc[(i + 1) % 3]
+            za, zb = -a[2], -b[2]
+            if za >= near:
+                poly.append(a)
+            if (za >= near) != (zb >= near):
+                poly.append(a + (near - za) / (zb - za) * (b - a))
+        if len(poly) < 3:
+            continue
+        q = np.array(poly)
+        z = -q[:, 2]
+        uv = np.stack([(q[:, 0] / (z * 2 * t * W / H) + 0.5) * W - 0.5,
+                       (0.5 - q[:, 1] / (z * 2 * t)) * H - 0.5], 1)  # fmt: skip
+        for i in range(len(uv)):
+            a, b = uv[i], uv[(i + 1) % len(uv)]
+            ab = b - a
+            tt = np.clip(((p - a) @ ab) / max(ab @ ab, 1e-30), 0, 1)
+            out |= np.linalg.norm(p - (a + tt[..., None] * ab), axis=-1) < px
+    return out
+
+
+def test_ground_behind_the_camera_matches_a_float64_ray_caster():
+    g, tris = _scene()
+    cam = _camera()
+    args = dict(
+        camera_transforms=wp.array([[cam]], dtype=wp.transform, device="cpu"),
+        camera_fovs=wp.array([FOV], dtype=wp.float32, device="cpu"),
+        body_q=wp.array([_BOX_POSE], dtype=wp.transform, device="cpu"),
+    )
+    sensor = wsim.CameraSensor(g, image_size=(H, W), device="cpu", light_direction=LIGHT)
+    assert sensor.near_clip > 0.0  # the default clips
+    out = sensor.update(**args).numpy()
+    shape_of = np.array([0, 0] + [1] * (len(tris) - 2))
+    colors = g.shape_colors().astype(np.float64)
+    face, depth, fwd, nrm, col, margin = _raycast(tris, shape_of, colors, np.array(cam), FOV, H,
+                                                  W, LIGHT)  # fmt: skip
+    # every hit of the ray caster is beyond the near plane (1 mm): the plane only
+    # removes what lies behind the camera, as the ray caster's t > 0 does
+    assert fwd[face >= 0].min() > 0.1
+    sure = ((face < 0) | (margin > 1e-3)) & ~_near_cut_edge(tris, cam, sensor.near_clip)
+    assert sure.mean() > 0.8
+    ids = np.array([2, 2] + [7] * (len(tris) - 2))
+    want_id = np.where(face >= 0, ids[np.maximum(face, 0)], 0xFFFFFFFF)
+    np.testing.assert_array_equal(out["shape_index"][0, 0][sure], want_id[sure])
+    ground = sure & (face >= 0) & (face < 2)
+    assert ground.sum() > 0.5 * H * W  # the cut ground fills most of the image
+    # float32 projection and barycentrics of the cut faces' parts: ~1e-6 relative;
+    # 1e-4 as the unclipped ray-caster test allows (grazing ground far away)
+    np.testing.assert_allclose(out["depth"][0, 0][sure], depth[sure], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out["forward_depth"][0, 0][sure], fwd[sure], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out["normal"][0, 0][sure], nrm[sure], atol=1e-5)
+    np.testing.assert_allclose(out["color"][0, 0][sure], col[sure], atol=1e-5)
+
+    # without the near plane the ground's triangles (a vertex behind the camera) are
+    # dropped whole: the case the clipping is for
+    unclipped = wsim.CameraSensor(g, image_size=(H, W), device="cpu", light_direction=LIGHT,
+                                  near_clip=0.0).update(**args).numpy()  # fmt: skip
+    assert (unclipped["shape_index"][0, 0][ground] == 2).sum() == 0
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "generated"])
+def test_gradients_through_cut_faces_match_central_differences(deterministic):
+    """Depth and colour losses of the cut ground alone (it fills the image: no outline
+    in view): gradients of the camera's height and rotation and of the field of view
+    against central differences."""
+    g, _ = _scene(box=False)
+    sensor = wsim.CameraSensor(g, image_size=(H, W), device="cpu", light_direction=LIGHT,
+                               deterministic=deterministic, requires_grad=True)  # fmt: skip
+    cam_q = wp.array([[_camera()]], dtype=wp.transform, device="cpu", requires_grad=True)
+    fovs = wp.array([FOV], dtype=wp.float32, device="cpu", requires_grad=True)
+    loss = wp.zeros(1, dtype=float, device="cpu", requires_grad=True)
+    rng = np.random.default_rng(1)
+    tgt_d = wp.array(rng.uniform(0.5, 3.0, (1, 1, H, W)), dtype=float, device="cpu")
+    tgt_c = wp.array(rng.uniform(0, 1, (1, 1, H, W, 3)), dtype=wp.vec3, device="cpu")
+
+    def forward():
+        loss.zero_()
+        out = sensor.update(camera_transforms=cam_q, camera_fovs=fovs)
+        wsim.image_loss(out.depth, tgt_d, loss, weight=1e-3)
+        wsim.image_loss(out.forward_depth, tgt_d, loss, weight=1e-3)
+        wsim.image_loss(out.color, tgt_c, loss, weight=1e-3)
+
+    tape = wp.Tape()
+    with tape:
+        out = forward()
+    out = sensor.frames[0]
+    assert (out.alpha.numpy() == 1.0).all()  # the ground covers every pixel
+    tape.backward(loss)
+    grads = {id(cam_q): cam_q.grad.numpy().copy().view(np.float32).reshape(-1),
+             id(fovs): fovs.grad.numpy().copy()}  # fmt: skip
+    tape.reset()
+    # (a uniform ground much larger than the view: moving the camera along it changes
+    # nothing, so its x and y translation gradients are ~0; the height, the rotation
+    # and the field of view are what the cut faces' pixels respond to)
+    for arr, i in [(cam_q, 2), (cam_q, 3), (cam_q, 4), (cam_q, 5), (fovs, 0)]:
+        host = arr.numpy().copy()
+        flat = host.view(np.float32).reshape(-1)
+        vals = []
+        h = 1e-3
+        for sign in (1, -1):
+            pert = flat.copy()
+            pert[i] += sign * h
+            arr.assign(pert.view(host.dtype).reshape(host.shape))
+            forward()
+            vals.append(float(loss.numpy()[0]))
+        arr.assign(host)
+        fd = (vals[0] - vals[1]) / (2 * h)
+        g = float(grads[id(arr)][i])
+        assert abs(fd) > 1e-3, (i, fd)
+        # no outline in view: the losses are smooth in the camera; steps of 1e-3
+        # (m, rad) leave the quadratic terms at ~1e-3 relative, the float32 loss
+        # (~10, ulp 1e-6) adds ~1e-3 / 2e-3 ~ 5e-4 in the quotient: 1%
+        assert abs(g - fd) <= 0.01 * abs(fd), (i, g, fd)
