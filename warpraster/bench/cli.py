@@ -118,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--size", type=int, default=128, help="image size (square)")
     s.add_argument("--newton", action="store_true", help="also time Newton's SensorTiledCamera")
     s.add_argument(
+        "--near-clip",
+        type=float,
+        default=None,
+        help="the sensor's near_clip (default: the sensor's default; 0: no clipping)",
+    )
+    s.add_argument(
         "--generated-backward",
         action="store_true",
         help="Warp's generated adjoints instead of the deterministic backward",

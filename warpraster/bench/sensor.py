@@ -59,10 +59,12 @@ def _timed(fn, runs: int, device) -> float:
 
 
 def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
-                 deterministic=True, profile=False, fused_loss=False) -> dict:  # fmt: skip
+                 deterministic=True, profile=False, fused_loss=False,
+                 near_clip=None) -> dict:  # fmt: skip
     """Times the sensor scene; ``fused_loss``: the loss is :func:`frame_loss` (its
     gradient computed inside the sensor's backward, no channel gradient buffers)
-    instead of two :func:`image_loss` calls."""
+    instead of two :func:`image_loss` calls; ``near_clip``: the sensor's (None: its
+    default)."""
     device = wp.get_device(device)
     verts, faces, bodies, cams = _scene(worlds, cameras)
     geo = SensorGeometry()
@@ -72,7 +74,8 @@ def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
                           light_direction=(-0.577, 0.577, -0.577), device=device,
                           requires_grad=True,
                           grad_channels=() if fused_loss else ("color", "depth"),
-                          deterministic=deterministic)  # fmt: skip
+                          deterministic=deterministic,
+                          **({} if near_clip is None else {"near_clip": near_clip}))  # fmt: skip
     body_q = wp.array(bodies, dtype=wp.transform, device=device, requires_grad=True)
     cam_q = wp.array([[c] * worlds for c in cams], dtype=wp.transform, device=device)
     fovs = wp.array([0.8] * cameras, dtype=wp.float32, device=device)
@@ -183,7 +186,8 @@ def run(args, argv: list[str]) -> int:
     kw = dict(worlds=args.worlds, cameras=args.cameras, size=args.size, runs=args.runs,
               device=args.device)  # fmt: skip
     rows = [bench_sensor(**kw, deterministic=not args.generated_backward, profile=args.profile,
-                         fused_loss=fused) for fused in (False, True)]  # fmt: skip
+                         fused_loss=fused, near_clip=args.near_clip)
+            for fused in (False, True)]  # fmt: skip
     if args.newton:
         rows.append(bench_newton(**kw))
     device = wp.get_device(args.device)
