@@ -14,8 +14,11 @@ slot (n, y, x, k) of the fragments, :func:`sample_atlas` writes
   (``displayOpacity``) for a face without one;
 
 which the pixel kernel reads as its texels (``TexelSource.PIXEL``) and
-per-slot opacity (``slot_alpha``). UV convention: v = 0 is the bottom row of a
-texture (USD's ``st``); row 0 of the stored texels is the top.
+per-slot opacity (``slot_alpha``). The formula is
+:func:`~warpraster.shading.material_table.face_albedo` on the atlas's
+:class:`~warpraster.shading.material_table.MaterialTable` (the camera sensor's
+kernels call it too). UV convention: v = 0 is the bottom row of a texture
+(USD's ``st``); row 0 of the stored texels is the top.
 
 The kernel is loop-free (one thread per slot), so Warp's generated adjoint is
 right: on a ``wp.Tape`` gradients reach the texels (each slot's four bilinear
@@ -26,76 +29,15 @@ colour).
 
 from __future__ import annotations
 
-from enum import IntEnum
-
 import numpy as np
 import warp as wp
+
+from ..grad_buffers import note_on_tape
+from .material_table import MaterialTable, TextureWrap, face_albedo, material_table
 
 wp.set_module_options({"fuse_fp": False})
 
 __all__ = ["Atlas", "TextureWrap", "sample_atlas"]
-
-
-class TextureWrap(IntEnum):
-    """How a texel index outside the image is read (``UsdUVTexture`` ``wrapS``/``wrapT``)."""
-
-    REPEAT = 0
-    CLAMP = 1
-    MIRROR = 2
-    BLACK = 3  # outside reads (0, 0, 0, 1)
-
-
-@wp.func
-def _wrap(i: int, n: int, mode: int) -> int:
-    """Texel index ``i`` wrapped into [0, n) (-1 for BLACK outside)."""
-    if mode == TextureWrap.CLAMP:
-        return wp.clamp(i, 0, n - 1)
-    if mode == TextureWrap.MIRROR:
-        p = ((i % (2 * n)) + 2 * n) % (2 * n)
-        if p >= n:
-            p = 2 * n - 1 - p
-        return p
-    if mode == TextureWrap.BLACK:
-        if i < 0 or i >= n:
-            return -1
-        return i
-    return ((i % n) + n) % n
-
-
-@wp.func
-def _texel(texels: wp.array(dtype=wp.vec4), base: int, w: int, ix: int, iy: int) -> wp.vec4:
-    if ix < 0 or iy < 0:
-        return wp.vec4(0.0, 0.0, 0.0, 1.0)
-    return texels[base + iy * w + ix]
-
-
-@wp.func
-def bilinear(texels: wp.array(dtype=wp.vec4), info: wp.vec4i, uv: wp.vec2) -> wp.vec4:
-    """Bilinear sample; ``info`` = (first texel, width, height, wrap_s * 4 + wrap_t).
-
-    v = 0 is the bottom row of the image (USD's ``st`` convention).
-    """
-    w = info[1]
-    h = info[2]
-    ws = info[3] // 4
-    wt = info[3] % 4
-    x = uv[0] * float(w) - 0.5
-    y = (1.0 - uv[1]) * float(h) - 0.5
-    x0 = wp.floor(x)
-    y0 = wp.floor(y)
-    fx = x - x0
-    fy = y - y0
-    ix0 = _wrap(int(x0), w, ws)
-    ix1 = _wrap(int(x0) + 1, w, ws)
-    iy0 = _wrap(int(y0), h, wt)
-    iy1 = _wrap(int(y0) + 1, h, wt)
-    c00 = _texel(texels, info[0], w, ix0, iy0)
-    c10 = _texel(texels, info[0], w, ix1, iy0)
-    c01 = _texel(texels, info[0], w, ix0, iy1)
-    c11 = _texel(texels, info[0], w, ix1, iy1)
-    top = c00 * (1.0 - fx) + c10 * fx
-    bottom = c01 * (1.0 - fx) + c11 * fx
-    return top * (1.0 - fy) + bottom * fy
 
 
 @wp.kernel
@@ -107,13 +49,8 @@ def _sample_atlas_kernel(
     face_material: wp.array(dtype=wp.int32),
     corner_uv: wp.array2d(dtype=wp.vec2),
     corner_color: wp.array2d(dtype=wp.vec4),
-    # Materials in, (M,) each:
-    diffuse: wp.array(dtype=wp.vec3),
-    opacity: wp.array(dtype=wp.float32),
-    texture: wp.array(dtype=wp.vec4i),
-    tex_scale: wp.array(dtype=wp.vec4),
-    tex_bias: wp.array(dtype=wp.vec4),
-    texels: wp.array(dtype=wp.vec4),
+    # Materials in:
+    table: MaterialTable,
     # Data out, (N, H, W, K):
     albedo_out: wp.array4d(dtype=wp.vec3),
     opacity_out: wp.array4d(dtype=wp.float32),
@@ -124,25 +61,9 @@ def _sample_atlas_kernel(
         albedo_out[n, y, x, k] = wp.vec3(0.0)
         opacity_out[n, y, x, k] = 0.0
         return
-    b = bary_coords[n, y, x, k]
-    m = face_material[f]
-    if m < 0:
-        col = b[0] * corner_color[f, 0] + b[1] * corner_color[f, 1] + b[2] * corner_color[f, 2]
-        albedo_out[n, y, x, k] = wp.vec3(col[0], col[1], col[2])
-        opacity_out[n, y, x, k] = col[3]
-        return
-    kd = diffuse[m]
-    info = texture[m]
-    if info[1] > 0:
-        uv = b[0] * corner_uv[f, 0] + b[1] * corner_uv[f, 1] + b[2] * corner_uv[f, 2]
-        t = bilinear(texels, info, uv)
-        sc = tex_scale[m]
-        bi = tex_bias[m]
-        kd = wp.cw_mul(
-            kd, wp.vec3(t[0] * sc[0] + bi[0], t[1] * sc[1] + bi[1], t[2] * sc[2] + bi[2])
-        )
-    albedo_out[n, y, x, k] = kd
-    opacity_out[n, y, x, k] = opacity[m]
+    c = face_albedo(table, face_material[f], corner_uv, corner_color, f, bary_coords[n, y, x, k])
+    albedo_out[n, y, x, k] = wp.vec3(c[0], c[1], c[2])
+    opacity_out[n, y, x, k] = c[3]
 
 
 class Atlas:
@@ -162,6 +83,8 @@ class Atlas:
             float32, (T,) ``vec4``; texel 0 is a black one no texture uses).
         texture, tex_scale, tex_bias: (M,) per-material texture info
             ((first texel, w, h, wrap_s * 4 + wrap_t), width 0 for none), scale, bias.
+        table: these arrays as one kernel argument
+            (:class:`~warpraster.shading.material_table.MaterialTable`).
     """
 
     def __init__(self, *, diffuse, opacity, textures, device=None, requires_grad: bool = False):
@@ -197,6 +120,7 @@ class Atlas:
         self.texture = wp.array(info, dtype=wp.vec4i, device=d)
         self.tex_scale = wp.array(scale, dtype=wp.vec4, device=d)
         self.tex_bias = wp.array(bias, dtype=wp.vec4, device=d)
+        self.table = material_table(self)
 
     def texel_range(self, material: int) -> tuple[int, int, int]:
         """(first texel, width, height) of a material's texture (width 0: none)."""
@@ -223,6 +147,8 @@ def sample_atlas(
         atlas: the :class:`Atlas`.
         albedo_out: (N, H, W, K) ``vec3``; opacity_out: (N, H, W, K) float32.
     """
+    # the table's arrays reach the kernel inside a struct: tape.zero() must know them
+    note_on_tape(atlas.diffuse, atlas.opacity, atlas.texels)
     wp.launch(
         _sample_atlas_kernel,
         dim=fragments.pix_to_face.shape,
@@ -232,12 +158,7 @@ def sample_atlas(
             face_material,
             corner_uv,
             corner_color,
-            atlas.diffuse,
-            atlas.opacity,
-            atlas.texture,
-            atlas.tex_scale,
-            atlas.tex_bias,
-            atlas.texels,
+            atlas.table,
         ],
         outputs=[albedo_out, opacity_out],
         device=albedo_out.device,

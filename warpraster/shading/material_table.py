@@ -1,14 +1,18 @@
-"""A material table with its texture atlas as one kernel argument, and a face's albedo.
+"""The texture formula of a material table and a face's albedo, on the device.
 
 :class:`MaterialTable` is the :class:`~warpraster.shading.atlas.Atlas` (diffuse
 colours, opacities, per-material texture info and the texel atlas) packed as a
 Warp struct, so a kernel that shades per face reads every material through one
-argument. :func:`face_albedo` is the albedo and opacity of a point of a face: its
+argument. A texture is read bilinearly with its own wrap modes
+(:class:`TextureWrap`): :func:`texel_taps` finds the four taps and their
+weights, :func:`bilinear` blends them (the one home of that formula).
+:func:`face_albedo` is the albedo and opacity of a point of a face: its
 material's diffuse colour times the material's texture at the point's
-interpolated UV (``texel * scale + bias``, bilinear with the material's wrap
-modes: :func:`~warpraster.shading.atlas.bilinear`, the one home of that formula),
-or the diffuse colour alone for an untextured material, and the material's
-opacity; a face without a material (-1) takes its interpolated corner colour.
+interpolated UV (``texel * scale + bias``), or the diffuse colour alone for an
+untextured material, and the material's opacity; a face without a material (-1)
+takes its interpolated corner colour. The stage's per-slot kernel
+(:func:`~warpraster.shading.atlas.sample_atlas`, Warp's generated adjoint) and
+the sensor's kernels call it.
 :func:`face_albedo_adjoint` is its hand-written derivative for adjoints written
 by hand (the sensor's deterministic backward): the gradients of the diffuse row, of the
 barycentrics (through the UV) and, for texel gradients, the four taps and their
@@ -21,13 +25,106 @@ is the bottom row); across cell borders it jumps, as any bilinear lookup's does.
 
 from __future__ import annotations
 
-import warp as wp
+from enum import IntEnum
 
-from .atlas import _wrap, bilinear
+import warp as wp
 
 wp.set_module_options({"fuse_fp": False})
 
-__all__ = ["MaterialTable", "face_albedo", "face_albedo_adjoint", "material_table", "texel_taps"]
+__all__ = [
+    "MaterialTable",
+    "TextureWrap",
+    "bilinear",
+    "face_albedo",
+    "face_albedo_adjoint",
+    "material_table",
+    "texel_taps",
+]
+
+
+class TextureWrap(IntEnum):
+    """How a texel index outside the image is read (``UsdUVTexture`` ``wrapS``/``wrapT``)."""
+
+    REPEAT = 0
+    CLAMP = 1
+    MIRROR = 2
+    BLACK = 3  # outside reads (0, 0, 0, 1)
+
+
+@wp.func
+def _wrap(i: int, n: int, mode: int) -> int:
+    """Texel index ``i`` wrapped into [0, n) (-1 for BLACK outside)."""
+    if mode == TextureWrap.CLAMP:
+        return wp.clamp(i, 0, n - 1)
+    if mode == TextureWrap.MIRROR:
+        p = ((i % (2 * n)) + 2 * n) % (2 * n)
+        if p >= n:
+            p = 2 * n - 1 - p
+        return p
+    if mode == TextureWrap.BLACK:
+        if i < 0 or i >= n:
+            return -1
+        return i
+    return ((i % n) + n) % n
+
+
+@wp.func
+def texel_taps(info: wp.vec4i, uv: wp.vec2):
+    """The bilinear lookup of ``uv`` in the texture ``info`` = (first texel, width,
+    height, wrap_s * 4 + wrap_t), v = 0 the bottom row of the image (USD's ``st``):
+    (texel indices of the taps c00, c10, c01, c11 (-1: outside, a BLACK border),
+    their weights, fx, fy)."""
+    w = info[1]
+    h = info[2]
+    x = uv[0] * float(w) - 0.5
+    y = (1.0 - uv[1]) * float(h) - 0.5
+    x0 = wp.floor(x)
+    y0 = wp.floor(y)
+    fx = x - x0
+    fy = y - y0
+    ws = info[3] // 4
+    wt = info[3] % 4
+    ix0 = _wrap(int(x0), w, ws)
+    ix1 = _wrap(int(x0) + 1, w, ws)
+    iy0 = _wrap(int(y0), h, wt)
+    iy1 = _wrap(int(y0) + 1, h, wt)
+    idx = wp.vec4i(
+        _tap(info[0], w, ix0, iy0),
+        _tap(info[0], w, ix1, iy0),
+        _tap(info[0], w, ix0, iy1),
+        _tap(info[0], w, ix1, iy1),
+    )
+    wgt = wp.vec4((1.0 - fx) * (1.0 - fy), fx * (1.0 - fy), (1.0 - fx) * fy, fx * fy)
+    return idx, wgt, fx, fy
+
+
+@wp.func
+def _tap(base: int, w: int, ix: int, iy: int) -> int:
+    if ix < 0 or iy < 0:
+        return -1
+    return base + iy * w + ix
+
+
+@wp.func
+def _texel_at(texels: wp.array(dtype=wp.vec4), i: int) -> wp.vec4:
+    """Texel ``i`` of the atlas; (0, 0, 0, 1) for -1 (a BLACK border)."""
+    if i < 0:
+        return wp.vec4(0.0, 0.0, 0.0, 1.0)
+    return texels[i]
+
+
+@wp.func
+def _lerp(a: wp.vec4, b: wp.vec4, t: float) -> wp.vec4:
+    return a * (1.0 - t) + b * t
+
+
+@wp.func
+def bilinear(texels: wp.array(dtype=wp.vec4), info: wp.vec4i, uv: wp.vec2) -> wp.vec4:
+    """Bilinear sample of ``uv`` in the texture ``info`` (see :func:`texel_taps`)."""
+    idx, _wgt, fx, fy = texel_taps(info, uv)
+    top = _lerp(_texel_at(texels, idx[0]), _texel_at(texels, idx[1]), fx)
+    bottom = _lerp(_texel_at(texels, idx[2]), _texel_at(texels, idx[3]), fx)
+    return _lerp(top, bottom, fy)
 
 
 @wp.struct
@@ -90,41 +187,6 @@ def face_albedo(
 
 
 @wp.func
-def texel_taps(info: wp.vec4i, uv: wp.vec2):
-    """The bilinear lookup of ``uv`` in the texture ``info``: (texel indices of the
-    taps c00, c10, c01, c11 (-1: outside, a BLACK border), their weights, fx, fy)."""
-    w = info[1]
-    h = info[2]
-    x = uv[0] * float(w) - 0.5
-    y = (1.0 - uv[1]) * float(h) - 0.5
-    x0 = wp.floor(x)
-    y0 = wp.floor(y)
-    fx = x - x0
-    fy = y - y0
-    ws = info[3] // 4
-    wt = info[3] % 4
-    ix0 = _wrap(int(x0), w, ws)
-    ix1 = _wrap(int(x0) + 1, w, ws)
-    iy0 = _wrap(int(y0), h, wt)
-    iy1 = _wrap(int(y0) + 1, h, wt)
-    idx = wp.vec4i(
-        _tap(info[0], w, ix0, iy0),
-        _tap(info[0], w, ix1, iy0),
-        _tap(info[0], w, ix0, iy1),
-        _tap(info[0], w, ix1, iy1),
-    )
-    wgt = wp.vec4((1.0 - fx) * (1.0 - fy), fx * (1.0 - fy), (1.0 - fx) * fy, fx * fy)
-    return idx, wgt, fx, fy
-
-
-@wp.func
-def _tap(base: int, w: int, ix: int, iy: int) -> int:
-    if ix < 0 or iy < 0:
-        return -1
-    return base + iy * w + ix
-
-
-@wp.func
 def face_albedo_adjoint(
     table: MaterialTable,
     m: int,
@@ -161,12 +223,12 @@ def face_albedo_adjoint(
     c10 = _texel_at(texels, idx[1])
     c01 = _texel_at(texels, idx[2])
     c11 = _texel_at(texels, idx[3])
-    top = c00 * (1.0 - fx) + c10 * fx
-    bottom = c01 * (1.0 - fx) + c11 * fx
-    t = top * (1.0 - fy) + bottom * fy
+    top = _lerp(c00, c10, fx)
+    bottom = _lerp(c01, c11, fx)
+    t = _lerp(top, bottom, fy)
     g_kd = wp.cw_mul(g, _scaled(t, sc, bi))
     g_t = wp.cw_mul(wp.cw_mul(g, kd), wp.vec3(sc[0], sc[1], sc[2]))
-    d_fx = (c10 - c00) * (1.0 - fy) + (c11 - c01) * fy
+    d_fx = _lerp(c10 - c00, c11 - c01, fy)
     d_fy = bottom - top
     g_u = float(info[1]) * (g_t[0] * d_fx[0] + g_t[1] * d_fx[1] + g_t[2] * d_fx[2])
     g_v = -float(info[2]) * (g_t[0] * d_fy[0] + g_t[1] * d_fy[1] + g_t[2] * d_fy[2])
@@ -175,11 +237,3 @@ def face_albedo_adjoint(
         wp.dot(g_uv, corner_uv[f, 0]), wp.dot(g_uv, corner_uv[f, 1]), wp.dot(g_uv, corner_uv[f, 2])
     )
     return g_kd, g_b, g_t
-
-
-@wp.func
-def _texel_at(texels: wp.array(dtype=wp.vec4), i: int) -> wp.vec4:
-    """Texel ``i`` of the atlas; (0, 0, 0, 1) for -1 (a BLACK border), as ``atlas._texel``."""
-    if i < 0:
-        return wp.vec4(0.0, 0.0, 0.0, 1.0)
-    return texels[i]

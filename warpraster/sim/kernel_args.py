@@ -23,7 +23,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..backward.sorted import SegmentEntries
-from ..shading.material_table import MaterialTable, material_table
+from ..shading.material_table import MaterialTable
 from ..shading.pixel_args import PixelFragments, pixel_fragments
 
 
@@ -302,7 +302,7 @@ def sensor_structs(sensor) -> tuple[VertexSources, View, Surface, Look]:
         Look, sigma=sensor.silhouette_sigma, ambient=int(sensor.ambient), up=sensor.up, sky=sky,
         ground=ground, ambient_intensity=ambient_intensity, clear_color=sensor.clear_color,
         clear_depth=sensor.clear_depth, smooth=int(sensor.smooth_normals), materials=materials,
-        table=material_table(sensor.atlas),
+        table=sensor.atlas.table,
     )  # fmt: skip
     return sources, view, surface, look
 
