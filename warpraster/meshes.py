@@ -1,9 +1,11 @@
 """Packed heterogeneous mesh batches: conversion and validation of rasterizer inputs.
 
-Everything here runs on the host before any kernel is launched. Checks that need
-to read device data (face index range, offsets that add up) only run when
-``validate=True``; a graph-captured render loop validates its static topology
-once at set-up and then calls with ``validate=False``.
+Everything here runs on the host before any kernel is launched, but for what
+kernels read and write of a batch: :class:`MeshArrays` and
+:func:`store_face_or_point`. Checks that need to read device data (face index
+range, offsets that add up) only run when ``validate=True``; a graph-captured
+render loop validates its static topology once at set-up and then calls with
+``validate=False``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,22 @@ def mesh_arrays(verts: wp.array | None, faces: wp.array, mesh_first: wp.array | 
     arrays.mesh_first = wp.empty(0, dtype=wp.int32, device=d) if mesh_first is None else mesh_first
     arrays.mesh_count = wp.empty(0, dtype=wp.int32, device=d) if mesh_count is None else mesh_count
     return arrays
+
+
+@wp.func
+def store_face_or_point(faces_out: wp.array2d(dtype=wp.int32), f: int, a: int, b: int, c: int,
+                        keep: bool):  # fmt: skip
+    """Writes face ``f`` as (a, b, c), or, unless ``keep``, collapsed to its first
+    corner (a, a, a): a point, which the rasterizer never draws (kernels that take
+    faces out of a draw without changing the face count)."""
+    if keep:
+        faces_out[f, 0] = a
+        faces_out[f, 1] = b
+        faces_out[f, 2] = c
+    else:
+        faces_out[f, 0] = a
+        faces_out[f, 1] = a
+        faces_out[f, 2] = a
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ import warp as wp
 
 from ..antialiasing import Antialias, AntialiasTopology
 from ..geometry import EPS, finite_vec3
+from ..meshes import store_face_or_point
 
 __all__ = ["FrameAntialias", "sensor_topology"]
 
@@ -75,12 +76,7 @@ def _guard_faces(
         if o >= 0:
             if not _projectable(ndc[o]):
                 keep = False
-    if not keep:
-        b = a
-        c = a
-    faces_out[f, 0] = a
-    faces_out[f, 1] = b
-    faces_out[f, 2] = c
+    store_face_or_point(faces_out, f, a, b, c, keep)
 
 
 def sensor_topology(sensor) -> AntialiasTopology:

@@ -36,6 +36,7 @@ import numpy as np
 import warp as wp
 
 from ..antialiasing import Antialias, AntialiasTopology, edge_opposites
+from ..meshes import store_face_or_point
 
 __all__ = ["StageAntialias"]
 
@@ -68,12 +69,7 @@ def _guard_near_faces(
             if o >= 0:
                 if verts_ndc[o][2] < z_clip:
                     near = True
-    if near:
-        b = a
-        c = a
-    faces_out[f, 0] = a
-    faces_out[f, 1] = b
-    faces_out[f, 2] = c
+    store_face_or_point(faces_out, f, a, b, c, not near)
 
 
 class StageAntialias:

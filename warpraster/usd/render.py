@@ -47,6 +47,7 @@ import numpy as np
 import warp as wp
 
 from ..grad_buffers import clear_if_recording
+from ..meshes import store_face_or_point
 from ..shading.atlas import Atlas, TextureWrap, sample_atlas
 from ..shading.corner_tables import gather_corner_tables, place_points
 from ..shading.fused import launch_shade_blend, new_inputs
@@ -328,14 +329,7 @@ def _cull_back_faces(
         if orthographic != 0:
             toward_camera = -view[1]
         keep = wp.dot(normal, toward_camera) >= 0.0  # edge-on: no area on screen either way
-    if keep:
-        faces_out[f, 0] = a
-        faces_out[f, 1] = b
-        faces_out[f, 2] = c
-    else:
-        faces_out[f, 0] = a
-        faces_out[f, 1] = a
-        faces_out[f, 2] = a
+    store_face_or_point(faces_out, f, a, b, c, keep)
 
 
 class StageRenderer:
