@@ -244,11 +244,16 @@ def _check_out(out, name: str, shape: tuple[int, ...], d: int, device) -> wp.arr
     return out
 
 
-def max_face(pix_to_face, p2f: wp.array) -> int:
-    """The largest face index of ``pix_to_face`` (-1 when none): from the NumPy input
-    itself, else read back from its Warp array ``p2f``."""
-    host = pix_to_face if not isinstance(pix_to_face, wp.array) else p2f.numpy()
-    return int(np.asarray(host).max(initial=-1))
+def check_pix_to_face(p2f: wp.array, num_faces: int, name: str, host=None) -> None:
+    """Raises ValueError unless every face index of the fragments ``p2f`` is below
+    ``num_faces`` (the rows of ``name``): read from ``host``, the caller's NumPy
+    ``pix_to_face``, when given, else back from ``p2f`` (a host read: only where the
+    caller asked for ``validate``)."""
+    if host is None or isinstance(host, wp.array):
+        host = p2f.numpy()
+    mx = int(np.asarray(host).max(initial=-1))
+    if mx >= num_faces:
+        raise ValueError(f"pix_to_face holds face {mx}, but {name} has {num_faces} faces")
 
 
 def check_face_range(faces: wp.array, n_rows: int, name: str, rows: str):
@@ -456,11 +461,7 @@ def interpolate_face_attributes(
     if d < 1:
         raise ValueError("face_attributes must have D >= 1 channels")
     if validate or not isinstance(pix_to_face, wp.array):
-        mx = int(max_face(pix_to_face, p2f))
-        if mx >= fa.shape[0]:
-            raise ValueError(
-                f"pix_to_face holds face {mx}, but face_attributes has {fa.shape[0]} faces"
-            )
+        check_pix_to_face(p2f, fa.shape[0], "face_attributes", pix_to_face)
     shape = tuple(p2f.shape)
     rg = bool(fa.requires_grad or bary.requires_grad)
     values = alloc_vector_out(out, "out", shape, d, device, rg)
@@ -532,9 +533,7 @@ def interpolate_vertex_attributes(
     elif ndc_faces is not None:
         raise ValueError("ndc_faces is only used with verts_ndc")
     if validate or not isinstance(pix_to_face, wp.array):
-        mx = int(max_face(pix_to_face, p2f))
-        if mx >= fcs.shape[0]:
-            raise ValueError(f"pix_to_face holds face {mx}, but faces has {fcs.shape[0]} faces")
+        check_pix_to_face(p2f, fcs.shape[0], "faces", pix_to_face)
     if validate:
         check_face_range(fcs, attrs.shape[0], "faces", "attribute rows")
         if vn is not None:

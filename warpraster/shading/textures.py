@@ -47,6 +47,7 @@ from .interpolate import (
     as_float_array,
     as_fragment_arrays,
     check_face_range,
+    check_pix_to_face,
     float_view,
     interpolate_vertex_attributes,
     slot_channel,
@@ -200,14 +201,6 @@ def row_count(x) -> int:
     """Rows of an array-like (Warp, NumPy or a sequence) without reading its values."""
     shape = getattr(x, "shape", None)
     return int(shape[0]) if shape is not None and len(shape) else len(x)
-
-
-def check_pix_to_face(p2f: wp.array, num_faces: int, rows: str) -> None:
-    """Raises ValueError unless the face indices of ``p2f`` are < ``num_faces`` (a host
-    read of the fragments: only where the caller asked for ``validate``)."""
-    mx = int(p2f.numpy().max(initial=-1))
-    if mx >= num_faces:
-        raise ValueError(f"pix_to_face holds face {mx}, but {rows} has {num_faces} rows")
 
 
 class SlotTextures:
