@@ -60,9 +60,9 @@ class Surface:
     """The packed faces (F,): ``faces`` index projected vertices,
     ``face_vertices`` the same corners as sensor vertices; ``face_shape`` the
     shape of each face, ``shape_index`` (S,) each shape's output index;
-    ``face_source`` its row among the sensor's own triangles (F_s,), whose
-    ``face_material`` is the row of the material table (-1: the corner colours),
-    ``corner_uv`` / ``corner_color`` (F_s, 3) the corners' texture coordinates and
+    ``face_material`` its row of the material table (-1: its corner colours),
+    ``face_source`` its row among the sensor's own triangles (F_s,), the rows of
+    ``corner_uv`` / ``corner_color`` (F_s, 3), the corners' texture coordinates and
     colours."""
 
     faces: wp.array2d(dtype=wp.int32)

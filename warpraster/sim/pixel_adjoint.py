@@ -104,7 +104,7 @@ def _no_taps(taps: TexelTaps, i: int):
 def _make_channels_adjoint(
     soft: bool, smooth_normals: bool, textured: bool, max_registers: int | None = None
 ):
-    """The adjoint of ``render.CHANNEL_KERNELS[soft]`` (the same inputs), per pixel;
+    """The adjoint of ``render.CHANNEL_KERNELS[soft, textured]`` (the same inputs), per pixel;
     ``smooth_normals`` compiled in (the ``smooth`` argument is then ignored), so
     each variant keeps only its own registers; ``textured``: an albedo that varies
     over a face (a texture or corner colours), with its gradients (to the
@@ -194,8 +194,10 @@ def _make_channels_adjoint(
             nrm = wp.normalize(s_raw)
         mat = look.materials
         fs = surface.face_source[f]
-        fm = surface.face_material[fs]
-        albedo = surface_albedo(surface, look, f, b)
+        fm = surface.face_material[f]
+        albedo = look.table.diffuse[fm]
+        if wp.static(textured):
+            albedo = surface_albedo(surface, look, f, b)
         amb = wp.vec3(0.0)
         if look.ambient != 0:
             amb = ambient_light(look, nrm)

@@ -163,7 +163,7 @@ def material_reduce_kernel(
         f = records.face[0, 0, i]
         if f >= 0:
             if s < num_rows:
-                if surface.face_material[surface.face_source[f]] == s:
+                if surface.face_material[f] == s:
                     g = records.albedo[0, 0, i]
                     acc = acc + wp.vec4(g[0], g[1], g[2], 0.0)
             else:

@@ -377,17 +377,19 @@ def face_points(surface: Surface, points: wp.array(dtype=wp.vec3), f: int):
 
 @wp.func
 def surface_albedo(surface: Surface, look: Look, f: int, b: wp.vec3) -> wp.vec3:
-    """Albedo of packed face f at barycentrics b (its sensor face's material, texture
-    or corner colours: :func:`~warpraster.shading.material_table.face_albedo`)."""
+    """Albedo of packed face f at barycentrics b (its material, texture or corner
+    colours: :func:`~warpraster.shading.material_table.face_albedo`)."""
     fs = surface.face_source[f]
-    m = surface.face_material[fs]
+    m = surface.face_material[f]
     a = face_albedo(look.table, m, surface.corner_uv, surface.corner_color, fs, b)
     return wp.vec3(a[0], a[1], a[2])
 
 
-def _make_channels_kernel(soft: bool):
+def _make_channels_kernel(soft: bool, varying: bool):
     """The channel kernel; ``soft``: with the soft-silhouette branch (a separate
-    variant so that the sharp one keeps its adjoint small)."""
+    variant so that the sharp one keeps its adjoint small); ``varying``: albedos
+    that vary over a face (textures, corner colours) read, else each face's
+    material colour alone."""
 
     @wp.kernel(module="unique")
     def channels_kernel(
@@ -466,7 +468,9 @@ def _make_channels_kernel(soft: bool):
             )
         s = surface.face_shape[f]
         mat = look.materials
-        albedo = surface_albedo(surface, look, f, b)
+        albedo = look.table.diffuse[surface.face_material[f]]
+        if wp.static(varying):  # a texture or corner colours: compiled in where used
+            albedo = surface_albedo(surface, look, f, b)
         shaded = wp.vec3(0.0)
         if look.ambient != 0:
             shaded = wp.cw_mul(albedo, ambient_light(look, nrm))
@@ -488,5 +492,9 @@ def _make_channels_kernel(soft: bool):
     return channels_kernel
 
 
-#: The channel kernels by soft silhouette on/off.
-CHANNEL_KERNELS = {False: _make_channels_kernel(False), True: _make_channels_kernel(True)}
+#: The channel kernels by (soft silhouette, varying albedo).
+CHANNEL_KERNELS = {
+    (soft, varying): _make_channels_kernel(soft, varying)
+    for soft in (False, True)
+    for varying in (False, True)
+}

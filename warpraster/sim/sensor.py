@@ -366,7 +366,9 @@ class CameraSensor:
         # per face of the sensor's own triangles (the packed faces map to them)
         tables = geometry.face_tables()
         self.face_source = wp.array(packed["face_source"], dtype=wp.int32, device=dev)
-        self.face_material = wp.array(tables["face_material"], dtype=wp.int32, device=dev)
+        # each packed face's material row (read per pixel: one load, no indirection)
+        rows = tables["face_material"][packed["face_source"]].astype(np.int32)
+        self.face_material = wp.array(rows, dtype=wp.int32, device=dev)
         self.corner_uv = wp.array(tables["corner_uv"], dtype=wp.vec2, device=dev)
         self.corner_color = wp.array(tables["corner_color"], dtype=wp.vec4, device=dev)
         direction = (0.0, 0.0, -1.0) if light_direction is None else light_direction
@@ -617,7 +619,7 @@ class CameraSensor:
             # the face or reorders the slots
             self._rasterize(out, out.soft_workspace, self.blur_radius, SOFT_SLOTS)
         wp.launch(
-            CHANNEL_KERNELS[self.silhouette_sigma > 0.0],
+            CHANNEL_KERNELS[self.silhouette_sigma > 0.0, self.geometry.varying_albedo],
             dim=(self.num_images, h, w),
             inputs=[out.scene, camera_transforms],
             outputs=[out.channels],
