@@ -112,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra channels (depth, normals, face and mesh ids) beside the image: "
         "none (the image alone, as the anchors), all, or both rows",
     )
+    g.add_argument(
+        "--torch",
+        action="store_true",
+        help="also the torch columns: each scene through warpraster.torch's MeshRenderer "
+        "(forward, and forward + MSE + backward with autograd), eager",
+    )
     s = ap.add_argument_group("sensor suite")
     s.add_argument("--worlds", type=int, default=64)
     s.add_argument("--cameras", type=int, default=2)

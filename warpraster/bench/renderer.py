@@ -204,8 +204,10 @@ def run(args, argv: list[str]) -> int:
     device = wp.get_device(args.device)
     names = list(RENDERER_TARGETS) if not args.scenes else args.scenes.split(",")
     print(f"warpraster bench --suite renderer on {device} ({getattr(device, 'name', '')})")
+    torch_cols = getattr(args, "torch", False)
     print(f"{'scene':<44}{'fwd ms':>9}{'f+b ms':>9}{'graph f':>9}{'graph f+b':>10}"
-          f"{'unfused':>9}{'target f / f+b':>16}{'cover':>7}{'MB':>8}")  # fmt: skip
+          f"{'unfused':>9}{'target f / f+b':>16}{'cover':>7}{'MB':>8}"
+          + (f"{'torch f':>9}{'torch f+b':>10}" if torch_cols else ""))  # fmt: skip
     variants = {"none": [()], "all": [CHANNELS], "both": [(), CHANNELS]}[args.channels]
     for name in names:
         for channels in variants:
@@ -216,8 +218,14 @@ def run(args, argv: list[str]) -> int:
                  f"{row['graph_unfused_ms']:>9.3f}"
                  if row["graph_fwd_ms"] is not None else f"{'-':>9}{'-':>10}{'-':>9}")  # fmt: skip
             label = name + (" +channels" if channels else "")
+            t = ""
+            if torch_cols and not channels:  # the torch renderer returns the image alone
+                from .torch_renderer import run_torch_scene  # noqa: PLC0415 - needs torch
+
+                row.update(run_torch_scene(name, str(device), args.runs))
+                t = f"{row['torch_fwd_ms']:>9.3f}{row['torch_fwd_bwd_ms']:>10.3f}"
             print(f"{label:<44}{row['fwd_ms']:>9.3f}{row['fwd_bwd_ms']:>9.3f}{g}"
-                  f"{f'{tf} / {tb}':>16}{row['coverage']:>7.2f}{row['renderer_mb']:>8.0f}",
+                  f"{f'{tf} / {tb}':>16}{row['coverage']:>7.2f}{row['renderer_mb']:>8.0f}{t}",
                   flush=True)  # fmt: skip
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
