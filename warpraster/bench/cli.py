@@ -118,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also the torch columns: each scene through warpraster.torch's MeshRenderer "
         "(forward, and forward + MSE + backward with autograd), eager",
     )
+    g.add_argument(
+        "--nvdiffrast",
+        action="store_true",
+        help="also nvdiffrast's pipeline (rasterize + interpolate + texture + antialias) on "
+        "the textured K = 1 scene, eager (needs nvdiffrast and CUDA)",
+    )
     s = ap.add_argument_group("sensor suite")
     s.add_argument("--worlds", type=int, default=64)
     s.add_argument("--cameras", type=int, default=2)

@@ -195,7 +195,7 @@ def run_scene(name: str, device, runs: int, channels=CHANNELS) -> dict:
             "graph_fwd_bwd_ms": graph_both, "graph_unfused_ms": graph_unfused,
             "image_mb": nbytes / 2**20,
             "renderer_mb": owned_bytes(r, exclude=[target, loss]) / 2**20,
-            "coverage": float(covered.mean())}  # fmt: skip
+            "coverage": float(covered.mean()), "_renderer": r}  # fmt: skip
 
 
 def run(args, argv: list[str]) -> int:
@@ -205,14 +205,18 @@ def run(args, argv: list[str]) -> int:
     names = list(RENDERER_TARGETS) if not args.scenes else args.scenes.split(",")
     print(f"warpraster bench --suite renderer on {device} ({getattr(device, 'name', '')})")
     torch_cols = getattr(args, "torch", False)
+    nvdr_cols = getattr(args, "nvdiffrast", False)
     print(f"{'scene':<44}{'fwd ms':>9}{'f+b ms':>9}{'graph f':>9}{'graph f+b':>10}"
           f"{'unfused':>9}{'target f / f+b':>16}{'cover':>7}{'MB':>8}"
-          + (f"{'torch f':>9}{'torch f+b':>10}" if torch_cols else ""))  # fmt: skip
+          + (f"{'torch f':>9}{'torch f+b':>10}" if torch_cols else "")
+          + (f"{'nvdr f':>9}{'nvdr f+b':>10}{'agree':>7}" if nvdr_cols else ""))  # fmt: skip
     variants = {"none": [()], "all": [CHANNELS], "both": [(), CHANNELS]}[args.channels]
     for name in names:
         for channels in variants:
             row = run_scene(name, device, args.runs, channels)
-            rows.append({**row, "channels": bool(channels)})
+            renderer = row.pop("_renderer")
+            rows.append(row)
+            row["channels"] = bool(channels)
             tf, tb = RENDERER_TARGETS.get(name, (None, None))
             g = (f"{row['graph_fwd_ms']:>9.3f}{row['graph_fwd_bwd_ms']:>10.3f}"
                  f"{row['graph_unfused_ms']:>9.3f}"
@@ -224,6 +228,16 @@ def run(args, argv: list[str]) -> int:
 
                 row.update(run_torch_scene(name, str(device), args.runs))
                 t = f"{row['torch_fwd_ms']:>9.3f}{row['torch_fwd_bwd_ms']:>10.3f}"
+            if nvdr_cols and not channels:
+                from .nvdiffrast_pipeline import run_nvdiffrast_scene  # noqa: PLC0415
+
+                nv = run_nvdiffrast_scene(name, device, args.runs, renderer)
+                row.update(nv)
+                cells = f"{'-':>9}{'-':>10}{'-':>7}"
+                if nv:
+                    cells = (f"{nv['nv_fwd_ms']:>9.3f}{nv['nv_fwd_bwd_ms']:>10.3f}"
+                             f"{nv['nv_face_agree']:>7.3f}")  # fmt: skip
+                t += cells
             print(f"{label:<44}{row['fwd_ms']:>9.3f}{row['fwd_bwd_ms']:>9.3f}{g}"
                   f"{f'{tf} / {tb}':>16}{row['coverage']:>7.2f}{row['renderer_mb']:>8.0f}{t}",
                   flush=True)  # fmt: skip
