@@ -8,7 +8,7 @@ import warp as wp
 from test_textures import np_pyramid
 
 from warpraster.shading import mip_pyramid as mm
-from warpraster.shading.params import new_struct
+from warpraster.structs import new_struct
 
 # (maps shape, max_mip_level): square, non-square down to a 1-wide column and a
 # 1-high row, extents already 1, an odd level count (the top group is one

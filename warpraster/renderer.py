@@ -31,10 +31,11 @@ from .shading.fused import FORWARD_PATCH_W
 from .shading.materials import face_materials_array
 from .shading.modes import BlendMode
 from .shading.normals import vertex_normals
-from .shading.params import check_mesh_inputs, new_struct
+from .shading.params import check_mesh_inputs
 from .shading.pixel_args import PixelFragments
 from .shading.reductions import checked_mse_out, image_mse, mse_forward
 from .shading.shaders import ShaderBase, ShadingBuffers, ShadingMode, SoftSilhouetteShader
+from .structs import new_struct
 from .tape_replay import RecordedCall
 
 __all__ = ["MeshRenderer", "RenderOutputs", "Renderer"]

@@ -9,6 +9,7 @@ import warp as wp
 
 from ..meshes import MeshArrays, PackedMeshes, mesh_arrays
 from ..stores import fill_state
+from ..structs import StructCache, new_struct
 
 __all__ = ["ClipBuffers", "ClipMap", "ClipSettings", "ClippedFaces", "FaceCases", "SlotViews"]
 
@@ -172,20 +173,20 @@ class ClipBuffers:
         self.num_clipped_faces = self.offsets[f:]
         self.any_split = wp.zeros(1, dtype=wp.int32, device=d)
         # the same arrays as kernel arguments
-        self.cases = _struct(FaceCases, face_case=self.face_case, face_pivot=self.face_pivot,
-                             face_w3=self.face_w3, counts=self.counts,
-                             offsets=self.offsets, any_split=self.any_split)  # fmt: skip
-        self.clipped = _struct(ClippedFaces, faces=self.faces,
-                               to_unclipped=self.faces_clipped_to_unclipped_idx,
-                               neighbor=self.clipped_faces_neighbor_idx)  # fmt: skip
-        self.map = _struct(ClipMap, to_unclipped=self.faces_clipped_to_unclipped_idx,
-                           face_case=self.face_case,
-                           conversion=self.barycentric_conversion,
-                           any_split=self.any_split)  # fmt: skip
+        self.cases = new_struct(FaceCases, d, face_case=self.face_case, face_pivot=self.face_pivot,
+                                face_w3=self.face_w3, counts=self.counts,
+                                offsets=self.offsets, any_split=self.any_split)  # fmt: skip
+        self.clipped = new_struct(ClippedFaces, d, faces=self.faces,
+                                  to_unclipped=self.faces_clipped_to_unclipped_idx,
+                                  neighbor=self.clipped_faces_neighbor_idx)  # fmt: skip
+        self.map = new_struct(ClipMap, d, to_unclipped=self.faces_clipped_to_unclipped_idx,
+                              face_case=self.face_case,
+                              conversion=self.barycentric_conversion,
+                              any_split=self.any_split)  # fmt: skip
         self._inputs = None  # (key, MeshArrays) of the last call's input arrays
         self.no_fill = fill_state(None, False, d)  # every map-back slot written
         self._slot_views = {}  # slot array (ptr, shape) -> its SlotViews
-        self._structs = {}  # name -> (key, struct) kept by _kept
+        self._structs = StructCache()  # kept by _kept
 
     def slot_views(self, slots: wp.array) -> SlotViews:
         """A contiguous int32 slot array as :class:`SlotViews` (made once per array)."""
@@ -204,10 +205,7 @@ class ClipBuffers:
         (an array: its pointer or shape): setting a struct's array field costs
         microseconds, and the in-place map back's structs are the same call after call."""
         key = tuple((v.ptr, v.shape) if isinstance(v, wp.array) else v for v in fields.values())
-        hit = self._structs.get(name)
-        if hit is None or hit[0] != key:
-            hit = self._structs[name] = (key, _struct(cls, **fields))
-        return hit[1]
+        return self._structs.get(name, key, lambda: new_struct(cls, self.device, **fields))
 
     def inputs_for(self, verts: wp.array, faces: wp.array, first: wp.array, count: wp.array
                    ) -> MeshArrays:  # fmt: skip
@@ -230,14 +228,6 @@ class ClipBuffers:
             has_neighbors=True,
             split_flag=self.any_split,
         )
-
-
-def _struct(cls, **fields):
-    """A ``cls`` (a ``wp.struct``) with these fields."""
-    value = cls()
-    for name, field in fields.items():
-        setattr(value, name, field)
-    return value
 
 
 def _check_array(arr, name: str, dtype, ndim: int, shape, device) -> None:

@@ -12,7 +12,8 @@ from ..backward.tape import active_tape
 from ..fragments import fragment_values
 from ..geometry import pixel_centre
 from ..stores import FillState, group_needs_write, load4i, store4i
-from .buffers import _KEEP, ClipBuffers, ClipMap, SlotViews, _check_array, _run_to_run, _struct
+from ..structs import new_struct
+from .buffers import _KEEP, ClipBuffers, ClipMap, SlotViews, _check_array, _run_to_run
 
 # fuse_fp off, as the clip pass (split.py): the same float32 operations on every device.
 wp.set_module_options({"fuse_fp": False})
@@ -41,7 +42,8 @@ class MappedSlots:
 
 def _mapped_slots(pix_to_face: wp.array, bary: wp.array, bary_grad: wp.array | None = None
                   ) -> MappedSlots:  # fmt: skip
-    return _struct(MappedSlots, pix_to_face=pix_to_face, bary=bary, bary_grad=bary_grad)
+    return new_struct(MappedSlots, pix_to_face.device, pix_to_face=pix_to_face, bary=bary,
+                      bary_grad=bary_grad)  # fmt: skip
 
 
 @wp.kernel(enable_backward=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..meshes import MeshArrays
+from ..structs import new_struct
 from .buffers import (
     _DROP,
     _KEEP,
@@ -19,7 +20,6 @@ from .buffers import (
     FaceCases,
     _check_array,
     _run_to_run,
-    _struct,
 )
 from .frustum import FrustumCullRule, _all_beyond, _outside_planes
 
@@ -290,8 +290,9 @@ def clip_faces(
         if perspective_correct and z_clip_value == 0.0:
             raise ValueError("z_clip_value must be nonzero with perspective_correct")
     rule = FrustumCullRule(frustum_cull_rule)
-    settings = _struct(
+    settings = new_struct(
         ClipSettings,
+        d,
         z_clip=0.0 if z_clip_value is None else z_clip_value,
         do_z_clip=int(z_clip_value is not None),
         cull_rule=int(rule) if cull_to_frustum else 0,

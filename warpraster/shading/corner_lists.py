@@ -20,7 +20,7 @@ import numpy as np
 import warp as wp
 
 from ..meshes import as_faces_array
-from .params import new_struct
+from ..structs import new_struct
 
 __all__ = ["CornerLists", "VertexCorners", "corner_of"]
 

@@ -24,6 +24,7 @@ import warp as wp
 from ..aggregated import launch_reduce_stripes, striped_partials, stripes_for
 from ..backward.tape import active_tape
 from ..patches import patch_launch_size, patch_pixel
+from ..structs import placeholder
 from .fused_adjoint import (
     ADJOINT_MAX_REGISTERS,
     ADJOINT_PATCH_W,
@@ -31,7 +32,7 @@ from .fused_adjoint import (
     shade_blend_adjoint,
 )
 from .modes import BlendMode, TexelSource
-from .params import placeholder, row
+from .params import row
 from .pixel_args import PixelFragments
 from .shade_inputs import (
     BLEND_EPS,

@@ -42,7 +42,7 @@ import warp as wp
 
 from ..geometry import EPS, barycentric, pixel_centre
 from ..meshes import as_faces_array, as_vec3_array
-from .params import new_struct
+from ..structs import new_struct
 from .pixel_args import PixelFragments
 
 # Same float rounding as PyTorch3D's separately rounded products (see fragments.py).

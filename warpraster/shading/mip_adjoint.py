@@ -30,6 +30,7 @@ import warp as wp
 from ..aggregated import add_mat32_row, add_mat33_row
 from ..geometry import EPS, barycentric, pixel_centre
 from ..patches import patch_launch_size
+from ..structs import StructCache
 from .corner_lists import VertexCorners, corner_of
 from .mip_pyramid import MipLevels, MipSampler, level_index, level_size
 from .mip_sampling import (
@@ -46,7 +47,6 @@ from .mip_sampling import (
     wrap_tap,
 )
 from .mip_slots import SampleInputs, mat32, patch_fragment, slot_uv_terms, zero_channels
-from .textures import LastStruct
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
@@ -419,8 +419,7 @@ class SampleAdjoint:
     change: no device allocation per call)."""
 
     def __init__(self):
-        self._texel_grads = LastStruct(MipLevels)
-        self._grads = LastStruct(SampleGrads)
+        self._structs = StructCache()  # the kernels' argument structs, kept between calls
 
     def record(self, tape, dim: tuple, inputs: SampleInputs, texels: wp.array) -> None:
         """Registers the adjoint of a ``_sample_uv_mipmap`` launch of ``dim`` (N, H,
@@ -441,11 +440,10 @@ class SampleAdjoint:
             if grad is not None:
                 want |= bit
                 sources.append(arr)
-        texel_grads = self._texel_grads(
-            device, maps=pairs[0][1], levels=pairs[1][1], offsets=sampler.p.offsets
-        )
-        grads = self._grads(device, texels=texel_grads, uv=pairs[2][1], ndc=pairs[3][1],
-                            bary=pairs[4][1], want=want)  # fmt: skip
+        texel_grads = self._structs.new(MipLevels, device, maps=pairs[0][1],
+                                        levels=pairs[1][1], offsets=sampler.p.offsets)  # fmt: skip
+        grads = self._structs.new(SampleGrads, device, texels=texel_grads, uv=pairs[2][1],
+                                  ndc=pairs[3][1], bary=pairs[4][1], want=want)  # fmt: skip
         n, h, w, kc = dim
         k = kc // max(sampler.p.maps.shape[3], 1)
         texels_grad = texels.grad

@@ -17,7 +17,7 @@ import warp as wp
 
 from ..backward.tape import active_tape
 from ..grad_buffers import clear_if_recording
-from .params import new_struct
+from ..structs import new_struct
 from .textures import as_maps, first_device
 
 wp.set_module_options({"fuse_fp": False})

@@ -38,6 +38,7 @@ import enum
 
 import warp as wp
 
+from ..structs import new_struct
 from .interpolate import (
     alloc_vector_out,
     as_float_array,
@@ -46,7 +47,7 @@ from .interpolate import (
     slot_channel,
 )
 from .mip_pyramid import MipLevels, MipPyramid, MipSampler, level_size, level_texel, mip_sampler
-from .params import new_struct, row
+from .params import row
 from .textures import check_map_batch, first_device, parse_enum
 
 wp.set_module_options({"fuse_fp": False})

@@ -21,6 +21,7 @@ import warp as wp
 from ..backward.tape import active_tape
 from ..meshes import as_faces_array, as_vec3_array
 from ..patches import patch_launch_size
+from ..structs import StructCache
 from ..tape_slots import private_tape_slot
 from .corner_lists import CornerLists
 from .interpolate import ScreenFaces, alloc_vector_out, check_face_range, float_view
@@ -37,7 +38,7 @@ from .mip_slots import (
     _sample_uv_mipmap_slots,
 )
 from .pixel_args import PixelFragments
-from .textures import LastStruct, UVTextures, check_map_batch, face_uvs, first_device
+from .textures import UVTextures, check_map_batch, face_uvs, first_device
 
 __all__ = [
     "BoundaryMode",
@@ -106,10 +107,7 @@ class TexturesUVMipmap(UVTextures):
         self.device = self.pyramid.device
         self.uvs = face_uvs(faces_uvs, verts_uvs, self.device, requires_grad)
         # the per-call structs, made again only when their arrays or flags change
-        self._fragments = LastStruct(PixelFragments)
-        self._screen = LastStruct(ScreenFaces)
-        self._corners = LastStruct(UVCorners)
-        self._inputs = LastStruct(SampleInputs)
+        self._structs = StructCache()  # the kernels' argument structs, kept between calls
         self._adjoint = None  # the recorder of the sampling adjoint (mip_adjoint.py)
         #: Record Warp's generated adjoint of the sampling kernel instead of the
         #: hand-written one (tests and timings compare the two).
@@ -196,9 +194,9 @@ class TexturesUVMipmap(UVTextures):
         if corners is None or corners.num_faces != nf:
             corners = CornerTables(nf, self.device, rg)
         # vn, fcs left None (base-level modes) become placeholders, not read
-        screen = self._screen(self.device, verts_ndc=vn, ndc_faces=fcs,
-                              perspective_correct=int(bool(perspective_correct)),
-                              with_derivatives=int(vn is not None))  # fmt: skip
+        screen = self._structs.new(ScreenFaces, self.device, verts_ndc=vn, ndc_faces=fcs,
+                                   perspective_correct=int(bool(perspective_correct)),
+                                   with_derivatives=int(vn is not None))  # fmt: skip
         tape = active_tape()
         # the tables' adjoint as per-vertex gathers (mip_adjoint.record_corners_adjoint)
         # where every vertex array with a gradient has its corner lists
@@ -223,17 +221,19 @@ class TexturesUVMipmap(UVTextures):
                 record_corners_adjoint(tape, corners, self._uv_lists, self.verts_uvs,
                                        corner_lists if vn is not None else None, vn)  # fmt: skip
         nn, h, w, k = p2f.shape
-        corner_args = self._corners(self.device, uv=corners.uv, ndc=corners.ndc,
-                                    derivatives=screen.with_derivatives,
-                                    perspective_correct=screen.perspective_correct)  # fmt: skip
+        corner_args = self._structs.new(UVCorners, self.device, uv=corners.uv, ndc=corners.ndc,
+                                        derivatives=screen.with_derivatives,
+                                        perspective_correct=screen.perspective_correct)  # fmt: skip
         # One thread per slot for all channels, its adjoint hand-written, one
         # thread per slot (mip_adjoint.py); with ``_generated_adjoint``, one thread
         # per slot and channel and Warp's generated adjoint of that kernel (the
         # tests' second truth for the hand-written one).
-        frag = self._fragments(self.device, pix_to_face=p2f, bary_coords=bary)
+        frag = self._structs.new(PixelFragments, self.device, pix_to_face=p2f, bary_coords=bary)
         view = float_view(texels)
         dim = (nn, h, w, k * c)
-        inputs = self._inputs(self.device, frag=frag, corners=corner_args, t=self.sampler)
+        inputs = self._structs.new(
+            SampleInputs, self.device, frag=frag, corners=corner_args, t=self.sampler
+        )
         per_channel = self._generated_adjoint
         wp.launch(
             _sample_uv_mipmap if per_channel else _sample_uv_mipmap_slots,

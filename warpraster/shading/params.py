@@ -27,8 +27,6 @@ __all__ = [
     "check_rows",
     "component",
     "float_rows",
-    "new_struct",
-    "placeholder",
     "row",
     "scalar_param",
     "vec3_param",
@@ -47,34 +45,6 @@ def row(n: int, count: int) -> int:
 def component(v: wp.vec3, c: int) -> float:
     """``v[c]`` for a run-time ``c`` in 0..2, in registers (no local-memory index)."""
     return wp.where(c == 0, v[0], wp.where(c == 1, v[1], v[2]))
-
-
-_PLACEHOLDERS: dict = {}  # (dtype, ndim, device) -> a one-element array (allocated once)
-
-
-def new_struct(cls, device, **fields):
-    """An instance of the ``@wp.struct`` ``cls`` with ``fields`` set and every other
-    array field a one-element placeholder on ``device`` (Warp's tape walks every
-    array field of a struct it differentiates; kernels test them with their flags)."""
-    a = cls()
-    dev = wp.get_device(device)
-    for name, var in cls.vars.items():
-        t = var.type
-        value = fields.get(name)
-        if value is None and wp.types.is_array(t):
-            value = placeholder(t.dtype, t.ndim, dev)
-        if value is not None:
-            setattr(a, name, value)
-    return a
-
-
-def placeholder(dtype, ndim: int, device) -> wp.array:
-    """A one-element ``ndim``-d array of ``dtype`` on ``device``, made once (for
-    kernel arguments a launch does not read: no allocation per call)."""
-    key = (dtype, ndim, wp.get_device(device).alias)
-    if key not in _PLACEHOLDERS:
-        _PLACEHOLDERS[key] = wp.zeros((1,) * ndim, dtype=dtype, device=device)
-    return _PLACEHOLDERS[key]
 
 
 def _is_torch(x) -> bool:

@@ -9,22 +9,21 @@ for their gradients (same field names: the gradient of ``a.mat.diffuse`` is
 (Warp's tape mirrors the struct with the arrays' ``.grad``); scalar fields do not.
 
 Structs are host-side objects (no device allocation); a render keeps its own
-between calls in a :class:`StructCache` (setting a struct's arrays costs host time).
+between calls in a :class:`~warpraster.structs.StructCache` (setting a struct's
+arrays costs host time).
 """
 
 from __future__ import annotations
 
 import warp as wp
 
-from .params import new_struct, placeholder
+from ..structs import new_struct
 
 __all__ = [
     "CameraRT",
     "FaceCorners",
     "MaterialRows",
     "PixelFragments",
-    "StructCache",
-    "fill_placeholders",
     "pixel_fragments",
 ]
 
@@ -82,47 +81,3 @@ def pixel_fragments(fragments) -> PixelFragments:
         zbuf=fragments.zbuf,
         dists=fragments.dists,
     )
-
-
-def fill_placeholders(instance, cls, device) -> None:
-    """Sets every array field of ``instance``, a ``cls`` struct (a nested one: in
-    place), to a one-element placeholder on ``device``."""
-    for name, var in cls.vars.items():
-        if wp.types.is_array(var.type):
-            setattr(instance, name, placeholder(var.type.dtype, var.type.ndim, device))
-
-
-def _same(a: tuple, b: tuple) -> bool:
-    """Whether two struct keys match: the same arrays (identity) and equal numbers."""
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b, strict=True):
-        if x is y:
-            continue
-        if isinstance(x, wp.array) or isinstance(y, wp.array) or type(x) is not type(y) or x != y:
-            return False
-    return True
-
-
-class StructCache:
-    """Kernel argument structs kept between calls (held by a long-lived buffer object).
-
-    Warp sets every array field of a struct through ctypes (several microseconds
-    each); a render call's structs are the same call after call, so :meth:`get`
-    rebuilds one only when a part of its key changed: another array object
-    (values written into the same array are seen, as with plain arguments) or
-    another number.
-    """
-
-    def __init__(self):
-        self._slots: dict = {}
-
-    def get(self, slot: str, key: tuple, build):
-        """The struct of ``slot`` for ``key`` (arrays and ints/floats/None), made by
-        ``build()`` when the key differs from the last one."""
-        hit = self._slots.get(slot)
-        if hit is not None and _same(hit[0], key):
-            return hit[1]
-        value = build()
-        self._slots[slot] = (key, value)
-        return value

@@ -15,9 +15,10 @@ from enum import IntFlag
 
 import warp as wp
 
+from ..structs import fill_placeholders, new_struct
 from .lighting import LightRows
-from .params import new_struct, row
-from .pixel_args import CameraRT, FaceCorners, MaterialRows, PixelFragments, fill_placeholders
+from .params import row
+from .pixel_args import CameraRT, FaceCorners, MaterialRows, PixelFragments
 
 wp.set_module_options({"fuse_fp": False})
 

@@ -37,6 +37,7 @@ from ..backward.tape import active_tape
 from ..geometry import finite_vec3
 from ..grad_buffers import clear_if_recording, note_on_tape
 from ..meshes import as_faces_array, as_index_array, as_vec3_array
+from ..structs import StructCache, placeholder
 from .blending import BlendParams, check_fragments, launch_sigmoid_blend, z_param
 from .fused import (
     ShadeInputs,
@@ -52,8 +53,7 @@ from .materials import Materials, face_materials_array
 from .mipmap import TexturesUVMipmap
 from .modes import BlendMode, ShadingMode, TexelSource
 from .normals import face_normals, vertex_normals
-from .params import placeholder
-from .pixel_args import StructCache, pixel_fragments
+from .pixel_args import pixel_fragments
 from .shading_buffers import FaceTables, ShadingBuffers, gather_faces
 from .shading_buffers import _gather_faces_kernel as _gather_faces_kernel  # former home
 

@@ -16,12 +16,13 @@ from functools import cached_property
 import warp as wp
 
 from ..backward.tape import active_tape
+from ..structs import StructCache, new_struct, placeholder
 from .corner_lists import CornerLists, VertexCorners
 from .fused import ImageGrad, _grad_or, with_grad
 from .mipmap import CornerTables
 from .modes import ShadingMode, TexelSource
-from .params import component, float_rows, new_struct, placeholder
-from .pixel_args import FaceCorners, StructCache
+from .params import component, float_rows
+from .pixel_args import FaceCorners
 
 wp.set_module_options({"fuse_fp": False})
 

@@ -42,6 +42,7 @@ import numpy as np
 import warp as wp
 
 from ..meshes import as_faces_array
+from ..structs import StructCache, new_struct
 from .interpolate import (
     alloc_vector_out,
     as_float_array,
@@ -52,7 +53,7 @@ from .interpolate import (
     interpolate_vertex_attributes,
     slot_channel,
 )
-from .params import new_struct, row
+from .params import row
 from .pixel_args import PixelFragments
 
 wp.set_module_options({"fuse_fp": False})
@@ -134,31 +135,6 @@ def check_map_batch(maps: wp.array, num_images: int, name: str = "maps") -> None
         raise ValueError(
             f"{name} has {maps.shape[0]} maps for {num_images} images (need 1 or {num_images})"
         )
-
-
-class LastStruct:
-    """Makes ``@wp.struct`` ``cls`` instances with :func:`new_struct`, returning the
-    previous call's instance again when every field is the same (arrays by
-    identity): a render loop that passes the same buffers every frame builds it
-    once (a few microseconds of host time per struct). An instance once made is
-    never changed, so each launch recorded on a tape keeps its own."""
-
-    def __init__(self, cls):
-        self.cls = cls
-        self._last = None  # (device, fields, instance) of the previous call
-
-    def __call__(self, device, **fields):
-        last = self._last  # read once: a concurrent call at worst builds one more
-        if last is not None and last[0] == device and _same_fields(fields, last[1]):
-            return last[2]
-        value = new_struct(self.cls, device, **fields)
-        self._last = (device, fields, value)
-        return value
-
-
-def _same_fields(a: dict, b: dict) -> bool:
-    """Whether the field values ``a`` and ``b`` are the same (arrays: the same object)."""
-    return all(v is b[k] or (not isinstance(v, wp.array) and v == b[k]) for k, v in a.items())
 
 
 @wp.struct
@@ -558,7 +534,7 @@ class TexturesUV(UVTextures):
         self.device = device = self.maps.device
         # validate: a host read; callers that checked the indices already pass False
         self.uvs = face_uvs(faces_uvs, verts_uvs, device, requires_grad, validate)
-        self._fragments = LastStruct(PixelFragments)
+        self._structs = StructCache()
         self.sampler = new_struct(
             GridSampler,
             device,
@@ -584,7 +560,7 @@ class TexturesUV(UVTextures):
             _sample_uv,
             dim=(nn, h, w, k * c),
             inputs=[
-                self._fragments(self.device, pix_to_face=p2f, bary_coords=bary),
+                self._structs.new(PixelFragments, self.device, pix_to_face=p2f, bary_coords=bary),
                 self.uvs,
                 self.sampler,
             ],

@@ -54,10 +54,10 @@ from ..shading.fused import launch_shade_blend, new_inputs
 from ..shading.lighting import LightKind, LightList
 from ..shading.materials import Materials
 from ..shading.modes import BlendMode, ShadingMode, TexelSource
-from ..shading.params import placeholder
-from ..shading.pixel_args import StructCache, pixel_fragments
+from ..shading.pixel_args import pixel_fragments
 from ..shading.resolve import resolve_samples
 from ..shading.shaders import FaceTables
+from ..structs import StructCache, placeholder
 from .antialias import StageAntialias
 from .cameras import conformed_apertures, default_camera, raster_camera
 from .scene import (
