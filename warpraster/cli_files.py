@@ -64,11 +64,14 @@ def _write_atomic(path: Path, write) -> None:
             tmp.unlink()
 
 
-def _save_png(path: Path, array: np.ndarray, pnginfo=None) -> None:
+def _save_png(path: Path, array: np.ndarray, pnginfo=None, *, compress_level: int = 6) -> None:
+    """``array`` as a PNG at zlib level ``compress_level`` (6: Pillow's default)."""
     from PIL import Image
 
     def write(tmp):
-        Image.fromarray(array).save(tmp, format="PNG", pnginfo=pnginfo)
+        Image.fromarray(array).save(
+            tmp, format="PNG", pnginfo=pnginfo, compress_level=compress_level
+        )
 
     _write_atomic(path, write)
 
@@ -92,7 +95,7 @@ def _openexr():
     return OpenEXR if hasattr(OpenEXR, "File") else None
 
 
-def _write_depth(path_stem: Path, depth: np.ndarray, fmt: str) -> Path:
+def _write_depth(path_stem: Path, depth: np.ndarray, fmt: str, png_level: int = 6) -> Path:
     OpenEXR = _openexr() if fmt in ("auto", "exr") else None
     if fmt == "exr" and OpenEXR is None:
         raise CliError("--depth-format exr needs the openexr package (pip install openexr)", 2)
@@ -119,5 +122,5 @@ def _write_depth(path_stem: Path, depth: np.ndarray, fmt: str) -> Path:
     info = PngInfo()
     info.add_text("warpraster:depth_range", f"{lo!r} {hi!r}")
     out = path_stem.with_name(path_stem.name + ".png")
-    _save_png(out, v, info)
+    _save_png(out, v, info, compress_level=png_level)
     return out
