@@ -190,7 +190,10 @@ def test_batch_images_are_independent(device):
 def test_deterministic_is_bit_identical(device, name):
     """deterministic=True: the same bits on every run (fixed-order sums); the atomic
     path agrees with it to float32 rounding (sums of <= a few hundred terms of
-    size <= ~150 in another order: 2e-4)."""
+    size <= ~150 in another order: 2e-4). Its image (the sparse forward) is the
+    gather's bit for bit on the CPU, whose serial atomics land in the gather's
+    order; on a GPU a pixel changed by two or more pairs (<= 4 terms of size <= 1
+    on colours in [0, 1]) sums them in another order: a few float32 ulps, 1e-6."""
     case = load(name)
     args = (case["color"], nvdr_ids(case), case["verts_ndc"], case["faces_packed"], case["grad_aa"])
     first = run(device, *args, deterministic=True)
@@ -199,7 +202,9 @@ def test_deterministic_is_bit_identical(device, name):
         for a, b in zip(first, again, strict=True):
             np.testing.assert_array_equal(a, b)
     atomic = run(device, *args)
-    np.testing.assert_array_equal(atomic[0], first[0])
+    if wp.get_device(device).is_cpu:
+        np.testing.assert_array_equal(atomic[0], first[0])
+    np.testing.assert_allclose(atomic[0], first[0], rtol=0, atol=1e-6)
     np.testing.assert_array_equal(atomic[1], first[1])
     np.testing.assert_allclose(atomic[2], first[2], rtol=0, atol=2e-4)
 
@@ -220,7 +225,8 @@ def test_empty_images_and_no_faces_pass_color_through(device):
 
 def _op_loss(device, case, p2f, verts, weights) -> tuple[float, np.ndarray]:
     """float64 loss sum(aa * weights) and the pair codes (the discrete decisions)."""
-    op = wr.Antialias(case["faces_packed"], len(verts), case["color"].shape, device)
+    op = wr.Antialias(case["faces_packed"], len(verts), case["color"].shape, device,
+                      store_pairs=True)  # fmt: skip
     c = wp.array(case["color"], dtype=wp.float32, device=device)
     v = wp.array(verts.astype(np.float32), dtype=wp.vec3, device=device)
     out = op(c, wp.array(p2f, dtype=wp.int32, device=device), v)

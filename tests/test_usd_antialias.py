@@ -93,8 +93,11 @@ def _ambient_only(scene):
 
 
 def _renderer(scene, device, *, antialias=True, spp=4, requires_grad=False):
-    return wu.StageRenderer(scene, image_size=(H, W), spp=spp, antialias=antialias,
-                            requires_grad=requires_grad, device=device)  # fmt: skip
+    r = wu.StageRenderer(scene, image_size=(H, W), spp=spp, antialias=antialias,
+                         requires_grad=requires_grad, device=device)  # fmt: skip
+    if antialias:
+        r._antialias.op.store_pairs = True  # _decisions reads every call's pair codes
+    return r
 
 
 def _sample_faces(r) -> np.ndarray:
@@ -290,7 +293,7 @@ def test_near_clipped_faces_keep_hard_edges(tmp_path, device):
     # floor's inner edges, which are no silhouettes
     floor = scene.meshes.face_mesh == scene.meshes.names.index("/World/Floor")
     p2f = _sample_faces(r)
-    plain = wr.Antialias(r.buffers.faces, len(ndc), r.samples.shape, device)
+    plain = wr.Antialias(r.buffers.faces, len(ndc), r.samples.shape, device, store_pairs=True)
     plain(r.samples, frags.pix_to_face, r.verts_ndc, zbuf=frags.zbuf)
     assert _floor_blends(plain.pair_code.numpy(), p2f, floor) > 0
     guarded_codes = r._antialias.op.pair_code.numpy()  # the op's own buffer (test access)

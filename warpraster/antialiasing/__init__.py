@@ -13,6 +13,13 @@ topology in :mod:`warpraster.antialiasing.topology`).
   topology and every buffer built once, nothing allocated and nothing read back
   per call, so a render + antialias + loss + backward can be captured in a graph.
 
+Two forwards, the same numbers: by default the sparse one
+(:mod:`warpraster.antialiasing.sparse`: the colour copied, then one pass over the
+pixel pairs adding each blending pair to the pixel it changes with float
+atomics; a pixel changed by two or more pairs sums them in the order the atomics
+land); with ``deterministic=True`` the gather (pair records, then each pixel
+gathers its up to four pairs in a fixed order: bit-identical run to run).
+
 Gradients reach ``color`` and ``verts_ndc`` on a ``wp.Tape`` through a
 hand-written adjoint (``tape.record_func``). Vertex gradients are x and y only
 (the op does not depend on depth except to order two faces). With
@@ -35,6 +42,7 @@ from ..backward.tape import active_tape, replaying
 from ..grad_buffers import clear_owned_grads
 from ..meshes import as_faces_array
 from .kernels import AAGrads, AAInputs, PairRecords, adjoint, analyse_pairs, blend
+from .sparse import copy_color, sparse_blend
 from .topology import AntialiasTopology, edge_opposites
 
 __all__ = ["Antialias", "AntialiasTopology", "antialias", "edge_opposites"]
@@ -59,6 +67,13 @@ def _same_device(device, name: str, x: wp.array) -> None:
         raise ValueError(f"{name} is on device {x.device}, but color is on {device}")
 
 
+def _without_grad(x: wp.array) -> wp.array:
+    """An alias of ``x``'s memory with no ``.grad`` (``wp.copy`` into it copies no
+    gradient and records nothing on a tape)."""
+    return wp.array(ptr=x.ptr, dtype=x.dtype, shape=x.shape, strides=x.strides,
+                    capacity=x.capacity, device=x.device)  # fmt: skip
+
+
 def _scales(height: int, width: int) -> tuple[float, float]:
     """(sx, sy) of the NDC -> clip map, in float32 (the shorter side spans [-1, 1])."""
     m = min(height, width)
@@ -74,8 +89,20 @@ class Antialias:
         num_verts: V, the length of the ``verts_ndc`` arrays the calls pass.
         shape: (N, H, W, C) of the colour images.
         device: Warp device (default: the faces' own, or the default device).
-        deterministic: sum the vertex gradients in a fixed order (bit-identical
-            run to run; about 40 bytes more per pixel), instead of float atomics.
+        deterministic: the forward's blend and the vertex gradients summed in a
+            fixed order (bit-identical run to run; about 40 bytes more per pixel),
+            instead of with float atomics.
+        sparse: the forward: True the sparse pass (colour copy, then atomics on
+            the pixels a pair changes), False the gather (every pixel gathers
+            its pairs); None (default): sparse unless ``deterministic``. The two
+            give the same image up to the order in which a pixel changed by two
+            or more pairs sums them (none on the CPU), and the same gradients.
+        store_pairs: write the pair records (``pair_alpha``, ``pair_code``: each
+            pair's alpha and edge decision) on every call. The gather always
+            writes them; the sparse forward by default only for a call recorded
+            on a tape (its adjoint reads them), as most pixels have no pair.
+            Also the attribute ``store_pairs`` (read per call, e.g. by tests that
+            look at the decisions).
 
     Calling it (:meth:`__call__`) writes ``self.out`` (or ``out=``) and, when a
     ``wp.Tape`` records and ``color`` or ``verts_ndc`` carry gradients, registers
@@ -85,7 +112,17 @@ class Antialias:
 
     owns_grad_buffers = True
 
-    def __init__(self, faces, num_verts: int, shape, device=None, *, deterministic: bool = False):
+    def __init__(
+        self,
+        faces,
+        num_verts: int,
+        shape,
+        device=None,
+        *,
+        deterministic: bool = False,
+        sparse: bool | None = None,
+        store_pairs: bool = False,
+    ):
         if isinstance(faces, AntialiasTopology):
             if device is not None and wp.get_device(device) != faces.device:
                 raise ValueError(f"the topology is on {faces.device}, but device is {device}")
@@ -110,9 +147,22 @@ class Antialias:
             raise ValueError(f"shape must have C >= 1 channels, got {shape}")
         self.shape = tuple(int(s) for s in shape)
         self.deterministic = bool(deterministic)
+        if sparse is None:
+            sparse = not self.deterministic
+        elif not isinstance(sparse, bool):
+            raise TypeError(f"sparse must be a bool or None, got {sparse!r}")
+        if sparse and self.deterministic:
+            raise ValueError(
+                "sparse=True sums a pixel's pairs with float atomics, in no fixed order: "
+                "not with deterministic=True"
+            )
+        self.sparse = sparse
+        self.store_pairs = bool(store_pairs)
         n, h, w, _ = self.shape
         dev = self.device
         self.out = wp.zeros(self.shape, dtype=wp.float32, device=dev, requires_grad=True)
+        # the sparse forward's copy target: (ptr, strides) of ``out`` and its grad-free alias
+        self._copy_dest = ((self.out.ptr, self.out.strides), _without_grad(self.out))
         self.pair_alpha = wp.zeros((n, h, w, 2), dtype=wp.float32, device=dev)
         self.pair_code = wp.full((n, h, w, 2), -1, dtype=wp.int32, device=dev)
         self.pairs = PairRecords()  # the two as one kernel argument
@@ -205,19 +255,16 @@ class Antialias:
         self._calls += 1
         if n * h * w == 0:
             return out
-        dev = self.device
         a = self._inputs(color, pix_to_face, verts_ndc, zbuf)
-        # two passes: a one-pass variant in which each pixel re-analysed its left and
-        # upper neighbours' pairs was slower on an H200 (0.173 against 0.118 ms graph
-        # forward, ico5 x8 512²: the four inlined analyses diverge), docs/PERF.md
-        wp.launch(analyse_pairs, dim=(n, h, w), inputs=[a], outputs=[self.pairs], device=dev,
-                  record_tape=False)  # fmt: skip
-        wp.launch(blend, dim=(n, h, w), inputs=[color, self.pairs], outputs=[out], device=dev,
-                  record_tape=False)  # fmt: skip
         tape = active_tape()
         want_color = color.requires_grad and color.grad is not None
         want_pos = verts_ndc.requires_grad and verts_ndc.grad is not None
-        if tape is None or out.grad is None or not (want_color or want_pos):
+        record = tape is not None and out.grad is not None and (want_color or want_pos)
+        if self.sparse:
+            self._sparse_forward(a, out, record or self.store_pairs)
+        else:
+            self._gather_forward(a, out)
+        if not record:
             return out
         if own:
             clear_owned_grads(self.out)  # ours: written by this call's consumers only
@@ -236,6 +283,32 @@ class Antialias:
         with_grad = [x for x in (color, verts_ndc, out) if x.grad is not None]
         tape.record_func(backward, arrays=with_grad)
         return out
+
+    def _gather_forward(self, a: AAInputs, out: wp.array) -> None:
+        """Pair records for every pixel, then every pixel gathers its pairs."""
+        n, h, w, _ = self.shape
+        # two passes: a one-pass variant in which each pixel re-analysed its left and
+        # upper neighbours' pairs was slower on an H200 (0.173 against 0.118 ms graph
+        # forward, ico5 x8 512²: the four inlined analyses diverge), docs/PERF.md
+        wp.launch(analyse_pairs, dim=(n, h, w), inputs=[a], outputs=[self.pairs],
+                  device=self.device, record_tape=False)  # fmt: skip
+        wp.launch(blend, dim=(n, h, w), inputs=[a.color, self.pairs], outputs=[out],
+                  device=self.device, record_tape=False)  # fmt: skip
+
+    def _sparse_forward(self, a: AAInputs, out: wp.array, store: bool) -> None:
+        """``out`` = the colour, then the blending pairs added to it (records
+        written for the adjoint when ``store``)."""
+        n, h, w, _ = self.shape
+        if (out.ptr, out.strides) != self._copy_dest[0]:  # another out=: alias it once
+            self._copy_dest = ((out.ptr, out.strides), _without_grad(out))
+        dest = self._copy_dest[1]
+        if a.color.is_contiguous and dest.is_contiguous:
+            wp.copy(dest, a.color)  # a memcpy (no gradient copied, nothing recorded)
+        else:
+            wp.launch(copy_color, dim=(n, h, w), inputs=[a.color], outputs=[dest],
+                      device=self.device, record_tape=False)  # fmt: skip
+        wp.launch(sparse_blend, dim=(n, h, w), inputs=[a, int(store)], outputs=[self.pairs, out],
+                  device=self.device, record_tape=False)  # fmt: skip
 
     def _backward(self, a: AAInputs, out_grad, color_grad, verts_grad) -> None:
         """Adds d loss / d color into ``color_grad`` and d loss / d verts_ndc into
@@ -299,8 +372,9 @@ def antialias(
             (``Fragments.zbuf``) to order the two faces of a pair; by default
             recomputed from ``verts_ndc`` at the pixel centres.
         out: optional (N, H, W, C) float32 result array (not ``color``).
-        deterministic: vertex gradients summed in a fixed order (bit-identical run
-            to run) instead of with float atomics.
+        deterministic: the blend (each pixel gathers its pairs) and the vertex
+            gradients summed in a fixed order (bit-identical run to run) instead of
+            with float atomics (the sparse forward, :mod:`~warpraster.antialiasing.sparse`).
 
     Returns:
         (N, H, W, C) float32 ``wp.array``, the antialiased image: ``color`` where no

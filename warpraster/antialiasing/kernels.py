@@ -24,10 +24,12 @@ parameter t (0 at the examined face's pixel centre, 1 at the other) gives
 pixel's), and the left/upper pixel (alpha > 0) or the right/lower one takes
 ``alpha (color[right/lower] - color[left/upper])``.
 
-No float atomics in the forward: the blend kernel gathers each pixel's (at most
-four) pairs in a fixed order. The adjoint gathers the colour gradient the same
-way; vertex gradients are either added with atomics or stored per pair and
-summed in a fixed order (deterministic).
+The gather forward (``deterministic=True``) has no float atomics: the blend kernel
+gathers each pixel's (at most four) pairs in a fixed order. The default forward,
+:mod:`warpraster.antialiasing.sparse`, adds each blending pair with atomics
+instead. The adjoint gathers the colour gradient the same way as the blend;
+vertex gradients are either added with atomics or stored per pair and summed in
+a fixed order (deterministic).
 """
 
 from __future__ import annotations
@@ -304,7 +306,11 @@ def blend(
     # Data out:
     out: wp.array4d(dtype=wp.float32),
 ):
-    """out = color + the pairs that write to this pixel (right, down, left, up)."""
+    """out = color + the pairs that write to this pixel, in the order a serial pass
+    over the pairs meets them (raster order of a pair's first pixel, the right pair
+    before the lower): upper, left, right, lower. The sparse forward's atomics land
+    in that order where kernels run serially (the CPU), so the two agree bit for bit
+    there."""
     n, r, c = wp.tid()
     code, alpha = _pixel_pairs(pairs, n, r, c)
     right = code[0] != NO_PAIR and alpha[0] > 0.0
@@ -314,14 +320,14 @@ def blend(
     for ch in range(color.shape[3]):
         own = color[n, r, c, ch]
         v = own
+        if upper:
+            v += alpha[3] * (own - color[n, r - 1, c, ch])
+        if left:
+            v += alpha[2] * (own - color[n, r, c - 1, ch])
         if right:
             v += alpha[0] * (color[n, r, c + 1, ch] - own)
         if lower:
             v += alpha[1] * (color[n, r + 1, c, ch] - own)
-        if left:
-            v += alpha[2] * (own - color[n, r, c - 1, ch])
-        if upper:
-            v += alpha[3] * (own - color[n, r - 1, c, ch])
         out[n, r, c, ch] = v
 
 

@@ -115,7 +115,8 @@ class FrameAntialias:
     Attributes:
         faces: (F, 3) int32, the faces the op reads (written by each call).
         op: the :class:`~warpraster.Antialias` object (test access: its
-            ``pair_code`` holds the last call's edge decisions).
+            ``pair_code`` holds the last recorded call's edge decisions, or every
+            call's with ``op.store_pairs`` set).
     """
 
     def __init__(self, topology: AntialiasTopology, hard_color: wp.array, color: wp.array,
