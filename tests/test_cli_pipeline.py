@@ -114,3 +114,19 @@ def test_ctrl_c_while_frames_are_written_leaves_whole_files(
     assert {p.name for p in files} <= {f"color.000{i}.png" for i in (1, 2, 3)}
     for p in files:  # whole PNGs: written under a temporary name, renamed when complete
         assert np.asarray(Image.open(p)).shape == (21, 32, 4)
+
+
+def test_bench_usd_suite_times_the_pipelined_command(tmp_path, capsys):
+    import json
+
+    from warpraster import bench
+
+    path = tmp_path / "usd.json"
+    code = bench.main(["--suite", "usd", "--device", "cpu", "--runs", "1", "--frames", "1:3",
+                       "--width", "32", "--json", str(path)])  # fmt: skip
+    assert code == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert "frame ms" in header and "frames/s" in header
+    (row,) = json.loads(path.read_text())
+    assert row["frames"] == 3 and row["spp"] == 4
+    assert row["frames_per_s"] == pytest.approx(1e3 / row["frame_ms"])  # one figure, two units

@@ -150,10 +150,12 @@ class FrameWriter:
         self._pending.append(self._pool.submit(self._write, buf, frame_label(t), fragments))
 
     def finish(self) -> tuple[list[float], list[Path]]:
-        """Waits for every frame; returns their coverages and the files, in frame order."""
+        """Waits for every frame handed over since the last call; returns their
+        coverages and their files, in frame order."""
         while self._pending:
             self._collect(block=True)
-        return [w.coverage for w in self._done], [p for w in self._done for p in w.paths]
+        done, self._done = self._done, []
+        return [w.coverage for w in done], [p for w in done for p in w.paths]
 
     def _collect(self, *, block: bool) -> None:
         """Takes the finished frames off the front (the oldest one waited for if
@@ -193,14 +195,14 @@ class FrameWriter:
 
 def render_frames(renderer, frames, writer: FrameWriter, *, anim=None, camera=None,
                   fragments: bool = False) -> float:  # fmt: skip
-    """Renders each time of ``frames`` and hands it to ``writer``; the stage of the
-    first one is already in ``renderer``, the next ones are evaluated by ``anim``
-    (a :class:`~warpraster.usd.animation.StageAnimation`, None for a static scene)
-    through ``camera`` (a prim path, None for the renderer's). Returns the
-    ``time.perf_counter()`` at which the first frame was handed over."""
+    """Renders each time of ``frames`` and hands it to ``writer``: the stage evaluated
+    at the time by ``anim`` (a :class:`~warpraster.usd.animation.StageAnimation`;
+    None, or a time None, renders the renderer's scene as it is) through ``camera``
+    (a prim path, None for the renderer's). Returns the ``time.perf_counter()`` at
+    which the first frame was handed over (rendered, not yet written)."""
     first = None
     for t in frames:
-        if first is not None and anim is not None and t is not None:
+        if anim is not None and t is not None:
             anim.frame(renderer, t, camera)
         renderer.render_device()
         writer.submit(t, renderer.fragments().numpy() if fragments else None)
