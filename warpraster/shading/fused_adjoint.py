@@ -17,13 +17,13 @@ import warp as wp
 from ..aggregated import add_float_row, add_mat33_row, add_rt_partial, add_vec3_row, stripe_of
 from ..patches import patch_pixel
 from .lighting import (
-    NORMALIZE_EPS,
     LightKind,
     direction_toward,
     light_index,
     light_kind,
     light_range,
     normalize_eps,
+    normalize_eps_adjoint,
     phong_alpha,
     phong_power,
 )
@@ -72,16 +72,6 @@ __all__ = [
 ADJOINT_MAX_REGISTERS = 128
 #: The adjoint's pixel patch width (see FORWARD_PATCH_W in :mod:`warpraster.shading.fused`).
 ADJOINT_PATCH_W = wp.constant(16)
-
-
-@wp.func
-def _normalize_eps_adjoint(v: wp.vec3, g: wp.vec3) -> wp.vec3:
-    """Gradient of ``v / max(|v|, eps)`` at ``v`` for the output gradient ``g``."""
-    length = wp.length(v)
-    if length > NORMALIZE_EPS:
-        u = v / length
-        return (g - u * wp.dot(u, g)) / length
-    return g / NORMALIZE_EPS
 
 
 @wp.func
@@ -163,9 +153,9 @@ def _one_light_adjoint(
             g_nn += g_two * cos_angle
             g_nn += g_cos * dd
             g_dd += g_cos * nn
-            g_to_eye = _normalize_eps_adjoint(to_eye, g_view)
-        g_normal = _normalize_eps_adjoint(normal, g_nn)
-        g_dir = _normalize_eps_adjoint(direction, g_dd)
+            g_to_eye = normalize_eps_adjoint(to_eye, g_view)
+        g_normal = normalize_eps_adjoint(normal, g_nn)
+        g_dir = normalize_eps_adjoint(direction, g_dd)
         if kind == LightKind.POINT:
             g_point = -g_dir
         if wants(g, Want.LIGHT):

@@ -36,12 +36,17 @@ __all__ = [
     "PointLights",
     "diffuse",
     "LightList",
+    "MAX_LAMBERT_LIGHTS",
+    "lambert_light_sum",
+    "lambert_light_sum_adjoint",
     "direction_toward",
     "light_index",
     "light_kind",
     "light_range",
+    "light_rows",
     "light_terms",
     "normalize_eps",
+    "normalize_eps_adjoint",
     "specular",
     "specular_toward",
 ]
@@ -72,6 +77,16 @@ def diffuse(normal: wp.vec3, color: wp.vec3, direction: wp.vec3) -> wp.vec3:
     d = normalize_eps(direction)
     angle = wp.max(wp.dot(n, d), 0.0)
     return color * angle
+
+
+@wp.func
+def normalize_eps_adjoint(v: wp.vec3, g: wp.vec3) -> wp.vec3:
+    """Gradient at ``v`` of ``g . normalize_eps(v)`` (``v / max(|v|, eps)``)."""
+    length = wp.length(v)
+    if length > NORMALIZE_EPS:
+        u = v / length
+        return (g - u * wp.dot(u, g)) / length
+    return g / NORMALIZE_EPS
 
 
 @wp.func
@@ -204,6 +219,65 @@ def light_terms(
         diffuse(normal, dc, direction),
         specular(point, normal, direction, sc, camera_position, shininess),
     )
+
+
+#: Lights per image :func:`lambert_light_sum` evaluates (its loop is unrolled).
+MAX_LAMBERT_LIGHTS = 8
+
+
+@wp.func
+def _lambert_term(lights: LightRows, n: int, j: int, point: wp.vec3, normal: wp.vec3):
+    """(ambient colour, direction toward the light, its diffuse colour, on) of light
+    ``j`` of image ``n`` at ``point`` (on = 0 for an ambient light)."""
+    kind = light_kind(lights, j)
+    la = lights.ambient[light_index(lights, n, j, lights.ambient.shape[0])]
+    if kind == LightKind.AMBIENT:
+        return la, wp.vec3(0.0), wp.vec3(0.0), 0
+    p = lights.param[light_index(lights, n, j, lights.param.shape[0])]
+    dc = lights.diffuse[light_index(lights, n, j, lights.diffuse.shape[0])]
+    return la, direction_toward(kind, p, point), dc, 1
+
+
+@wp.func
+def lambert_light_sum(lights: LightRows, n: int, point: wp.vec3, normal: wp.vec3) -> wp.vec3:
+    """The lights of image ``n`` on a diffuse surface: the sum over its lights of
+    PyTorch3D's ambient colour plus :func:`diffuse` (its per-light formula with
+    ambient and diffuse reflectivity 1 and no specular term), in list order; the
+    first :data:`MAX_LAMBERT_LIGHTS`, the loop unrolled (Warp's generated adjoint
+    differentiates it)."""
+    lo, hi = light_range(lights, n)
+    total = wp.vec3(0.0)
+    for jj in range(MAX_LAMBERT_LIGHTS):
+        j = lo + jj
+        if j < hi:
+            la, direction, dc, on = _lambert_term(lights, n, j, point, normal)
+            total = total + la
+            if on != 0:
+                total = total + diffuse(normal, dc, direction)
+    return total
+
+
+@wp.func
+def lambert_light_sum_adjoint(
+    lights: LightRows, n: int, point: wp.vec3, normal: wp.vec3, g: wp.vec3
+):
+    """Gradients (of ``point``, of ``normal``) of ``g . lambert_light_sum(...)``."""
+    lo, hi = light_range(lights, n)
+    g_point = wp.vec3(0.0)
+    g_normal = wp.vec3(0.0)
+    for jj in range(MAX_LAMBERT_LIGHTS):
+        j = lo + jj
+        if j < hi:
+            _la, direction, dc, on = _lambert_term(lights, n, j, point, normal)
+            if on != 0:
+                nn = normalize_eps(normal)
+                dd = normalize_eps(direction)
+                if wp.dot(nn, dd) > 0.0:
+                    g_angle = wp.dot(g, dc)
+                    g_normal = g_normal + normalize_eps_adjoint(normal, g_angle * dd)
+                    if light_kind(lights, j) == LightKind.POINT:
+                        g_point = g_point - normalize_eps_adjoint(direction, g_angle * nn)
+    return g_point, g_normal
 
 
 class LightsBase(ParamRows):
@@ -439,3 +513,18 @@ class LightList(ParamRows):
         rows.param, rows.ambient = self.param, self.ambient_color
         rows.diffuse, rows.specular = self.diffuse_color, self.specular_color
         rows.kinds, rows.first = self.kinds, self.first
+
+
+def light_rows(lights, device) -> LightRows:
+    """The kernels' :class:`LightRows` of ``lights``: a :class:`LightList` (its
+    ``fill``) or one light per image (``DirectionalLights``, ``PointLights``,
+    ``AmbientLights``: ``listed`` = 0), unused arrays one-element placeholders."""
+    from ..structs import new_struct
+
+    rows = new_struct(LightRows, device)
+    if isinstance(lights, LightList):
+        lights.fill(rows)
+    else:
+        rows.listed = 0
+        rows.kind, rows.param, rows.ambient, rows.diffuse, rows.specular = lights.kernel_args()
+    return rows

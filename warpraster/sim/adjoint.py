@@ -370,7 +370,7 @@ class SensorBackward:
         grads, mask = self._channel_grads(frame)
         loss = self._armed.pop(id(frame), self._no_loss)
         wp.launch(
-            CHANNELS_ADJOINT[soft, bool(smooth), self.varying_albedo],
+            CHANNELS_ADJOINT[soft, bool(smooth), self.varying_albedo, s.lit],
             dim=(n, h, w),
             inputs=[frame.scene, camera_transforms, grads, mask, loss, int(cam_on), int(mat_on),
                     int(s.exact_perspective_grad)],

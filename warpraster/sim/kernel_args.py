@@ -23,6 +23,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..backward.sorted import SegmentEntries
+from ..shading.lighting import LightRows
 from ..shading.material_table import MaterialTable
 from ..shading.pixel_args import PixelFragments, pixel_fragments
 
@@ -89,8 +90,9 @@ class MaterialArrays:
 @wp.struct
 class Look:
     """Shading and coverage options (see ``render.CHANNEL_KERNELS``), the
-    :class:`MaterialArrays` and the material table (its ``diffuse`` is
-    ``materials.colors``)."""
+    :class:`MaterialArrays`, the material table (its ``diffuse`` is
+    ``materials.colors``) and the light list (``lights``: the shading core's
+    lights, read only by the channel variants compiled with them)."""
 
     sigma: float
     ambient: int
@@ -103,6 +105,7 @@ class Look:
     smooth: int
     materials: MaterialArrays
     table: MaterialTable
+    lights: LightRows
 
 
 @wp.struct
@@ -303,6 +306,7 @@ def sensor_structs(sensor) -> tuple[VertexSources, View, Surface, Look]:
         ground=ground, ambient_intensity=ambient_intensity, clear_color=sensor.clear_color,
         clear_depth=sensor.clear_depth, smooth=int(sensor.smooth_normals), materials=materials,
         table=sensor.atlas.table,
+        lights=sensor.light_rows,
     )  # fmt: skip
     return sources, view, surface, look
 

@@ -11,6 +11,7 @@ import warp as wp
 from ..backward import slot_grads
 from ..backward.sorted import set_entry
 from ..geometry import pixel_centre
+from ..shading.lighting import lambert_light_sum, lambert_light_sum_adjoint
 from ..shading.material_table import (
     MaterialTable,
     face_albedo_adjoint,
@@ -102,14 +103,15 @@ def _no_taps(taps: TexelTaps, i: int):
 
 
 def _make_channels_adjoint(
-    soft: bool, smooth_normals: bool, textured: bool, max_registers: int | None = None
+    soft: bool, smooth_normals: bool, textured: bool, lit: bool, max_registers: int | None = None
 ):
     """The adjoint of ``render.CHANNEL_KERNELS[soft, textured]`` (the same inputs), per pixel;
     ``smooth_normals`` compiled in (the ``smooth`` argument is then ignored), so
     each variant keeps only its own registers; ``textured``: an albedo that varies
     over a face (a texture or corner colours), with its gradients (to the
     barycentrics and, with ``material_grad``, the texels as ``taps_out``
-    entries); ``max_registers``: a CUDA cap."""
+    entries); ``lit``: the core's lights (their gradients to the hit point and the
+    normal; the light arrays get none here); ``max_registers``: a CUDA cap."""
 
     @wp.kernel(module="unique", cuda_max_registers=max_registers)
     def channels_adjoint(
@@ -207,6 +209,10 @@ def _make_channels_adjoint(
         ndotl = wp.max(ndl, 0.0)
         intensity = mat.light_intensity[0]
         shaded = wp.cw_mul(albedo, amb) + albedo * (ndotl * intensity)
+        ls = wp.vec3(0.0)
+        if wp.static(lit):
+            ls = lambert_light_sum(look.lights, n, hit, nrm)
+            shaded = shaded + wp.cw_mul(albedo, ls)
         # ---- adjoint
         clear_depth = look.clear_depth
         g_a = (
@@ -220,6 +226,13 @@ def _make_channels_adjoint(
         g_sh = a * gc
         g_alb = a * galb + wp.cw_mul(g_sh, amb) + g_sh * (ndotl * intensity)
         g_nrm = a * gn
+        g_lit_point = wp.vec3(0.0)
+        if wp.static(lit):
+            g_alb = g_alb + wp.cw_mul(g_sh, ls)
+            g_lit_point, g_lit_nrm = lambert_light_sum_adjoint(
+                look.lights, n, hit, nrm, wp.cw_mul(g_sh, albedo)
+            )
+            g_nrm = g_nrm + g_lit_nrm
         g_sh_alb = wp.dot(g_sh, albedo)
         if look.ambient != 0:
             g_hemi = wp.dot(
@@ -235,10 +248,13 @@ def _make_channels_adjoint(
         g_hit = wp.vec3(0.0)
         if depth > 0.0:
             g_hit = (a * gd / depth) * ray
-        g_b = wp.vec3(wp.dot(g_hit, p0), wp.dot(g_hit, p1), wp.dot(g_hit, p2))
-        g_p0 = b[0] * g_hit
-        g_p1 = b[1] * g_hit
-        g_p2 = b[2] * g_hit
+        # the hit point's gradient: the depth's (which the camera origin's mirrors) and
+        # the point lights'
+        g_point = g_hit + g_lit_point
+        g_b = wp.vec3(wp.dot(g_point, p0), wp.dot(g_point, p1), wp.dot(g_point, p2))
+        g_p0 = b[0] * g_point
+        g_p1 = b[1] * g_point
+        g_p2 = b[2] * g_point
         g_vn = wp.mat33(0.0)
         if wp.static(smooth_normals):
             g_s = normalize_adj(s_raw, g_nrm)
@@ -328,16 +344,17 @@ def _make_channels_adjoint(
 #: L1TEX scoreboard stalls lead). Capped at 64, the sensor bench's forward +
 #: backward went from 0.524 to 0.476 ms on an H200 (80: 0.492, 72: 0.495, 56: 0.480;
 #: scripts/gpu_sensor_regs.py). The other variants are not measured: uncapped.
-_MAX_REGISTERS = {(False, False, False): 64}
+_MAX_REGISTERS = {(False, False, False, False): 64}
 
-#: The per-pixel adjoints by (soft silhouette, smooth normals, textured).
+#: The per-pixel adjoints by (soft silhouette, smooth normals, textured, core lights).
 CHANNELS_ADJOINT = {
-    (soft, smooth, tex): _make_channels_adjoint(
-        soft, smooth, tex, _MAX_REGISTERS.get((soft, smooth, tex))
+    (soft, smooth, tex, lit): _make_channels_adjoint(
+        soft, smooth, tex, lit, _MAX_REGISTERS.get((soft, smooth, tex, lit))
     )
     for soft in (False, True)
     for smooth in (False, True)
     for tex in (False, True)
+    for lit in (False, True)
 }
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..geometry import edge_function, finite_cross, finite_vec3, pixel_centre
+from ..shading.lighting import lambert_light_sum
 from ..shading.material_table import face_albedo
 from ..shading.pixel_args import PixelFragments
 from .geometry import VertexSource
@@ -385,11 +386,11 @@ def surface_albedo(surface: Surface, look: Look, f: int, b: wp.vec3) -> wp.vec3:
     return wp.vec3(a[0], a[1], a[2])
 
 
-def _make_channels_kernel(soft: bool, varying: bool):
+def _make_channels_kernel(soft: bool, varying: bool, lit: bool):
     """The channel kernel; ``soft``: with the soft-silhouette branch (a separate
     variant so that the sharp one keeps its adjoint small); ``varying``: albedos
     that vary over a face (textures, corner colours) read, else each face's
-    material colour alone."""
+    material colour alone; ``lit``: the core's lights (``look.lights``) added."""
 
     @wp.kernel(module="unique")
     def channels_kernel(
@@ -477,6 +478,8 @@ def _make_channels_kernel(soft: bool, varying: bool):
         to_light = -wp.normalize(mat.light_direction[0])
         ndotl = wp.max(wp.dot(nrm, to_light), 0.0)
         shaded = shaded + albedo * (ndotl * mat.light_intensity[0])
+        if wp.static(lit):  # the core's lights: compiled in where given
+            shaded = shaded + wp.cw_mul(albedo, lambert_light_sum(look.lights, n, hit, nrm))
         clear_depth = look.clear_depth
         out.color[w, c, y, x] = a * shaded + (1.0 - a) * look.clear_color
         out.albedo[w, c, y, x] = a * albedo
@@ -492,9 +495,10 @@ def _make_channels_kernel(soft: bool, varying: bool):
     return channels_kernel
 
 
-#: The channel kernels by (soft silhouette, varying albedo).
+#: The channel kernels by (soft silhouette, varying albedo, core lights).
 CHANNEL_KERNELS = {
-    (soft, varying): _make_channels_kernel(soft, varying)
+    (soft, varying, lit): _make_channels_kernel(soft, varying, lit)
     for soft in (False, True)
     for varying in (False, True)
+    for lit in (False, True)
 }

@@ -216,6 +216,14 @@ class CameraSensor:
             and without ``--generated-backward`` times both). False: Warp's
             generated adjoints and the rasterizer's atomic backward (the last
             bits vary on a GPU).
+        lights: more lights, the shading core's: a
+            :class:`~warpraster.shading.LightList` (ambient, directional and point
+            lights, all images or per image n = world * C + camera) or one light per
+            image (``DirectionalLights``, ``PointLights``, ``AmbientLights``), at most
+            8 an image; each adds PyTorch3D's ambient colour and Lambert diffuse term
+            (:func:`~warpraster.shading.lighting.lambert_light_sum`: reflectivities 1,
+            no specular) times the albedo, after Newton's ambient and light.
+            Gradients reach their arrays with ``deterministic=False`` only.
         near_clip: view depth of the near plane (> 0) faces are clipped at; 0 drops
             the faces with a vertex behind the camera whole (default 1e-3: close to
             a ray caster's, which draws all in front of the camera).
@@ -267,6 +275,7 @@ class CameraSensor:
         material_grad: bool = False,
         grad_channels=None,
         deterministic: bool = True,
+        lights=None,
         near_clip: float = 1.0e-3,
         exact_perspective_grad: bool = True,
     ):
@@ -320,6 +329,8 @@ class CameraSensor:
         self.ambient_terms = (wp.vec3(0.4, 0.4, 0.45), wp.vec3(0.1, 0.1, 0.12), 0.5)
         self.bin_size = bin_size
         self.device = wp.get_device(device)
+        self.lights = lights
+        self.light_rows = self._light_rows(lights, deterministic)
         self.requires_grad = bool(requires_grad)
         if geometry.num_vertices == 0:
             raise ValueError("geometry has no shapes")
@@ -409,6 +420,53 @@ class CameraSensor:
         self._inputs_checked = False
 
     # ------------------------------------------------------------------ set-up
+    def _light_rows(self, lights, deterministic):
+        """The kernels' rows of ``lights`` (checked: kind, device, images, count)."""
+        from ..shading.lighting import (  # noqa: PLC0415
+            MAX_LAMBERT_LIGHTS,
+            LightList,
+            LightRows,
+            LightsBase,
+            light_rows,
+        )
+        from ..structs import new_struct  # noqa: PLC0415
+
+        if lights is None:
+            return new_struct(LightRows, self.device)
+        if not isinstance(lights, (LightList, LightsBase)):
+            raise TypeError(
+                "lights must be a LightList or a DirectionalLights / PointLights / "
+                f"AmbientLights, got {type(lights).__name__}"
+            )
+        if lights.device != self.device:
+            raise ValueError(f"lights are on {lights.device}, the sensor on {self.device}")
+        n = self.world_count * self.camera_count
+        if len(lights) not in (1, n):
+            raise ValueError(
+                f"lights: {len(lights)} rows; give 1 (every image) or one per image "
+                f"(world_count * camera_count = {n})"
+            )
+        if isinstance(lights, LightList):
+            most = int(np.diff(lights.first.numpy()).max())  # set-up: one host read
+            if most > MAX_LAMBERT_LIGHTS:
+                raise ValueError(
+                    f"lights: an image has {most} lights; the sensor takes at most "
+                    f"{MAX_LAMBERT_LIGHTS}"
+                )
+        rows = light_rows(lights, self.device)
+        trained = [a for a in (rows.param, rows.ambient, rows.diffuse) if a.requires_grad]
+        if deterministic and trained:
+            raise ValueError(
+                "lights: arrays that require gradients need CameraSensor(deterministic=False) "
+                "(the deterministic backward gives the light list's arrays none)"
+            )
+        return rows
+
+    @property
+    def lit(self) -> bool:
+        """Whether the core's lights are on (:attr:`lights`)."""
+        return self.lights is not None
+
     @property
     def num_images(self) -> int:
         return self.world_count * self.camera_count
@@ -619,7 +677,7 @@ class CameraSensor:
             # the face or reorders the slots
             self._rasterize(out, out.soft_workspace, self.blur_radius, SOFT_SLOTS)
         wp.launch(
-            CHANNEL_KERNELS[self.silhouette_sigma > 0.0, self.geometry.varying_albedo],
+            CHANNEL_KERNELS[self.silhouette_sigma > 0.0, self.geometry.varying_albedo, self.lit],
             dim=(self.num_images, h, w),
             inputs=[out.scene, camera_transforms],
             outputs=[out.channels],
