@@ -68,15 +68,15 @@ def _near_cut_edge(tris, cam_tf, near, px=0.02):
     return out
 
 
-def test_ground_behind_the_camera_matches_a_float64_ray_caster():
+def test_ground_behind_the_camera_matches_a_float64_ray_caster(device):
     g, tris = _scene()
     cam = _camera()
     args = dict(
-        camera_transforms=wp.array([[cam]], dtype=wp.transform, device="cpu"),
-        camera_fovs=wp.array([FOV], dtype=wp.float32, device="cpu"),
-        body_q=wp.array([_BOX_POSE], dtype=wp.transform, device="cpu"),
+        camera_transforms=wp.array([[cam]], dtype=wp.transform, device=device),
+        camera_fovs=wp.array([FOV], dtype=wp.float32, device=device),
+        body_q=wp.array([_BOX_POSE], dtype=wp.transform, device=device),
     )
-    sensor = wsim.CameraSensor(g, image_size=(H, W), device="cpu", light_direction=LIGHT)
+    sensor = wsim.CameraSensor(g, image_size=(H, W), device=device, light_direction=LIGHT)
     assert sensor.near_clip > 0.0  # the default clips
     out = sensor.update(**args).numpy()
     shape_of = np.array([0, 0] + [1] * (len(tris) - 2))
@@ -102,25 +102,25 @@ def test_ground_behind_the_camera_matches_a_float64_ray_caster():
 
     # without the near plane the ground's triangles (a vertex behind the camera) are
     # dropped whole: the case the clipping is for
-    unclipped = wsim.CameraSensor(g, image_size=(H, W), device="cpu", light_direction=LIGHT,
+    unclipped = wsim.CameraSensor(g, image_size=(H, W), device=device, light_direction=LIGHT,
                                   near_clip=0.0).update(**args).numpy()  # fmt: skip
     assert (unclipped["shape_index"][0, 0][ground] == 2).sum() == 0
 
 
 @pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "generated"])
-def test_gradients_through_cut_faces_match_central_differences(deterministic):
+def test_gradients_through_cut_faces_match_central_differences(device, deterministic):
     """Depth and colour losses of the cut ground alone (it fills the image: no outline
     in view): gradients of the camera's height and rotation and of the field of view
     against central differences."""
     g, _ = _scene(box=False)
-    sensor = wsim.CameraSensor(g, image_size=(H, W), device="cpu", light_direction=LIGHT,
+    sensor = wsim.CameraSensor(g, image_size=(H, W), device=device, light_direction=LIGHT,
                                deterministic=deterministic, requires_grad=True)  # fmt: skip
-    cam_q = wp.array([[_camera()]], dtype=wp.transform, device="cpu", requires_grad=True)
-    fovs = wp.array([FOV], dtype=wp.float32, device="cpu", requires_grad=True)
-    loss = wp.zeros(1, dtype=float, device="cpu", requires_grad=True)
+    cam_q = wp.array([[_camera()]], dtype=wp.transform, device=device, requires_grad=True)
+    fovs = wp.array([FOV], dtype=wp.float32, device=device, requires_grad=True)
+    loss = wp.zeros(1, dtype=float, device=device, requires_grad=True)
     rng = np.random.default_rng(1)
-    tgt_d = wp.array(rng.uniform(0.5, 3.0, (1, 1, H, W)), dtype=float, device="cpu")
-    tgt_c = wp.array(rng.uniform(0, 1, (1, 1, H, W, 3)), dtype=wp.vec3, device="cpu")
+    tgt_d = wp.array(rng.uniform(0.5, 3.0, (1, 1, H, W)), dtype=float, device=device)
+    tgt_c = wp.array(rng.uniform(0, 1, (1, 1, H, W, 3)), dtype=wp.vec3, device=device)
 
     def forward():
         loss.zero_()

@@ -44,19 +44,19 @@ def _extra_light64(kinds, param, ambient, diffuse, hit, nrm, albedo):
     return albedo * total
 
 
-def test_light_list_colours_match_a_float64_ray_caster():
+def test_light_list_colours_match_a_float64_ray_caster(device):
     """Two worlds (a posed box each) + a ground, per-image light lists (world 1 without
     the point light): every image's colour against the ray caster plus the lights."""
     h, w = 30, 40
     g, bodies, cams, (bv, bf, pv, pf) = _box_scene()
-    lights = _light_list("cpu", per_image=True)
+    lights = _light_list(device, per_image=True)
     sensor = wsim.CameraSensor(g, world_count=2, camera_count=1, image_size=(h, w),
-                               device="cpu", light_direction=LIGHT, lights=lights)  # fmt: skip
+                               device=device, light_direction=LIGHT, lights=lights)  # fmt: skip
     fov = 0.9
     out = sensor.update(
-        camera_transforms=wp.array([[cams[0], cams[0]]], dtype=wp.transform, device="cpu"),
-        camera_fovs=wp.array([fov], dtype=wp.float32, device="cpu"),
-        body_q=wp.array(bodies, dtype=wp.transform, device="cpu"),
+        camera_transforms=wp.array([[cams[0], cams[0]]], dtype=wp.transform, device=device),
+        camera_fovs=wp.array([fov], dtype=wp.float32, device=device),
+        body_q=wp.array(bodies, dtype=wp.transform, device=device),
     ).numpy()
     colors = g.shape_colors().astype(np.float64)
     tf = np.asarray(cams[0], np.float64)
@@ -94,22 +94,22 @@ def _rays(tf, fov, h, w):
     return d / np.linalg.norm(d, axis=-1, keepdims=True)
 
 
-def _plane_setup(deterministic, lights):
+def _plane_setup(device, deterministic, lights):
     """A tilted 4 m square on a body filling the whole view (no outline in view), lit
     only by the core's lights: the colour is smooth in the pose, the camera and the
     lights (the point light's term varies over the plane)."""
     g = wsim.SensorGeometry()
     quad = np.array([[-2.0, -2.0, 0.0], [2.0, -2.0, 0.0], [2.0, 2.0, 0.0], [-2.0, 2.0, 0.0]])
     g.add_body_mesh(0, quad, [[0, 1, 2], [0, 2, 3]], color=(0.8, 0.6, 0.4))
-    sensor = wsim.CameraSensor(g, image_size=(24, 28), device="cpu",
+    sensor = wsim.CameraSensor(g, image_size=(24, 28), device=device,
                                deterministic=deterministic, light_direction=None,
                                ambient=False, lights=lights, requires_grad=True)  # fmt: skip
     tilt = wp.quat_from_axis_angle(wp.normalize(wp.vec3(1.0, 0.4, 0.0)), 0.2)
-    body_q = wp.array([(0.05, -0.03, 0.1, *tilt)], dtype=wp.transform, device="cpu",
+    body_q = wp.array([(0.05, -0.03, 0.1, *tilt)], dtype=wp.transform, device=device,
                       requires_grad=True)  # fmt: skip
     cam_q = wp.array([[wsim.look_at_transform((0.2, -0.1, 1.0), (0.1, 0.2, 0.0))]],
-                     dtype=wp.transform, device="cpu", requires_grad=True)  # fmt: skip
-    fovs = wp.array([0.8], dtype=wp.float32, device="cpu", requires_grad=True)
+                     dtype=wp.transform, device=device, requires_grad=True)  # fmt: skip
+    fovs = wp.array([0.8], dtype=wp.float32, device=device, requires_grad=True)
     return sensor, body_q, cam_q, fovs
 
 
@@ -147,19 +147,19 @@ def _check(arrays, forward, loss, cases):
 
 
 @pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "generated"])
-def test_light_list_gradients_match_central_differences(deterministic):
+def test_light_list_gradients_match_central_differences(device, deterministic):
     """Colour loss of a plane filling the view, lit only by the core's lights (a point
     light among them): gradients of the body pose, the camera and the field of view,
     and with the generated adjoints also of the point light's location and the
     lights' colours, against central differences."""
-    lights = _light_list("cpu", requires_grad=not deterministic)
-    sensor, body_q, cam_q, fovs = _plane_setup(deterministic, lights)
-    loss = wp.zeros(1, dtype=float, device="cpu", requires_grad=True)
+    lights = _light_list(device, requires_grad=not deterministic)
+    sensor, body_q, cam_q, fovs = _plane_setup(device, deterministic, lights)
+    loss = wp.zeros(1, dtype=float, device=device, requires_grad=True)
     # a target near the image (a small loss whose float32 rounding does not swamp the
     # differences), off by a random +-0.05 a channel
     first = sensor.update(camera_transforms=cam_q, camera_fovs=fovs, body_q=body_q)
     jitter = np.random.default_rng(3).uniform(-0.05, 0.05, (1, 1, 24, 28, 3))
-    target = wp.array(first.color.numpy() + jitter, dtype=wp.vec3, device="cpu")
+    target = wp.array(first.color.numpy() + jitter, dtype=wp.vec3, device=device)
 
     def forward():
         loss.zero_()

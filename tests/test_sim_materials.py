@@ -90,8 +90,8 @@ def _bilinear64(tex, uv, wrap):
     return top * (1 - fy) + bottom * fy
 
 
-def test_albedo_is_the_material_colour_times_its_texture_at_the_uv():
-    sensor, body_q, cam_q, fovs = _sensor("cpu")
+def test_albedo_is_the_material_colour_times_its_texture_at_the_uv(device):
+    sensor, body_q, cam_q, fovs = _sensor(device)
     out = sensor.update(camera_transforms=cam_q, camera_fovs=fovs, body_q=body_q)
     albedo = out.albedo.numpy()[0, 0]
     frags = out.workspace.fragments
@@ -116,12 +116,11 @@ def test_albedo_is_the_material_colour_times_its_texture_at_the_uv():
 
 
 @pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "generated"])
-def test_textured_multi_material_gradients_match_central_differences(deterministic):
+def test_textured_multi_material_gradients_match_central_differences(device, deterministic):
     """Colour loss (random target) of the textured scene with soft outlines: gradients
     of body translations and rotation, a camera translation, the field of view, the
     textured material's colour and a texel against central differences, through the
     deterministic backward and Warp's generated adjoints."""
-    device = "cpu"
     # the ramp texture: a bilinear lookup's slope jumps where a UV crosses a texel
     # centre line, so central differences of a random texture average two slopes for
     # the pixels that cross one within the step (measured: 12% off for a body

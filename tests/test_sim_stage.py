@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGE = ROOT / "warpraster" / "assets" / "default_scene.usda"
 
 
-def test_bundled_stage_shows_the_stage_renderers_faces_and_albedo():
+def test_bundled_stage_shows_the_stage_renderers_faces_and_albedo(device):
     """The sensor over the bundled stage (every mesh, the checker texture and four
     plain materials, the stage's camera) covers the pixels the stage renderer covers
     with the same faces, and its albedo is the stage renderer's own albedo kernel
@@ -33,15 +33,15 @@ def test_bundled_stage_shows_the_stage_renderers_faces_and_albedo():
     tf, fov = wsim.stage_camera(cam)
     h = 60
     w = int(round(h * cam.aspect))  # the apertures' aspect: the same view
-    sensor = wsim.CameraSensor(g, image_size=(h, w), device="cpu")
-    out = sensor.update(camera_transforms=wp.array([[tf]], dtype=wp.transform, device="cpu"),
-                        camera_fovs=wp.array([fov], dtype=wp.float32, device="cpu"))  # fmt: skip
+    sensor = wsim.CameraSensor(g, image_size=(h, w), device=device)
+    out = sensor.update(camera_transforms=wp.array([[tf]], dtype=wp.transform, device=device),
+                        camera_fovs=wp.array([fov], dtype=wp.float32, device=device))  # fmt: skip
     frags = out.workspace.fragments
     p2f = frags.pix_to_face.numpy()
     # the sensor's faces are the scene's faces in order: face_source is the scene face
     scene_face = np.where(p2f >= 0, sensor.face_source.numpy()[np.maximum(p2f, 0)], -1)
 
-    r = wu.StageRenderer(scene, camera=cam.name, image_size=(h, w), spp=1, device="cpu")
+    r = wu.StageRenderer(scene, camera=cam.name, image_size=(h, w), spp=1, device=device)
     ref = r.render()
     covered = (scene_face[0, ..., 0] >= 0) | (ref.face_id >= 0)
     same = scene_face[0, ..., 0] == ref.face_id
@@ -51,10 +51,10 @@ def test_bundled_stage_shows_the_stage_renderers_faces_and_albedo():
     assert same[covered].mean() >= 0.99
 
     b = r.buffers
-    albedo = wp.zeros((1, h, w, 1), dtype=wp.vec3, device="cpu")
-    opacity = wp.zeros((1, h, w, 1), dtype=wp.float32, device="cpu")
+    albedo = wp.zeros((1, h, w, 1), dtype=wp.vec3, device=device)
+    opacity = wp.zeros((1, h, w, 1), dtype=wp.float32, device=device)
     at_sensor = SimpleNamespace(
-        pix_to_face=wp.array(scene_face.astype(np.int32), dtype=wp.int32, device="cpu"),
+        pix_to_face=wp.array(scene_face.astype(np.int32), dtype=wp.int32, device=device),
         bary_coords=frags.bary_coords,
     )
     sample_atlas(at_sensor, b.face_material, b.corner_uv, b.corner_color, b.atlas,
@@ -88,7 +88,7 @@ def _ramp_scene():
     return scene
 
 
-def test_stage_scene_on_a_body_gradients_match_central_differences():
+def test_stage_scene_on_a_body_gradients_match_central_differences(device):
     """A stage mesh moved by a body, textured / plain / corner-coloured quads, soft
     outlines, a colour loss: gradients of the body pose, the camera, the textured
     material's colour and a texel against central differences (deterministic
@@ -102,14 +102,14 @@ def test_stage_scene_on_a_body_gradients_match_central_differences():
     target_rgb = np.random.default_rng(4).uniform(0, 1, (1, 1, 24, 30, 3))
     grads = {}
     for det in (True, False):
-        sensor = wsim.CameraSensor(g, image_size=(24, 30), silhouette_sigma=1e-4, device="cpu",
+        sensor = wsim.CameraSensor(g, image_size=(24, 30), silhouette_sigma=1e-4, device=device,
                                    deterministic=det, light_direction=(-0.3, 0.4, -1.0),
                                    requires_grad=True, material_grad=True)  # fmt: skip
-        body_q = wp.array(pose, dtype=wp.transform, device="cpu", requires_grad=True)
-        cam_q = wp.array(cam, dtype=wp.transform, device="cpu", requires_grad=True)
-        fovs = wp.array([0.9], dtype=wp.float32, device="cpu", requires_grad=True)
-        loss = wp.zeros(1, dtype=float, device="cpu", requires_grad=True)
-        target = wp.array(target_rgb, dtype=wp.vec3, device="cpu")
+        body_q = wp.array(pose, dtype=wp.transform, device=device, requires_grad=True)
+        cam_q = wp.array(cam, dtype=wp.transform, device=device, requires_grad=True)
+        fovs = wp.array([0.9], dtype=wp.float32, device=device, requires_grad=True)
+        loss = wp.zeros(1, dtype=float, device=device, requires_grad=True)
+        target = wp.array(target_rgb, dtype=wp.vec3, device=device)
 
         def forward(sensor=sensor, body_q=body_q, cam_q=cam_q, fovs=fovs, loss=loss,
                     target=target):  # fmt: skip
