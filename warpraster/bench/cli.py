@@ -23,6 +23,9 @@ same work captured in a CUDA graph and replayed, as a simulation loop runs it):
             Newton's SensorTiledCamera on the same scene)
   usd       the bundled USD scene (or --usd-scene) as `warpraster render` draws it:
             load, then per frame set the frame, render, copy back and write the PNG
+  antialias Antialias alone on the textured K = 1 render (ico5 x8 512²): the sparse
+            (default), gather and deterministic forwards, forward and forward +
+            backward (--nvdiffrast: also nvdiffrast's antialias on the same inputs)
 
 Times are medians of --runs timed calls after warm-up (CUDA events on a GPU, the
 wall clock on the CPU; the sensor suite: the mean over --runs calls).
@@ -34,6 +37,7 @@ SUITES = {
     "renderer": list(RENDERER_TARGETS),
     "sensor": None,
     "usd": None,
+    "antialias": None,
 }
 
 #: The raster suite's on/off options: (flag, help).
@@ -195,6 +199,8 @@ def main(argv=None) -> int:
         from . import renderer as suite
     elif args.suite == "sensor":
         from . import sensor as suite
+    elif args.suite == "antialias":
+        from . import antialias as suite
     else:
         from . import usd as suite
     return suite.run(args, argv)

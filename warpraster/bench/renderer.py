@@ -10,7 +10,8 @@ Two scenes, generated in code, seen by one perspective camera per image:
   colours;
 * ``hardphong_mip1024_ico5x8_512_k1``: the same geometry, K = 1,
   ``HardPhongShader`` with a 1024² UV texture sampled linear-mipmap-linear
-  (``TexturesUVMipmap``, spherical UVs).
+  (``TexturesUVMipmap``, spherical UVs); ``..._aa``: its image antialiased
+  (``Renderer(antialias=True)``), as nvdiffrast's pipeline (``--nvdiffrast``) is.
 
 Each is timed as the :class:`~warpraster.renderer.Renderer` call alone
 (forward) and as render + image MSE (:meth:`Renderer.image_mse`, fused into the
@@ -74,6 +75,8 @@ def make_renderer(name: str, device, channels=CHANNELS) -> tuple[Renderer, wp.ar
     channels it writes beside the image)."""
     verts, faces, first, count, uvs, colors = _scene()
     n = len(first)
+    aa = name.endswith("_aa")  # the hard image antialiased (nvdiffrast's pipeline has it)
+    name = name.removesuffix("_aa")
     camgrad = name.endswith("_camgrad")  # the cameras' R, T, fov and aspect ratio trainable
     R, T = look_at_view_transform(dist=2.7, elev=10.0, azim=20.0)
     cams = FoVPerspectiveCameras(R=np.repeat(R, n, 0), T=np.repeat(T, n, 0), device=device,
@@ -98,7 +101,8 @@ def make_renderer(name: str, device, channels=CHANNELS) -> tuple[Renderer, wp.ar
                                     device=device, requires_grad=True)  # fmt: skip
     r = Renderer(cameras=cams, raster_settings=settings, shader=shader, faces=faces,
                  mesh_to_face_first_idx=first, num_faces_per_mesh=count, num_verts=len(verts),
-                 textures=textures, channels=channels, device=device)  # fmt: skip
+                 textures=textures, channels=channels, device=device,
+                 antialias=aa)  # fmt: skip
     return r, wp.array(verts, dtype=wp.vec3, device=device, requires_grad=True)
 
 

@@ -61,6 +61,8 @@ def run_torch_scene(name: str, device: str, runs: int) -> dict:
         if device.startswith("cuda") else torch.device("cpu")  # fmt: skip
     verts, faces, first, count, uvs, colors = _scene()
     n = len(first)
+    aa = name.endswith("_aa")
+    name = name.removesuffix("_aa")
     camgrad = name.endswith("_camgrad")
     R, T = look_at_view_transform(dist=2.7, elev=10.0, azim=20.0)
     R = torch.tensor(np.repeat(R, n, 0), device=dev, requires_grad=camgrad)
@@ -92,7 +94,7 @@ def run_torch_scene(name: str, device: str, runs: int) -> dict:
                                         filter_mode="linear-mipmap-linear")  # fmt: skip
     renderer = wrt.MeshRenderer(rasterizer=wrt.MeshRasterizer(cameras=cams,
                                                               raster_settings=settings),
-                                shader=shader)  # fmt: skip
+                                shader=shader, antialias=aa)  # fmt: skip
     with torch.no_grad():
         target = renderer(v, f, fi, cn, textures=textures) * 0.9
 
