@@ -172,9 +172,9 @@ class SensorBackward:
         self.rec_world = wp.zeros(img, dtype=wp.mat33, device=dev)
         self.rec_vn = wp.zeros(img if smooth else (1, 1, 1), dtype=wp.mat33, device=dev)
         simg = img if soft else (1, 1, 1)
-        # the per-pixel points (soft pixels' outline points, cut faces' sharp pixels)
-        self.point_pass = soft or sensor.near_clip > 0.0
-        pimg = img if self.point_pass else (1, 1, 1)
+        # the per-pixel outline points of soft pixels
+        self.point_pass = soft
+        pimg = simg
         self.rec_soft = wp.zeros((*simg, SOFT_SLOTS) if soft else (1, 1, 1, 1), dtype=wp.mat33,
                                  device=dev)  # fmt: skip
         self.outline_on = wp.zeros(pimg, dtype=wp.int32, device=dev)

@@ -24,6 +24,7 @@ from .render import (
     SOFT_SLOTS,
     _slot_alpha,
     ambient_light,
+    cut_face_point_adjoint,
     face_points,
     nearest_slot,
     outline_point,
@@ -150,9 +151,8 @@ def _make_channels_adjoint(
         om = _vec8()
         sigma = look.sigma
         sp = blurred.pix_to_face
-        if wp.static(soft) or view.near > 0.0:
-            outline_out.on[n, y, x] = 0
         if wp.static(soft):
+            outline_out.on[n, y, x] = 0
             if not sharp and sigma > 0.0:
                 prod = float(1.0)
                 for k in range(SOFT_SLOTS):
@@ -292,14 +292,9 @@ def _make_channels_adjoint(
             v1 = ndc[faces[f, 1]]
             v2 = ndc[faces[f, 2]]
             if wp.min(wp.min(v0[2], v1[2]), v2[2]) < view.near:
-                # a face the near plane cuts: its barycentrics through the generated
-                # adjoint of render.outline_kernel (mode 2, the exact perspective
-                # formula, whose denominator may be negative for such a face)
-                records_out.ndc[n, y, x] = wp.mat33(0.0)
-                outline_out.on[n, y, x] = 2
-                outline_out.verts[n, y, x] = wp.matrix_from_rows(v0, v1, v2)
-                outline_out.g_bary[n, y, x] = g_b
-                outline_out.g_depth[n, y, x] = g_fwd
+                # a face the near plane cuts: its point from its own vertices
+                # (render.cut_face_point, whose denominator may be negative for it)
+                records_out.ndc[n, y, x] = cut_face_point_adjoint(pc, v0, v1, v2, g_b, g_fwd)
             else:
                 records_out.ndc[n, y, x] = slot_grads(
                     pc, v0, v1, v2, 1, 0, exact_perspective_grad, g_fwd, g_b, 0.0

@@ -231,30 +231,20 @@ def outline_kernel(
     bary_out: wp.array3d(dtype=wp.vec3),
     depth_out: wp.array3d(dtype=float),
 ):
-    """The point a pixel's gradient goes through, from per-pixel copies of its face's
-    vertices: for ``on`` = 1 the outline point of a soft pixel, as the channel
-    kernel computes it; for ``on`` = 2 a sharp pixel of a face the near plane cuts:
-    its perspective-correct barycentrics and depth from the face's own vertices
-    (:func:`cut_face_point`). Launched only as Warp's generated adjoint by the
-    sensor's deterministic backward (each pixel owns its input element, so the
-    adjoint adds without contention)."""
+    """The outline point of a soft pixel (``on`` != 0), as the channel kernel computes
+    it, from per-pixel copies of its face's vertices: launched only as Warp's
+    generated adjoint by the sensor's deterministic backward (each pixel owns its
+    input element, so the adjoint adds without contention)."""
     n, y, x = wp.tid()
-    mode = on[n, y, x]
-    if mode == 0:
+    if on[n, y, x] == 0:
         return
     m = verts[n, y, x]
     v0 = wp.vec3(m[0, 0], m[0, 1], m[0, 2])
     v1 = wp.vec3(m[1, 0], m[1, 1], m[1, 2])
     v2 = wp.vec3(m[2, 0], m[2, 1], m[2, 2])
-    p = pixel_centre(y, x, ndc_height, ndc_width)
-    if mode == 2:
-        b, z = cut_face_point(p, v0, v1, v2)
-        bary_out[n, y, x] = b
-        depth_out[n, y, x] = z
-    else:
-        b = outline_barycentrics(p, v0, v1, v2)
-        bary_out[n, y, x] = b
-        depth_out[n, y, x] = outline_depth(b, v0, v1, v2)
+    b = outline_barycentrics(pixel_centre(y, x, ndc_height, ndc_width), v0, v1, v2)
+    bary_out[n, y, x] = b
+    depth_out[n, y, x] = outline_depth(b, v0, v1, v2)
 
 
 @wp.func
@@ -276,6 +266,52 @@ def cut_face_point(p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3):
     )
     bary = q / (q[0] + q[1] + q[2])
     return bary, bary[0] * v0[2] + bary[1] * v1[2] + bary[2] * v2[2]
+
+
+@wp.func
+def _edge_grads(p: wp.vec2, a: wp.vec2, b: wp.vec2):
+    """Gradients of ``edge_function(p, a, b)`` with respect to a and b (p fixed)."""
+    return wp.vec2(p[1] - b[1], b[0] - p[0]), wp.vec2(a[1] - p[1], p[0] - a[0])
+
+
+@wp.func
+def cut_face_point_adjoint(
+    p: wp.vec2, v0: wp.vec3, v1: wp.vec3, v2: wp.vec3, g_bary: wp.vec3, g_depth: float
+) -> wp.mat33:
+    """Gradient of ``g_bary . bary + g_depth * depth`` of :func:`cut_face_point` with
+    respect to the vertices (rows: d/d(x, y, z) of v0, v1, v2)."""
+    a = wp.vec2(v0[0], v0[1])
+    b = wp.vec2(v1[0], v1[1])
+    c = wp.vec2(v2[0], v2[1])
+    z = wp.vec3(v0[2], v1[2], v2[2])
+    area = edge_function(c, a, b)
+    e = wp.vec3(edge_function(p, b, c), edge_function(p, c, a), edge_function(p, a, b))
+    q = wp.vec3(e[0] / (area * z[0]), e[1] / (area * z[1]), e[2] / (area * z[2]))
+    s = q[0] + q[1] + q[2]
+    bary = q / s
+    # depth = bary . z
+    gb = g_bary + g_depth * z
+    g_z = g_depth * bary
+    # bary = q / s
+    gq = (gb - wp.vec3(wp.dot(gb, bary))) / s
+    # q_i = e_i / (area z_i)
+    g_e = wp.vec3(gq[0] / (area * z[0]), gq[1] / (area * z[1]), gq[2] / (area * z[2]))
+    g_area = -wp.dot(gq, q) / area
+    g_z = g_z - wp.cw_mul(gq, wp.cw_div(q, z))
+    # e0 = E(p, b, c), e1 = E(p, c, a), e2 = E(p, a, b), area = E(c, a, b)
+    d0b, d0c = _edge_grads(p, b, c)
+    d1c, d1a = _edge_grads(p, c, a)
+    d2a, d2b = _edge_grads(p, a, b)
+    dca, dcb = _edge_grads(c, a, b)
+    dcc = wp.vec2(b[1] - a[1], a[0] - b[0])  # d area / d c
+    ga = g_e[1] * d1a + g_e[2] * d2a + g_area * dca
+    gbv = g_e[0] * d0b + g_e[2] * d2b + g_area * dcb
+    gc = g_e[0] * d0c + g_e[1] * d1c + g_area * dcc
+    return wp.matrix_from_rows(
+        wp.vec3(ga[0], ga[1], g_z[0]),
+        wp.vec3(gbv[0], gbv[1], g_z[1]),
+        wp.vec3(gc[0], gc[1], g_z[2]),
+    )
 
 
 @wp.func

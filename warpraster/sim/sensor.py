@@ -43,7 +43,8 @@ Near plane: faces cut by the plane at view depth ``near_clip`` are clipped there
 (split as PyTorch3D's rasterizer splits them: :mod:`warpraster.clip`), so a ground
 under the camera is drawn up to the plane; both backwards differentiate the part
 drawn (the deterministic one through the face's own perspective-correct
-barycentrics, valid for a vertex behind the camera too: ``render.cut_face_point``).
+barycentrics, valid for a vertex behind the camera too: ``render.cut_face_point``
+and its hand-written derivative).
 Such faces get no soft outline or antialiasing (their edges stay hard).
 ``near_clip=0`` drops every face with a vertex behind the camera instead.
 """
