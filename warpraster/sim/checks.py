@@ -11,6 +11,7 @@ import numpy as np
 import warp as wp
 
 __all__ = [
+    "sensor_light_rows",
     "UNIT_QUAT_TOL",
     "check_array",
     "check_frame",
@@ -132,3 +133,47 @@ def look_at_transform(eye, target, up=(0.0, 0.0, 1.0)) -> wp.transform:
     rot = np.stack([right, cam_up, -fwd], axis=1)  # columns: camera axes in world
     q = wp.quat_from_matrix(wp.mat33(*rot.reshape(-1).tolist()))
     return wp.transform(wp.vec3(*eye.tolist()), q)
+
+
+def sensor_light_rows(lights, device, num_images: int, deterministic: bool):
+    """The kernels' :class:`~warpraster.shading.lighting.LightRows` of a sensor's
+    ``lights`` (None: placeholders), checked: kind, device, one row or one per
+    image, at most ``MAX_LAMBERT_LIGHTS`` an image, and no trained arrays with
+    the deterministic backward."""
+    from ..shading.lighting import (  # noqa: PLC0415
+        MAX_LAMBERT_LIGHTS,
+        LightList,
+        LightRows,
+        LightsBase,
+        light_rows,
+    )
+    from ..structs import new_struct  # noqa: PLC0415
+
+    if lights is None:
+        return new_struct(LightRows, device)
+    if not isinstance(lights, (LightList, LightsBase)):
+        raise TypeError(
+            "lights must be a LightList or a DirectionalLights / PointLights / "
+            f"AmbientLights, got {type(lights).__name__}"
+        )
+    if lights.device != device:
+        raise ValueError(f"lights are on {lights.device}, the sensor on {device}")
+    if len(lights) not in (1, num_images):
+        raise ValueError(
+            f"lights: {len(lights)} rows; give 1 (every image) or one per image "
+            f"(world_count * camera_count = {num_images})"
+        )
+    if isinstance(lights, LightList):
+        most = int(np.diff(lights.first.numpy()).max())  # set-up: one host read
+        if most > MAX_LAMBERT_LIGHTS:
+            raise ValueError(
+                f"lights: an image has {most} lights; the sensor takes at most {MAX_LAMBERT_LIGHTS}"
+            )
+    rows = light_rows(lights, device)
+    trained = [a for a in (rows.param, rows.ambient, rows.diffuse) if a.requires_grad]
+    if deterministic and trained:
+        raise ValueError(
+            "lights: arrays that require gradients need CameraSensor(deterministic=False) "
+            "(the deterministic backward gives the light list's arrays none)"
+        )
+    return rows

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import dataclass
 
 import numpy as np
 import warp as wp
@@ -73,9 +72,11 @@ from .checks import (
     check_int,
     check_source,
     look_at_transform,
+    sensor_light_rows,
 )
+from .frame import SensorFrame
 from .geometry import SensorGeometry, VertexSource
-from .kernel_args import Channels, FrameScene, SensorMesh, frame_structs, make, sensor_structs
+from .kernel_args import Channels, SensorMesh, frame_structs, make, sensor_structs
 from .render import (
     CHANNEL_KERNELS,
     SOFT_SLOTS,
@@ -88,84 +89,6 @@ from .render import (
 #: PyTorch3D's soft-silhouette cut-off: a face counts out to the squared distance
 #: where sigmoid(-d / sigma) falls to 1e-4, i.e. d = sigma * ln(1 / 1e-4 - 1).
 _BLUR_PER_SIGMA = math.log(1.0 / 1.0e-4 - 1.0)
-
-
-@dataclass
-class SensorFrame:
-    """The buffers of one frame slot (all on the sensor's device).
-
-    Image outputs have shape ``(world_count, camera_count, H, W)``:
-
-    Attributes:
-        color: vec3, linear RGB, shaded (Newton's ``hdr_color``), composited over
-            ``clear_color`` by ``alpha``; with ``antialias``, ``hard_color``
-            antialiased.
-        albedo: vec3, linear unshaded colour (premultiplied by ``alpha``).
-        normal: vec3, world-space face normal (counter-clockwise front), zero
-            where empty.
-        depth: float32, ray-hit distance from the camera centre (Newton's
-            ``depth``), ``clear_depth`` where empty.
-        forward_depth: float32, view-space depth along the camera's -Z axis.
-        alpha: float32, coverage: 1 / 0 (hard) or the soft silhouette.
-        shape_index: uint32, the shape's index, 0xFFFFFFFF where empty (a pixel
-            only reached by the soft silhouette's blur counts as empty).
-        points: vec3 (V,), world positions of the sensor vertices (with
-            ``deterministic``, its ``.grad`` holds the last backward's gradient of
-            these points, overwritten by each backward of the slot).
-        ndc: vec3 (P,), projected vertices of every image (with ``deterministic``
-            its ``.grad`` holds only the antialias pass's gradient, if any: the
-            backward goes from the faces to the points directly).
-        vertex_normals: vec3 (V,), area-weighted vertex normals (``smooth_normals``).
-        workspace: the frame's rasterizer buffers (its ``fragments``), sharp pass.
-        soft_workspace: those of the blurred pass (``silhouette_sigma > 0`` only).
-        hard_color: vec3, the shaded colour before the antialias pass (``antialias``
-            only; else None).
-        antialias: the slot's :class:`~warpraster.sim.antialias.FrameAntialias`
-            (``antialias`` only; else None).
-    """
-
-    color: wp.array
-    albedo: wp.array
-    normal: wp.array
-    depth: wp.array
-    forward_depth: wp.array
-    alpha: wp.array
-    shape_index: wp.array
-    points: wp.array
-    ndc: wp.array
-    vertex_normals: wp.array
-    workspace: RasterWorkspace | ClipWorkspace
-    soft_workspace: RasterWorkspace | None = None
-    #: ``ndc``'s memory without a gradient (the deterministic backward's raster input).
-    ndc_nograd: wp.array | None = None
-    #: The kernels' structs of the arrays above (built once with the slot): all a
-    #: pixel reads (with the sensor's model and materials), the channels written.
-    scene: FrameScene | None = None
-    channels: Channels | None = None
-    hard_color: wp.array | None = None
-    antialias: FrameAntialias | None = None
-
-    CHANNELS = ("color", "albedo", "normal", "depth", "forward_depth", "alpha", "shape_index")
-
-    #: its gradient arrays are its own: cleared when a recorded update writes it
-    #: (warpraster.grad_buffers)
-    owns_grad_buffers = True
-
-    def written(self, name: str) -> wp.array:
-        """The array the channel kernel writes for channel ``name`` (``hard_color``
-        for ``color`` with antialias): its ``.grad`` is what the kernel's adjoint reads."""
-        if name == "color" and self.hard_color is not None:
-            return self.hard_color
-        return getattr(self, name)
-
-    def numpy(self) -> dict[str, np.ndarray]:
-        """Host copies of the image channels (reads the device).
-
-        Each array is a copy of its own (on the ``cpu`` device too, where
-        ``wp.array.numpy()`` is a view): frames kept from a loop over one slot
-        keep their values when the next update rewrites the slot.
-        """
-        return {name: np.array(getattr(self, name).numpy()) for name in self.CHANNELS}
 
 
 class CameraSensor:
@@ -331,7 +254,8 @@ class CameraSensor:
         self.bin_size = bin_size
         self.device = wp.get_device(device)
         self.lights = lights
-        self.light_rows = self._light_rows(lights, deterministic)
+        images = self.world_count * self.camera_count
+        self.light_rows = sensor_light_rows(lights, self.device, images, deterministic)
         self.requires_grad = bool(requires_grad)
         if geometry.num_vertices == 0:
             raise ValueError("geometry has no shapes")
@@ -421,48 +345,6 @@ class CameraSensor:
         self._inputs_checked = False
 
     # ------------------------------------------------------------------ set-up
-    def _light_rows(self, lights, deterministic):
-        """The kernels' rows of ``lights`` (checked: kind, device, images, count)."""
-        from ..shading.lighting import (  # noqa: PLC0415
-            MAX_LAMBERT_LIGHTS,
-            LightList,
-            LightRows,
-            LightsBase,
-            light_rows,
-        )
-        from ..structs import new_struct  # noqa: PLC0415
-
-        if lights is None:
-            return new_struct(LightRows, self.device)
-        if not isinstance(lights, (LightList, LightsBase)):
-            raise TypeError(
-                "lights must be a LightList or a DirectionalLights / PointLights / "
-                f"AmbientLights, got {type(lights).__name__}"
-            )
-        if lights.device != self.device:
-            raise ValueError(f"lights are on {lights.device}, the sensor on {self.device}")
-        n = self.world_count * self.camera_count
-        if len(lights) not in (1, n):
-            raise ValueError(
-                f"lights: {len(lights)} rows; give 1 (every image) or one per image "
-                f"(world_count * camera_count = {n})"
-            )
-        if isinstance(lights, LightList):
-            most = int(np.diff(lights.first.numpy()).max())  # set-up: one host read
-            if most > MAX_LAMBERT_LIGHTS:
-                raise ValueError(
-                    f"lights: an image has {most} lights; the sensor takes at most "
-                    f"{MAX_LAMBERT_LIGHTS}"
-                )
-        rows = light_rows(lights, self.device)
-        trained = [a for a in (rows.param, rows.ambient, rows.diffuse) if a.requires_grad]
-        if deterministic and trained:
-            raise ValueError(
-                "lights: arrays that require gradients need CameraSensor(deterministic=False) "
-                "(the deterministic backward gives the light list's arrays none)"
-            )
-        return rows
-
     @property
     def lit(self) -> bool:
         """Whether the core's lights are on (:attr:`lights`)."""
