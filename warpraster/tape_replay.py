@@ -29,6 +29,7 @@ from collections.abc import Callable, Hashable
 import warp as wp
 
 from .backward.tape import RecordGuard, replay_scope
+from .raster.workspace import graphs_enabled
 from .tape_slots import private_tape_slot
 
 __all__ = ["RecordedCall"]
@@ -57,11 +58,7 @@ class RecordedCall:
         """Whether to capture (``mode`` None: on CUDA with the memory pool, where it
         saves the host time; True: on every device, the cpu device's graphs being
         experimental in Warp 1.19; False: never)."""
-        d = self.device
-        on = d.is_cuda if mode is None else bool(mode)
-        if not on or d.is_capturing:
-            return False
-        return d.is_cpu or wp.is_mempool_enabled(d)
+        return graphs_enabled(self.device, mode)
 
     def __call__(
         self,

@@ -79,6 +79,20 @@ class LaunchCache:
         hit[1].launch()
 
 
+def graphs_enabled(device, mode: bool | None) -> bool:
+    """Whether a call may be captured into a CUDA graph and replayed on ``device``:
+    ``mode`` None: on CUDA (True: on the cpu device too; False: never); not while
+    a capture is open, not on the legacy default stream (a graph cannot capture it:
+    torch's default stream), and on CUDA only with the memory pool (the launches
+    allocate stream-ordered scratch, e.g. the prefix sum's)."""
+    on = device.is_cuda if mode is None else bool(mode)
+    if not on or device.is_capturing:
+        return False
+    if device.is_cpu:
+        return True
+    return wp.get_stream(device).cuda_stream != 0 and wp.is_mempool_enabled(device)
+
+
 class CallGraph:
     """A workspace's render launches captured once and replayed as one graph.
 
@@ -101,11 +115,7 @@ class CallGraph:
         """Whether to capture/replay (``mode`` is ``Tuning.call_graphs``: None = on
         CUDA, where it saves the host time of ~10 launches per call; True = on
         every device, the cpu device's graphs being experimental in Warp 1.19)."""
-        on = self.device.is_cuda if mode is None else bool(mode)
-        if not on or self.device.is_capturing:
-            return False
-        # stream-ordered allocations inside the capture (the prefix sum's scratch)
-        return self.device.is_cpu or wp.is_mempool_enabled(self.device)
+        return graphs_enabled(self.device, mode)
 
     def __call__(self, key, launch_all, mode: bool | None = None) -> None:
         if not self.enabled(mode):

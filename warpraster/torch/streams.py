@@ -21,6 +21,18 @@ def _warp_device(device: torch.device):
     return wp.device_from_torch(device)
 
 
+_OWN_STREAMS: dict[str, wp.Stream] = {}
+
+
+def _own_stream(device) -> wp.Stream:
+    """A Warp stream of the device's own for the torch ops (made once, kept)."""
+    with _LOCKS_GUARD:
+        stream = _OWN_STREAMS.get(device.alias)
+        if stream is None:
+            stream = _OWN_STREAMS[device.alias] = wp.Stream(device)
+        return stream
+
+
 _LOCKS: dict[str, threading.RLock] = {}
 _LOCKS_GUARD = threading.Lock()
 
@@ -49,9 +61,20 @@ class _TorchStream:
     def __init__(self, device: torch.device):
         wp_device = _warp_device(device)
         self._lock = _device_lock(wp_device.alias)
+        self._torch_stream = None
         if wp_device.is_cuda:
-            # Same stream as torch: no synchronisation needed on entry or exit.
-            self._scope = wp.ScopedStream(wp.stream_from_torch(device), sync_enter=False)
+            torch_stream = torch.cuda.current_stream(device)
+            if torch_stream.cuda_stream == 0:
+                # torch's legacy default stream, which a CUDA graph cannot capture
+                # (the workspaces replay repeated calls as graphs): Warp's work goes
+                # on a stream of its own for the device, ordered after torch's work
+                # on entry and before it on exit (an event wait each way)
+                self._torch_stream = wp.stream_from_torch(torch_stream)
+                self._scope = wp.ScopedStream(_own_stream(wp_device), sync_enter=False)
+            else:
+                # Same stream as torch: no synchronisation needed on entry or exit.
+                self._scope = wp.ScopedStream(wp.stream_from_torch(torch_stream),
+                                              sync_enter=False)  # fmt: skip
         else:
             self._scope = wp.ScopedDevice(wp_device)
         self._tape_slot = private_tape_slot()
@@ -62,6 +85,8 @@ class _TorchStream:
             self._tape_slot.__enter__()
             try:
                 self._scope.__enter__()
+                if self._torch_stream is not None:
+                    wp.get_stream().wait_stream(self._torch_stream)
             except BaseException:
                 self._tape_slot.__exit__(None, None, None)
                 raise
@@ -72,6 +97,8 @@ class _TorchStream:
 
     def __exit__(self, *exc):
         try:
+            if self._torch_stream is not None:
+                self._torch_stream.wait_stream(wp.get_stream())
             return self._scope.__exit__(*exc)
         finally:
             try:
