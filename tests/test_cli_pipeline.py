@@ -130,3 +130,24 @@ def test_bench_usd_suite_times_the_pipelined_command(tmp_path, capsys):
     (row,) = json.loads(path.read_text())
     assert row["frames"] == 3 and row["spp"] == 4
     assert row["frames_per_s"] == pytest.approx(1e3 / row["frame_ms"])  # one figure, two units
+
+
+def test_a_frame_that_cannot_be_read_keeps_the_frames_before_it(
+    tmp_path, capsys, monkeypatch, cli_device
+):
+    from warpraster.usd.animation import StageAnimation
+    from warpraster.usd.errors import SceneError
+
+    frame = StageAnimation.frame
+
+    def unreadable_at_frame_4(self, renderer, t, camera=None):
+        if t == 4.0:
+            raise SceneError("/World/Ball", "topology changes at time 4")
+        return frame(self, renderer, t, camera)
+
+    monkeypatch.setattr(StageAnimation, "frame", unreadable_at_frame_4)
+    out = tmp_path / "o"
+    code, _, err = _run(capsys, "render", "--frames", "1:8", *SIZE, "--device", cli_device,
+                        "--out", out)  # fmt: skip
+    assert code == 1 and err.startswith("error: ") and "topology changes" in err
+    assert sorted(p.name for p in out.iterdir()) == [f"color.000{i}.png" for i in (1, 2, 3)]

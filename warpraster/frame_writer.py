@@ -11,9 +11,10 @@ command wrote, byte for byte at the same PNG level: same arrays, same encoder.
 
 A write that fails is raised in the main thread (by :meth:`FrameWriter.submit` or
 :meth:`FrameWriter.finish`) as the command's one-line :class:`CliError`; leaving
-the ``with`` block by an exception (Ctrl-C included) cancels the frames not yet
-started and waits for those being written, whose files are whole (written under
-a temporary name and renamed).
+the ``with`` block by it or by Ctrl-C cancels the frames not yet started and
+waits for those being written, whose files are whole (written under a temporary
+name and renamed); leaving it by another error (a frame that cannot be read)
+first writes the frames rendered before it.
 """
 
 from __future__ import annotations
@@ -132,10 +133,14 @@ class FrameWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:  # an error or Ctrl-C: stop, leave only whole files
+        # Ctrl-C or a failed write: the frames not yet started are dropped (the
+        # files being written are finished: whole files only); any other error
+        # (a frame that cannot be read) lets the frames rendered before it be written
+        stop = exc_type is not None and issubclass(exc_type, (KeyboardInterrupt, CliError))
+        if stop:
             for f in self._pending:
                 f.cancel()
-        self._pool.shutdown(wait=True, cancel_futures=exc_type is not None)
+        self._pool.shutdown(wait=True, cancel_futures=stop)
 
     def submit(self, t, fragments: dict | None = None) -> None:
         """Hands the renderer's current outputs, frame time ``t``, to the writers.
