@@ -42,9 +42,9 @@ def run_nvdiffrast_scene(name: str, device, runs: int, renderer=None) -> dict:
     n, nf = len(first), int(count[0])
     nv = len(verts) // n
     R, T = look_at_view_transform(dist=2.7, elev=10.0, azim=20.0)
-    cams = FoVPerspectiveCameras(R=np.repeat(R, n, 0), T=np.repeat(T, n, 0), device="cpu")
-    m = (cams.get_world_to_view_matrix()[0].astype(np.float64)
-         @ cams.get_view_to_ndc_matrix()[0].astype(np.float64))  # fmt: skip
+    cams = FoVPerspectiveCameras(R=np.repeat(R, n, 0), T=np.repeat(T, n, 0), device=device)
+    m = (np.asarray(cams.get_world_to_view_matrix())[0].astype(np.float64)
+         @ np.asarray(cams.get_view_to_ndc_matrix())[0].astype(np.float64))  # fmt: skip
     # PyTorch3D NDC (+x left, +y up, z = depth) -> nvdiffrast clip (row 0 at y = -1)
     flip = np.array([[-1, 0, 0, 0], [0, -1, 0, 0], [0, 0, 2, 0], [0, 0, -1, 1]], np.float64)
     mc = torch.from_numpy((m @ flip).astype(np.float32)).to(tdev)
