@@ -36,6 +36,9 @@ from .render import (
 )
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
+#: The same options for the kernels in modules of their own (``module="unique"``
+#: takes no options from this file's module).
+_UNIQUE = {"fuse_fp": False, "enable_backward": False}
 
 
 @wp.func
@@ -219,7 +222,7 @@ def _make_face_kernels(soft_on: bool, smooth_on: bool):
     walk's accumulators stay in registers only where they are used (the
     ``soft`` and ``smooth`` arguments are then ignored)."""
 
-    @wp.kernel(module="unique")
+    @wp.kernel(module="unique", module_options=_UNIQUE)
     def face_gather_kernel(
         # Model:
         walk: FaceWalk,
@@ -253,7 +256,7 @@ def _make_face_kernels(soft_on: bool, smooth_on: bool):
                 )  # fmt: skip
         _store(sums_out, f, 0, acc_ndc, acc_world, acc_vn, wp.static(int(smooth_on)))
 
-    @wp.kernel(module="unique")
+    @wp.kernel(module="unique", module_options=_UNIQUE)
     def big_face_strips_kernel(
         # Model:
         walk: FaceWalk,
@@ -276,7 +279,7 @@ def _make_face_kernels(soft_on: bool, smooth_on: bool):
         )  # fmt: skip
         _store(strips_out, slot, t, acc_ndc, acc_world, acc_vn, wp.static(int(smooth_on)))
 
-    @wp.kernel(module="unique")
+    @wp.kernel(module="unique", module_options=_UNIQUE)
     def big_face_sum_kernel(
         # Data in:
         big: BigFaces,

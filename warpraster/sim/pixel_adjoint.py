@@ -34,6 +34,9 @@ from .render import (
 )
 
 wp.set_module_options({"fuse_fp": False, "enable_backward": False})
+#: The same options for the kernels in modules of their own (``module="unique"``
+#: takes no options from this file's module).
+_UNIQUE = {"fuse_fp": False, "enable_backward": False}
 
 _vec8 = wp.types.vector(length=SOFT_SLOTS, dtype=float)
 
@@ -114,7 +117,7 @@ def _make_channels_adjoint(
     entries); ``lit``: the core's lights (their gradients to the hit point and the
     normal; the light arrays get none here); ``max_registers``: a CUDA cap."""
 
-    @wp.kernel(module="unique", cuda_max_registers=max_registers)
+    @wp.kernel(module="unique", module_options=_UNIQUE, cuda_max_registers=max_registers)
     def channels_adjoint(
         # Data in: the frame's forward values (as the channel kernel reads them)
         scene: FrameScene,

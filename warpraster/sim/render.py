@@ -40,6 +40,9 @@ from .kernel_args import (
 
 # No FMA contraction: CPU and CUDA then round the projection alike.
 wp.set_module_options({"fuse_fp": False})
+#: The same options for the kernels in modules of their own (``module="unique"``
+#: takes no options from this file's module).
+_UNIQUE = {"fuse_fp": False}
 
 _PARTICLE = wp.constant(int(VertexSource.PARTICLE))
 _BODY = wp.constant(int(VertexSource.BODY))
@@ -428,7 +431,7 @@ def _make_channels_kernel(soft: bool, varying: bool, lit: bool):
     that vary over a face (textures, corner colours) read, else each face's
     material colour alone; ``lit``: the core's lights (``look.lights``) added."""
 
-    @wp.kernel(module="unique")
+    @wp.kernel(module="unique", module_options=_UNIQUE)
     def channels_kernel(
         # Data in: fragments, model, materials and geometry of the frame slot
         scene: FrameScene,
