@@ -45,6 +45,7 @@ import warp as wp
 from ..antialiasing import Antialias
 from ..timing import timer
 from .renderer import make_renderer
+from .torch_timing import torch_timer
 
 __all__ = ["SCENE", "TARGETS_MS", "make_inputs", "run"]
 
@@ -162,14 +163,7 @@ def _nvdiffrast(x: dict, device, runs: int, ours: np.ndarray) -> dict:
         pos_t.grad = None
         dr.antialias(color, rast_t, pos_t, tri, topology_hash=topo).backward(g)
 
-    def timed(fn):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
+    timed = torch_timer(tdev)
 
     with torch.no_grad():
         img = dr.antialias(color, rast_t, pos_t, tri, topology_hash=topo).cpu().numpy()

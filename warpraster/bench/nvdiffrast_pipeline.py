@@ -21,6 +21,7 @@ import statistics
 import numpy as np
 
 from ..camera import FoVPerspectiveCameras, look_at_view_transform
+from .torch_timing import torch_timer
 
 __all__ = ["run_nvdiffrast_scene"]
 
@@ -80,14 +81,7 @@ def run_nvdiffrast_scene(name: str, device, runs: int, renderer=None) -> dict:
         img, _ = pipe()
         ((img - target) ** 2).mean().backward()
 
-    def timed(fn):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
+    timed = torch_timer(tdev)
 
     for _ in range(3):
         forward()

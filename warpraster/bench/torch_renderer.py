@@ -16,36 +16,13 @@ the same geometry, textures and camera.
 from __future__ import annotations
 
 import statistics
-import time
 
 import numpy as np
 
 from ..camera import look_at_view_transform
+from .torch_timing import torch_timer
 
 __all__ = ["run_torch_scene"]
-
-
-def _timer(torch, device):
-    """Milliseconds of one call of ``fn`` (CUDA events on a GPU, wall clock else)."""
-    if device.type == "cuda":
-
-        def timed(fn):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end)
-
-        return timed
-
-    def timed_cpu(fn):
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
-
-    return timed_cpu
 
 
 def run_torch_scene(name: str, device: str, runs: int) -> dict:
@@ -107,7 +84,7 @@ def run_torch_scene(name: str, device: str, runs: int) -> dict:
         loss = ((img - target) ** 2).mean()
         loss.backward()
 
-    timed = _timer(torch, dev)
+    timed = torch_timer(dev)
     for _ in range(3):  # warm-up: modules, the op's persistent context
         forward()
         forward_backward()
