@@ -18,6 +18,15 @@ backwards (a loss over two renders) lease two slots. When every slot of the pool
 is leased, the oldest lease is given up (its backward renders again on a fresh
 tape, as the op's fallback does) and its slot reused.
 
+Where graphs are on (:attr:`RenderContext.call_graphs`, the rule of
+:func:`~warpraster.raster.workspace.graphs_enabled`: on CUDA with the memory pool
+by default, forced with True, e.g. on the cpu device in the tests), a slot's second
+call captures its launches and later calls replay them: the forward as one graph
+and, when it records, its backward as another
+(:class:`~warpraster.tape_replay.RecordedCall`; the slot's arrays are the same every
+call, only their contents change). The same launches on the same arrays: the same
+numbers as the launches one by one, which run where graphs are off.
+
 What takes the fresh path (``render_op._run`` building every Warp object per
 call, as before): a batch with no vertices or no faces, and every call while
 :attr:`RenderContext.enabled` is False.
@@ -48,10 +57,13 @@ from ..camera import vert_to_mesh_from_faces
 from ..grad_buffers import clear_if_recording
 from ..meshes import pack_meshes
 from ..raster import ClipWorkspace, RasterWorkspace
+from ..raster.workspace import CallGraph
 from ..rasterize import rasterize_checked
 from ..rasterizer import MeshRasterizer, RasterizationSettings
+from ..renderer import _image_grad_key
 from ..shading.params import check_mesh_inputs, values_checked
 from ..shading.shading_buffers import ShadingBuffers
+from ..tape_replay import RecordedCall
 from .checks import _tensor_key, to_int32
 
 __all__ = ["RenderContext", "default_render_context"]
@@ -202,6 +214,11 @@ class _Slot:
         self.tape: wp.Tape | None = None
         self.image = None
         self.frags = None
+        #: the context's ``call_graphs`` (set at each lease): the launches replayed as
+        #: captured graphs from the second call on (see :meth:`run`)
+        self.graphs: bool | None = None
+        self._recorded = RecordedCall(self.device) if self.record else None
+        self._call_graph = None if self.record else CallGraph(self.device)
 
     # -- forward
     def run(self, verts, tensors):
@@ -217,12 +234,25 @@ class _Slot:
                 for g in self.grads:
                     if g is not None:
                         g.zero_()
+        # The slot's arrays are the same every call (the inputs were copied into them)
+        # and its launches' Python-side state is set by the first call: from the
+        # second call on, where graphs are on (graphs_enabled), the render replays as
+        # one captured graph and, recorded, its backward as another
+        # (tape_replay.RecordedCall: the same launches on the same arrays); elsewhere
+        # the launches run one by one, as a graph could not hold them.
         if not self.record:
             self.tape = None
-            return self._launch()
+            self._call_graph("slot", self._launch, self.graphs)
+            return self.image, self.frags
         self.tape = wp.Tape()
         with self.tape:
-            return self._launch()
+            self._recorded(self.tape, "slot", self._launch, mode=self.graphs,
+                           backward_key=self._backward_key)  # fmt: skip
+        return self.image, self.frags
+
+    def _backward_key(self):
+        """What the shading adjoint reads by value (no fused loss here: one state)."""
+        return None if self.shading is None else _image_grad_key(self.shading.image_grad)
 
     def _launch(self):
         """The Warp ``MeshRenderer``'s launches, on this slot's buffers."""
@@ -278,6 +308,11 @@ class RenderContext:
     Attributes:
         enabled: False sends every call down the fresh path (a debugging switch;
             the tests compare the two).
+        call_graphs: a slot's repeated calls replayed as captured graphs, forward
+            and backward (None: on CUDA with the memory pool, the default; True: on
+            every device, the cpu device's graphs being experimental in Warp 1.19;
+            False: never): the rule of
+            :func:`~warpraster.raster.workspace.graphs_enabled`.
     """
 
     def __init__(self, max_entries: int = 8, pool_size: int = 2):
@@ -286,6 +321,7 @@ class RenderContext:
                              f"{pool_size}")  # fmt: skip
         self.max_entries, self.pool_size = int(max_entries), int(pool_size)
         self.enabled = True
+        self.call_graphs: bool | None = None
         self._entries: collections.OrderedDict[tuple, _Entry] = collections.OrderedDict()
         self._cameras: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
         self._lock = threading.RLock()
@@ -329,6 +365,7 @@ class RenderContext:
                 slot = min(entry.slots, key=lambda s: s.generation)
             slot.generation = next(self._generations)
             slot.busy = True
+            slot.graphs = self.call_graphs
             return _Lease(self, slot, slot.generation)
 
     def _release(self, lease: _Lease) -> None:
