@@ -257,6 +257,11 @@ class SensorBackward:
         loss's tape entry runs just before the update's)."""
         self._armed[id(frame)] = terms
 
+    def take_loss(self, frame) -> LossTerms:
+        """The fused loss terms armed for the next :meth:`run` of ``frame`` (removed),
+        or the no-loss terms."""
+        return self._armed.pop(id(frame), self._no_loss)
+
     def _face_sums(self, shape):
         """A :class:`FaceSums` of zeroed ``shape`` arrays: (F, 1) per face, (capacity,
         strips) per big-face strip."""
@@ -352,12 +357,14 @@ class SensorBackward:
             self._material_grads = (key, make(MaterialArrays, **arrays))
         return self._material_grads[1]
 
-    def run(self, frame, *, camera_transforms, camera_fovs, particle_q, body_q) -> None:
+    def run(self, frame, *, camera_transforms, camera_fovs, particle_q, body_q,
+            loss: LossTerms | None = None) -> None:  # fmt: skip
         """Adds d(loss)/d(inputs) of frame ``frame`` (from its channels' ``.grad``) to the
         ``.grad`` of ``particle_q``, ``body_q``, ``camera_transforms``, ``camera_fovs``
         and the sensor's material arrays (those that have one); overwrites
         ``frame.points.grad`` with the sensor vertices' gradient. The frame's fragments,
-        geometry and look are read through its ``scene``."""
+        geometry and look are read through its ``scene``. ``loss``: the fused loss terms
+        (default: :meth:`take_loss`)."""
         s = self.sensor
         dev = self.device
         n = s.num_images
@@ -368,7 +375,7 @@ class SensorBackward:
         cam = self._camera_scratch() if cam_on else None
         mat_on = s.shape_colors.grad is not None
         grads, mask = self._channel_grads(frame)
-        loss = self._armed.pop(id(frame), self._no_loss)
+        loss = self.take_loss(frame) if loss is None else loss
         wp.launch(
             CHANNELS_ADJOINT[soft, bool(smooth), self.varying_albedo, s.lit],
             dim=(n, h, w),

@@ -85,6 +85,7 @@ from .render import (
     vertex_normals_kernel,
     world_points_kernel,
 )
+from .replay import SensorReplay
 
 #: PyTorch3D's soft-silhouette cut-off: a face counts out to the squared distance
 #: where sigmoid(-d / sigma) falls to 1e-4, i.e. d = sigma * ln(1 / 1e-4 - 1).
@@ -343,6 +344,11 @@ class CameraSensor:
         self._recorded = [None] * self.frame_count
         #: whether the per-frame inputs' values were checked (by the first update)
         self._inputs_checked = False
+        #: An update repeating the slot's previous inputs (and tape flag) replays its
+        #: launches, and its backward, as captured graphs (None: on CUDA; True: on
+        #: every device; False: never): :mod:`warpraster.sim.replay`.
+        self.call_graphs: bool | None = None
+        self._replay = SensorReplay(self.device, self.frame_count)
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -521,13 +527,39 @@ class CameraSensor:
             self._check_slot(frame)
         self._renders[frame] += 1
         out = self.frames[frame]
+        inputs = dict(camera_transforms=camera_transforms, camera_fovs=camera_fovs,
+                      particle_q=particle_q, body_q=body_q)  # fmt: skip
+        tape = _active_tape()
+        det, aa = self.deterministic, out.antialias is not None
+        key = self._replay.input_key(self, inputs.values(), tape is not None)
+        if tape is not None and not det:  # the generated adjoints: a RecordedCall
+            self._replay.recorded_call(self, frame, tape, key,
+                                       lambda: self._launch(out, inputs, True))  # fmt: skip
+            return out
+        if tape is None:
+            self._replay.note_render(frame)
+        # on a tape the antialias pass records its own backward: launched after the graph
+        self._replay.forward(frame, key, lambda: self._launch(out, inputs, tape is None),
+                             self.call_graphs)  # fmt: skip
+        if det and self.requires_grad:
+            self._record_backward(frame, camera_transforms, camera_fovs, particle_q, body_q)
+        if aa and tape is not None:
+            # recorded after the update: its backward runs first and hands the
+            # sensor's backward its colour and NDC grads
+            out.antialias(out.workspace.fragments)
+        return out
+
+    def _launch(self, out: SensorFrame, inputs: dict, antialias: bool) -> None:
+        """The update's launches (``antialias``: with the antialias pass)."""
         clear_if_recording(out)  # the slot's gradients start from zero in every recorded update
+        dev = self.device
+        camera_transforms, camera_fovs = inputs["camera_transforms"], inputs["camera_fovs"]
         det = self.deterministic
         rec = not det  # the generated adjoints go on the tape only without `deterministic`
         wp.launch(
             world_points_kernel,
             dim=out.points.shape[0],
-            inputs=[self.sources, particle_q, body_q],
+            inputs=[self.sources, inputs["particle_q"], inputs["body_q"]],
             outputs=[out.points],
             device=dev,
             record_tape=rec,
@@ -567,13 +599,8 @@ class CameraSensor:
             device=dev,
             record_tape=rec,
         )  # fmt: skip
-        if det and self.requires_grad:
-            self._record_backward(frame, camera_transforms, camera_fovs, particle_q, body_q)
-        if out.antialias is not None:
-            # recorded after the update: its backward runs first and hands the
-            # sensor's backward (or the generated adjoints) its colour and NDC grads
+        if antialias and out.antialias is not None:
             out.antialias(out.workspace.fragments)
-        return out
 
     def recorded_update(self, frame: int) -> tuple | None:
         """``(tape, position)`` of frame slot ``frame``'s update on the tape that still
@@ -621,7 +648,7 @@ class CameraSensor:
                     "so its buffers no longer hold the frame being differentiated (use one "
                     "slot per recorded frame)"
                 )
-            bw.run(out, **inputs)
+            self._replay.backward(self, frame, inputs, self.call_graphs)
 
         arrays = [out.written(name) for name in self.grad_channels]
         arrays += [a for a in (out.points, *inputs.values(), self.shape_colors,
