@@ -29,9 +29,9 @@ TRAINED = [*case_names(), "r02_hardphong_point_vertexcolor+antialias"]
 def context():
     """The default context, its ``call_graphs`` and ``enabled`` restored after."""
     ctx = default_render_context()
+    before = ctx.call_graphs, ctx.enabled
     yield ctx
-    ctx.call_graphs = None
-    ctx.enabled = True
+    ctx.call_graphs, ctx.enabled = before
 
 
 def _count_replays(monkeypatch) -> list:

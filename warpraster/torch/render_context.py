@@ -309,10 +309,14 @@ class RenderContext:
         enabled: False sends every call down the fresh path (a debugging switch;
             the tests compare the two).
         call_graphs: a slot's repeated calls replayed as captured graphs, forward
-            and backward (None: on CUDA with the memory pool, the default; True: on
-            every device, the cpu device's graphs being experimental in Warp 1.19;
-            False: never): the rule of
-            :func:`~warpraster.raster.workspace.graphs_enabled`.
+            and backward (None: on CUDA with the memory pool; True: on every device,
+            the cpu device's graphs being experimental in Warp 1.19; False: never,
+            the default for now): the rule of
+            :func:`~warpraster.raster.workspace.graphs_enabled`. Off by default
+            until it has run on a GPU: it is checked bit for bit against the eager
+            path on the cpu device only, and on CUDA the backward would be captured
+            on torch's autograd thread while other threads may call CUDA.
+            ``default_render_context().call_graphs = None`` turns it on.
     """
 
     def __init__(self, max_entries: int = 8, pool_size: int = 2):
@@ -321,7 +325,7 @@ class RenderContext:
                              f"{pool_size}")  # fmt: skip
         self.max_entries, self.pool_size = int(max_entries), int(pool_size)
         self.enabled = True
-        self.call_graphs: bool | None = None
+        self.call_graphs: bool | None = False
         self._entries: collections.OrderedDict[tuple, _Entry] = collections.OrderedDict()
         self._cameras: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
         self._lock = threading.RLock()
