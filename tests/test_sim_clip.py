@@ -5,6 +5,7 @@ differences (both backwards)."""
 import numpy as np
 import pytest
 import warp as wp
+from central_differences import central_difference, floats
 from test_sim_sensor import _apply, _quat_matrix, _raycast
 
 import warpraster.sim as wsim
@@ -136,25 +137,19 @@ def test_gradients_through_cut_faces_match_central_differences(device, determini
     out = sensor.frames[0]
     assert (out.alpha.numpy() == 1.0).all()  # the ground covers every pixel
     tape.backward(loss)
-    grads = {id(cam_q): cam_q.grad.numpy().copy().view(np.float32).reshape(-1),
-             id(fovs): fovs.grad.numpy().copy()}  # fmt: skip
+    grads = {id(cam_q): floats(cam_q.grad), id(fovs): floats(fovs.grad)}
     tape.reset()
+
+    def loss_at():
+        forward()
+        return loss.numpy()[0]
+
     # (a uniform ground much larger than the view: moving the camera along it changes
     # nothing, so its x and y translation gradients are ~0; the height, the rotation
     # and the field of view are what the cut faces' pixels respond to)
-    for arr, i in [(cam_q, 2), (cam_q, 3), (cam_q, 4), (cam_q, 5), (fovs, 0)]:
-        host = arr.numpy().copy()
-        flat = host.view(np.float32).reshape(-1)
-        vals = []
-        h = 1e-3
-        for sign in (1, -1):
-            pert = flat.copy()
-            pert[i] += sign * h
-            arr.assign(pert.view(host.dtype).reshape(host.shape))
-            forward()
-            vals.append(float(loss.numpy()[0]))
-        arr.assign(host)
-        fd = (vals[0] - vals[1]) / (2 * h)
+    for arr, i in [(cam_q, (0, 2)), (cam_q, (0, 3)), (cam_q, (0, 4)), (cam_q, (0, 5)),
+                   (fovs, (0, 0))]:  # fmt: skip
+        fd = central_difference(arr, i, 1e-3, loss_at)
         g = float(grads[id(arr)][i])
         assert abs(fd) > 1e-3, (i, fd)
         # no outline in view: the losses are smooth in the camera; steps of 1e-3
