@@ -7,16 +7,22 @@ One :meth:`CameraSensor.update` runs, with no allocation and no host read:
 2. ``project_kernel``: every (world, camera) image's vertices to NDC (camera
    poses and fields of view from device arrays);
 3. :func:`warpraster.rasterize_meshes` of the packed batch (W x C images, K = 1)
-   into the frame's :class:`~warpraster.RasterWorkspace`;
+   into the frame's :class:`~warpraster.ClipWorkspace` (faces cut by the near
+   plane split there; ``near_clip=0``: a :class:`~warpraster.RasterWorkspace`);
 4. ``channels_kernel``: colour, albedo, normal, depth, forward depth, coverage and
-   shape index, in Newton's ``(world, camera, H, W)`` layout;
+   shape index, in Newton's ``(world, camera, H, W)`` layout; the albedo is the
+   face's material (the stage renderer's table: colour x UV texture, or corner
+   colours, :func:`~warpraster.shading.material_table.face_albedo`), lit by
+   Newton's ambient and light and the core's ``lights``;
 5. with ``antialias``: :class:`warpraster.Antialias` of the shaded colour into
    ``color`` (:mod:`warpraster.sim.antialias`).
 
 Gradients of any image loss reach particle positions, body transforms, camera
-transforms, fields of view, shape colours and light parameters, on an enclosing
-``wp.Tape``. Every frame slot owns its buffers (the tape needs the old values of
-a recorded frame): render frame ``t`` of a rollout into slot ``t``.
+transforms, fields of view, material colours, texels and light parameters, on an
+enclosing ``wp.Tape``. A repeated eager update replays its launches (and its
+backward) as captured graphs on CUDA (``call_graphs``, :mod:`warpraster.sim.replay`).
+Every frame slot owns its buffers (the tape needs the old values of a recorded
+frame): render frame ``t`` of a rollout into slot ``t``.
 
 Two backwards (``deterministic``):
 
