@@ -190,3 +190,40 @@ def test_one_light_per_image_and_bad_lights():
     with pytest.raises(ValueError, match="deterministic=False"):
         wsim.CameraSensor(g, world_count=2, device="cpu",
                           lights=_light_list("cpu", requires_grad=True))  # fmt: skip
+
+
+def test_lights_per_world_equal_the_same_lights_per_image(device):
+    """A light list per world (2 worlds x 2 cameras) renders what the same lists
+    given per image (each world's repeated for its cameras) render, bit for bit."""
+    g, bodies, cams, _ = _box_scene()
+    kinds = [LightKind.AMBIENT, LightKind.POINT, LightKind.DIRECTIONAL]
+    param = [(0.0, 0.0, 0.0), (0.4, 0.1, 0.7), (0.3, -0.5, 0.8)]
+    ambient = [(0.05, 0.04, 0.03), (0.0, 0.01, 0.0), (0.02, 0.02, 0.02)]
+    diffuse = [(0.0, 0.0, 0.0), (0.8, 0.7, 0.9), (0.4, 0.35, 0.3)]
+
+    def rows(order):
+        return {name: [v[i] for i in order] for name, v in
+                (("kinds", kinds), ("param", param), ("ambient", ambient),
+                 ("diffuse", diffuse))}  # fmt: skip
+
+    # world 0: lights 0, 1; world 1: lights 0, 2
+    per_world = LightList(**rows([0, 1, 0, 2]), specular=[(0, 0, 0)] * 4, first=[0, 2, 4],
+                          device=device)  # fmt: skip
+    per_image = LightList(**rows([0, 1, 0, 1, 0, 2, 0, 2]), specular=[(0, 0, 0)] * 8,
+                          first=[0, 2, 4, 6, 8], device=device)  # fmt: skip
+    args = dict(
+        camera_transforms=wp.array([[c, c] for c in cams], dtype=wp.transform, device=device),
+        camera_fovs=wp.array([0.9, 0.7], dtype=wp.float32, device=device),
+        body_q=wp.array(bodies, dtype=wp.transform, device=device),
+    )
+    shared = LightList(**rows([0, 1]), specular=[(0, 0, 0)] * 2, device=device)
+    images = []
+    for lights in (per_world, per_image, shared):
+        sensor = wsim.CameraSensor(g, world_count=2, camera_count=2, image_size=(20, 24),
+                                   device=device, lights=lights)  # fmt: skip
+        assert sensor.light_per_world == (lights is per_world)
+        images.append(sensor.update(**args).color.numpy().copy())
+    np.testing.assert_array_equal(images[0], images[1])
+    # the lights of world 0 are the shared ones, world 1's are not
+    np.testing.assert_array_equal(images[0][0], images[2][0])
+    assert np.abs(images[0][1] - images[2][1]).max() > 1e-3

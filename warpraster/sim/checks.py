@@ -135,11 +135,11 @@ def look_at_transform(eye, target, up=(0.0, 0.0, 1.0)) -> wp.transform:
     return wp.transform(wp.vec3(*eye.tolist()), q)
 
 
-def sensor_light_rows(lights, device, num_images: int, deterministic: bool):
-    """The kernels' :class:`~warpraster.shading.lighting.LightRows` of a sensor's
-    ``lights`` (None: placeholders), checked: kind, device, one row or one per
-    image, at most ``MAX_LAMBERT_LIGHTS`` an image, and no trained arrays with
-    the deterministic backward."""
+def sensor_light_rows(lights, device, num_worlds: int, num_cameras: int, deterministic: bool):
+    """(the kernels' :class:`~warpraster.shading.lighting.LightRows` of a sensor's
+    ``lights`` (None: placeholders), whether its rows are per world), checked: kind,
+    device, one row, one per world or one per image, at most ``MAX_LAMBERT_LIGHTS``
+    an image, and no trained arrays with the deterministic backward."""
     from ..shading.lighting import (  # noqa: PLC0415
         MAX_LAMBERT_LIGHTS,
         LightList,
@@ -149,8 +149,9 @@ def sensor_light_rows(lights, device, num_images: int, deterministic: bool):
     )
     from ..structs import new_struct  # noqa: PLC0415
 
+    num_images = num_worlds * num_cameras
     if lights is None:
-        return new_struct(LightRows, device)
+        return new_struct(LightRows, device), False
     if not isinstance(lights, (LightList, LightsBase)):
         raise TypeError(
             "lights must be a LightList or a DirectionalLights / PointLights / "
@@ -158,10 +159,10 @@ def sensor_light_rows(lights, device, num_images: int, deterministic: bool):
         )
     if lights.device != device:
         raise ValueError(f"lights are on {lights.device}, the sensor on {device}")
-    if len(lights) not in (1, num_images):
+    if len(lights) not in (1, num_worlds, num_images):
         raise ValueError(
-            f"lights: {len(lights)} rows; give 1 (every image) or one per image "
-            f"(world_count * camera_count = {num_images})"
+            f"lights: {len(lights)} rows; give 1 (every image), one per world "
+            f"({num_worlds}) or one per image (world_count * camera_count = {num_images})"
         )
     if isinstance(lights, LightList):
         most = int(np.diff(lights.first.numpy()).max())  # set-up: one host read
@@ -176,4 +177,4 @@ def sensor_light_rows(lights, device, num_images: int, deterministic: bool):
             "lights: arrays that require gradients need CameraSensor(deterministic=False) "
             "(the deterministic backward gives the light list's arrays none)"
         )
-    return rows
+    return rows, len(lights) == num_worlds and num_worlds != num_images

@@ -92,7 +92,8 @@ class Look:
     """Shading and coverage options (see ``render.CHANNEL_KERNELS``), the
     :class:`MaterialArrays`, the material table (its ``diffuse`` is
     ``materials.colors``) and the light list (``lights``: the shading core's
-    lights, read only by the channel variants compiled with them)."""
+    lights, read only by the channel variants compiled with them; their rows per
+    world when ``light_per_world``, else per image)."""
 
     sigma: float
     ambient: int
@@ -106,6 +107,7 @@ class Look:
     materials: MaterialArrays
     table: MaterialTable
     lights: LightRows
+    light_per_world: int
 
 
 @wp.struct
@@ -306,7 +308,7 @@ def sensor_structs(sensor) -> tuple[VertexSources, View, Surface, Look]:
         ground=ground, ambient_intensity=ambient_intensity, clear_color=sensor.clear_color,
         clear_depth=sensor.clear_depth, smooth=int(sensor.smooth_normals), materials=materials,
         table=sensor.atlas.table,
-        lights=sensor.light_rows,
+        lights=sensor.light_rows, light_per_world=int(sensor.light_per_world),
     )  # fmt: skip
     return sources, view, surface, look
 

@@ -26,6 +26,7 @@ from .render import (
     ambient_light,
     cut_face_point_adjoint,
     face_points,
+    light_row,
     nearest_slot,
     outline_point,
     scene_parts,
@@ -214,7 +215,7 @@ def _make_channels_adjoint(
         shaded = wp.cw_mul(albedo, amb) + albedo * (ndotl * intensity)
         ls = wp.vec3(0.0)
         if wp.static(lit):
-            ls = lambert_light_sum(look.lights, n, hit, nrm)
+            ls = lambert_light_sum(look.lights, light_row(look, n, w), hit, nrm)
             shaded = shaded + wp.cw_mul(albedo, ls)
         # ---- adjoint
         clear_depth = look.clear_depth
@@ -233,7 +234,7 @@ def _make_channels_adjoint(
         if wp.static(lit):
             g_alb = g_alb + wp.cw_mul(g_sh, ls)
             g_lit_point, g_lit_nrm = lambert_light_sum_adjoint(
-                look.lights, n, hit, nrm, wp.cw_mul(g_sh, albedo)
+                look.lights, light_row(look, n, w), hit, nrm, wp.cw_mul(g_sh, albedo)
             )
             g_nrm = g_nrm + g_lit_nrm
         g_sh_alb = wp.dot(g_sh, albedo)

@@ -85,6 +85,14 @@ def signed_depth(z: float) -> float:
 
 
 @wp.func
+def light_row(look: Look, n: int, w: int) -> int:
+    """The light list's row of image n of world w: w for lights per world, else n."""
+    if look.light_per_world != 0:
+        return w
+    return n
+
+
+@wp.func
 def image_camera(view: View, n: int):
     """(world, camera) of packed image n = world * C + camera."""
     w = n // view.camera_count
@@ -518,7 +526,8 @@ def _make_channels_kernel(soft: bool, varying: bool, lit: bool):
         ndotl = wp.max(wp.dot(nrm, to_light), 0.0)
         shaded = shaded + albedo * (ndotl * mat.light_intensity[0])
         if wp.static(lit):  # the core's lights: compiled in where given
-            shaded = shaded + wp.cw_mul(albedo, lambert_light_sum(look.lights, n, hit, nrm))
+            lights = lambert_light_sum(look.lights, light_row(look, n, w), hit, nrm)
+            shaded = shaded + wp.cw_mul(albedo, lights)
         clear_depth = look.clear_depth
         out.color[w, c, y, x] = a * shaded + (1.0 - a) * look.clear_color
         out.albedo[w, c, y, x] = a * albedo

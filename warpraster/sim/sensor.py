@@ -149,8 +149,9 @@ class CameraSensor:
             bits vary on a GPU).
         lights: more lights, the shading core's: a
             :class:`~warpraster.shading.LightList` (ambient, directional and point
-            lights, all images or per image n = world * C + camera) or one light per
-            image (``DirectionalLights``, ``PointLights``, ``AmbientLights``), at most
+            lights, for all images, per world or per image n = world * C + camera)
+            or one light per image or world (``DirectionalLights``, ``PointLights``,
+            ``AmbientLights``), at most
             8 an image; each adds PyTorch3D's ambient colour and Lambert diffuse term
             (:func:`~warpraster.shading.lighting.lambert_light_sum`: reflectivities 1,
             no specular) times the albedo, after Newton's ambient and light.
@@ -261,8 +262,9 @@ class CameraSensor:
         self.bin_size = bin_size
         self.device = wp.get_device(device)
         self.lights = lights
-        images = self.world_count * self.camera_count
-        self.light_rows = sensor_light_rows(lights, self.device, images, deterministic)
+        self.light_rows, self.light_per_world = sensor_light_rows(
+            lights, self.device, self.world_count, self.camera_count, deterministic
+        )
         self.requires_grad = bool(requires_grad)
         if geometry.num_vertices == 0:
             raise ValueError("geometry has no shapes")
