@@ -134,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--size", type=int, default=128, help="image size (square)")
     s.add_argument("--newton", action="store_true", help="also time Newton's SensorTiledCamera")
     s.add_argument(
+        "--materials",
+        action="store_true",
+        help="each torus textured (a 64² texture) and the core's lights on",
+    )
+    s.add_argument(
         "--near-clip",
         type=float,
         default=None,

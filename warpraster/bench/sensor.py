@@ -58,23 +58,46 @@ def _timed(fn, runs: int, device) -> float:
     return (time.perf_counter() - t0) * 1e3 / runs
 
 
+def _materials(geo: SensorGeometry, device):
+    """A textured material for every torus (a 64² texture wrapped around it by ring
+    and side) and the core's lights (ambient, directional, point): the
+    ``--materials`` variant, timing the texture read and the light list."""
+    from ..shading.lighting import LightKind, LightList  # noqa: PLC0415
+
+    rng = np.random.default_rng(1)
+    material = geo.add_material((0.9, 0.8, 0.7), rng.uniform(0.2, 1.0, (64, 64, 3)))
+    rings, sides = 40, 25  # _scene's torus: 2,000 triangles
+    uv = np.stack(np.meshgrid(np.arange(rings) / rings, np.arange(sides) / sides,
+                              indexing="ij"), -1).reshape(-1, 2)  # fmt: skip
+    lights = LightList(
+        kinds=[LightKind.AMBIENT, LightKind.DIRECTIONAL, LightKind.POINT],
+        param=[(0.0, 0.0, 0.0), (0.3, -0.5, 0.8), (0.6, -0.8, 1.2)],
+        ambient=[(0.05, 0.05, 0.05), (0.0, 0.0, 0.0), (0.0, 0.0, 0.0)],
+        diffuse=[(0.0, 0.0, 0.0), (0.4, 0.4, 0.4), (0.5, 0.5, 0.5)],
+        specular=[(0.0, 0.0, 0.0)] * 3, device=device,
+    )  # fmt: skip
+    return dict(material=material, uvs=uv), lights
+
+
 def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
                  deterministic=True, profile=False, fused_loss=False,
-                 near_clip=None) -> dict:  # fmt: skip
+                 near_clip=None, materials=False) -> dict:  # fmt: skip
     """Times the sensor scene; ``fused_loss``: the loss is :func:`frame_loss` (its
     gradient computed inside the sensor's backward, no channel gradient buffers)
     instead of two :func:`image_loss` calls; ``near_clip``: the sensor's (None: its
-    default)."""
+    default); ``materials``: each torus textured and the core's lights on."""
     device = wp.get_device(device)
     verts, faces, bodies, cams = _scene(worlds, cameras)
     geo = SensorGeometry()
+    shape_options, lights = ({}, None) if not materials else _materials(geo, device)
     for w in range(worlds):
-        geo.add_body_mesh(w, verts, faces, world=w, shape_index=0, color=(0.8, 0.4, 0.2))
+        geo.add_body_mesh(w, verts, faces, world=w, shape_index=0, color=(0.8, 0.4, 0.2),
+                          **shape_options)  # fmt: skip
     sensor = CameraSensor(geo, world_count=worlds, camera_count=cameras, image_size=size,
                           light_direction=(-0.577, 0.577, -0.577), device=device,
                           requires_grad=True,
                           grad_channels=() if fused_loss else ("color", "depth"),
-                          deterministic=deterministic,
+                          deterministic=deterministic, lights=lights,
                           **({} if near_clip is None else {"near_clip": near_clip}))  # fmt: skip
     body_q = wp.array(bodies, dtype=wp.transform, device=device, requires_grad=True)
     cam_q = wp.array([[c] * worlds for c in cams], dtype=wp.transform, device=device)
@@ -118,7 +141,7 @@ def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
     images = worlds * cameras
     covered = float((frame.alpha.numpy() > 0).mean())
     return {
-        "scene": f"sensor_{worlds}w_{cameras}c_torus2k_{size}",
+        "scene": f"sensor_{worlds}w_{cameras}c_torus2k_{size}" + ("_tex_lit" if materials else ""),
         "device": str(device),
         "backward": "deterministic" if deterministic else "generated",
         "loss": "frame_loss (fused)" if fused_loss else "image_loss x2",
@@ -186,7 +209,8 @@ def run(args, argv: list[str]) -> int:
     kw = dict(worlds=args.worlds, cameras=args.cameras, size=args.size, runs=args.runs,
               device=args.device)  # fmt: skip
     rows = [bench_sensor(**kw, deterministic=not args.generated_backward, profile=args.profile,
-                         fused_loss=fused, near_clip=args.near_clip)
+                         fused_loss=fused, near_clip=args.near_clip,
+                         materials=args.materials)
             for fused in (False, True)]  # fmt: skip
     if args.newton:
         rows.append(bench_newton(**kw))
