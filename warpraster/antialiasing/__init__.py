@@ -41,6 +41,7 @@ from ..backward.sorted import SegmentEntries, SortedSegmentSum
 from ..backward.tape import active_tape, replaying
 from ..grad_buffers import clear_owned_grads
 from ..meshes import as_faces_array
+from ..structs import StructCache
 from .kernels import AAGrads, AAInputs, PairRecords, adjoint, analyse_pairs, blend
 from .sparse import copy_color, sparse_blend
 from .topology import AntialiasTopology, edge_opposites
@@ -180,6 +181,7 @@ class Antialias:
             self._sum = SortedSegmentSum(4 * n * h * w, wp.vec3, dev)
             self._entries = self._sum.entries(wp.zeros(4 * n * h * w, dtype=wp.vec3, device=dev))
         self._calls = 0
+        self._structs = StructCache()  # the AAInputs of the last call's arrays
 
     @property
     def faces(self) -> wp.array:
@@ -255,7 +257,11 @@ class Antialias:
         self._calls += 1
         if n * h * w == 0:
             return out
-        a = self._inputs(color, pix_to_face, verts_ndc, zbuf)
+        # the same arrays call after call: the struct is made again only when one changes
+        key = (color, pix_to_face, verts_ndc, zbuf, self.topology.faces, self.topology.opposite)
+        a = self._structs.get(
+            "inputs", key, lambda: self._inputs(color, pix_to_face, verts_ndc, zbuf)
+        )
         tape = active_tape()
         want_color = color.requires_grad and color.grad is not None
         want_pos = verts_ndc.requires_grad and verts_ndc.grad is not None
