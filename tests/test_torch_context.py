@@ -202,3 +202,28 @@ def test_no_context_state_leaks_into_the_next_call_of_another_shape():
             for (_, ren, inputs, _), want in zip(scenes, alone, strict=True):
                 assert torch.equal(ren(*inputs), want)
     assert wp.get_device("cpu").is_cpu
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_eager_path_equals_the_custom_op(name, monkeypatch):
+    """Outside torch.compile the renderer calls the op's bodies through a plain
+    autograd Function (render_op.render -> _EagerRender); the custom op (what a compiled
+    graph holds) runs the same bodies. A training loop through each: equal outputs and
+    gradients, bit for bit (the same launches; the cpu device adds in order)."""
+    results, through_op = [], []
+    for path in ("eager", "custom_op"):
+        if path == "custom_op":
+            monkeypatch.setattr(
+                "warpraster.torch.renderer.render",
+                lambda *a: (through_op.append(1), render_op.render_op(*a))[1],
+            )
+        d, ren, inputs, leaves = _scene(name)
+        target = torch.tensor(d["images"] * 0.9)
+        results.append(_train(ren, inputs, leaves, target, steps=3))
+    eager, custom = results
+    assert len(through_op) == 3
+    assert eager[0].keys() == custom[0].keys()
+    for step, (want, got) in enumerate(zip(custom, eager, strict=True)):
+        for k in want:
+            assert torch.equal(got[k], want[k]), (step, k)
+    assert {"grad_verts", "grad_cam_T"} <= eager[0].keys()

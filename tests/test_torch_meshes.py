@@ -552,6 +552,7 @@ def test_repeated_calls_do_not_recheck_unchanged_topology(monkeypatch):
     d, spec, ren, inputs, tex, leaves = torch_scene("r03_softphong_directional_k8")
     calls = []
     real = checks.check_index_range
+
     def counted(*a, **k):
         calls.append(1)
         return real(*a, **k)

@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--torch",
         action="store_true",
         help="also the torch columns: each scene through warpraster.torch's MeshRenderer "
-        "(forward, and forward + MSE + backward with autograd), eager",
+        "(forward, and forward + MSE + backward with autograd), called eagerly, its slots "
+        "launching kernel by kernel (torch) and replaying captured graphs (torch g)",
     )
     g.add_argument(
         "--nvdiffrast",

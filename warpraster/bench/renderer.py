@@ -212,7 +212,8 @@ def run(args, argv: list[str]) -> int:
     nvdr_cols = getattr(args, "nvdiffrast", False)
     print(f"{'scene':<44}{'fwd ms':>9}{'f+b ms':>9}{'graph f':>9}{'graph f+b':>10}"
           f"{'unfused':>9}{'target f / f+b':>16}{'cover':>7}{'MB':>8}"
-          + (f"{'torch f':>9}{'torch f+b':>10}" if torch_cols else "")
+          + (f"{'torch f':>9}{'torch f+b':>10}{'torch g f':>10}{'g f+b':>9}"
+             if torch_cols else "")
           + (f"{'nvdr f':>9}{'nvdr f+b':>10}{'agree':>7}" if nvdr_cols else ""))  # fmt: skip
     variants = {"none": [()], "all": [CHANNELS], "both": [(), CHANNELS]}[args.channels]
     for name in names:
@@ -231,7 +232,10 @@ def run(args, argv: list[str]) -> int:
                 from .torch_renderer import run_torch_scene  # noqa: PLC0415 - needs torch
 
                 row.update(run_torch_scene(name, str(device), args.runs))
-                t = f"{row['torch_fwd_ms']:>9.3f}{row['torch_fwd_bwd_ms']:>10.3f}"
+                t = (
+                    f"{row['torch_fwd_ms']:>9.3f}{row['torch_fwd_bwd_ms']:>10.3f}"
+                    f"{row['torch_graph_fwd_ms']:>10.3f}{row['torch_graph_fwd_bwd_ms']:>9.3f}"
+                )
             if nvdr_cols and not channels:
                 from .nvdiffrast_pipeline import run_nvdiffrast_scene  # noqa: PLC0415
 

@@ -7,10 +7,13 @@ exports them: ``FoVPerspectiveCameras``, ``PointLights``, ``Materials``,
 ``TexturesUVMipmap``, ``MeshRenderer``) and timed as a torch user runs it:
 ``renderer(verts, faces, first, count, textures=...)`` (forward) and that, an
 MSE against a target in torch and ``loss.backward()`` (forward + backward),
-eagerly (torch has no graph of the op), medians of ``--runs`` after warm-up
-(CUDA events on a GPU, the wall clock on the CPU). Needs torch; the scenes'
-arrays are :func:`warpraster.bench.renderer._scene`'s, so both columns render
-the same geometry, textures and camera.
+eagerly from Python, medians of ``--runs`` after warm-up (CUDA events on a GPU,
+the wall clock on the CPU), twice, alternated call by call: with the op's slots
+launching their kernels one by one (``torch f`` / ``torch f+b``) and with the
+slots replaying their captured graphs (``RenderContext.call_graphs``: ``torch g
+f`` / ``torch g f+b``). Needs torch; the scenes' arrays are
+:func:`warpraster.bench.renderer._scene`'s, so every column renders the same
+geometry, textures and camera.
 """
 
 from __future__ import annotations
@@ -22,20 +25,27 @@ import numpy as np
 from ..camera import look_at_view_transform
 from .torch_timing import torch_timer
 
-__all__ = ["run_torch_scene"]
+__all__ = ["make_torch_scene", "run_torch_scene"]
 
 
-def run_torch_scene(name: str, device: str, runs: int) -> dict:
-    """Forward and forward + backward medians (ms) of scene ``name`` through the
-    torch ``MeshRenderer`` on ``device`` (a Warp device name: ``cuda:0`` / ``cpu``)."""
+def torch_device(device: str):
+    """The torch device of a Warp device name (``cuda:0`` / ``cpu``)."""
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.device("cuda", int(device.split(":")[1]) if ":" in device else 0)
+    return torch.device("cpu")
+
+
+def make_torch_scene(name: str, dev) -> tuple:
+    """Scene ``name`` of the renderer suite from torch tensors on torch device ``dev``:
+    (renderer, call arguments, textures, trainable leaves by name)."""
     import torch
 
     import warpraster.torch as wrt
 
     from .renderer import _scene
 
-    dev = torch.device("cuda", int(device.split(":")[1]) if ":" in device else 0) \
-        if device.startswith("cuda") else torch.device("cpu")  # fmt: skip
     verts, faces, first, count, uvs, colors = _scene()
     n = len(first)
     aa = name.endswith("_aa")
@@ -60,34 +70,63 @@ def run_torch_scene(name: str, device: str, runs: int) -> dict:
         blend = wrt.BlendParams(sigma=sigma, gamma=1e-4)
         shader = wrt.SoftPhongShader(device=dev, cameras=cams, lights=lights, materials=materials,
                                      blend_params=blend)  # fmt: skip
-        textures = wrt.TexturesVertex(torch.tensor(colors, device=dev, requires_grad=True))
+        leaf = torch.tensor(colors, device=dev, requires_grad=True)
+        textures = wrt.TexturesVertex(leaf)
     else:
         settings = wrt.RasterizationSettings(image_size=512, faces_per_pixel=1)
         shader = wrt.HardPhongShader(device=dev, cameras=cams, lights=lights, materials=materials)
         rng = np.random.default_rng(1)
-        maps = torch.tensor(rng.uniform(0.0, 1.0, (n, 1024, 1024, 3)).astype(np.float32),
+        leaf = torch.tensor(rng.uniform(0.0, 1.0, (n, 1024, 1024, 3)).astype(np.float32),
                             device=dev, requires_grad=True)  # fmt: skip
-        textures = wrt.TexturesUVMipmap(maps, f, torch.tensor(uvs, device=dev),
+        textures = wrt.TexturesUVMipmap(leaf, f, torch.tensor(uvs, device=dev),
                                         filter_mode="linear-mipmap-linear")  # fmt: skip
     renderer = wrt.MeshRenderer(rasterizer=wrt.MeshRasterizer(cameras=cams,
                                                               raster_settings=settings),
                                 shader=shader, antialias=aa)  # fmt: skip
+    leaves = {"verts": v, "textures": leaf}
+    if camgrad:
+        leaves.update(R=R, T=T)
+    return renderer, (v, f, fi, cn), textures, leaves
+
+
+def run_torch_scene(name: str, device: str, runs: int) -> dict:
+    """Forward and forward + backward medians (ms) of scene ``name`` through the
+    torch ``MeshRenderer`` on ``device`` (a Warp device name: ``cuda:0`` / ``cpu``),
+    the op's slots launching eagerly and replaying graphs, alternated."""
+    import torch
+
+    from ..torch.render_context import default_render_context
+
+    dev = torch_device(device)
+    renderer, args, textures, _ = make_torch_scene(name, dev)
     with torch.no_grad():
-        target = renderer(v, f, fi, cn, textures=textures) * 0.9
+        target = renderer(*args, textures=textures) * 0.9
 
     def forward():
         with torch.no_grad():
-            renderer(v, f, fi, cn, textures=textures)
+            renderer(*args, textures=textures)
 
     def forward_backward():
-        img = renderer(v, f, fi, cn, textures=textures)
+        img = renderer(*args, textures=textures)
         loss = ((img - target) ** 2).mean()
         loss.backward()
 
+    ctx = default_render_context()
+    before = ctx.call_graphs
     timed = torch_timer(dev)
-    for _ in range(3):  # warm-up: modules, the op's persistent context
-        forward()
-        forward_backward()
-    fwd = statistics.median(timed(forward) for _ in range(runs))
-    both = statistics.median(timed(forward_backward) for _ in range(runs))
-    return {"name": name, "torch_fwd_ms": fwd, "torch_fwd_bwd_ms": both}
+    modes = {"": False, "_graph": None}  # None: graphs where graphs_enabled allows them
+    times = {f"torch{m}_{k}": [] for m in modes for k in ("fwd_ms", "fwd_bwd_ms")}
+    try:
+        for mode in modes.values():  # warm-up: modules, the context, the graphs
+            ctx.call_graphs = mode
+            for _ in range(3):
+                forward()
+                forward_backward()
+        for _ in range(runs):
+            for m, mode in modes.items():
+                ctx.call_graphs = mode
+                times[f"torch{m}_fwd_ms"].append(timed(forward))
+                times[f"torch{m}_fwd_bwd_ms"].append(timed(forward_backward))
+    finally:
+        ctx.call_graphs = before
+    return {"name": name, **{k: statistics.median(v) for k, v in times.items()}}

@@ -218,6 +218,7 @@ class _Slot:
         #: captured graphs from the second call on (see :meth:`run`)
         self.graphs: bool | None = None
         self._recorded = RecordedCall(self.device) if self.record else None
+        self._grad_views = None
         self._call_graph = None if self.record else CallGraph(self.device)
 
     # -- forward
@@ -276,17 +277,44 @@ class _Slot:
         return image, frags
 
     # -- backward
-    def backward(self, upstream: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The recorded tape's adjoint from ``upstream`` ([d image, d zbuf, d bary,
-        d dists]); [d verts, d tensors[0], ...] as new tensors."""
-        from .render_op import _output_grads
+    def _output_grad_views(self):
+        """Torch views of the gradient buffers of the slot's outputs (image, zbuf, bary,
+        dists; None for an absent output), made on first use: the slot's outputs are the
+        same arrays every call. None when an output has no gradient buffer (then
+        ``tape.backward(grads=...)`` sets the upstream tensor as its gradient)."""
+        if self._grad_views is None:
+            arrays = (self.image, self.frags.zbuf, self.frags.bary_coords, self.frags.dists)
+            if any(a is not None and a.grad is None for a in arrays):
+                self._grad_views = False
+            else:
+                self._grad_views = [
+                    None if a is None or a.grad is None else wp.to_torch(a.grad) for a in arrays
+                ]
+        return self._grad_views or None
 
-        self.tape.backward(grads=_output_grads(self.image, self.frags, upstream))
+    def backward(self, upstream: list[torch.Tensor], asked=None) -> list[torch.Tensor]:
+        """The recorded tape's adjoint from ``upstream`` ([d image, d zbuf, d bary,
+        d dists]); [d verts, d tensors[0], ...] as new tensors (None for a tensor
+        ``asked`` says autograd does not want; zeros for it without ``asked``)."""
+        views = self._output_grad_views()
+        if views is None:
+            from .render_op import _output_grads
+
+            self.tape.backward(grads=_output_grads(self.image, self.frags, upstream))
+        else:  # the slot's output gradient buffers, written through torch views made once
+            with torch.no_grad():
+                for view, g in zip(views, upstream, strict=True):
+                    if view is not None:
+                        view.copy_(g)
+            self.tape.backward()
         self.tape = None
         return [self.grad_verts.clone()] + [
-            g.clone() if g is not None and not u else torch.zeros_like(t, dtype=torch.float32)
-            for g, t, u in zip(self.grads, self.tensors, self.unasked, strict=True)
-        ]
+            None if asked is not None and not a
+            else g.clone() if g is not None and not u
+            else torch.zeros_like(t, dtype=torch.float32)
+            for g, t, u, a in zip(self.grads, self.tensors, self.unasked, asked or self.grads,
+                                  strict=True)
+        ]  # fmt: skip
 
 
 class _Entry:
@@ -309,14 +337,15 @@ class RenderContext:
         enabled: False sends every call down the fresh path (a debugging switch;
             the tests compare the two).
         call_graphs: a slot's repeated calls replayed as captured graphs, forward
-            and backward (None: on CUDA with the memory pool; True: on every device,
-            the cpu device's graphs being experimental in Warp 1.19; False: never,
-            the default for now): the rule of
-            :func:`~warpraster.raster.workspace.graphs_enabled`. Off by default
-            until it has run on a GPU: it is checked bit for bit against the eager
-            path on the cpu device only, and on CUDA the backward would be captured
-            on torch's autograd thread while other threads may call CUDA.
-            ``default_render_context().call_graphs = None`` turns it on.
+            and backward (None, the default: on CUDA with the memory pool; True: on
+            every device, the cpu device's graphs being experimental in Warp 1.19;
+            False: never): the rule of
+            :func:`~warpraster.raster.workspace.graphs_enabled`. Checked bit for bit
+            against the launches one by one on the cpu device (tests/test_torch_graphs.py)
+            and on an H200 within the order of the atomic sums (5 training steps of the
+            bench scenes). Warp captures in its thread-local mode, so other threads
+            calling CUDA while torch's autograd thread captures a backward do not
+            break the capture.
     """
 
     def __init__(self, max_entries: int = 8, pool_size: int = 2):
@@ -325,7 +354,7 @@ class RenderContext:
                              f"{pool_size}")  # fmt: skip
         self.max_entries, self.pool_size = int(max_entries), int(pool_size)
         self.enabled = True
-        self.call_graphs: bool | None = False
+        self.call_graphs: bool | None = None
         self._entries: collections.OrderedDict[tuple, _Entry] = collections.OrderedDict()
         self._cameras: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
         self._lock = threading.RLock()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import json
 import threading
 
@@ -230,8 +231,7 @@ class _Recorded:
 _RECORDED = _Recorded()
 
 
-@torch.library.custom_op("warpraster::render_meshes", mutates_args=())
-def render_op(
+def _render_impl(
     verts: torch.Tensor,
     faces: torch.Tensor,
     mesh_to_face_first_idx: torch.Tensor,
@@ -242,7 +242,7 @@ def render_op(
     """(image (N, H, W, 4), pix_to_face int32, zbuf, bary (N, H, W, K, 3), dists, handle):
     ``handle`` (an int64 scalar) names the recorded render its backward runs
     (``config["record"]``; -1: not recorded)."""
-    cfg = json.loads(config)
+    cfg = _parsed(config)
     # The index values, before any int32 cast could wrap them (a host read; the op
     # body runs eagerly also inside a compiled graph).
     check_packed_values(verts.shape[0], faces, mesh_to_face_first_idx, num_faces_per_mesh)
@@ -287,6 +287,9 @@ def render_op(
     return (img, *outs, torch.tensor(handle, dtype=torch.int64))
 
 
+render_op = torch.library.custom_op("warpraster::render_meshes", mutates_args=())(_render_impl)
+
+
 @render_op.register_fake
 def _render_fake(verts, faces, first, count, tensors, config):
     shape = _shape(first, json.loads(config))
@@ -300,9 +303,12 @@ def _render_fake(verts, faces, first, count, tensors, config):
     )
 
 
-@torch.library.custom_op("warpraster::render_meshes_backward", mutates_args=())
-def _render_backward_op(
-    upstream: list[torch.Tensor], saved: list[torch.Tensor], config: str, handle: torch.Tensor
+def _render_backward_impl(
+    upstream: list[torch.Tensor],
+    saved: list[torch.Tensor],
+    config: str,
+    handle: torch.Tensor,
+    asked: list[bool] | None = None,
 ) -> list[torch.Tensor]:
     """[d verts, d tensors[0], ...]: the forward's recorded tape run backward (or, when
     it is no longer kept, the render again on a wp.Tape, then backward).
@@ -310,8 +316,10 @@ def _render_backward_op(
     ``upstream`` = [d image, d zbuf, d bary, d dists] (zeros where none came);
     ``saved`` = the forward's inputs [verts, faces, mesh_to_face_first_idx,
     num_faces_per_mesh, *tensors], as :func:`_setup_context` saved them.
+    ``asked`` (the eager path): which of ``tensors`` autograd wants a gradient for;
+    None where it does not (the custom op returns a tensor for each: zeros).
     """
-    cfg = json.loads(config)
+    cfg = _parsed(config)
     verts, faces, first, count, *tensors = saved
     recorded = _RECORDED.take(int(handle))
     with _TorchStream(verts.device):  # (a lease is checked and run under the device lock)
@@ -319,7 +327,7 @@ def _render_backward_op(
             lease, recorded = recorded, None
             if lease.valid():
                 try:
-                    return lease.slot.backward(upstream)
+                    return lease.slot.backward(upstream, asked)
                 finally:
                     lease.release()
         if recorded is not None:
@@ -332,9 +340,18 @@ def _render_backward_op(
                                 grad_verts=grad_verts, tape=tape)  # fmt: skip
         tape.backward(grads=_output_grads(image, frags, upstream))
     return [grad_verts] + [
-        g if g is not None else torch.zeros_like(t, dtype=torch.float32)
-        for g, t in zip(grads, tensors, strict=True)
-    ]
+        None if asked is not None and not a
+        else g if g is not None else torch.zeros_like(t, dtype=torch.float32)
+        for g, t, a in zip(grads, tensors, asked or grads, strict=True)
+    ]  # fmt: skip
+
+
+@torch.library.custom_op("warpraster::render_meshes_backward", mutates_args=())
+def _render_backward_op(
+    upstream: list[torch.Tensor], saved: list[torch.Tensor], config: str, handle: torch.Tensor
+) -> list[torch.Tensor]:
+    """:func:`_render_backward_impl` as a custom op (what torch.compile sees)."""
+    return _render_backward_impl(upstream, saved, config, handle)
 
 
 def _output_grads(image, frags, upstream: list[torch.Tensor]) -> dict:
@@ -366,20 +383,22 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(verts, faces, first, count, output[5], *tensors)
 
 
-def _backward_impl(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists, g_handle):
+def _upstream_and_saved(ctx, g_image, g_zbuf, g_bary, g_dists):
+    """(upstream, saved, handle, tensors) of a backward: the output gradients, zeros
+    where none came (the adjoint reads every one)."""
     verts, faces, first, count, handle, *tensors = ctx.saved_tensors
-    saved = [verts, faces, first, count, *tensors]
-    shape = _shape(first, json.loads(ctx.config))
+    shape = _shape(first, _parsed(ctx.config))
 
     def z(g, s):
         return verts.new_zeros(s) if g is None else g.contiguous()
 
-    upstream = [
-        z(g_image, (*shape[:3], 4)),
-        z(g_zbuf, shape),
-        z(g_bary, (*shape, 3)),
-        z(g_dists, shape),
-    ]
+    upstream = [z(g_image, (*shape[:3], 4)), z(g_zbuf, shape), z(g_bary, (*shape, 3)),
+                z(g_dists, shape)]  # fmt: skip
+    return upstream, [verts, faces, first, count, *tensors], handle, tensors
+
+
+def _backward_impl(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists, g_handle):
+    upstream, saved, handle, tensors = _upstream_and_saved(ctx, g_image, g_zbuf, g_bary, g_dists)
     grads = _render_backward_op(upstream, saved, ctx.config, handle)
     tensor_grads = [
         g if t.is_floating_point() else None for g, t in zip(grads[1:], tensors, strict=True)
@@ -388,6 +407,47 @@ def _backward_impl(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists, g_handle):
 
 
 render_op.register_autograd(_backward_impl, setup_context=_setup_context)
+
+
+class _EagerRender(torch.autograd.Function):
+    """The op's eager path: the same forward and backward bodies as :func:`render_op`
+    without the dispatcher's layers (the custom op's autograd wrapper, redispatch,
+    argument flattening: about a third of an eager call's host time), and no gradient
+    made for a tensor autograd does not want. :func:`render` takes it outside
+    ``torch.compile``; a compiled graph holds the custom op."""
+
+    @staticmethod
+    def forward(ctx, verts, faces, first, count, config, *tensors):
+        out = _render_impl(verts, faces, first, count, list(tensors), config)
+        ctx.config = config
+        ctx.save_for_backward(verts, faces, first, count, out[5], *tensors)
+        ctx.mark_non_differentiable(out[1], out[5])
+        return out
+
+    @staticmethod
+    def backward(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists, g_handle):
+        upstream, saved, handle, _ = _upstream_and_saved(ctx, g_image, g_zbuf, g_bary, g_dists)
+        asked = list(ctx.needs_input_grad[5:])
+        grads = _render_backward_impl(upstream, saved, ctx.config, handle, asked)
+        return (grads[0], None, None, None, None, *grads[1:])
+
+
+def render(verts, faces, first, count, tensors: list[torch.Tensor], config: str):
+    """The render: :func:`render_op` while ``torch.compile`` traces, else its eager path
+    (:class:`_EagerRender`, the same numbers)."""
+    if torch.compiler.is_compiling():
+        return render_op(verts, faces, first, count, tensors, config)
+    return _EagerRender.apply(verts, faces, first, count, config, *tensors)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_cached(config: str) -> dict:
+    return json.loads(config)
+
+
+def _parsed(config: str) -> dict:
+    """The op's configuration parsed (kept per JSON string; read only)."""
+    return _parsed_cached(config)
 
 
 # ----------------------------------------------------------------------------- configuration

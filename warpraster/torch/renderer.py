@@ -16,7 +16,7 @@ import torch
 from ..rasterizer import RasterizationSettings
 from .cameras import _Camera
 from .lighting import LIGHTS, BlendParams, Materials, PointLights
-from .render_op import config_and_tensors, config_json, packed, render_op
+from .render_op import config_and_tensors, config_json, packed, render
 from .textures import pack_textures
 
 __all__ = [
@@ -225,7 +225,7 @@ def _render(rasterizer, shader, meshes_world, packed_args, textures, kwargs, who
     )
     # only the tensors that require gradients get them computed (issue 29)
     config["needs_grad"] = [bool(t.requires_grad) for t in tensors]
-    img, p2f, zbuf, bary, dists, _handle = render_op(v, f, fi, cn, tensors, config_json(config))
+    img, p2f, zbuf, bary, dists, _handle = render(v, f, fi, cn, tensors, config_json(config))
     return img, Fragments(p2f.to(torch.int64), zbuf, bary, dists)
 
 
