@@ -434,3 +434,56 @@ def test_bad_input_names_the_argument(device):
         op(color, p2f, wp.zeros(4, dtype=wp.vec3, device=device))
     with pytest.raises(ValueError, match="color"):
         op(wp.zeros((1, 16, 16, 4), dtype=wp.float32, device=device), p2f, verts)
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "sparse"])
+def test_repeated_calls_replayed_as_graphs_equal_the_launches(device, deterministic, monkeypatch):
+    """An Antialias object called again with the same arrays replays its launches as a
+    captured graph, and its recorded adjoint as another (``call_graphs``; forced on the
+    cpu device, where Warp 1.19 captures too). Truth: the same object with
+    ``call_graphs=False``. A loop of 5 steps with fresh tapes, the vertices and colours
+    moved each step; and calls without a tape in between. Equal bit for bit (the same
+    launches on the same arrays), but for the sparse forward on CUDA, whose float
+    atomics add a pixel's pairs in no fixed order (a few ulp: rtol 1e-6)."""
+    case = load("aa_p02_two_tris_occlusion_32")
+    replays = []
+    real = wp.capture_launch
+    monkeypatch.setattr(wp, "capture_launch", lambda *a, **k: (replays.append(1), real(*a, **k)))
+    results = {}
+    for mode in (False, True):
+        op = wr.Antialias(case["faces_packed"], len(case["verts_ndc"]), case["color"].shape,
+                          device, deterministic=deterministic)  # fmt: skip
+        op.call_graphs = mode
+        c = wp.array(case["color"], dtype=wp.float32, device=device, requires_grad=True)
+        v = wp.array(case["verts_ndc"], dtype=wp.vec3, device=device, requires_grad=True)
+        p = wp.array(nvdr_ids(case), dtype=wp.int32, device=device)
+        g = wp.array(case["grad_aa"], dtype=wp.float32, device=device)
+        replays.clear()
+        out = []
+        for i in range(5):
+            # a call without gradients between recorded ones, its own graph after 2
+            plain = op(c, p, v).numpy().copy()
+            c.grad.zero_()
+            v.grad.zero_()
+            tape = wp.Tape()
+            with tape:
+                img = op(c, p, v)
+            wp.copy(img.grad, g)
+            tape.backward()
+            out.append((plain, img.numpy().copy(), c.grad.numpy().copy(), v.grad.numpy().copy()))
+            v.assign(v.numpy() * (1.0 + 0.01 * (i + 1)))
+            c.assign(c.numpy() * 0.97)
+        # the graphs: none launched one by one; else from the second call of each kind
+        # on (captured, then launched): 4 forward and 4 backward graphs of the recorded
+        # steps, 4 of the plain calls
+        results[mode] = out
+        assert len(replays) == (0 if not mode else 4 * 2 + 4), mode
+    exact = deterministic or not wp.get_device(device).is_cuda
+    for step, (want, got) in enumerate(zip(results[False], results[True], strict=True)):
+        for k, (a, b) in enumerate(zip(want, got, strict=True)):
+            if exact:
+                np.testing.assert_array_equal(b, a, err_msg=f"step {step} array {k}")
+            else:
+                np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7, err_msg=f"{step} {k}")
+    assert np.abs(results[True][-1][3]).max() > 0  # vertex gradients flowed
+    assert not np.array_equal(results[True][0][3], results[True][-1][3])  # the inputs moved

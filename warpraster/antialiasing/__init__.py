@@ -41,7 +41,9 @@ from ..backward.sorted import SegmentEntries, SortedSegmentSum
 from ..backward.tape import active_tape, replaying
 from ..grad_buffers import clear_owned_grads
 from ..meshes import as_faces_array
+from ..raster.workspace import CallGraph
 from ..structs import StructCache
+from ..tape_replay import RecordedCall
 from .kernels import AAGrads, AAInputs, PairRecords, adjoint, analyse_pairs, blend
 from .sparse import copy_color, sparse_blend
 from .topology import AntialiasTopology, edge_opposites
@@ -109,6 +111,11 @@ class Antialias:
     ``wp.Tape`` records and ``color`` or ``verts_ndc`` carry gradients, registers
     the adjoint. One object serves one recorded call per tape (its pair buffers
     hold that call's analysis until the backward has run).
+
+    A repeated call with the same arrays replays its launches as a captured graph
+    (and, recorded, its adjoint as another), as :class:`~warpraster.renderer.Renderer`
+    does: the attribute ``call_graphs`` (None: on CUDA; True: on every device;
+    False: never; inside a capture of the caller's, it launches as usual).
     """
 
     owns_grad_buffers = True
@@ -182,6 +189,10 @@ class Antialias:
             self._entries = self._sum.entries(wp.zeros(4 * n * h * w, dtype=wp.vec3, device=dev))
         self._calls = 0
         self._structs = StructCache()  # the AAInputs of the last call's arrays
+        #: repeated calls replayed as captured graphs (see the class)
+        self.call_graphs: bool | None = None
+        self._graph = CallGraph(self.device)  # calls not recorded on a tape
+        self._recorded = RecordedCall(self.device)  # calls recorded on one
 
     @property
     def faces(self) -> wp.array:
@@ -266,29 +277,43 @@ class Antialias:
         want_color = color.requires_grad and color.grad is not None
         want_pos = verts_ndc.requires_grad and verts_ndc.grad is not None
         record = tape is not None and out.grad is not None and (want_color or want_pos)
+        # what a captured graph holds by value: the arrays (and gradients) and the flags
+        key = (*(_array_key(x) for x in (color, pix_to_face, verts_ndc, zbuf, out)),
+               want_color, want_pos, self.store_pairs)  # fmt: skip
+        if not record:
+            self._recorded.guard.note_render()  # overwrites what a recorded call reads
+            self._graph(key, lambda: self._forward(a, out, self.store_pairs), self.call_graphs)
+            return out
+        try:
+            self._recorded.guard.check_record(tape)
+        except ValueError:
+            raise ValueError(_RECORDED_TWICE) from None
+        grads = (color.grad if want_color else None, verts_ndc.grad if want_pos else None)
+        self._recorded(tape, key, lambda: self._record(a, out, own, grads),
+                       mode=self.call_graphs)  # fmt: skip
+        return out
+
+    def _forward(self, a: AAInputs, out: wp.array, store: bool) -> None:
         if self.sparse:
-            self._sparse_forward(a, out, record or self.store_pairs)
+            self._sparse_forward(a, out, store)
         else:
             self._gather_forward(a, out)
-        if not record:
-            return out
+
+    def _record(self, a: AAInputs, out: wp.array, own: bool, grads: tuple) -> None:
+        """The forward of a recorded call, and its adjoint registered on the active tape
+        (the caller's, or the private one of a capture)."""
+        self._forward(a, out, True)
         if own:
             clear_owned_grads(self.out)  # ours: written by this call's consumers only
         call = self._calls
 
         def backward():
             if self._calls != call and not replaying():
-                raise ValueError(
-                    "Antialias: the object ran again after this call was recorded on the tape, "
-                    "so its pair buffers no longer belong to the call being differentiated "
-                    "(use one Antialias object per call recorded on a tape)"
-                )
-            self._backward(a, out.grad, color.grad if want_color else None,
-                           verts_ndc.grad if want_pos else None)  # fmt: skip
+                raise ValueError(_RECORDED_TWICE)
+            self._backward(a, out.grad, *grads)
 
-        with_grad = [x for x in (color, verts_ndc, out) if x.grad is not None]
-        tape.record_func(backward, arrays=with_grad)
-        return out
+        with_grad = [x for x in (a.color, a.verts, out) if x.grad is not None]
+        active_tape().record_func(backward, arrays=with_grad)
 
     def _gather_forward(self, a: AAInputs, out: wp.array) -> None:
         """Pair records for every pixel, then every pixel gathers its pairs."""
@@ -335,6 +360,20 @@ class Antialias:
         if store:
             self._sum.run(self._entries.values, self.topology.num_verts, verts_grad,
                           accumulate=True)  # fmt: skip
+
+
+_RECORDED_TWICE = (
+    "Antialias: the object ran again after a call of it was recorded on the tape, so its "
+    "pair buffers no longer belong to the call being differentiated (use one Antialias "
+    "object per call recorded on a tape, or call tape.reset() before recording it again)"
+)
+
+
+def _array_key(x: wp.array | None):
+    """What a graph captures of an array: where it is, its layout, its gradient's place."""
+    if x is None:
+        return None
+    return (x.ptr, x.shape, x.strides, None if x.grad is None else x.grad.ptr)
 
 
 def _check_values(pix_to_face: wp.array, num_faces: int) -> None:
