@@ -444,7 +444,9 @@ def test_repeated_calls_replayed_as_graphs_equal_the_launches(device, determinis
     ``call_graphs=False``. A loop of 5 steps with fresh tapes, the vertices and colours
     moved each step; and calls without a tape in between. Equal bit for bit (the same
     launches on the same arrays), but for the sparse forward on CUDA, whose float
-    atomics add a pixel's pairs in no fixed order (a few ulp: rtol 1e-6)."""
+    atomics add a pixel's pairs and a vertex's gradient terms in no fixed order: each
+    sum differs by a few ulp of its largest term, so the arrays are compared to 1e-5
+    of their largest value (float32 ulp 6e-8, a vertex sums ~10-100 terms)."""
     case = load("aa_p02_two_tris_occlusion_32")
     replays = []
     real = wp.capture_launch
@@ -484,6 +486,7 @@ def test_repeated_calls_replayed_as_graphs_equal_the_launches(device, determinis
             if exact:
                 np.testing.assert_array_equal(b, a, err_msg=f"step {step} array {k}")
             else:
-                np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7, err_msg=f"{step} {k}")
+                scale = float(np.abs(a).max())
+                np.testing.assert_allclose(b, a, rtol=0, atol=1e-5 * scale, err_msg=f"{step} {k}")
     assert np.abs(results[True][-1][3]).max() > 0  # vertex gradients flowed
     assert not np.array_equal(results[True][0][3], results[True][-1][3])  # the inputs moved

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import json
 import threading
 import weakref
 
@@ -121,6 +120,16 @@ def _grouped_needs(cfg: dict, tensors: list) -> list[bool]:
             for i in group:
                 needs[i] = tensors[i].is_floating_point()
     return needs
+
+
+def _foreach(multi, single, *lists) -> None:
+    """``multi(*lists)`` (one torch call for the lists); ``single`` per element where
+    torch has no multi-tensor kernel for them."""
+    try:
+        multi(*lists)
+    except (RuntimeError, AttributeError):
+        for args in zip(*lists, strict=True):
+            single(*args)
 
 
 class _Lease:
@@ -219,6 +228,7 @@ class _Slot:
         self.graphs: bool | None = None
         self._recorded = RecordedCall(self.device) if self.record else None
         self._grad_views = None
+        self._out_key = self._out_views = None
         self._call_graph = None if self.record else CallGraph(self.device)
 
     # -- forward
@@ -226,15 +236,14 @@ class _Slot:
         """Copies the inputs in and renders (recorded on a new tape when the slot
         records); returns (image or None, fragments): the slot's own arrays."""
         with torch.no_grad():
-            self.verts.copy_(verts)
-            for own, t in zip(self.tensors, tensors, strict=True):
-                if own.is_floating_point():
-                    own.copy_(t)
-            if self.record:
-                self.grad_verts.zero_()  # the inputs' gradients accumulate in Warp
-                for g in self.grads:
-                    if g is not None:
-                        g.zero_()
+            # one multi-tensor copy (and zero) each: a torch call per tensor costs
+            # host time in every step
+            own = [self.verts, *(o for o in self.tensors if o.is_floating_point())]
+            src = [verts, *(t for t in tensors if t.is_floating_point())]
+            _foreach(torch._foreach_copy_, torch.Tensor.copy_, own, src)
+            if self.record:  # the inputs' gradients accumulate in Warp
+                zero = [self.grad_verts, *(g for g in self.grads if g is not None)]
+                _foreach(torch._foreach_zero_, torch.Tensor.zero_, zero)
         # The slot's arrays are the same every call (the inputs were copied into them)
         # and its launches' Python-side state is set by the first call: from the
         # second call on, where graphs are on (graphs_enabled), the render replays as
@@ -275,6 +284,18 @@ class _Slot:
                 image = self.aa(image, frags.pix_to_face, self.verts_ndc, zbuf=frags.zbuf)
         self.image, self.frags = image, frags
         return image, frags
+
+    def outputs(self) -> list:
+        """Copies of the last render's outputs as new tensors: [image or None,
+        pix_to_face, zbuf, bary (N, H, W, K, 3), dists], read through torch views of
+        the slot's arrays made once (again only if an array moved)."""
+        f = self.frags
+        arrays = (self.image, f.pix_to_face, f.zbuf, f.bary_coords, f.dists)
+        key = tuple(None if a is None else a.ptr for a in arrays)
+        if key != self._out_key:
+            self._out_key = key
+            self._out_views = [None if a is None else wp.to_torch(a) for a in arrays]
+        return [None if v is None else v.clone() for v in self._out_views]
 
     # -- backward
     def _output_grad_views(self):
@@ -367,7 +388,7 @@ class RenderContext:
     def lease(self, cfg: dict, config: str, verts, faces, first, count, tensors) -> _Lease:
         """A slot for this call, leased to it (built on first use, see the module).
         Call from inside the op's stream scope (the device lock is held)."""
-        settings = self._settings(cfg, tensors)
+        settings = self._settings(cfg, tensors, config)
         topology = [faces, first, count, *(t for t in tensors if not t.is_floating_point())]
         key = (
             str(verts.device), _stream_key(verts.device), config, settings,
@@ -413,10 +434,11 @@ class RenderContext:
             for s in entry.slots:
                 s.generation = -1  # its leases are no longer valid
 
-    def _settings(self, cfg: dict, tensors: list):
+    def _settings(self, cfg: dict, tensors: list, config: str):
         """The call's raster settings (z_clip_value defaults to the camera's znear / 2):
         a host read of the camera tensors when they are new objects (their Warp
-        cameras validate the values) or znear changed, else remembered."""
+        cameras validate the values) or znear changed, else remembered (by the op's
+        configuration string ``config``, which holds the cameras' and the raster's)."""
         cams = _camera_tensors(cfg, tensors)
         flat = [t for _, ts in cams for t in ts]
         znear = [
@@ -425,8 +447,7 @@ class RenderContext:
             for n, t in zip(c["names"], ts, strict=True)
             if n == "znear"
         ]
-        key = (json.dumps([c for c, _ in cams]), json.dumps(cfg["raster"]),
-               tuple(_tensor_key(t)[:4] for t in flat), tuple(znear))  # fmt: skip
+        key = (config, tuple(_tensor_key(t)[:4] for t in flat), tuple(znear))
         with self._lock:
             hit = self._cameras.get(key)
             if hit is not None and all(r() is t for r, t in zip(hit[0], flat, strict=True)):

@@ -272,13 +272,18 @@ def _render_impl(
             image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
                                 tensors, cfg)  # fmt: skip
         n, h, w, k = frags.pix_to_face.shape
-        outs = (
-            wp.to_torch(frags.pix_to_face).clone(),
-            wp.to_torch(frags.zbuf).clone(),
-            wp.to_torch(frags.bary_coords).reshape(n, h, w, k, 3).clone(),
-            wp.to_torch(frags.dists).clone(),
-        )
-        img = wp.to_torch(image).clone() if image is not None else verts.new_zeros((n, h, w, 4))
+        if lease is not None:
+            img, *outs = lease.slot.outputs()
+        else:
+            img = None if image is None else wp.to_torch(image).clone()
+            outs = (
+                wp.to_torch(frags.pix_to_face).clone(),
+                wp.to_torch(frags.zbuf).clone(),
+                wp.to_torch(frags.bary_coords).reshape(n, h, w, k, 3).clone(),
+                wp.to_torch(frags.dists).clone(),
+            )
+        if img is None:
+            img = verts.new_zeros((n, h, w, 4))
         if lease is not None:
             if lease.slot.record:
                 handle = _RECORDED.put(lease)  # the slot stays leased until the backward
