@@ -189,6 +189,7 @@ class Antialias:
             self._entries = self._sum.entries(wp.zeros(4 * n * h * w, dtype=wp.vec3, device=dev))
         self._calls = 0
         self._structs = StructCache()  # the AAInputs of the last call's arrays
+        self._last = None  # the last call's arrays and what was prepared of them
         #: repeated calls replayed as captured graphs (see the class)
         self.call_graphs: bool | None = None
         self._graph = CallGraph(self.device)  # calls not recorded on a tape
@@ -261,25 +262,20 @@ class Antialias:
 
         Returns ``out`` if given, else ``self.out`` (overwritten by the next call).
         """
-        self.check(color, pix_to_face, verts_ndc, zbuf, out)
-        own = out is None
-        out = self.out if own else out
-        n, h, w, _ = self.shape
+        # the very same array objects (and gradients, flags) as the last call: checked
+        # then, and its struct and graph key hold (the host time of a repeated call)
+        same = (color, pix_to_face, verts_ndc, zbuf, out, color.grad, verts_ndc.grad,
+                color.requires_grad, verts_ndc.requires_grad, self.store_pairs)  # fmt: skip
+        last = self._last
+        if last is None or any(x is not y for x, y in zip(same, last[0], strict=True)):
+            self.check(color, pix_to_face, verts_ndc, zbuf, out)
+            last = self._last = (same, *self._prepare(color, pix_to_face, verts_ndc, zbuf, out))
+        _, a, out, own, key, want_color, want_pos = last
         self._calls += 1
-        if n * h * w == 0:
+        if a is None:  # an empty image
             return out
-        # the same arrays call after call: the struct is made again only when one changes
-        key = (color, pix_to_face, verts_ndc, zbuf, self.topology.faces, self.topology.opposite)
-        a = self._structs.get(
-            "inputs", key, lambda: self._inputs(color, pix_to_face, verts_ndc, zbuf)
-        )
         tape = active_tape()
-        want_color = color.requires_grad and color.grad is not None
-        want_pos = verts_ndc.requires_grad and verts_ndc.grad is not None
         record = tape is not None and out.grad is not None and (want_color or want_pos)
-        # what a captured graph holds by value: the arrays (and gradients) and the flags
-        key = (*(_array_key(x) for x in (color, pix_to_face, verts_ndc, zbuf, out)),
-               want_color, want_pos, self.store_pairs)  # fmt: skip
         if not record:
             self._recorded.guard.note_render()  # overwrites what a recorded call reads
             self._graph(key, lambda: self._forward(a, out, self.store_pairs), self.call_graphs)
@@ -292,6 +288,25 @@ class Antialias:
         self._recorded(tape, key, lambda: self._record(a, out, own, grads),
                        mode=self.call_graphs)  # fmt: skip
         return out
+
+    def _prepare(self, color, pix_to_face, verts_ndc, zbuf, out) -> tuple:
+        """(struct or None for an empty image, out, whether it is ours, graph key,
+        want colour gradients, want vertex gradients) of checked arrays."""
+        own = out is None
+        out = self.out if own else out
+        want_color = color.requires_grad and color.grad is not None
+        want_pos = verts_ndc.requires_grad and verts_ndc.grad is not None
+        # what a captured graph holds by value: the arrays (and gradients) and the flags
+        key = (*(_array_key(x) for x in (color, pix_to_face, verts_ndc, zbuf, out)),
+               want_color, want_pos, self.store_pairs)  # fmt: skip
+        n, h, w, _ = self.shape
+        a = None
+        if n * h * w:
+            # the same arrays call after call: the struct made again only when one changes
+            k = (color, pix_to_face, verts_ndc, zbuf, self.topology.faces, self.topology.opposite)
+            a = self._structs.get("inputs", k, lambda: self._inputs(color, pix_to_face,
+                                                                    verts_ndc, zbuf))  # fmt: skip
+        return a, out, own, key, want_color, want_pos
 
     def _forward(self, a: AAInputs, out: wp.array, store: bool) -> None:
         if self.sparse:
