@@ -47,6 +47,19 @@ def _add_pair(a: AAInputs, out: wp.array4d(dtype=wp.float32), n: int, r: int, c:
         wp.atomic_add(out, n, tr, tc, ch, d)
 
 
+@wp.func
+def _blend_pair(a: AAInputs, store: int, pairs_out: PairRecords, out: wp.array4d(dtype=wp.float32),
+                n: int, r: int, c: int, down: int):  # fmt: skip
+    """Pair slot ``down`` of pixel (n, r, c): analysed, its record written when
+    ``store`` is nonzero, and added to ``out`` when it blends."""
+    al, co = _analyse_pair(a, n, r, c, down)
+    if store != 0:
+        pairs_out.alpha[n, r, c, down] = al
+        pairs_out.code[n, r, c, down] = co
+    if co != NO_PAIR:
+        _add_pair(a, out, n, r, c, down, al)
+
+
 @wp.kernel
 def sparse_blend(
     # Data in:
@@ -59,18 +72,8 @@ def sparse_blend(
     """Pixel (n, r, c)'s two pairs (slot 0 right, slot 1 down): each that blends is
     added to ``out``; their records written when ``store`` is nonzero."""
     n, r, c = wp.tid()
-    al, co = _analyse_pair(a, n, r, c, 0)
-    if store != 0:
-        pairs_out.alpha[n, r, c, 0] = al
-        pairs_out.code[n, r, c, 0] = co
-    if co != NO_PAIR:
-        _add_pair(a, out, n, r, c, 0, al)
-    al, co = _analyse_pair(a, n, r, c, 1)
-    if store != 0:
-        pairs_out.alpha[n, r, c, 1] = al
-        pairs_out.code[n, r, c, 1] = co
-    if co != NO_PAIR:
-        _add_pair(a, out, n, r, c, 1, al)
+    _blend_pair(a, store, pairs_out, out, n, r, c, 0)
+    _blend_pair(a, store, pairs_out, out, n, r, c, 1)
 
 
 @wp.kernel
