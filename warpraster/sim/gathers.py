@@ -26,6 +26,7 @@ from .kernel_args import (
     VertexGrads,
     View,
 )
+from .options import NO_ADJOINT_OPTIONS
 from .render import (
     _MIN_DEPTH,
     SOFT_SLOTS,
@@ -35,10 +36,7 @@ from .render import (
     signed_depth,
 )
 
-wp.set_module_options({"fuse_fp": False, "enable_backward": False})
-#: The same options for the kernels in modules of their own (``module="unique"``
-#: takes no options from this file's module).
-_UNIQUE = {"fuse_fp": False, "enable_backward": False}
+wp.set_module_options(NO_ADJOINT_OPTIONS)
 
 
 @wp.func
@@ -222,7 +220,7 @@ def _make_face_kernels(soft_on: bool, smooth_on: bool):
     walk's accumulators stay in registers only where they are used (the
     ``soft`` and ``smooth`` arguments are then ignored)."""
 
-    @wp.kernel(module="unique", module_options=_UNIQUE)
+    @wp.kernel(module="unique", module_options=NO_ADJOINT_OPTIONS)
     def face_gather_kernel(
         # Model:
         walk: FaceWalk,
@@ -256,7 +254,7 @@ def _make_face_kernels(soft_on: bool, smooth_on: bool):
                 )  # fmt: skip
         _store(sums_out, f, 0, acc_ndc, acc_world, acc_vn, wp.static(int(smooth_on)))
 
-    @wp.kernel(module="unique", module_options=_UNIQUE)
+    @wp.kernel(module="unique", module_options=NO_ADJOINT_OPTIONS)
     def big_face_strips_kernel(
         # Model:
         walk: FaceWalk,
@@ -279,7 +277,7 @@ def _make_face_kernels(soft_on: bool, smooth_on: bool):
         )  # fmt: skip
         _store(strips_out, slot, t, acc_ndc, acc_world, acc_vn, wp.static(int(smooth_on)))
 
-    @wp.kernel(module="unique", module_options=_UNIQUE)
+    @wp.kernel(module="unique", module_options=NO_ADJOINT_OPTIONS)
     def big_face_sum_kernel(
         # Data in:
         big: BigFaces,

@@ -17,8 +17,9 @@ from typing import Any
 import warp as wp
 
 from ..backward.tape import active_tape
+from .options import NO_ADJOINT_OPTIONS
 
-wp.set_module_options({"fuse_fp": False, "enable_backward": False})
+wp.set_module_options(NO_ADJOINT_OPTIONS)
 
 #: Threads per block of both passes.
 BLOCK = 256

@@ -20,6 +20,7 @@ from ..shading.material_table import (
 )
 from .kernel_args import Channels, FrameScene, Outline, PixelRecords, TexelTaps
 from .loss import LossTerms, loss_grads
+from .options import NO_ADJOINT_OPTIONS
 from .render import (
     SOFT_SLOTS,
     _slot_alpha,
@@ -34,10 +35,7 @@ from .render import (
     surface_albedo,
 )
 
-wp.set_module_options({"fuse_fp": False, "enable_backward": False})
-#: The same options for the kernels in modules of their own (``module="unique"``
-#: takes no options from this file's module).
-_UNIQUE = {"fuse_fp": False, "enable_backward": False}
+wp.set_module_options(NO_ADJOINT_OPTIONS)
 
 _vec8 = wp.types.vector(length=SOFT_SLOTS, dtype=float)
 
@@ -118,7 +116,7 @@ def _make_channels_adjoint(
     entries); ``lit``: the core's lights (their gradients to the hit point and the
     normal; the light arrays get none here); ``max_registers``: a CUDA cap."""
 
-    @wp.kernel(module="unique", module_options=_UNIQUE, cuda_max_registers=max_registers)
+    @wp.kernel(module="unique", module_options=NO_ADJOINT_OPTIONS, cuda_max_registers=max_registers)
     def channels_adjoint(
         # Data in: the frame's forward values (as the channel kernel reads them)
         scene: FrameScene,

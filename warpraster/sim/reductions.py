@@ -21,8 +21,9 @@ from .kernel_args import (
     VertexGrads,
     VertexSources,
 )
+from .options import NO_ADJOINT_OPTIONS
 
-wp.set_module_options({"fuse_fp": False, "enable_backward": False})
+wp.set_module_options(NO_ADJOINT_OPTIONS)
 
 #: Threads per block of the reductions.
 BLOCK = 256

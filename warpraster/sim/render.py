@@ -37,12 +37,9 @@ from .kernel_args import (
     VertexSources,
     View,
 )
+from .options import FORWARD_OPTIONS
 
-# No FMA contraction: CPU and CUDA then round the projection alike.
-wp.set_module_options({"fuse_fp": False})
-#: The same options for the kernels in modules of their own (``module="unique"``
-#: takes no options from this file's module).
-_UNIQUE = {"fuse_fp": False}
+wp.set_module_options(FORWARD_OPTIONS)
 
 _PARTICLE = wp.constant(int(VertexSource.PARTICLE))
 _BODY = wp.constant(int(VertexSource.BODY))
@@ -439,7 +436,7 @@ def _make_channels_kernel(soft: bool, varying: bool, lit: bool):
     that vary over a face (textures, corner colours) read, else each face's
     material colour alone; ``lit``: the core's lights (``look.lights``) added."""
 
-    @wp.kernel(module="unique", module_options=_UNIQUE)
+    @wp.kernel(module="unique", module_options=FORWARD_OPTIONS)
     def channels_kernel(
         # Data in: fragments, model, materials and geometry of the frame slot
         scene: FrameScene,
