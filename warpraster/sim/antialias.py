@@ -40,43 +40,10 @@ import copy
 import warp as wp
 
 from ..antialiasing import Antialias, AntialiasTopology
-from ..geometry import EPS, finite_vec3
-from ..meshes import store_face_or_point
+from ..antialiasing.guard import guard_faces
+from ..geometry import EPS
 
 __all__ = ["FrameAntialias", "sensor_topology"]
-
-wp.set_module_options({"enable_backward": False})  # integer outputs only
-
-
-@wp.func
-def _projectable(v: wp.vec3) -> bool:
-    """A projected vertex the rasterizer can draw (finite, in front of the camera)."""
-    return finite_vec3(v) and v[2] >= EPS
-
-
-@wp.kernel
-def _guard_faces(
-    # Model:
-    faces: wp.array2d(dtype=wp.int32),
-    opposite: wp.array2d(dtype=wp.int32),
-    # Data in:
-    ndc: wp.array(dtype=wp.vec3),
-    # Data out:
-    faces_out: wp.array2d(dtype=wp.int32),
-):
-    """Copies each face, or its first corner three times when a corner or an edge's
-    opposite vertex is not :func:`_projectable`."""
-    f = wp.tid()
-    a = faces[f, 0]
-    b = faces[f, 1]
-    c = faces[f, 2]
-    keep = _projectable(ndc[a]) and _projectable(ndc[b]) and _projectable(ndc[c])
-    for e in range(3):
-        o = opposite[f, e]
-        if o >= 0:
-            if not _projectable(ndc[o]):
-                keep = False
-    store_face_or_point(faces_out, f, a, b, c, keep)
 
 
 def sensor_topology(sensor) -> AntialiasTopology:
@@ -139,12 +106,6 @@ class FrameAntialias:
         """Writes the slot's ``color`` from its hard colour and the sharp pass's K = 1
         ``fragments``; recorded on an active tape (with gradients to the hard colour
         and the projected vertices, where they have one)."""
-        wp.launch(
-            _guard_faces,
-            dim=self.faces.shape[0],
-            inputs=[self._sensor_faces, self.topology.opposite, self.ndc],
-            outputs=[self.faces],
-            device=self.device,
-            record_tape=False,
-        )
+        guard_faces(self._sensor_faces, self.topology.opposite, self.ndc, min_depth=EPS,
+                    need_finite=True, faces_out=self.faces)  # fmt: skip
         self.op(self.hard, fragments.pix_to_face, self.ndc, zbuf=fragments.zbuf, out=self.color)

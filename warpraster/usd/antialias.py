@@ -32,44 +32,15 @@ Faces and edges:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import warp as wp
 
 from ..antialiasing import Antialias, AntialiasTopology, edge_opposites
-from ..meshes import store_face_or_point
+from ..antialiasing.guard import guard_faces
 
 __all__ = ["StageAntialias"]
-
-wp.set_module_options({"enable_backward": False})  # integer outputs only
-
-
-@wp.kernel
-def _guard_near_faces(
-    # Model:
-    faces: wp.array2d(dtype=wp.int32),
-    opposite: wp.array2d(dtype=wp.int32),
-    # Data in:
-    verts_ndc: wp.array(dtype=wp.vec3),
-    z_clip: float,
-    do_clip: int,
-    # Data out:
-    faces_out: wp.array2d(dtype=wp.int32),
-):
-    """Copies each face, or its first corner three times when a corner or an edge's
-    opposite vertex lies closer than ``z_clip`` (view depth, ``do_clip`` != 0)."""
-    f = wp.tid()
-    a = faces[f, 0]
-    b = faces[f, 1]
-    c = faces[f, 2]
-    near = False
-    if do_clip != 0:
-        near = verts_ndc[a][2] < z_clip or verts_ndc[b][2] < z_clip or verts_ndc[c][2] < z_clip
-        for e in range(3):
-            o = opposite[f, e]
-            if o >= 0:
-                if verts_ndc[o][2] < z_clip:
-                    near = True
-    store_face_or_point(faces_out, f, a, b, c, not near)
 
 
 class StageAntialias:
@@ -121,18 +92,7 @@ class StageAntialias:
             verts_ndc: (V,) ``vec3`` vertices as the rasterizer projected them.
             z_clip: the rasterizer's near-clip distance, None when it does not clip.
         """
-        wp.launch(
-            _guard_near_faces,
-            dim=self.faces.shape[0],
-            inputs=[
-                self._stage_faces,
-                self.topology.opposite,
-                verts_ndc,
-                float(z_clip or 0.0),
-                int(z_clip is not None),
-            ],
-            outputs=[self.faces],
-            device=self.device,
-            record_tape=False,
-        )
+        guard_faces(self._stage_faces, self.topology.opposite, verts_ndc,
+                    min_depth=-math.inf if z_clip is None else float(z_clip),
+                    need_finite=False, faces_out=self.faces)  # fmt: skip
         return self.op(samples, frags.pix_to_face, verts_ndc, zbuf=frags.zbuf)
