@@ -134,7 +134,13 @@ def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
         graph = cap.graph
         rows[f"{name}_ms"] = _timed(lambda g=graph: wp.capture_launch(g), runs, device)
     if profile and device.is_cuda:
-        # one eager forward + backward, every kernel timed by CUDA events
+        # one eager forward + backward, every kernel timed by CUDA events (launched one
+        # by one: a replayed graph would time as one launch)
+        sensor.call_graphs = False
+        for fr in sensor.frames:
+            for ws in (fr.workspace, fr.soft_workspace):
+                if ws is not None:
+                    ws.tuning = ws.tuning.replace(call_graphs=False)
         wp.timing_begin(cuda_filter=wp.TIMING_KERNEL)
         forward_backward()
         wp.timing_print(wp.timing_end())
