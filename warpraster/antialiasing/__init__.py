@@ -45,7 +45,6 @@ from ..raster.workspace import CallGraph
 from ..structs import StructCache
 from ..tape_replay import RecordedCall
 from .kernels import AAGrads, AAInputs, PairRecords, adjoint, analyse_pairs, blend
-from .silhouette_mask import face_silhouette_mask
 from .sparse import copy_color, sparse_blend
 from .topology import AntialiasTopology, edge_opposites
 
@@ -107,10 +106,6 @@ class Antialias:
             on a tape (its adjoint reads them), as most pixels have no pair.
             Also the attribute ``store_pairs`` (read per call, e.g. by tests that
             look at the decisions).
-        silhouette_mask: compute per-face silhouette flags first and skip the pairs
-            whose face can have no silhouette edge before loading its vertices
-            (:mod:`~warpraster.antialiasing.silhouette_mask`: the same decisions and
-            numbers); also the attribute ``silhouette_mask``, read per call.
 
     Calling it (:meth:`__call__`) writes ``self.out`` (or ``out=``) and, when a
     ``wp.Tape`` records and ``color`` or ``verts_ndc`` carry gradients, registers
@@ -135,7 +130,6 @@ class Antialias:
         deterministic: bool = False,
         sparse: bool | None = None,
         store_pairs: bool = False,
-        silhouette_mask: bool = True,
     ):
         if isinstance(faces, AntialiasTopology):
             if device is not None and wp.get_device(device) != faces.device:
@@ -193,11 +187,6 @@ class Antialias:
         if self.deterministic and n * h * w:
             self._sum = SortedSegmentSum(4 * n * h * w, wp.vec3, dev)
             self._entries = self._sum.entries(wp.zeros(4 * n * h * w, dtype=wp.vec3, device=dev))
-        #: read per call: the per-face silhouette flags computed first and read by
-        #: the pair analysis (:mod:`~warpraster.antialiasing.silhouette_mask`; the same
-        #: decisions, cheaper), False: every pair analysed in full
-        self.silhouette_mask = bool(silhouette_mask)
-        self._face_mask = wp.zeros(self.topology.num_faces, dtype=wp.int32, device=dev)
         self._calls = 0
         self._structs = StructCache()  # the AAInputs of the last call's arrays
         self._last = None  # the last call's arrays and what was prepared of them
@@ -247,10 +236,8 @@ class Antialias:
                 raise ValueError("out must not be color (the op reads color around each pixel)")
 
     # ------------------------------------------------------------------ call
-    def _inputs(self, color, pix_to_face, verts_ndc, zbuf, mask: bool) -> AAInputs:
+    def _inputs(self, color, pix_to_face, verts_ndc, zbuf) -> AAInputs:
         a = AAInputs()
-        a.face_mask = self._face_mask
-        a.has_mask = int(mask and self.topology.num_faces > 0)
         a.pix_to_face = pix_to_face
         a.zbuf = self._no_zbuf if zbuf is None else zbuf
         a.has_zbuf = 0 if zbuf is None else 1
@@ -278,8 +265,7 @@ class Antialias:
         # the very same array objects (and gradients, flags) as the last call: checked
         # then, and its struct and graph key hold (the host time of a repeated call)
         same = (color, pix_to_face, verts_ndc, zbuf, out, color.grad, verts_ndc.grad,
-                color.requires_grad, verts_ndc.requires_grad, self.store_pairs,
-                self.silhouette_mask)  # fmt: skip
+                color.requires_grad, verts_ndc.requires_grad, self.store_pairs)  # fmt: skip
         last = self._last
         if last is None or any(x is not y for x, y in zip(same, last[0], strict=True)):
             self.check(color, pix_to_face, verts_ndc, zbuf, out)
@@ -311,24 +297,18 @@ class Antialias:
         want_color = color.requires_grad and color.grad is not None
         want_pos = verts_ndc.requires_grad and verts_ndc.grad is not None
         # what a captured graph holds by value: the arrays (and gradients) and the flags
-        mask = bool(self.silhouette_mask)
         key = (*(_array_key(x) for x in (color, pix_to_face, verts_ndc, zbuf, out)),
-               want_color, want_pos, self.store_pairs, mask)  # fmt: skip
+               want_color, want_pos, self.store_pairs)  # fmt: skip
         n, h, w, _ = self.shape
         a = None
         if n * h * w:
             # the same arrays call after call: the struct made again only when one changes
-            k = (color, pix_to_face, verts_ndc, zbuf, self.topology.faces, self.topology.opposite,
-                 mask)  # fmt: skip
-            a = self._structs.get(
-                "inputs", k, lambda: self._inputs(color, pix_to_face, verts_ndc, zbuf, mask)
-            )
+            k = (color, pix_to_face, verts_ndc, zbuf, self.topology.faces, self.topology.opposite)
+            a = self._structs.get("inputs", k, lambda: self._inputs(color, pix_to_face,
+                                                                    verts_ndc, zbuf))  # fmt: skip
         return a, out, own, key, want_color, want_pos
 
     def _forward(self, a: AAInputs, out: wp.array, store: bool) -> None:
-        if a.has_mask:
-            wp.launch(face_silhouette_mask, dim=self.topology.num_faces, inputs=[a],
-                      outputs=[self._face_mask], device=self.device, record_tape=False)  # fmt: skip
         if self.sparse:
             self._sparse_forward(a, out, store)
         else:

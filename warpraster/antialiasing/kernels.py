@@ -110,8 +110,7 @@ class AAInputs:
     ``zbuf`` (N, H, W, 1) float32 depths used to order two faces of a pair
     (``has_zbuf`` 0: recomputed from ``verts``); ``verts`` (V,) NDC; ``faces``
     (F, 3) and ``opposite`` (F, 3) the topology; ``color`` (N, H, W, C);
-    ``scale`` (sx, sy) and ``half`` (W/2, H/2) of the NDC -> pixel map;
-    ``face_mask`` / ``has_mask`` see below.
+    ``scale`` (sx, sy) and ``half`` (W/2, H/2) of the NDC -> pixel map.
     """
 
     pix_to_face: wp.array4d(dtype=wp.int32)
@@ -123,10 +122,6 @@ class AAInputs:
     color: wp.array4d(dtype=wp.float32)
     scale: wp.vec2
     half: wp.vec2
-    #: per face, 0 where no edge can be a silhouette candidate (``has_mask`` 1:
-    #: :mod:`~warpraster.antialiasing.silhouette_mask`, read before the vertices)
-    face_mask: wp.array(dtype=wp.int32)
-    has_mask: int
 
 
 @wp.func
@@ -204,9 +199,6 @@ def _analyse_pair(a: AAInputs, n: int, r: int, c: int, down: int):
         pc = c1
     if tri >= a.faces.shape[0]:
         return alpha, code
-    if a.has_mask != 0:
-        if a.face_mask[tri] == 0:  # no edge can pass the silhouette test below
-            return alpha, code
     centre = wp.vec2(float(pc) + 0.5 - a.half[0], float(pr) + 0.5 - a.half[1])
     p0 = _edge_xy(a, tri, 0, centre)
     p1 = _edge_xy(a, tri, 1, centre)

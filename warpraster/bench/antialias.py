@@ -57,7 +57,6 @@ TARGETS_MS = (0.047, 0.269)
 #: row name -> the Antialias keywords
 VARIANTS = {
     "sparse": {},
-    "sparse, no mask": {"silhouette_mask": False},
     "gather": {"sparse": False},
     "deterministic": {"deterministic": True},
 }
