@@ -227,3 +227,39 @@ def test_the_eager_path_equals_the_custom_op(name, monkeypatch):
         for k in want:
             assert torch.equal(got[k], want[k]), (step, k)
     assert {"grad_verts", "grad_cam_T"} <= eager[0].keys()
+
+
+def test_outputs_without_gradient_alternating_with_fragment_losses(fresh_path):
+    """The eager path passes no upstream gradient for an output the loss did not use
+    (the slot's buffer for it holds the zeros its forward cleared it to, instead of
+    zeros made and copied in). Steps alternating a loss on the image alone with one
+    on the image, zbuf, bary and dists: the gradients equal the fresh path's (which
+    makes every upstream gradient, zeros included), bit for bit."""
+    results = []
+    for enabled in (False, True):
+        fresh_path.enabled = enabled
+        d, ren, inputs, leaves = _scene("r03_softphong_directional_k8")
+        target = torch.tensor(d["images"] * 0.9)
+        out = []
+        for step in range(4):
+            for t in leaves.values():
+                t.grad = None
+            img = ren(*inputs)
+            loss = ((img - target) ** 2).mean()
+            if step % 2 == 1:
+                f = ren.fragments
+                loss = loss + f.zbuf.clamp(min=0).mean() + f.bary_coords.square().mean()
+                loss = loss + f.dists.clamp(-1, 1).mean()
+            loss.backward()
+            out.append({k: t.grad.clone() for k, t in leaves.items() if t.grad is not None})
+        results.append(out)
+    fresh, eager = results
+    for step, (want, got) in enumerate(zip(fresh, eager, strict=True)):
+        assert want.keys() == got.keys() and "verts" in want
+        for k in want:
+            assert torch.equal(got[k], want[k]), (step, k)
+    # the fragment terms changed the vertex gradient (the zeros were not a no-op test),
+    # and an image-only step after a fragment loss is the first step again
+    assert not torch.equal(eager[0]["verts"], eager[1]["verts"])
+    for k in eager[0]:
+        assert torch.equal(eager[2][k], eager[0][k]), k

@@ -315,17 +315,22 @@ class _Slot:
 
     def backward(self, upstream: list[torch.Tensor], asked=None) -> list[torch.Tensor]:
         """The recorded tape's adjoint from ``upstream`` ([d image, d zbuf, d bary,
-        d dists]); [d verts, d tensors[0], ...] as new tensors (None for a tensor
-        ``asked`` says autograd does not want; zeros for it without ``asked``)."""
+        d dists], None where none came); [d verts, d tensors[0], ...] as new
+        tensors (None for a tensor ``asked`` says autograd does not want; zeros for
+        it without ``asked``)."""
         views = self._output_grad_views()
         if views is None:
-            from .render_op import _output_grads
+            from .render_op import _output_grads, _upstream_filled
 
+            cfg = {"image_size": self.shape[1:3], "raster": {"faces_per_pixel": self.shape[3]}}
+            upstream = _upstream_filled(upstream, self.verts, self.first, cfg)
             self.tape.backward(grads=_output_grads(self.image, self.frags, upstream))
         else:  # the slot's output gradient buffers, written through torch views made once
             with torch.no_grad():
                 for view, g in zip(views, upstream, strict=True):
-                    if view is not None:
+                    # no gradient (None): the buffer holds the zeros the forward
+                    # cleared it to (every recorded render clears its outputs' own)
+                    if view is not None and g is not None:
                         view.copy_(g)
             self.tape.backward()
         self.tape = None

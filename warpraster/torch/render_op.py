@@ -335,6 +335,7 @@ def _render_backward_impl(
                     return lease.slot.backward(upstream, asked)
                 finally:
                     lease.release()
+        upstream = _upstream_filled(upstream, verts, first, cfg)
         if recorded is not None:
             tape, image, frags, grad_verts, grads = recorded
         else:
@@ -357,6 +358,16 @@ def _render_backward_op(
 ) -> list[torch.Tensor]:
     """:func:`_render_backward_impl` as a custom op (what torch.compile sees)."""
     return _render_backward_impl(upstream, saved, config, handle)
+
+
+def _upstream_filled(upstream: list, verts, first, cfg: dict) -> list[torch.Tensor]:
+    """``upstream`` with zeros made for its None entries (the fresh path's tape reads
+    every output gradient)."""
+    if all(g is not None for g in upstream):
+        return upstream
+    shape = _shape(first, cfg)
+    shapes = ((*shape[:3], 4), shape, (*shape, 3), shape)
+    return [verts.new_zeros(s) if g is None else g for g, s in zip(upstream, shapes, strict=True)]
 
 
 def _output_grads(image, frags, upstream: list[torch.Tensor]) -> dict:
@@ -388,14 +399,17 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(verts, faces, first, count, output[5], *tensors)
 
 
-def _upstream_and_saved(ctx, g_image, g_zbuf, g_bary, g_dists):
+def _upstream_and_saved(ctx, g_image, g_zbuf, g_bary, g_dists, zeros: bool = True):
     """(upstream, saved, handle, tensors) of a backward: the output gradients, zeros
-    where none came (the adjoint reads every one)."""
+    where none came (the adjoint reads every one), or None there when not ``zeros``
+    (:func:`_upstream_filled` makes them where they are needed)."""
     verts, faces, first, count, handle, *tensors = ctx.saved_tensors
     shape = _shape(first, _parsed(ctx.config))
 
     def z(g, s):
-        return verts.new_zeros(s) if g is None else g.contiguous()
+        if g is None:
+            return verts.new_zeros(s) if zeros else None
+        return g.contiguous()
 
     upstream = [z(g_image, (*shape[:3], 4)), z(g_zbuf, shape), z(g_bary, (*shape, 3)),
                 z(g_dists, shape)]  # fmt: skip
@@ -431,7 +445,12 @@ class _EagerRender(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists, g_handle):
-        upstream, saved, handle, _ = _upstream_and_saved(ctx, g_image, g_zbuf, g_bary, g_dists)
+        # None for an output no gradient came to: a slot's gradient buffer for it
+        # holds the zeros its forward cleared it to (a K = 8 render's fragments are
+        # ~0.3 GB of zeros to make and copy otherwise)
+        upstream, saved, handle, _ = _upstream_and_saved(
+            ctx, g_image, g_zbuf, g_bary, g_dists, zeros=False
+        )
         asked = list(ctx.needs_input_grad[5:])
         grads = _render_backward_impl(upstream, saved, ctx.config, handle, asked)
         return (grads[0], None, None, None, None, *grads[1:])
