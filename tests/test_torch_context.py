@@ -14,7 +14,7 @@ import warp as wp  # noqa: E402
 from host_counts import count_allocations_and_reads  # noqa: E402
 from test_torch_shading import torch_scene  # noqa: E402
 
-from warpraster.torch import render_op  # noqa: E402
+from warpraster.torch import MeshRendererWithFragments, render_op  # noqa: E402
 from warpraster.torch.render_context import _Slot, default_render_context  # noqa: E402
 
 # a Soft Phong K = 8 render and a textured (TexturesUV, bilinear) Hard Phong K = 1 one
@@ -230,7 +230,8 @@ def test_the_eager_path_equals_the_custom_op(name, monkeypatch):
 
 
 def test_outputs_without_gradient_alternating_with_fragment_losses(fresh_path):
-    """The eager path passes no upstream gradient for an output the loss did not use
+    """(MeshRendererWithFragments: its fragments carry gradients.) The eager path
+    passes no upstream gradient for an output the loss did not use
     (the slot's buffer for it holds the zeros its forward cleared it to, instead of
     zeros made and copied in). Steps alternating a loss on the image alone with one
     on the image, zbuf, bary and dists: the gradients equal the fresh path's (which
@@ -239,15 +240,15 @@ def test_outputs_without_gradient_alternating_with_fragment_losses(fresh_path):
     for enabled in (False, True):
         fresh_path.enabled = enabled
         d, ren, inputs, leaves = _scene("r03_softphong_directional_k8")
+        ren = MeshRendererWithFragments(rasterizer=ren.rasterizer, shader=ren.shader)
         target = torch.tensor(d["images"] * 0.9)
         out = []
         for step in range(4):
             for t in leaves.values():
                 t.grad = None
-            img = ren(*inputs)
+            img, f = ren(*inputs)
             loss = ((img - target) ** 2).mean()
             if step % 2 == 1:
-                f = ren.fragments
                 loss = loss + f.zbuf.clamp(min=0).mean() + f.bary_coords.square().mean()
                 loss = loss + f.dists.clamp(-1, 1).mean()
             loss.backward()
@@ -263,3 +264,31 @@ def test_outputs_without_gradient_alternating_with_fragment_losses(fresh_path):
     assert not torch.equal(eager[0]["verts"], eager[1]["verts"])
     for k in eager[0]:
         assert torch.equal(eager[2][k], eager[0][k]), k
+
+
+def test_mesh_renderer_fragments_are_read_on_demand():
+    """MeshRenderer leaves the fragments in the op's buffers (LazyFragments) and copies
+    them out when first read: the values MeshRendererWithFragments returns, bit for bit;
+    read after a later call rendered into the same buffers, they raise instead of
+    showing that call's values; read before it, they stay (copied) after it."""
+    from warpraster.torch.renderer import LazyFragments
+
+    d, ren, inputs, leaves = _scene("r03_softphong_directional_k8")
+    with_frags = MeshRendererWithFragments(rasterizer=ren.rasterizer, shader=ren.shader)
+    img_want, want = with_frags(*inputs)
+    img = ren(*inputs)
+    assert isinstance(ren.fragments, LazyFragments)
+    assert torch.equal(img, img_want)
+    for k in ("pix_to_face", "zbuf", "bary_coords", "dists"):
+        got = getattr(ren.fragments, k)
+        assert got.dtype == getattr(want, k).dtype and not got.requires_grad
+        assert torch.equal(got, getattr(want, k)), k
+    kept = ren.fragments
+    with torch.no_grad():  # calls without gradients: one slot, reused call after call
+        ren(*inputs)
+        stale = ren.fragments
+        leaves["verts"].add_(0.05)  # the next render differs
+        ren(*inputs)
+    with pytest.raises(RuntimeError, match="overwritten by a later render"):
+        stale.zbuf  # noqa: B018
+    assert torch.equal(kept.zbuf, want.zbuf)  # read before: a copy of its own

@@ -285,17 +285,19 @@ class _Slot:
         self.image, self.frags = image, frags
         return image, frags
 
-    def outputs(self) -> list:
+    def outputs(self, fragments: bool = True) -> list:
         """Copies of the last render's outputs as new tensors: [image or None,
-        pix_to_face, zbuf, bary (N, H, W, K, 3), dists], read through torch views of
-        the slot's arrays made once (again only if an array moved)."""
+        pix_to_face, zbuf, bary (N, H, W, K, 3), dists] (the image alone without
+        ``fragments``), read through torch views of the slot's arrays made once
+        (again only if an array moved)."""
         f = self.frags
         arrays = (self.image, f.pix_to_face, f.zbuf, f.bary_coords, f.dists)
         key = tuple(None if a is None else a.ptr for a in arrays)
         if key != self._out_key:
             self._out_key = key
             self._out_views = [None if a is None else wp.to_torch(a) for a in arrays]
-        return [None if v is None else v.clone() for v in self._out_views]
+        views = self._out_views if fragments else self._out_views[:1]
+        return [None if v is None else v.clone() for v in views]
 
     # -- backward
     def _output_grad_views(self):

@@ -230,6 +230,16 @@ class _Recorded:
 
 _RECORDED = _Recorded()
 
+#: per thread: (slot, generation) of the last call that left its fragments in its slot
+#: (``config["fragments"]`` False), for :func:`fragments_later`
+_LATER = threading.local()
+
+
+def fragments_later():
+    """(slot, generation) the calling thread's last render left its fragments in, or
+    None (see :class:`~warpraster.torch.renderer.LazyFragments`)."""
+    return getattr(_LATER, "fragments", None)
+
 
 def _render_impl(
     verts: torch.Tensor,
@@ -272,7 +282,14 @@ def _render_impl(
             image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
                                 tensors, cfg)  # fmt: skip
         n, h, w, k = frags.pix_to_face.shape
-        if lease is not None:
+        _LATER.fragments = None
+        if lease is not None and not cfg.get("fragments", True):
+            # the caller reads the fragments later if at all (MeshRenderer): empty
+            # outputs now, the slot's own buffers until its next lease
+            img = lease.slot.outputs(fragments=False)[0]
+            outs = tuple(verts.new_empty(0) for _ in range(4))
+            _LATER.fragments = (lease.slot, lease.slot.generation)
+        elif lease is not None:
             img, *outs = lease.slot.outputs()
         else:
             img = None if image is None else wp.to_torch(image).clone()
@@ -407,7 +424,7 @@ def _upstream_and_saved(ctx, g_image, g_zbuf, g_bary, g_dists, zeros: bool = Tru
     shape = _shape(first, _parsed(ctx.config))
 
     def z(g, s):
-        if g is None:
+        if g is None or g.numel() == 0:  # none came, or an output left empty
             return verts.new_zeros(s) if zeros else None
         return g.contiguous()
 
@@ -441,6 +458,7 @@ class _EagerRender(torch.autograd.Function):
         ctx.config = config
         ctx.save_for_backward(verts, faces, first, count, out[5], *tensors)
         ctx.mark_non_differentiable(out[1], out[5])
+        ctx.set_materialize_grads(False)  # None for an output no gradient came to
         return out
 
     @staticmethod

@@ -16,7 +16,7 @@ import torch
 from ..rasterizer import RasterizationSettings
 from .cameras import _Camera
 from .lighting import LIGHTS, BlendParams, Materials, PointLights
-from .render_op import config_and_tensors, config_json, packed, render
+from .render_op import config_and_tensors, config_json, fragments_later, packed, render
 from .textures import pack_textures
 
 __all__ = [
@@ -204,8 +204,10 @@ def _meshes_inputs(meshes_world, packed_args: tuple, textures):
 
 
 def _render(rasterizer, shader, meshes_world, packed_args, textures, kwargs, who,
-            antialias: bool = False):  # fmt: skip
-    """(image, Fragments) of one call (image zeros for a rasterizer call)."""
+            antialias: bool = False, fragments: bool = True):  # fmt: skip
+    """(image, Fragments) of one call (image zeros for a rasterizer call); without
+    ``fragments`` (outside torch.compile) the Fragments are a :class:`LazyFragments`
+    where the op left them in its buffers."""
     verts, faces, first, count, tex, per_mesh = _meshes_inputs(meshes_world, packed_args, textures)
     call = RenderCall.resolve(rasterizer, shader, kwargs, who)
     v, f, fi, cn = packed(verts, faces, first, count)
@@ -225,8 +227,57 @@ def _render(rasterizer, shader, meshes_world, packed_args, textures, kwargs, who
     )
     # only the tensors that require gradients get them computed (issue 29)
     config["needs_grad"] = [bool(t.requires_grad) for t in tensors]
+    later = not fragments and not torch.compiler.is_compiling()
+    if later:
+        config["fragments"] = False
     img, p2f, zbuf, bary, dists, _handle = render(v, f, fi, cn, tensors, config_json(config))
+    left = fragments_later() if later else None
+    if left is not None:
+        return img, LazyFragments(*left)
     return img, Fragments(p2f.to(torch.int64), zbuf, bary, dists)
+
+
+class LazyFragments:
+    """The fragments of a :class:`MeshRenderer` call, copied out of the render's own
+    buffers when first read: as :class:`Fragments`, without gradients
+    (:class:`MeshRendererWithFragments` returns them with gradients, as PyTorch3D's
+    does). Most calls never read them, and a K = 8 render's fragments are ~0.4 GB to
+    copy. Read them before the next call: a later call may render into the same
+    buffers, and then reading raises ``RuntimeError`` (never another call's values)."""
+
+    def __init__(self, slot, generation: int):
+        self._slot, self._generation = slot, generation
+        self._frags: Fragments | None = None
+
+    def _get(self) -> Fragments:
+        if self._frags is None:
+            if self._slot.generation != self._generation:
+                raise RuntimeError(
+                    "MeshRenderer.fragments: these fragments were overwritten by a later "
+                    "render; read them before the next call, or use "
+                    "MeshRendererWithFragments, which returns them (with gradients)"
+                )
+            with torch.no_grad():
+                p2f, zbuf, bary, dists = self._slot.outputs()[1:]
+            self._frags = Fragments(p2f.to(torch.int64), zbuf, bary, dists)
+            self._slot = None
+        return self._frags
+
+    @property
+    def pix_to_face(self) -> torch.Tensor:
+        return self._get().pix_to_face
+
+    @property
+    def zbuf(self) -> torch.Tensor:
+        return self._get().zbuf
+
+    @property
+    def bary_coords(self) -> torch.Tensor:
+        return self._get().bary_coords
+
+    @property
+    def dists(self) -> torch.Tensor:
+        return self._get().dists
 
 
 class MeshRasterizer:
@@ -255,7 +306,10 @@ class MeshRenderer(torch.nn.Module):
     attached: ours or PyTorch3D's ``TexturesVertex`` / ``TexturesUV``);
     ``renderer(verts_packed, faces_packed, mesh_to_face_first_idx, num_faces_per_mesh,
     textures=...)`` the packed tensors. Keywords: see :class:`RenderCall`. Returns the
-    (N, H, W, 4) image; ``renderer.fragments`` holds the fragments of the last call.
+    (N, H, W, 4) image; ``renderer.fragments`` holds the fragments of the last call
+    (a :class:`LazyFragments`: copied out when first read, without gradients; read
+    them before the next call; :class:`MeshRendererWithFragments` returns them with
+    gradients).
     Gradients reach the vertices and every camera/light/material/texture/background
     tensor that requires grad.
     """
@@ -281,15 +335,23 @@ class MeshRenderer(torch.nn.Module):
         self.shader.to(device)
         return self
 
+    #: the op returns the fragments (MeshRendererWithFragments), else they are read
+    #: from its buffers on demand (LazyFragments)
+    _returns_fragments = False
+
     def forward(self, meshes_world, *packed_args, textures=None, **kwargs):
         img, self.fragments = _render(self.rasterizer, self.shader, meshes_world, packed_args,
                                       textures, kwargs, type(self).__name__,
-                                      antialias=self.antialias)  # fmt: skip
+                                      antialias=self.antialias,
+                                      fragments=self._returns_fragments)  # fmt: skip
         return img
 
 
 class MeshRendererWithFragments(MeshRenderer):
-    """PyTorch3D's ``MeshRendererWithFragments``: returns ``(images, fragments)``."""
+    """PyTorch3D's ``MeshRendererWithFragments``: returns ``(images, fragments)``
+    (the fragments differentiable: gradients flow from a loss on them)."""
+
+    _returns_fragments = True
 
     def forward(self, meshes_world, *packed_args, textures=None, **kwargs):
         img = super().forward(meshes_world, *packed_args, textures=textures, **kwargs)
