@@ -129,7 +129,9 @@ def test_tuning_change_on_an_existing_workspace_takes_effect(device):
 
 def test_tuning_validation():
     with pytest.raises(ValueError, match="register_queue_max_k"):
-        wr.Tuning(register_queue_max_k=17)
+        wr.Tuning(register_queue_max_k=33)
+    with pytest.raises(ValueError, match="register_queue_max_k_blur"):
+        wr.Tuning(register_queue_max_k_blur=-1)
     with pytest.raises(ValueError, match="small_face_lanes"):
         wr.Tuning(small_face_lanes=0)
     with pytest.raises(TypeError, match="fill_empty_once"):
@@ -137,3 +139,38 @@ def test_tuning_validation():
     t = wr.Tuning(max_registers={"queue8": 56, "outputs": None})
     assert t.registers("queue8") == 56 and t.registers("outputs") is None
     assert hash(t) == hash(wr.Tuning(max_registers=(("queue8", 56),)))
+
+
+@pytest.mark.parametrize("k", [17, 32])
+def test_register_queue_past_16_equals_the_output_queue(device, k):
+    """K in (16, 32] served by the 32-slot register queue (``register_queue_max_k=32``)
+    gives the output-array queue's fragments bit for bit (the same insertions in the
+    same order), and the float32 oracle's, on a stack of 40 overlapping triangles
+    (every queue full). Without blur: with it, K > 16 takes the output-array queue
+    by default (``register_queue_max_k_blur``)."""
+    rng = np.random.default_rng(4)
+    nf = 40
+    # each triangle holds the image (+-1 in NDC), its corners jittered
+    xy = np.array([[-6.0, -6.0], [6.0, -6.0], [0.0, 6.0]]) + rng.uniform(-1.0, 1.0, (nf, 3, 2))
+    z = rng.uniform(1.0, 3.0, (nf, 3, 1))
+    vnp = np.concatenate([xy, z], -1).reshape(-1, 3).astype(np.float32)
+    fnp = np.arange(3 * nf, dtype=np.int32).reshape(nf, 3)
+    verts = wp.array(vnp, dtype=wp.vec3, device=device)
+    faces = wp.array(fnp, dtype=wp.int32, device=device)
+    s = wr.RasterSettings(image_size=(12, 10), faces_per_pixel=k)
+    outs = []
+    for max_k in (16, 32):
+        tuning = wr.Tuning(register_queue_max_k=max_k, call_graphs=False)
+        ws = wr.RasterWorkspace(num_meshes=1, num_faces=nf, settings=s, device=device,
+                                tuning=tuning)  # fmt: skip
+        frags = wr.rasterize_meshes(verts, faces, [0], [nf], settings=s, workspace=ws)
+        launched = {name: cmd[1].kernel.key for name, cmd in ws.launches._cmds.items()}
+        assert ("raster_queue_32" in launched.get("queue", "")) == (max_k == 32)
+        outs.append(frags.numpy())
+    ref = rasterize_reference(vnp, fnp, np.array([0]), np.array([nf]), image_size=(12, 10),
+                              faces_per_pixel=k, dtype=np.float32)  # fmt: skip
+    assert (outs[1]["pix_to_face"][..., k - 1] >= 0).all()  # every queue full
+    assert outs[0].keys() == outs[1].keys()
+    for name in outs[0]:
+        np.testing.assert_array_equal(outs[1][name], outs[0][name], err_msg=name)
+    _assert_oracle(outs[1], ref)

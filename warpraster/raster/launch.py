@@ -121,7 +121,9 @@ def _launch_passes(
     # other bin keeps the register queue. Without bins (naive) every pixel does.
     ordered = meshes.has_neighbors
     split = ordered and ws.binned
-    register = k <= tuning.register_queue_max_k and (split or not ordered)
+    register = tuning.register_queue_serves(k, settings.blur_radius > 0.0) and (
+        split or not ordered
+    )
     # K = 1 binned: small faces drawn face by face (an atomic minimum, order-free).
     # With split partners possible, only where the clipper's device flag says no
     # face is split in this call (the pass and the binning read it): PyTorch3D's

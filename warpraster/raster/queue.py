@@ -2,9 +2,10 @@
 
 The queue is ordered by (depth, face index), a total order, so the order in
 which faces are offered does not change the result. It lives in registers for
-K <= 16 (kernels generated per size bucket by :func:`register_queue_kernel`)
-or in the output arrays for any K (:data:`output_queue_kernel`), which also
-serves PyTorch3D's rule for the two halves of a clipped face.
+K <= 32 (kernels generated per size bucket by :func:`register_queue_kernel`;
+K <= 16 with blur, ``Tuning.register_queue_max_k_blur``) or in the output arrays
+for any K (:data:`output_queue_kernel`), which also serves PyTorch3D's rule for
+the two halves of a clipped face.
 
 No ``from __future__ import annotations`` here: the register-queue functions
 are annotated with vector types made inside the factory.
@@ -35,12 +36,12 @@ from .small_faces import EMPTY_KEY, bits_depth
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
 #: Queue sizes with a register kernel; K is served by the smallest bucket >= K.
-REGISTER_BUCKETS = (1, 2, 4, 8, 16)
+REGISTER_BUCKETS = (1, 2, 4, 8, 16, 32)
 
 
 @variants.kernel_family
 def register_queue_kernel(kc: int, max_regs: int | None, flags: tuple[int, int, int] | None):
-    """Fine/naive pass whose queue of ``kc`` slots lives in registers (kc <= 16).
+    """Fine/naive pass whose queue of ``kc`` slots lives in registers (kc <= 32).
 
     Serves every K <= kc: the first K slots of a top-kc queue are the top-K.
     ``flags`` = (perspective_correct, clip_barycentric_coords, blur > 0) compiles those in as
