@@ -263,21 +263,10 @@ class LazyFragments:
             self._slot = None
         return self._frags
 
-    @property
-    def pix_to_face(self) -> torch.Tensor:
-        return self._get().pix_to_face
-
-    @property
-    def zbuf(self) -> torch.Tensor:
-        return self._get().zbuf
-
-    @property
-    def bary_coords(self) -> torch.Tensor:
-        return self._get().bary_coords
-
-    @property
-    def dists(self) -> torch.Tensor:
-        return self._get().dists
+    pix_to_face = property(lambda self: self._get().pix_to_face)
+    zbuf = property(lambda self: self._get().zbuf)
+    bary_coords = property(lambda self: self._get().bary_coords)
+    dists = property(lambda self: self._get().dists)
 
 
 class MeshRasterizer:
