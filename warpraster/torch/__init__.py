@@ -245,12 +245,7 @@ def _register_context(context: RasterContext | None) -> str | None:
 
 
 # ----------------------------------------------------------------------------- forward op
-@torch.library.custom_op(
-    "warpraster::rasterize_meshes",
-    mutates_args=(),
-    schema=_schema("", "(Tensor, Tensor, Tensor, Tensor)"),
-)
-def _rasterize_op(*args: torch.Tensor | str | float | None) -> tuple[torch.Tensor, ...]:
+def _rasterize_impl(*args: torch.Tensor | str | float | None) -> tuple[torch.Tensor, ...]:
     """(pix_to_face int32, zbuf, bary (N,H,W,K,3), dists), written by Warp into new tensors
     with the context's workspace as scratch. ``args``: the packed mesh tensors, the
     context handle and the flat settings (the schema's ``_MESH_ARGS``, ``_SETTINGS``)."""
@@ -279,6 +274,13 @@ def _rasterize_op(*args: torch.Tensor | str | float | None) -> tuple[torch.Tenso
         )
         rasterize_packed(meshes, ws, settings, out=frags)
         return out
+
+
+_rasterize_op = torch.library.custom_op(
+    "warpraster::rasterize_meshes",
+    mutates_args=(),
+    schema=_schema("", "(Tensor, Tensor, Tensor, Tensor)"),
+)(_rasterize_impl)
 
 
 @_rasterize_op.register_fake
@@ -395,6 +397,30 @@ def _backward(ctx, grad_pix_to_face, grad_zbuf, grad_bary, grad_dists):
 _rasterize_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+class _EagerRasterize(torch.autograd.Function):
+    """The op's eager path: the same forward and backward bodies as
+    :func:`_rasterize_op` without the dispatcher's layers (as the renderer op's
+    ``_EagerRender``); a graph ``torch.compile`` traces holds the custom op."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        out = _rasterize_impl(*args)
+        _setup_context(ctx, args, out)
+        ctx.mark_non_differentiable(out[0])
+        return out
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return _backward(ctx, *grads)
+
+
+def _rasterize(*args):
+    """:func:`_rasterize_op` while torch.compile traces, else its eager path."""
+    if torch.compiler.is_compiling():
+        return _rasterize_op(*args)
+    return _EagerRasterize.apply(*args)
+
+
 def _refuse_functorch(*_args):
     raise RuntimeError(
         "warpraster.torch.rasterize_meshes does not support torch.func transforms "
@@ -482,7 +508,7 @@ def rasterize_meshes(
     settings = settings_from_options(None, options, allowed=_RENDER_OPTIONS)
     settings.check_slots(first.shape[0])
     # (the op checks the index values before its first kernel, also when compiled)
-    pix_to_face, zbuf, bary_coords, dists = _rasterize_op(
+    pix_to_face, zbuf, bary_coords, dists = _rasterize(
         _to_kernel_float(verts_packed), faces_packed, first, count, neighbor,
         _register_context(context), *_flatten(settings),
     )  # fmt: skip
