@@ -110,3 +110,56 @@ def test_torch_bad_input_names_the_argument():
         wrt.antialias(color, p2f, verts, faces + 3)
     with pytest.raises(ValueError, match="verts_ndc"):
         wrt.antialias(color, p2f, verts[:, :2], faces)
+
+
+def test_the_topology_is_built_once_per_faces_tensor(monkeypatch):
+    """The edge topology of a faces tensor is built on the first call (a host pass,
+    as nvdiffrast's topology hash for static faces) and kept: repeated calls, their
+    backwards and int64 faces build none; faces changed in place build anew and the
+    result follows them. Truth for the values: the Warp op on the same inputs, with
+    its topology built from the faces each time, bit for bit."""
+    import importlib
+
+    tmod = importlib.import_module("warpraster.torch.antialias")  # (the name is the function)
+
+    case = load("aa_p05_batch3_two_icos_24x40")
+    built = []
+    real = tmod.AntialiasTopology
+    monkeypatch.setattr(tmod, "AntialiasTopology", lambda *a: (built.append(1), real(*a))[1])
+
+    def step(faces, color_np, verts_np):
+        color = torch.tensor(color_np, requires_grad=True)
+        verts = torch.tensor(verts_np, requires_grad=True)
+        aa = wrt.antialias(color, torch.tensor(nvdr_ids(case)), verts, faces, deterministic=True)
+        (aa * torch.tensor(case["grad_aa"])).sum().backward()
+        return aa.detach().numpy(), color.grad.numpy(), verts.grad.numpy()
+
+    def warp_step(faces_np, color_np, verts_np):
+        c = wp.array(color_np, dtype=wp.float32, requires_grad=True)
+        v = wp.array(verts_np, dtype=wp.vec3, requires_grad=True)
+        tape = wp.Tape()
+        with tape:
+            out = wr.antialias(c, wp.array(nvdr_ids(case)), v, faces_np, deterministic=True)
+        out.grad.assign(case["grad_aa"])
+        tape.backward()
+        return out.numpy(), c.grad.numpy(), v.grad.numpy()
+
+    faces = torch.tensor(case["faces_packed"].astype(np.int64))  # converted, and kept
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        color_np = (case["color"] * (1.0 - 0.1 * i)).astype(np.float32)
+        verts_np = (case["verts_ndc"] + rng.normal(0, 1e-3, case["verts_ndc"].shape)).astype(
+            np.float32
+        )
+        got = step(faces, color_np, verts_np)
+        want = warp_step(case["faces_packed"], color_np, verts_np)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert len(built) == 1  # three forwards and three backwards: one build
+    with torch.no_grad():
+        faces[:, [1, 2]] = faces[:, [2, 1]].clone()  # in place: every face flipped
+    got = step(faces, case["color"], case["verts_ndc"])
+    want = warp_step(faces.numpy().astype(np.int32), case["color"], case["verts_ndc"])
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert len(built) == 2

@@ -7,25 +7,73 @@ gradient is a copy of the upstream gradient, and returns the gradients of
 ``color`` and ``verts_ndc``. Both run on torch's current stream inside a private
 tape slot (:class:`~warpraster.torch.streams._TorchStream`), so a ``wp.Tape``
 the user has open sees none of it; ``torch.compile(fullgraph=True)`` sees one
-opaque node (fake implementations give the shapes).
+opaque node (fake implementations give the shapes). The edge topology of a faces
+tensor is built once (a host pass) and kept while the same faces are passed
+unchanged (:data:`_FACES`): nvdiffrast's precomputed topology, found by itself.
 """
 
 from __future__ import annotations
 
+import collections
+import threading
+
 import torch
 import warp as wp
 
-from ..antialiasing import antialias as _antialias_wp
-from .checks import check_index_range, float_tensor, int_tensor, same_device, to_int32
+from ..antialiasing import Antialias, AntialiasTopology
+from .checks import _tensor_key, check_index_range, float_tensor, int_tensor, same_device, to_int32
 from .ops import _backward_op, _detached, _f32, _upstream, _wp
 from .streams import _TorchStream
 
 __all__ = ["antialias"]
 
 
+#: Per faces tensor seen (by its memory, layout and torch's version counter, which
+#: its views and ``detach()`` share; the entry holds the tensor, so no other tensor
+#: can take that memory while it is kept): its int32 copy and edge topology, built
+#: once on the host as nvdiffrast's topology hash is for static faces. 8 kept.
+_FACES: collections.OrderedDict = collections.OrderedDict()
+_FACES_LOCK = threading.Lock()
+
+
+def _faces_key(faces: torch.Tensor, *extra) -> tuple:
+    return (*_tensor_key(faces), tuple(faces.stride()), *extra)
+
+
+def _kept(key, make):
+    """The value kept under ``key``, made (outside the lock) on a miss."""
+    with _FACES_LOCK:
+        hit = _FACES.get(key)
+        if hit is not None:
+            _FACES.move_to_end(key)
+            return hit
+    value = make()
+    with _FACES_LOCK:
+        _FACES[key] = value
+        while len(_FACES) > 8:
+            _FACES.popitem(last=False)
+    return value
+
+
+def _topology(faces: torch.Tensor, f: wp.array, num_verts: int) -> AntialiasTopology:
+    """The topology of ``faces`` (int32) for ``num_verts`` vertices (a host pass
+    over the faces the first time, see :data:`_FACES`)."""
+    key = _faces_key(faces, "topology", int(num_verts))
+    return _kept(key, lambda: (faces, AntialiasTopology(f, num_verts, f.device)))[1]
+
+
+def _faces_int32(faces: torch.Tensor) -> torch.Tensor:
+    """``faces`` as int32 contiguous: the tensor itself when it is, else a copy kept
+    (see :data:`_FACES`), so that its topology is found again."""
+    if faces.dtype == torch.int32 and faces.is_contiguous():
+        return faces
+    return _kept(_faces_key(faces, "int32"), lambda: (faces, to_int32(faces)))[1]
+
+
 def _run(color, pix_to_face, verts_ndc, faces, zbuf, deterministic, *, out, grads=None):
     """The Warp call on views of the tensors (``grads``: (grad_out, grad_color,
-    grad_verts) to run the adjoint on a private tape)."""
+    grad_verts) to run the adjoint on a private tape). The index values were checked
+    by :func:`antialias` (a host read there; none here)."""
     with _TorchStream(color.device):
         c = _wp(color, wp.float32, None if grads is None else grads[1])
         v = _wp(verts_ndc, wp.vec3, None if grads is None else grads[2])
@@ -35,12 +83,15 @@ def _run(color, pix_to_face, verts_ndc, faces, zbuf, deterministic, *, out, grad
             f = wp.empty((0, 3), dtype=wp.int32, device=c.device)
         z = None if zbuf is None else _wp(zbuf, wp.float32)
         p = _wp(pix_to_face, wp.int32)
+        op = Antialias(_topology(faces, f, v.shape[0]), v.shape[0], tuple(c.shape), c.device,
+                       deterministic=deterministic)  # fmt: skip
+        op.check(c, p, v, z, o)
         if grads is None:
-            _antialias_wp(c, p, v, f, zbuf=z, out=o, deterministic=deterministic)
+            op(c, p, v, zbuf=z, out=o)
             return
         tape = wp.Tape()
         with tape:
-            _antialias_wp(c, p, v, f, zbuf=z, out=o, deterministic=deterministic)
+            op(c, p, v, zbuf=z, out=o)
         tape.backward()
 
 
@@ -157,5 +208,6 @@ def antialias(
     check_index_range(pix_to_face, "pix_to_face", faces.shape[0], "faces", allow=-1,
                       kind="face ids")  # fmt: skip
     z = None if zbuf is None else _f32(zbuf).detach()
-    return _antialias_op(_f32(color), to_int32(pix_to_face), _f32(verts_ndc), to_int32(faces), z,
+    faces32 = faces.detach() if torch.compiler.is_compiling() else _faces_int32(faces.detach())
+    return _antialias_op(_f32(color), to_int32(pix_to_face), _f32(verts_ndc), to_int32(faces32), z,
                          bool(deterministic))  # fmt: skip
