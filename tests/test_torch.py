@@ -515,25 +515,3 @@ def test_context_reuses_one_workspace_and_never_overwrites_earlier_outputs(tdevi
     (out3[1].sum() + out3[3].sum()).backward()
     # same sums; on CUDA the atomic order may differ: a few ulps of the largest term
     torch.testing.assert_close(g1, v3.grad, rtol=1e-5, atol=1e-6)
-
-
-@_CPU_ONLY
-def test_the_eager_path_equals_the_custom_op():
-    """Outside torch.compile ``rasterize_meshes`` runs the op's bodies under a plain
-    autograd Function (``_EagerRasterize``: no dispatcher layers); the custom op (what
-    a compiled graph holds) runs the same bodies: equal outputs and vertex gradients,
-    bit for bit (the same launches; the cpu device adds in order), for plain and
-    blurred settings."""
-    verts, faces, first, count = _two_meshes()
-    for blur in (0.0, 0.02):
-        settings = (None, 8, 8, blur, 2, -1, -1, True, False, False, None, False, False)
-        results = []
-        for fn in (wrt._rasterize_op, wrt._EagerRasterize.apply):
-            v = verts.detach().clone().requires_grad_(True)
-            out = fn(v, faces, first, count, None, *settings)
-            (out[1].square().sum() + out[2].sum() + out[3].sum()).backward()
-            results.append([*out, v.grad])
-        assert results[0][0].dtype == torch.int32 and (results[0][0] >= 0).any()
-        assert results[0][-1].abs().max() > 0
-        for want, got in zip(*results, strict=True):
-            assert torch.equal(got, want)

@@ -49,6 +49,7 @@ from .checks import (
     to_int32,
 )
 from .context import RasterContext, default_context
+from .eager import eager_path
 from .ops import (
     face_normals,
     interpolate_face_attributes,
@@ -397,28 +398,9 @@ def _backward(ctx, grad_pix_to_face, grad_zbuf, grad_bary, grad_dists):
 _rasterize_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-class _EagerRasterize(torch.autograd.Function):
-    """The op's eager path: the same forward and backward bodies as
-    :func:`_rasterize_op` without the dispatcher's layers (as the renderer op's
-    ``_EagerRender``); a graph ``torch.compile`` traces holds the custom op."""
-
-    @staticmethod
-    def forward(ctx, *args):
-        out = _rasterize_impl(*args)
-        _setup_context(ctx, args, out)
-        ctx.mark_non_differentiable(out[0])
-        return out
-
-    @staticmethod
-    def backward(ctx, *grads):
-        return _backward(ctx, *grads)
-
-
-def _rasterize(*args):
-    """:func:`_rasterize_op` while torch.compile traces, else its eager path."""
-    if torch.compiler.is_compiling():
-        return _rasterize_op(*args)
-    return _EagerRasterize.apply(*args)
+#: the op, eagerly without the dispatcher's layers (:mod:`warpraster.torch.eager`)
+_rasterize = eager_path(_rasterize_op, _rasterize_impl, _setup_context, _backward,
+                        non_differentiable=(0,))  # fmt: skip
 
 
 def _refuse_functorch(*_args):

@@ -22,6 +22,7 @@ import warp as wp
 
 from ..antialiasing import Antialias, AntialiasTopology
 from .checks import _tensor_key, check_index_range, float_tensor, int_tensor, same_device, to_int32
+from .eager import eager_path
 from .ops import _backward_op, _detached, _f32, _upstream, _wp
 from .streams import _TorchStream
 
@@ -95,8 +96,7 @@ def _run(color, pix_to_face, verts_ndc, faces, zbuf, deterministic, *, out, grad
         tape.backward()
 
 
-@torch.library.custom_op("warpraster::antialias", mutates_args=())
-def _antialias_op(
+def _antialias_impl(
     color: torch.Tensor,
     pix_to_face: torch.Tensor,
     verts_ndc: torch.Tensor,
@@ -110,6 +110,9 @@ def _antialias_op(
         return out
     _run(color, pix_to_face, verts_ndc, faces, zbuf, deterministic, out=out)
     return out
+
+
+_antialias_op = torch.library.custom_op("warpraster::antialias", mutates_args=())(_antialias_impl)
 
 
 @_antialias_op.register_fake
@@ -155,6 +158,7 @@ def _backward(ctx, grad_out):
 
 
 _antialias_op.register_autograd(_backward, setup_context=_setup)
+_antialias = eager_path(_antialias_op, _antialias_impl, _setup, _backward)
 
 
 def antialias(
@@ -209,5 +213,5 @@ def antialias(
                       kind="face ids")  # fmt: skip
     z = None if zbuf is None else _f32(zbuf).detach()
     faces32 = faces.detach() if torch.compiler.is_compiling() else _faces_int32(faces.detach())
-    return _antialias_op(_f32(color), to_int32(pix_to_face), _f32(verts_ndc), to_int32(faces32), z,
+    return _antialias(_f32(color), to_int32(pix_to_face), _f32(verts_ndc), to_int32(faces32), z,
                          bool(deterministic))  # fmt: skip

@@ -52,6 +52,7 @@ from .checks import float_tensor as _float
 from .checks import int_tensor as _integer
 from .checks import same_device
 from .checks import to_int32 as _int32
+from .eager import eager_path
 from .streams import _TorchStream
 
 __all__ = [
@@ -135,8 +136,7 @@ def _backward_op(forward, grads: str, returns: str):
 
 
 # ============================================================================= face attributes
-@torch.library.custom_op("warpraster::interpolate_face_attributes", mutates_args=())
-def _interp_face_op(
+def _interp_face_impl(
     pix_to_face: torch.Tensor, bary_coords: torch.Tensor, face_attributes: torch.Tensor
 ) -> torch.Tensor:
     """(N, H, W, K, D) float32 values; pix_to_face int32, the floats float32 contiguous."""
@@ -150,6 +150,11 @@ def _interp_face_op(
             _wp(face_attributes, wp.float32), out=_wp(out, vector_type(d)),
         )  # fmt: skip
     return out
+
+
+_interp_face_op = torch.library.custom_op(
+    "warpraster::interpolate_face_attributes", mutates_args=()
+)(_interp_face_impl)
 
 
 @_interp_face_op.register_fake
@@ -198,6 +203,8 @@ def _interp_face_backward(ctx, grad_values):
 
 
 _interp_face_op.register_autograd(_interp_face_backward, setup_context=_interp_face_setup)
+_interp_face = eager_path(_interp_face_op, _interp_face_impl, _interp_face_setup,
+                          _interp_face_backward)  # fmt: skip
 
 
 def interpolate_face_attributes(
@@ -224,12 +231,11 @@ def interpolate_face_attributes(
     _float(face_attributes, "face_attributes", 3, (3, None))
     p2f, bary = _fragments(pix_to_face, bary_coords, face_attributes.shape[0], "face_attributes")
     same_device(pix_to_face.device, "pix_to_face", face_attributes=face_attributes)
-    return _interp_face_op(p2f, bary, _f32(face_attributes))
+    return _interp_face(p2f, bary, _f32(face_attributes))
 
 
 # ============================================================================= vertex attributes
-@torch.library.custom_op("warpraster::interpolate_vertex_attributes", mutates_args=())
-def _interp_vert_op(
+def _interp_vert_impl(
     pix_to_face: torch.Tensor,
     bary_coords: torch.Tensor,
     attributes: torch.Tensor,
@@ -261,6 +267,11 @@ def _interp_vert_op(
             out=_wp(values, vt), validate=False, **kwargs,
         )  # fmt: skip
     return values, ddx, ddy
+
+
+_interp_vert_op = torch.library.custom_op(
+    "warpraster::interpolate_vertex_attributes", mutates_args=()
+)(_interp_vert_impl)
 
 
 @_interp_vert_op.register_fake
@@ -345,6 +356,8 @@ def _interp_vert_backward(ctx, g_values, g_dx, g_dy):
 
 
 _interp_vert_op.register_autograd(_interp_vert_backward, setup_context=_interp_vert_setup)
+_interp_vert = eager_path(_interp_vert_op, _interp_vert_impl, _interp_vert_setup,
+                          _interp_vert_backward)  # fmt: skip
 
 
 def interpolate_vertex_attributes(
@@ -413,7 +426,7 @@ def interpolate_vertex_attributes(
         raise TypeError(
             f"perspective_correct must be a bool, got {type(perspective_correct).__name__}"
         )
-    values, ddx, ddy = _interp_vert_op(
+    values, ddx, ddy = _interp_vert(
         p2f, bary, _f32(attributes), _int32(faces), ndc, nf, perspective_correct
     )
     return values if verts_ndc is None else (values, ddx, ddy)
@@ -547,8 +560,7 @@ def _texture(maps, faces_uvs, verts_uvs, padding, align, sampling, grads=None):
     )  # fmt: skip
 
 
-@torch.library.custom_op("warpraster::sample_textures_uv", mutates_args=())
-def _sample_uv_op(
+def _sample_uv_impl(
     pix_to_face: torch.Tensor,
     bary_coords: torch.Tensor,
     maps: torch.Tensor,
@@ -568,6 +580,11 @@ def _sample_uv_op(
         tex.sample_textures((_wp(pix_to_face, wp.int32), _wp(bary_coords, wp.vec3)),
                             out=_wp(out, vector_type(c)))  # fmt: skip
     return out
+
+
+_sample_uv_op = torch.library.custom_op("warpraster::sample_textures_uv", mutates_args=())(
+    _sample_uv_impl
+)
 
 
 @_sample_uv_op.register_fake
@@ -623,6 +640,7 @@ def _sample_uv_backward(ctx, grad):
 
 
 _sample_uv_op.register_autograd(_sample_uv_backward, setup_context=_sample_uv_setup)
+_sample_uv = eager_path(_sample_uv_op, _sample_uv_impl, _sample_uv_setup, _sample_uv_backward)
 
 
 def sample_textures_uv(
@@ -676,7 +694,7 @@ def sample_textures_uv(
     same_device(pix_to_face.device, "pix_to_face", maps=maps, faces_uvs=faces_uvs,
                 verts_uvs=verts_uvs)  # fmt: skip
     _check_indices(faces_uvs, "faces_uvs", verts_uvs.shape[0], "UVs")
-    return _sample_uv_op(
+    return _sample_uv(
         p2f, bary, _f32(maps), _int32(faces_uvs), _f32(verts_uvs),
         int(padding), align_corners, int(sampling),
     )  # fmt: skip
