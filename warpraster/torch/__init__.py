@@ -395,9 +395,6 @@ def _backward(ctx, grad_pix_to_face, grad_zbuf, grad_bary, grad_dists):
     return (grad_verts,) + (None,) * (5 + len(_SETTING_NAMES))
 
 
-_rasterize_op.register_autograd(_backward, setup_context=_setup_context)
-
-
 #: the op, eagerly without the dispatcher's layers (:mod:`warpraster.torch.eager`)
 _rasterize = eager_path(_rasterize_op, _rasterize_impl, _setup_context, _backward,
                         non_differentiable=(0,))  # fmt: skip

@@ -157,7 +157,6 @@ def _backward(ctx, grad_out):
     return gc, None, gv, None, None, None
 
 
-_antialias_op.register_autograd(_backward, setup_context=_setup)
 _antialias = eager_path(_antialias_op, _antialias_impl, _setup, _backward)
 
 

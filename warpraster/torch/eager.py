@@ -41,9 +41,10 @@ class EagerOp:
 def eager_path(
     op, impl: Callable, setup_context: Callable, backward: Callable, non_differentiable=()
 ) -> EagerOp:
-    """``op`` (a custom op whose forward body is ``impl`` and whose autograd is
-    ``setup_context`` / ``backward``, as registered with ``register_autograd``) with
-    an eager path; ``non_differentiable``: indices of integer outputs."""
+    """``op`` (a custom op whose forward body is ``impl``) with its autograd
+    (``setup_context`` / ``backward``, registered on the op here) and an eager path
+    running the same three; ``non_differentiable``: indices of integer outputs."""
+    op.register_autograd(backward, setup_context=setup_context)
 
     class Eager(torch.autograd.Function):
         @staticmethod

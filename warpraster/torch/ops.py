@@ -202,7 +202,6 @@ def _interp_face_backward(ctx, grad_values):
     return None, grad_bary, grad_attrs
 
 
-_interp_face_op.register_autograd(_interp_face_backward, setup_context=_interp_face_setup)
 _interp_face = eager_path(_interp_face_op, _interp_face_impl, _interp_face_setup,
                           _interp_face_backward)  # fmt: skip
 
@@ -355,7 +354,6 @@ def _interp_vert_backward(ctx, g_values, g_dx, g_dy):
     return None, grad_bary, grad_attrs, None, grad_ndc if ctx.has_ndc else None, None, None
 
 
-_interp_vert_op.register_autograd(_interp_vert_backward, setup_context=_interp_vert_setup)
 _interp_vert = eager_path(_interp_vert_op, _interp_vert_impl, _interp_vert_setup,
                           _interp_vert_backward)  # fmt: skip
 
@@ -639,7 +637,6 @@ def _sample_uv_backward(ctx, grad):
     return None, grad_bary, grad_maps, None, grad_uvs, None, None, None
 
 
-_sample_uv_op.register_autograd(_sample_uv_backward, setup_context=_sample_uv_setup)
 _sample_uv = eager_path(_sample_uv_op, _sample_uv_impl, _sample_uv_setup, _sample_uv_backward)
 
 
