@@ -80,3 +80,18 @@ def test_the_eager_path_equals_the_custom_op(case, monkeypatch):
     for i, (want, got) in enumerate(zip(custom, eager, strict=True)):
         assert torch.equal(got, want), i
     assert any(float(g.abs().max()) > 0 for g in eager[-2:])  # gradients flowed
+
+
+@pytest.mark.parametrize("name", ["face_normals", "vertex_normals"])
+def test_the_normals_eager_path_equals_the_custom_op(name, monkeypatch):
+    verts, faces, _, _ = _two_meshes()
+    results = []
+    for force in (True, False):
+        monkeypatch.setattr(EagerOp, "force_custom_op", force)
+        v = verts.detach().clone().requires_grad_(True)
+        n = getattr(wrt, name)(v, faces)
+        (n * torch.linspace(-1, 1, n.numel()).reshape(n.shape)).sum().backward()
+        results.append((n.detach(), v.grad))
+    for want, got in zip(*results, strict=True):
+        assert torch.equal(got, want)
+    assert results[1][1].abs().max() > 0

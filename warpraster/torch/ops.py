@@ -433,7 +433,8 @@ def interpolate_vertex_attributes(
 # ============================================================================= normals
 def _normals_ops(name: str, warp_fn, per_vertex: bool):
     """The forward and backward custom ops (``warpraster::<name>`` and
-    ``<name>_backward``) of one Warp normals function, with their autograd.
+    ``<name>_backward``) of one Warp normals function, and the forward with its
+    autograd and eager path (:func:`~warpraster.torch.eager.eager_path`).
 
     ``warp_fn(verts, faces, out=, validate=)`` writes (F, 3) face normals, or with
     ``per_vertex`` (V, 3) vertex normals (then it also takes a ``sums_out`` scratch).
@@ -453,13 +454,15 @@ def _normals_ops(name: str, warp_fn, per_vertex: bool):
         warp_fn(_wp(verts, wp.vec3, grad_verts), _wp(faces, wp.int32), out=out, validate=False,
                 **kw)  # fmt: skip
 
-    @torch.library.custom_op(f"warpraster::{name}", mutates_args=())
-    def forward(verts: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
+    def impl(verts: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
         out = verts.new_empty((rows(verts, faces), 3))
         if out.shape[0]:
             with _TorchStream(verts.device):
                 launch(verts, faces, _wp(out, wp.vec3))
         return out
+
+    impl.__name__ = name
+    forward = torch.library.custom_op(f"warpraster::{name}", mutates_args=())(impl)
 
     @forward.register_fake
     def _(verts, faces):
@@ -490,14 +493,13 @@ def _normals_ops(name: str, warp_fn, per_vertex: bool):
         g = _upstream(grad, verts.new_empty((rows(verts, faces), 3)))
         return backward(g, verts, faces), None
 
-    forward.register_autograd(autograd_backward, setup_context=setup)
-    return forward, backward
+    return forward, backward, eager_path(forward, impl, setup, autograd_backward)
 
 
-_face_normals_op, _face_normals_backward_op = _normals_ops(
+_face_normals_op, _face_normals_backward_op, _face_normals = _normals_ops(
     "face_normals", _face_normals_wp, per_vertex=False
 )
-_vertex_normals_op, _vertex_normals_backward_op = _normals_ops(
+_vertex_normals_op, _vertex_normals_backward_op, _vertex_normals = _normals_ops(
     "vertex_normals", _vertex_normals_wp, per_vertex=True
 )
 
@@ -525,7 +527,7 @@ def face_normals(verts: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
     Raises:
         TypeError, ValueError: bad input, naming the argument (before any kernel).
     """
-    return _face_normals_op(*_mesh(verts, faces))
+    return _face_normals(*_mesh(verts, faces))
 
 
 def vertex_normals(verts: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
@@ -544,7 +546,7 @@ def vertex_normals(verts: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
     Raises:
         TypeError, ValueError: as :func:`face_normals` raises them.
     """
-    return _vertex_normals_op(*_mesh(verts, faces))
+    return _vertex_normals(*_mesh(verts, faces))
 
 
 # ============================================================================= UV textures
