@@ -163,3 +163,58 @@ def test_the_topology_is_built_once_per_faces_tensor(monkeypatch):
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
     assert len(built) == 2
+
+
+def test_kept_objects_serve_threads_one_call_at_a_time(monkeypatch):
+    """The op keeps one Antialias object per (topology, shape, ...), and one call at a
+    time uses its buffers (the device lock of the ops' stream scope): four threads,
+    each running forward + backward on inputs of its own, give what the same calls
+    give one after another, bit for bit. (Each adjoint first sleeps a millisecond, so
+    that unserialised another thread's forward would overwrite the pair records it is
+    about to read.)"""
+    import threading
+    import time
+
+    real = wr.Antialias._backward
+
+    def slow_backward(self, *args):
+        time.sleep(1e-3)
+        return real(self, *args)
+
+    case = load("aa_p05_batch3_two_icos_24x40")
+    faces = torch.tensor(case["faces_packed"])
+    p2f = torch.tensor(nvdr_ids(case))
+    rng = np.random.default_rng(5)
+    inputs = [(rng.uniform(0, 1, case["color"].shape).astype(np.float32),
+               (case["verts_ndc"] + rng.normal(0, 2e-3, case["verts_ndc"].shape)).astype(
+                   np.float32)) for _ in range(4)]  # fmt: skip
+
+    def run(i):
+        color = torch.tensor(inputs[i][0], requires_grad=True)
+        verts = torch.tensor(inputs[i][1], requires_grad=True)
+        aa = wrt.antialias(color, p2f, verts, faces)
+        (aa * torch.tensor(case["grad_aa"])).sum().backward()
+        return aa.detach(), color.grad, verts.grad
+
+    want = [run(i) for i in range(4)]
+    got = [None] * 4
+    monkeypatch.setattr(wr.Antialias, "_backward", slow_backward)
+
+    errors = []
+
+    def worker(i):
+        try:
+            for _ in range(3):
+                got[i] = run(i)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for w, g in zip(want, got, strict=True):
+        for a, b in zip(w, g, strict=True):
+            assert torch.equal(a, b)

@@ -71,6 +71,30 @@ def _faces_int32(faces: torch.Tensor) -> torch.Tensor:
     return _kept(_faces_key(faces, "int32"), lambda: (faces, to_int32(faces)))[1]
 
 
+#: Antialias objects (their pair buffers made once) by (topology, image shape,
+#: deterministic, device, torch stream). One call at a time uses an object's
+#: buffers: the ops run inside their device's lock (``_TorchStream``). 8 kept.
+_OPS: collections.OrderedDict = collections.OrderedDict()
+
+
+def _op(topology: AntialiasTopology, num_verts: int, shape: tuple, tdevice: torch.device,
+        deterministic: bool):  # fmt: skip
+    """The kept Antialias object for these (see :data:`_OPS`)."""
+    device = topology.device
+    stream = torch.cuda.current_stream(tdevice).cuda_stream if tdevice.type == "cuda" else None
+    key = (id(topology), shape, bool(deterministic), str(device), stream)
+    with _FACES_LOCK:
+        hit = _OPS.get(key)
+        if hit is not None and hit.topology is topology:
+            _OPS.move_to_end(key)
+            return hit
+        made = Antialias(topology, num_verts, shape, device, deterministic=deterministic)
+        _OPS[key] = made
+        while len(_OPS) > 8:
+            _OPS.popitem(last=False)
+        return made
+
+
 def _run(color, pix_to_face, verts_ndc, faces, zbuf, deterministic, *, out, grads=None):
     """The Warp call on views of the tensors (``grads``: (grad_out, grad_color,
     grad_verts) to run the adjoint on a private tape). The index values were checked
@@ -84,8 +108,8 @@ def _run(color, pix_to_face, verts_ndc, faces, zbuf, deterministic, *, out, grad
             f = wp.empty((0, 3), dtype=wp.int32, device=c.device)
         z = None if zbuf is None else _wp(zbuf, wp.float32)
         p = _wp(pix_to_face, wp.int32)
-        op = Antialias(_topology(faces, f, v.shape[0]), v.shape[0], tuple(c.shape), c.device,
-                       deterministic=deterministic)  # fmt: skip
+        topology = _topology(faces, f, v.shape[0])
+        op = _op(topology, v.shape[0], tuple(c.shape), color.device, deterministic)
         op.check(c, p, v, z, o)
         if grads is None:
             op(c, p, v, zbuf=z, out=o)
