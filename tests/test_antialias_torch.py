@@ -156,6 +156,16 @@ def test_the_topology_is_built_once_per_faces_tensor(monkeypatch):
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
     assert len(built) == 1  # three forwards and three backwards: one build
+    forwards = []
+    real_forward = wr.Antialias._forward
+
+    def counted(self, *a):
+        forwards.append(1)
+        return real_forward(self, *a)
+
+    monkeypatch.setattr(wr.Antialias, "_forward", counted)
+    step(faces, case["color"], case["verts_ndc"])
+    assert len(forwards) == 1  # the backward runs the adjoint alone, from saved records
     with torch.no_grad():
         faces[:, [1, 2]] = faces[:, [2, 1]].clone()  # in place: every face flipped
     got = step(faces, case["color"], case["verts_ndc"])
@@ -218,3 +228,28 @@ def test_kept_objects_serve_threads_one_call_at_a_time(monkeypatch):
     for w, g in zip(want, got, strict=True):
         for a, b in zip(w, g, strict=True):
             assert torch.equal(a, b)
+
+
+def test_custom_ops_pass_opcheck():
+    """Schema, autograd registration and fake kernels of the forward op (its pair
+    records out when ``record``) and of its backward (the adjoint from those records)."""
+    import importlib
+
+    tmod = importlib.import_module("warpraster.torch.antialias")
+    case = load("aa_p02_two_tris_occlusion_32")
+    color = torch.tensor(case["color"], requires_grad=True)
+    verts = torch.tensor(case["verts_ndc"], requires_grad=True)
+    p2f = torch.tensor(nvdr_ids(case))
+    faces = torch.tensor(case["faces_packed"].astype(np.int32))
+    utils = ("test_schema", "test_autograd_registration", "test_faketensor")
+    for record in (False, True):
+        args = (color, p2f, verts, faces, None, False, record)
+        torch.library.opcheck(tmod._antialias_op, args, test_utils=utils)
+    out, alpha, code = tmod._antialias_op(color.detach(), p2f, verts.detach(), faces, None, False,
+                                          True)  # fmt: skip
+    assert alpha.shape == (*color.shape[:3], 2) and (code >= 0).any()
+    g = torch.tensor(case["grad_aa"])
+    back = (g, alpha, code, color.detach(), p2f, verts.detach(), faces, None, False, True)
+    torch.library.opcheck(
+        tmod._antialias_backward_op, back, test_utils=("test_schema", "test_faketensor")
+    )

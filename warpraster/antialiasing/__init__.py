@@ -308,11 +308,32 @@ class Antialias:
                                                                     verts_ndc, zbuf))  # fmt: skip
         return a, out, own, key, want_color, want_pos
 
-    def _forward(self, a: AAInputs, out: wp.array, store: bool) -> None:
+    def _forward(self, a: AAInputs, out: wp.array, store: bool, pairs=None) -> None:
         if self.sparse:
-            self._sparse_forward(a, out, store)
+            self._sparse_forward(a, out, store, pairs)
         else:
-            self._gather_forward(a, out)
+            self._gather_forward(a, out, pairs)
+
+    # ------------------------------------------------------------------ records
+    # A caller keeping each call's pair records itself (the torch op: the forward's
+    # records saved for its backward, so the backward runs the adjoint alone). The
+    # arrays are checked by the caller (:meth:`check`; ``alpha`` / ``code``
+    # (N, H, W, 2) float32 / int32).
+    def forward_records(self, color, pix_to_face, verts_ndc, zbuf, out, alpha, code) -> None:
+        """The forward into ``out``, writing every pixel pair's record into ``alpha``
+        and ``code`` (not the object's own)."""
+        a, out = self._prepare(color, pix_to_face, verts_ndc, zbuf, out)[:2]
+        self._calls += 1
+        if a is not None:
+            self._forward(a, out, True, _records(alpha, code))
+
+    def adjoint_records(self, color, pix_to_face, verts_ndc, zbuf, alpha, code, out_grad,
+                        color_grad, verts_grad) -> None:  # fmt: skip
+        """The adjoint of a :meth:`forward_records` call from its records: adds into
+        ``color_grad`` and ``verts_grad`` (either None: skipped) from ``out_grad``."""
+        a = self._prepare(color, pix_to_face, verts_ndc, zbuf, None)[0]
+        if a is not None:
+            self._backward(a, out_grad, color_grad, verts_grad, _records(alpha, code))
 
     def _record(self, a: AAInputs, out: wp.array, own: bool, grads: tuple) -> None:
         """The forward of a recorded call, and its adjoint registered on the active tape
@@ -330,18 +351,19 @@ class Antialias:
         with_grad = [x for x in (a.color, a.verts, out) if x.grad is not None]
         active_tape().record_func(backward, arrays=with_grad)
 
-    def _gather_forward(self, a: AAInputs, out: wp.array) -> None:
+    def _gather_forward(self, a: AAInputs, out: wp.array, pairs=None) -> None:
         """Pair records for every pixel, then every pixel gathers its pairs."""
         n, h, w, _ = self.shape
+        pairs = self.pairs if pairs is None else pairs
         # two passes: a one-pass variant in which each pixel re-analysed its left and
         # upper neighbours' pairs was slower on an H200 (0.173 against 0.118 ms graph
         # forward, ico5 x8 512²: the four inlined analyses diverge), docs/PERF.md
-        wp.launch(analyse_pairs, dim=(n, h, w), inputs=[a], outputs=[self.pairs],
+        wp.launch(analyse_pairs, dim=(n, h, w), inputs=[a], outputs=[pairs],
                   device=self.device, record_tape=False)  # fmt: skip
-        wp.launch(blend, dim=(n, h, w), inputs=[a.color, self.pairs], outputs=[out],
+        wp.launch(blend, dim=(n, h, w), inputs=[a.color, pairs], outputs=[out],
                   device=self.device, record_tape=False)  # fmt: skip
 
-    def _sparse_forward(self, a: AAInputs, out: wp.array, store: bool) -> None:
+    def _sparse_forward(self, a: AAInputs, out: wp.array, store: bool, pairs=None) -> None:
         """``out`` = the colour, then the blending pairs added to it (records
         written for the adjoint when ``store``)."""
         n, h, w, _ = self.shape
@@ -353,15 +375,16 @@ class Antialias:
         else:
             wp.launch(copy_color, dim=(n, h, w), inputs=[a.color], outputs=[dest],
                       device=self.device, record_tape=False)  # fmt: skip
-        wp.launch(sparse_blend, dim=(n, h, w), inputs=[a, int(store)], outputs=[self.pairs, out],
+        pairs = self.pairs if pairs is None else pairs
+        wp.launch(sparse_blend, dim=(n, h, w), inputs=[a, int(store)], outputs=[pairs, out],
                   device=self.device, record_tape=False)  # fmt: skip
 
-    def _backward(self, a: AAInputs, out_grad, color_grad, verts_grad) -> None:
+    def _backward(self, a: AAInputs, out_grad, color_grad, verts_grad, pairs=None) -> None:
         """Adds d loss / d color into ``color_grad`` and d loss / d verts_ndc into
         ``verts_grad`` (either None: skipped) from ``out_grad``."""
         n, h, w, _ = self.shape
         g = AAGrads()
-        g.pairs = self.pairs
+        g.pairs = self.pairs if pairs is None else pairs
         g.out_grad = out_grad
         g.want_color = int(color_grad is not None)
         g.color_grad = self._no_color_grad if color_grad is None else color_grad
@@ -382,6 +405,14 @@ _RECORDED_TWICE = (
     "pair buffers no longer belong to the call being differentiated (use one Antialias "
     "object per call recorded on a tape, or call tape.reset() before recording it again)"
 )
+
+
+def _records(alpha: wp.array, code: wp.array) -> PairRecords:
+    """Pair records on the caller's arrays."""
+    r = PairRecords()
+    r.alpha = alpha
+    r.code = code
+    return r
 
 
 def _array_key(x: wp.array | None):

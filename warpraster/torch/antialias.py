@@ -1,10 +1,11 @@
 """The antialias op on torch tensors: ``warpraster.torch.antialias``.
 
 A ``torch.library.custom_op`` pair like the other ops (:mod:`warpraster.torch.ops`):
-the forward runs :func:`warpraster.antialias` on zero-copy Warp views of the
-tensors; the backward op replays it on a private ``wp.Tape`` whose output
-gradient is a copy of the upstream gradient, and returns the gradients of
-``color`` and ``verts_ndc``. Both run on torch's current stream inside a private
+the forward runs the :class:`~warpraster.antialiasing.Antialias` op on zero-copy
+Warp views of the tensors and, when a backward will follow, returns every pixel
+pair's record (alpha and edge code) beside the image; the backward op runs the
+adjoint alone from those records (the forward is not run again) and returns the
+gradients of ``color`` and ``verts_ndc``. Both run on torch's current stream inside a private
 tape slot (:class:`~warpraster.torch.streams._TorchStream`), so a ``wp.Tape``
 the user has open sees none of it; ``torch.compile(fullgraph=True)`` sees one
 opaque node (fake implementations give the shapes). The edge topology of a faces
@@ -95,29 +96,20 @@ def _op(topology: AntialiasTopology, num_verts: int, shape: tuple, tdevice: torc
         return made
 
 
-def _run(color, pix_to_face, verts_ndc, faces, zbuf, deterministic, *, out, grads=None):
-    """The Warp call on views of the tensors (``grads``: (grad_out, grad_color,
-    grad_verts) to run the adjoint on a private tape). The index values were checked
-    by :func:`antialias` (a host read there; none here)."""
-    with _TorchStream(color.device):
-        c = _wp(color, wp.float32, None if grads is None else grads[1])
-        v = _wp(verts_ndc, wp.vec3, None if grads is None else grads[2])
-        o = _wp(out, wp.float32, None if grads is None else grads[0])
-        f = wp.from_torch(faces, dtype=wp.int32)
-        if faces.shape[0] == 0:
-            f = wp.empty((0, 3), dtype=wp.int32, device=c.device)
-        z = None if zbuf is None else _wp(zbuf, wp.float32)
-        p = _wp(pix_to_face, wp.int32)
-        topology = _topology(faces, f, v.shape[0])
-        op = _op(topology, v.shape[0], tuple(c.shape), color.device, deterministic)
-        op.check(c, p, v, z, o)
-        if grads is None:
-            op(c, p, v, zbuf=z, out=o)
-            return
-        tape = wp.Tape()
-        with tape:
-            op(c, p, v, zbuf=z, out=o)
-        tape.backward()
+def _views(color, pix_to_face, verts_ndc, faces, zbuf, deterministic, grads=None):
+    """(op, color, pix_to_face, verts, zbuf) as Warp views and the kept Antialias
+    object (call inside the ops' stream scope). ``grads``: (grad_color, grad_verts)
+    become the views' gradients."""
+    c = _wp(color, wp.float32, None if grads is None else grads[0])
+    v = _wp(verts_ndc, wp.vec3, None if grads is None else grads[1])
+    f = wp.from_torch(faces, dtype=wp.int32)
+    if faces.shape[0] == 0:
+        f = wp.empty((0, 3), dtype=wp.int32, device=c.device)
+    z = None if zbuf is None else _wp(zbuf, wp.float32)
+    p = _wp(pix_to_face, wp.int32)
+    op = _op(_topology(faces, f, v.shape[0]), v.shape[0], tuple(c.shape), color.device,
+             deterministic)  # fmt: skip
+    return op, c, p, v, z
 
 
 def _antialias_impl(
@@ -127,61 +119,87 @@ def _antialias_impl(
     faces: torch.Tensor,
     zbuf: torch.Tensor | None,
     deterministic: bool,
-) -> torch.Tensor:
-    """(N, H, W, C) float32; floats float32, indices int32, all contiguous."""
+    record: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out (N, H, W, C) float32, pair alpha, pair code): with ``record`` the pair
+    records of every pixel ((N, H, W, 2) float32 / int32, for the backward's adjoint),
+    else empty. Floats float32, indices int32, all contiguous. The index values were
+    checked by :func:`antialias` (a host read there; none here)."""
     out = torch.empty_like(color)
+    n, h, w, _ = color.shape
+    rec = (n, h, w, 2) if record else (0,)
+    alpha = color.new_empty(rec)
+    code = torch.empty(rec, dtype=torch.int32, device=color.device)
     if out.numel() == 0:
-        return out
-    _run(color, pix_to_face, verts_ndc, faces, zbuf, deterministic, out=out)
-    return out
+        return out, alpha, code
+    with _TorchStream(color.device):
+        op, c, p, v, z = _views(color, pix_to_face, verts_ndc, faces, zbuf, deterministic)
+        o = _wp(out, wp.float32)
+        op.check(c, p, v, z, o)
+        if record:
+            op.forward_records(c, p, v, z, o, _wp(alpha, wp.float32), _wp(code, wp.int32))
+        else:
+            op(c, p, v, zbuf=z, out=o)
+    return out, alpha, code
 
 
 _antialias_op = torch.library.custom_op("warpraster::antialias", mutates_args=())(_antialias_impl)
 
 
 @_antialias_op.register_fake
-def _antialias_fake(color, pix_to_face, verts_ndc, faces, zbuf, deterministic):
-    return torch.empty_like(color)
+def _antialias_fake(color, pix_to_face, verts_ndc, faces, zbuf, deterministic, record):
+    n, h, w, _ = color.shape
+    rec = (n, h, w, 2) if record else (0,)
+    return (torch.empty_like(color), color.new_empty(rec),
+            torch.empty(rec, dtype=torch.int32, device=color.device))  # fmt: skip
 
 
-@_backward_op(_antialias_op, "Tensor grad_out", "(Tensor, Tensor)")
+@_backward_op(_antialias_op, "Tensor grad_out, Tensor alpha, Tensor code", "(Tensor, Tensor)")
 def _antialias_backward_op(
-    grad_out: torch.Tensor, *inputs: torch.Tensor | bool | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(d loss / d color, d loss / d verts_ndc) from d loss / d out."""
-    color, pix_to_face, verts_ndc, faces, zbuf, deterministic = inputs
+    grad_out: torch.Tensor, alpha: torch.Tensor, code: torch.Tensor,
+    *inputs: torch.Tensor | bool | None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(d loss / d color, d loss / d verts_ndc) from d loss / d out: the adjoint alone,
+    from the forward's pair records (the forward is not run again)."""
+    color, pix_to_face, verts_ndc, faces, zbuf, deterministic, record = inputs
     grad_color = torch.zeros_like(color)
     grad_verts = torch.zeros_like(verts_ndc)
     if color.numel() == 0:
         return grad_color, grad_verts
-    seeded = grad_out.clone(memory_format=torch.contiguous_format)
-    _run(color, pix_to_face, verts_ndc, faces, zbuf, deterministic, out=torch.empty_like(color),
-         grads=(seeded, grad_color, grad_verts))  # fmt: skip
+    if not record:
+        raise RuntimeError("antialias: backward of a call made without its pair records")
+    with _TorchStream(color.device):
+        op, c, p, v, z = _views(color, pix_to_face, verts_ndc, faces, zbuf, deterministic)
+        op.adjoint_records(c, p, v, z, _wp(alpha, wp.float32), _wp(code, wp.int32),
+                           _wp(grad_out.contiguous(), wp.float32), _wp(grad_color, wp.float32),
+                           _wp(grad_verts, wp.vec3))  # fmt: skip
     return grad_color, grad_verts
 
 
 @_antialias_backward_op.register_fake
-def _antialias_backward_fake(grad_out, color, pix_to_face, verts_ndc, faces, zbuf, deterministic):
-    return torch.empty_like(color), torch.empty_like(verts_ndc)
+def _antialias_backward_fake(grad_out, alpha, code, color, *rest):
+    return torch.empty_like(color), torch.empty_like(rest[1])
 
 
 def _setup(ctx, inputs, output):
-    color, p2f, verts, faces, zbuf, deterministic = inputs
-    ctx.deterministic = deterministic
+    color, p2f, verts, faces, zbuf, deterministic, record = inputs
+    ctx.options = (deterministic, record)
     ctx.has_zbuf = zbuf is not None
-    ctx.save_for_backward(color, p2f, verts, faces, *([zbuf] if ctx.has_zbuf else []))
+    ctx.save_for_backward(color, p2f, verts, faces, output[1], output[2],
+                          *([zbuf] if ctx.has_zbuf else []))  # fmt: skip
 
 
-def _backward(ctx, grad_out):
+def _backward(ctx, grad_out, _grad_alpha=None, _grad_code=None):
     saved = _detached(ctx.saved_tensors)
-    color, p2f, verts, faces = saved[:4]
-    zbuf = saved[4] if ctx.has_zbuf else None
+    color, p2f, verts, faces, alpha, code = saved[:6]
+    zbuf = saved[6] if ctx.has_zbuf else None
     g = _upstream(grad_out, color)
-    gc, gv = _antialias_backward_op(g, color, p2f, verts, faces, zbuf, ctx.deterministic)
-    return gc, None, gv, None, None, None
+    gc, gv = _antialias_backward_op(g, alpha, code, color, p2f, verts, faces, zbuf, *ctx.options)
+    return gc, None, gv, None, None, None, None
 
 
-_antialias = eager_path(_antialias_op, _antialias_impl, _setup, _backward)
+_antialias = eager_path(_antialias_op, _antialias_impl, _setup, _backward,
+                        non_differentiable=(1, 2))  # fmt: skip
 
 
 def antialias(
@@ -236,5 +254,6 @@ def antialias(
                       kind="face ids")  # fmt: skip
     z = None if zbuf is None else _f32(zbuf).detach()
     faces32 = faces.detach() if torch.compiler.is_compiling() else _faces_int32(faces.detach())
+    record = torch.is_grad_enabled() and (color.requires_grad or verts_ndc.requires_grad)
     return _antialias(_f32(color), to_int32(pix_to_face), _f32(verts_ndc), to_int32(faces32), z,
-                         bool(deterministic))  # fmt: skip
+                      bool(deterministic), bool(record))[0]  # fmt: skip
