@@ -236,4 +236,5 @@ _CHECKED: collections.OrderedDict = collections.OrderedDict()
 def _tensor_key(t) -> tuple | None:
     if t is None:
         return None
-    return (t.data_ptr(), tuple(t.shape), t.dtype, str(t.device), t._version)
+    # (torch.Size and torch.device hash and compare by value: no conversions)
+    return (t.data_ptr(), t.shape, t.dtype, t.device, t._version)

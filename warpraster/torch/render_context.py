@@ -229,6 +229,12 @@ class _Slot:
         self._recorded = RecordedCall(self.device) if self.record else None
         self._grad_views = None
         self._out_key = self._out_views = None
+        # the floating-point inputs (copied in every call) and their own copies
+        self._float_idx = [i for i, t in enumerate(self.tensors) if t.is_floating_point()]
+        self._own_floats = [self.verts, *(self.tensors[i] for i in self._float_idx)]
+        self._grad_list = [] if not self.record else [
+            self.grad_verts, *(g for g in self.grads if g is not None)
+        ]  # fmt: skip
         self._call_graph = None if self.record else CallGraph(self.device)
 
     # -- forward
@@ -238,12 +244,11 @@ class _Slot:
         with torch.no_grad():
             # one multi-tensor copy (and zero) each: a torch call per tensor costs
             # host time in every step
-            own = [self.verts, *(o for o in self.tensors if o.is_floating_point())]
-            src = [verts, *(t for t in tensors if t.is_floating_point())]
+            own = self._own_floats
+            src = [verts, *(tensors[i] for i in self._float_idx)]
             _foreach(torch._foreach_copy_, torch.Tensor.copy_, own, src)
             if self.record:  # the inputs' gradients accumulate in Warp
-                zero = [self.grad_verts, *(g for g in self.grads if g is not None)]
-                _foreach(torch._foreach_zero_, torch.Tensor.zero_, zero)
+                _foreach(torch._foreach_zero_, torch.Tensor.zero_, self._grad_list)
         # The slot's arrays are the same every call (the inputs were copied into them)
         # and its launches' Python-side state is set by the first call: from the
         # second call on, where graphs are on (graphs_enabled), the render replays as
