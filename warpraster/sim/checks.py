@@ -7,6 +7,8 @@ at set-up only.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import warp as wp
 
@@ -16,6 +18,7 @@ __all__ = [
     "check_array",
     "check_frame",
     "check_int",
+    "check_nonnegative",
     "check_source",
     "look_at_transform",
 ]
@@ -77,6 +80,17 @@ def check_int(value, name: str, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
+
+
+def check_nonnegative(value, name: str) -> float:
+    """``value`` as a finite ``float`` >= 0 (TypeError / ValueError naming ``name``)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {value!r}") from None
+    if not (math.isfinite(number) and number >= 0.0):
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+    return number
 
 
 def check_frame(frame, frame_count: int) -> None:

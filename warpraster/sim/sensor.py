@@ -76,6 +76,7 @@ from .checks import (
     check_array,
     check_frame,
     check_int,
+    check_nonnegative,
     check_source,
     look_at_transform,
     sensor_light_rows,
@@ -217,9 +218,7 @@ class CameraSensor:
         self.camera_count = check_int(camera_count, "camera_count")
         self.frame_count = check_int(frames, "frames")
         self.image_size = parse_image_size(image_size)
-        sigma = float(silhouette_sigma)
-        if not math.isfinite(sigma) or sigma < 0.0:
-            raise ValueError(f"silhouette_sigma must be finite and >= 0, got {silhouette_sigma}")
+        sigma = check_nonnegative(silhouette_sigma, "silhouette_sigma")
         self.silhouette_sigma = sigma
         self.blur_radius = sigma * _BLUR_PER_SIGMA
         if not isinstance(antialias, bool):
@@ -230,13 +229,7 @@ class CameraSensor:
                 "are alternatives; pass one of them"
             )
         self.antialias = antialias
-        try:
-            near = float(near_clip)
-        except (TypeError, ValueError):
-            raise TypeError(f"near_clip must be a number, got {near_clip!r}") from None
-        if not (math.isfinite(near) and near >= 0.0):
-            raise ValueError(f"near_clip must be finite and >= 0, got {near_clip!r}")
-        self.near_clip = near
+        self.near_clip = check_nonnegative(near_clip, "near_clip")
         self.clear_color = _vec3(clear_color, "clear_color", unit_range=True)
         self.clear_depth = float(clear_depth)
         if math.isnan(self.clear_depth):
@@ -323,12 +316,7 @@ class CameraSensor:
             device=dev,
             requires_grad=mg,
         )
-        try:
-            intensity = float(light_intensity)
-        except (TypeError, ValueError):
-            raise TypeError(f"light_intensity must be a number, got {light_intensity!r}") from None
-        if not (math.isfinite(intensity) and intensity >= 0.0):
-            raise ValueError(f"light_intensity must be finite and >= 0, got {light_intensity!r}")
+        intensity = check_nonnegative(light_intensity, "light_intensity")
         intensity = 0.0 if light_direction is None else intensity
         self.light_intensity = wp.array([intensity], dtype=wp.float32, device=dev,
                                         requires_grad=mg)  # fmt: skip
