@@ -196,6 +196,17 @@ def view_to_ndc_matrices(camera: CameraData, matrices_out: wp.array) -> wp.array
 
 
 # ----------------------------------------------------------------------------- projection
+@wp.func
+def _vertex_camera(
+    camera: CameraData, vert_to_mesh: wp.array(dtype=wp.int32), per_vertex_camera: wp.bool, i: int
+) -> int:
+    """The camera that sees vertex ``i``: its mesh's (clamped to the batch), or 0."""
+    cam = int(0)
+    if per_vertex_camera:
+        cam = wp.clamp(vert_to_mesh[i], 0, camera.num_cameras - 1)
+    return cam
+
+
 @wp.kernel
 def _project_kernel(
     # In:
@@ -207,9 +218,7 @@ def _project_kernel(
     points_out: wp.array(dtype=wp.vec3),
 ):
     i = wp.tid()
-    cam = int(0)
-    if per_vertex_camera:
-        cam = wp.clamp(vert_to_mesh[i], 0, camera.num_cameras - 1)
+    cam = _vertex_camera(camera, vert_to_mesh, per_vertex_camera, i)
     p = verts[i]
     if finite_vec3(p):
         v = p @ _per_camera(camera.R, cam) + _per_camera(camera.T, cam)
@@ -245,9 +254,7 @@ def _project_adjoint_kernel(
     stripe of ``cam_part_out`` (when ``stripes`` > 0); ``points_grad[i]`` is
     zeroed once read when ``consume`` (as Warp's adjoint of a store does)."""
     i = wp.tid()
-    cam = int(0)
-    if per_vertex_camera:
-        cam = wp.clamp(vert_to_mesh[i], 0, camera.num_cameras - 1)
+    cam = _vertex_camera(camera, vert_to_mesh, per_vertex_camera, i)
     go = points_grad[i]
     if consume != 0:
         points_grad[i] = wp.vec3(0.0)
