@@ -11,6 +11,7 @@ from central_differences import central_difference, floats
 import warpraster.sim as wsim
 from warpraster.shading.atlas import Atlas, TextureWrap
 from warpraster.shading.material_table import (
+    CornerAlbedo,
     MaterialTable,
     face_albedo,
     face_albedo_adjoint,
@@ -173,14 +174,13 @@ def test_textured_multi_material_gradients_match_central_differences(device, det
 
 
 @wp.kernel
-def _albedo_and_adjoint(table: MaterialTable, corner_uv: wp.array2d(dtype=wp.vec2),
-                        corner_color: wp.array2d(dtype=wp.vec4), b: wp.array(dtype=wp.vec3),
+def _albedo_and_adjoint(table: MaterialTable, corners: CornerAlbedo, b: wp.array(dtype=wp.vec3),
                         g: wp.vec3, albedo: wp.array(dtype=wp.vec3),
                         g_kd: wp.array(dtype=wp.vec3), g_b: wp.array(dtype=wp.vec3)):  # fmt: skip
     i = wp.tid()
-    a = face_albedo(table, 0, corner_uv, corner_color, 0, b[i])
+    a = face_albedo(table, 0, corners, 0, b[i])
     albedo[i] = wp.vec3(a[0], a[1], a[2])
-    gk, gb, _gt = face_albedo_adjoint(table, 0, corner_uv, corner_color, 0, b[i], g)
+    gk, gb, _gt = face_albedo_adjoint(table, 0, corners, 0, b[i], g)
     g_kd[i] = gk
     g_b[i] = gb
 
@@ -196,8 +196,9 @@ def test_face_albedo_adjoint_matches_central_differences_of_the_random_texture()
                              TextureWrap.REPEAT, TextureWrap.CLAMP, (1.0,) * 4, (0.0,) * 4)],
                   device="cpu")  # fmt: skip
     uv = np.array([[[-0.1, -0.1], [1.2, -0.1], [1.2, 1.2]]], np.float32)
-    corner_uv = wp.array(uv, dtype=wp.vec2, device="cpu")
-    no_colors = wp.zeros((1, 3), dtype=wp.vec4, device="cpu")
+    corners = CornerAlbedo()
+    corners.uv = wp.array(uv, dtype=wp.vec2, device="cpu")
+    corners.color = wp.zeros((1, 3), dtype=wp.vec4, device="cpu")  # unused: a material
     b = rng.dirichlet((2.0, 2.0, 2.0), 64)
     st = b @ uv[0].astype(np.float64)
     x, y = st[:, 0] * _TEX_W - 0.5, (1 - st[:, 1]) * _TEX_H - 0.5
@@ -208,7 +209,7 @@ def test_face_albedo_adjoint_matches_central_differences_of_the_random_texture()
     def run(bary):
         n = bary.shape[0]
         outs = [wp.zeros(n, dtype=wp.vec3, device="cpu") for _ in range(3)]
-        wp.launch(_albedo_and_adjoint, n, inputs=[material_table(atlas), corner_uv, no_colors,
+        wp.launch(_albedo_and_adjoint, n, inputs=[material_table(atlas), corners,
                   wp.array(bary, dtype=wp.vec3, device="cpu"), wp.vec3(*g), *outs],
                   device="cpu")  # fmt: skip
         return [o.numpy().astype(np.float64) for o in outs]

@@ -58,8 +58,8 @@ def test_bundled_stage_shows_the_stage_renderers_faces_and_albedo(device):
         pix_to_face=wp.array(scene_face.astype(np.int32), dtype=wp.int32, device=device),
         bary_coords=frags.bary_coords,
     )
-    sample_atlas(at_sensor, b.face_material, b.corner_uv, b.corner_color, b.atlas,
-                 albedo_out=albedo, opacity_out=opacity)  # fmt: skip
+    sample_atlas(at_sensor, b.face_material, b.corner_albedo, b.atlas, albedo_out=albedo,
+                 opacity_out=opacity)  # fmt: skip
     hit = scene_face[0, ..., 0] >= 0
     np.testing.assert_array_equal(out.albedo.numpy()[0, 0][hit], albedo.numpy()[0, ..., 0, :][hit])
 

@@ -33,7 +33,7 @@ import numpy as np
 import warp as wp
 
 from ..grad_buffers import note_on_tape
-from .material_table import MaterialTable, TextureWrap, face_albedo, material_table
+from .material_table import CornerAlbedo, MaterialTable, TextureWrap, face_albedo, material_table
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -47,8 +47,7 @@ def _sample_atlas_kernel(
     bary_coords: wp.array4d(dtype=wp.vec3),
     # Faces in: material row (-1: none) and per-corner UVs and RGBA colours, (F, 3)
     face_material: wp.array(dtype=wp.int32),
-    corner_uv: wp.array2d(dtype=wp.vec2),
-    corner_color: wp.array2d(dtype=wp.vec4),
+    corners: CornerAlbedo,
     # Materials in:
     table: MaterialTable,
     # Data out, (N, H, W, K):
@@ -61,7 +60,7 @@ def _sample_atlas_kernel(
         albedo_out[n, y, x, k] = wp.vec3(0.0)
         opacity_out[n, y, x, k] = 0.0
         return
-    c = face_albedo(table, face_material[f], corner_uv, corner_color, f, bary_coords[n, y, x, k])
+    c = face_albedo(table, face_material[f], corners, f, bary_coords[n, y, x, k])
     albedo_out[n, y, x, k] = wp.vec3(c[0], c[1], c[2])
     opacity_out[n, y, x, k] = c[3]
 
@@ -131,8 +130,7 @@ class Atlas:
 def sample_atlas(
     fragments,
     face_material: wp.array,
-    corner_uv: wp.array,
-    corner_color: wp.array,
+    corners: CornerAlbedo,
     atlas: Atlas,
     *,
     albedo_out: wp.array,
@@ -143,12 +141,13 @@ def sample_atlas(
     Args:
         fragments: (N, H, W, K) fragments (``pix_to_face``, ``bary_coords``).
         face_material: (F,) int32 material rows, -1 for the corner colours.
-        corner_uv: (F, 3) ``vec2`` UVs; corner_color: (F, 3) ``vec4`` RGBA.
+        corners: the faces' (F, 3) ``vec2`` UVs and ``vec4`` RGBA colours.
         atlas: the :class:`Atlas`.
         albedo_out: (N, H, W, K) ``vec3``; opacity_out: (N, H, W, K) float32.
     """
-    # the table's arrays reach the kernel inside a struct: tape.zero() must know them
-    note_on_tape(atlas.diffuse, atlas.opacity, atlas.texels)
+    # the table's and the corners' arrays reach the kernel inside structs: tape.zero()
+    # must know them
+    note_on_tape(atlas.diffuse, atlas.opacity, atlas.texels, corners.uv, corners.color)
     wp.launch(
         _sample_atlas_kernel,
         dim=fragments.pix_to_face.shape,
@@ -156,8 +155,7 @@ def sample_atlas(
             fragments.pix_to_face,
             fragments.bary_coords,
             face_material,
-            corner_uv,
-            corner_color,
+            corners,
             atlas.table,
         ],
         outputs=[albedo_out, opacity_out],

@@ -6,6 +6,7 @@ Warp struct, so a kernel that shades per face reads every material through one
 argument. A texture is read bilinearly with its own wrap modes
 (:class:`TextureWrap`): :func:`texel_taps` finds the four taps and their
 weights, :func:`bilinear` blends them (the one home of that formula).
+:class:`CornerAlbedo` holds what a face's corners add (UVs, colours).
 :func:`face_albedo` is the albedo and opacity of a point of a face: its
 material's diffuse colour times the material's texture at the point's
 interpolated UV (``texel * scale + bias``), or the diffuse colour alone for an
@@ -32,6 +33,7 @@ import warp as wp
 wp.set_module_options({"fuse_fp": False})
 
 __all__ = [
+    "CornerAlbedo",
     "MaterialTable",
     "TextureWrap",
     "bilinear",
@@ -150,10 +152,20 @@ def material_table(atlas) -> MaterialTable:
     return t
 
 
+@wp.struct
+class CornerAlbedo:
+    """The per-corner tables :func:`face_albedo` reads, (F, 3) rows of a face's
+    corners: texture coordinates ``uv`` (``vec2``) and linear RGBA ``color``
+    (``vec4``, the albedo of a face without a material)."""
+
+    uv: wp.array2d(dtype=wp.vec2)
+    color: wp.array2d(dtype=wp.vec4)
+
+
 @wp.func
-def face_uv(corner_uv: wp.array2d(dtype=wp.vec2), f: int, b: wp.vec3) -> wp.vec2:
+def face_uv(corners: CornerAlbedo, f: int, b: wp.vec3) -> wp.vec2:
     """The UV of the point with barycentrics ``b`` of face ``f`` (per-corner UVs)."""
-    return b[0] * corner_uv[f, 0] + b[1] * corner_uv[f, 1] + b[2] * corner_uv[f, 2]
+    return b[0] * corners.uv[f, 0] + b[1] * corners.uv[f, 1] + b[2] * corners.uv[f, 2]
 
 
 @wp.func
@@ -162,48 +174,34 @@ def _scaled(t: wp.vec4, sc: wp.vec4, bi: wp.vec4) -> wp.vec3:
 
 
 @wp.func
-def face_albedo(
-    table: MaterialTable,
-    m: int,
-    corner_uv: wp.array2d(dtype=wp.vec2),
-    corner_color: wp.array2d(dtype=wp.vec4),
-    f: int,
-    b: wp.vec3,
-) -> wp.vec4:
+def face_albedo(table: MaterialTable, m: int, corners: CornerAlbedo, f: int, b: wp.vec3) -> wp.vec4:
     """Albedo (rgb) and opacity (a) of material ``m`` at the point with barycentrics
-    ``b`` of face ``f`` (the row of ``corner_uv`` / ``corner_color``): the diffuse
-    colour, times ``texel * scale + bias`` of its texture at the interpolated UV
-    when it has one, and the material's opacity; for ``m`` = -1 (no material) the
-    interpolated corner colour and alpha (USD's ``displayColor`` /
-    ``displayOpacity``)."""
+    ``b`` of face ``f`` (its row of ``corners``): the diffuse colour, times
+    ``texel * scale + bias`` of its texture at the interpolated UV when it has one,
+    and the material's opacity; for ``m`` = -1 (no material) the interpolated
+    corner colour and alpha (USD's ``displayColor`` / ``displayOpacity``)."""
     if m < 0:
-        return b[0] * corner_color[f, 0] + b[1] * corner_color[f, 1] + b[2] * corner_color[f, 2]
+        return b[0] * corners.color[f, 0] + b[1] * corners.color[f, 1] + b[2] * corners.color[f, 2]
     kd = table.diffuse[m]
     info = table.texture[m]
     if info[1] > 0:
-        t = bilinear(table.texels, info, face_uv(corner_uv, f, b))
+        t = bilinear(table.texels, info, face_uv(corners, f, b))
         kd = wp.cw_mul(kd, _scaled(t, table.tex_scale[m], table.tex_bias[m]))
     return wp.vec4(kd[0], kd[1], kd[2], table.opacity[m])
 
 
 @wp.func
 def face_albedo_adjoint(
-    table: MaterialTable,
-    m: int,
-    corner_uv: wp.array2d(dtype=wp.vec2),
-    corner_color: wp.array2d(dtype=wp.vec4),
-    f: int,
-    b: wp.vec3,
-    g: wp.vec3,
+    table: MaterialTable, m: int, corners: CornerAlbedo, f: int, b: wp.vec3, g: wp.vec3
 ):
     """Gradients of :func:`face_albedo`'s rgb for an upstream gradient ``g`` of it:
     (of the diffuse row ``m``, of the barycentrics ``b``, of the scaled texel
     (``g * diffuse * scale``, rgb: a tap's texel gradient is its weight times this)).
     Untextured: (g, 0, 0); no material (``m`` = -1): (0, the corner colours', 0)."""
     if m < 0:
-        c0 = corner_color[f, 0]
-        c1 = corner_color[f, 1]
-        c2 = corner_color[f, 2]
+        c0 = corners.color[f, 0]
+        c1 = corners.color[f, 1]
+        c2 = corners.color[f, 2]
         g_c = wp.vec3(
             g[0] * c0[0] + g[1] * c0[1] + g[2] * c0[2],
             g[0] * c1[0] + g[1] * c1[1] + g[2] * c1[2],
@@ -214,7 +212,7 @@ def face_albedo_adjoint(
     info = table.texture[m]
     if info[1] <= 0:
         return g, wp.vec3(0.0), wp.vec3(0.0)
-    uv = face_uv(corner_uv, f, b)
+    uv = face_uv(corners, f, b)
     sc = table.tex_scale[m]
     bi = table.tex_bias[m]
     idx, _wgt, fx, fy = texel_taps(info, uv)
@@ -234,6 +232,8 @@ def face_albedo_adjoint(
     g_v = -float(info[2]) * (g_t[0] * d_fy[0] + g_t[1] * d_fy[1] + g_t[2] * d_fy[2])
     g_uv = wp.vec2(g_u, g_v)
     g_b = wp.vec3(
-        wp.dot(g_uv, corner_uv[f, 0]), wp.dot(g_uv, corner_uv[f, 1]), wp.dot(g_uv, corner_uv[f, 2])
+        wp.dot(g_uv, corners.uv[f, 0]),
+        wp.dot(g_uv, corners.uv[f, 1]),
+        wp.dot(g_uv, corners.uv[f, 2]),
     )
     return g_kd, g_b, g_t

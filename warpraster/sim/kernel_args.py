@@ -24,7 +24,7 @@ import warp as wp
 
 from ..backward.sorted import SegmentEntries
 from ..shading.lighting import LightRows
-from ..shading.material_table import MaterialTable
+from ..shading.material_table import CornerAlbedo, MaterialTable
 from ..shading.pixel_args import PixelFragments, pixel_fragments
 
 
@@ -63,8 +63,7 @@ class Surface:
     shape of each face, ``shape_index`` (S,) each shape's output index;
     ``face_material`` its row of the material table (-1: its corner colours),
     ``face_source`` its row among the sensor's own triangles (F_s,), the rows of
-    ``corner_uv`` / ``corner_color`` (F_s, 3), the corners' texture coordinates and
-    colours."""
+    ``corners`` (F_s, 3), the corners' texture coordinates and colours."""
 
     faces: wp.array2d(dtype=wp.int32)
     face_vertices: wp.array2d(dtype=wp.int32)
@@ -72,8 +71,7 @@ class Surface:
     shape_index: wp.array(dtype=wp.uint32)
     face_source: wp.array(dtype=wp.int32)
     face_material: wp.array(dtype=wp.int32)
-    corner_uv: wp.array2d(dtype=wp.vec2)
-    corner_color: wp.array2d(dtype=wp.vec4)
+    corners: CornerAlbedo
 
 
 @wp.struct
@@ -298,7 +296,8 @@ def sensor_structs(sensor) -> tuple[VertexSources, View, Surface, Look]:
     surface = make(Surface, faces=sensor.faces, face_vertices=sensor.face_vertices,
                    face_shape=sensor.face_shape, shape_index=sensor.shape_index,
                    face_source=sensor.face_source, face_material=sensor.face_material,
-                   corner_uv=sensor.corner_uv, corner_color=sensor.corner_color)  # fmt: skip
+                   corners=make(CornerAlbedo, uv=sensor.corner_uv,
+                                color=sensor.corner_color))  # fmt: skip
     sky, ground, ambient_intensity = sensor.ambient_terms
     materials = make(MaterialArrays, colors=sensor.shape_colors,
                      light_direction=sensor.light_direction,

@@ -277,12 +277,10 @@ def _make_channels_adjoint(
         if wp.static(textured):
             # the albedo's texture, read at the interpolated UV: its gradient reaches
             # the barycentrics, the diffuse row and the taps' texels
-            g_kd, g_b_tex, g_t = face_albedo_adjoint(
-                look.table, fm, surface.corner_uv, surface.corner_color, fs, b, g_alb
-            )
+            g_kd, g_b_tex, g_t = face_albedo_adjoint(look.table, fm, surface.corners, fs, b, g_alb)
             g_b = g_b + g_b_tex
             if material_grad != 0:
-                _write_taps(taps_out, look.table, fm, face_uv(surface.corner_uv, fs, b), g_t, pixel)
+                _write_taps(taps_out, look.table, fm, face_uv(surface.corners, fs, b), g_t, pixel)
         g_fwd = a * gfd
         records_out.world[n, y, x] = wp.matrix_from_rows(g_p0, g_p1, g_p2)
         if wp.static(smooth_normals):

@@ -426,7 +426,7 @@ def surface_albedo(surface: Surface, look: Look, f: int, b: wp.vec3) -> wp.vec3:
     colours: :func:`~warpraster.shading.material_table.face_albedo`)."""
     fs = surface.face_source[f]
     m = surface.face_material[f]
-    a = face_albedo(look.table, m, surface.corner_uv, surface.corner_color, fs, b)
+    a = face_albedo(look.table, m, surface.corners, fs, b)
     return wp.vec3(a[0], a[1], a[2])
 
 

@@ -52,12 +52,13 @@ from ..shading.atlas import Atlas, TextureWrap, sample_atlas
 from ..shading.corner_tables import gather_corner_tables, place_points
 from ..shading.fused import launch_shade_blend, new_inputs
 from ..shading.lighting import LightKind, LightList
+from ..shading.material_table import CornerAlbedo
 from ..shading.materials import Materials
 from ..shading.modes import BlendMode, ShadingMode, TexelSource
 from ..shading.pixel_args import pixel_fragments
 from ..shading.resolve import resolve_samples
 from ..shading.shaders import FaceTables
-from ..structs import StructCache, placeholder
+from ..structs import StructCache, new_struct, placeholder
 from .antialias import StageAntialias
 from .cameras import conformed_apertures, default_camera, raster_camera
 from .scene import (
@@ -170,7 +171,8 @@ class StageBuffers:
     Scene data (no gradients):
         faces: (max(F, 1), 3) int32 vertex indices.
         corner_normal, corner_color, corner_uv: (max(F, 1), 3) ``vec3`` / ``vec4`` /
-            ``vec2`` per triangle corner (``corners`` is ``corner_normal``).
+            ``vec2`` per triangle corner (``corners`` is ``corner_normal``;
+            ``corner_albedo`` the UVs and colours as the atlas kernel reads them).
         face_material: (max(F, 1),) int32 atlas row, -1 for ``displayColor``;
             ``material_ids``: the same with M for -1 (the table's row).
         face_mesh, vert_mesh: (max(F, 1),) / (max(V, 1),) int32 mesh of each.
@@ -192,6 +194,7 @@ class StageBuffers:
         self.corner_normal = wp.zeros((nf, 3), dtype=wp.vec3, device=d)
         self.corner_color = wp.zeros((nf, 3), dtype=wp.vec4, device=d)
         self.corner_uv = wp.zeros((nf, 3), dtype=wp.vec2, device=d)
+        self.corner_albedo = new_struct(CornerAlbedo, d, uv=self.corner_uv, color=self.corner_color)
         self._assign_corners(m)
         fm = m.face_material.astype(np.int32) if m.num_faces else np.full(nf, -1, np.int32)
         self.face_material = wp.array(fm, dtype=wp.int32, device=d)
@@ -616,8 +619,8 @@ class StageRenderer:
         frags = self.fragments()
         gather_corner_tables(b.faces, b.face_mesh, work.world, b.corner_normal, b.mesh_xform,
                              pos_out=work.tables.pos, nrm_out=work.tables.nrm)  # fmt: skip
-        sample_atlas(frags, b.face_material, b.corner_uv, b.corner_color, b.atlas,
-                     albedo_out=work.albedo, opacity_out=work.opacity)  # fmt: skip
+        sample_atlas(frags, b.face_material, b.corner_albedo, b.atlas, albedo_out=work.albedo,
+                     opacity_out=work.opacity)  # fmt: skip
         key = (frags.pix_to_face, frags.bary_coords, frags.zbuf, frags.dists)
         frag = self._structs.get("fragments", key, lambda: pixel_fragments(frags))
         launch_shade_blend(frag, self._shade_inputs(), work.samples)
