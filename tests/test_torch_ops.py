@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from warpraster.torch import ops
+from warpraster.torch import normals, ops, uv_sampling
 
 DATA = Path(os.environ.get("WARPRASTER_P3D_RENDER_DIR", Path(__file__).parent / "data" /
                            "pytorch3d-render"))  # fmt: skip
@@ -349,26 +349,34 @@ def _op_cases():
 
     return [
         (ops._interp_face_op, (p2f, bary, attrs)),
-        (ops._interp_face_backward_op, (g(*slots, 2), p2f, bary, attrs)),
+        (ops._interp_face_backward_op, (g(*slots, 2), [True, True], p2f, bary, attrs)),
+        (ops._interp_face_backward_op, (g(*slots, 2), [False, True], p2f, bary, attrs)),
         (ops._interp_vert_op, (p2f, bary, vattrs, faces, None, None, True)),
         (ops._interp_vert_op, (p2f, bary, vattrs, faces, ndc, ndc_faces, True)),
         (ops._interp_vert_backward_op,
-         (g(*slots, 2), g(*slots, 2), g(*slots, 2), p2f, bary, vattrs, faces, ndc, ndc_faces,
-          True)),
-        (ops._face_normals_op, (verts, faces)),
-        (ops._face_normals_backward_op, (g(4, 3), verts, faces)),
-        (ops._vertex_normals_op, (verts, faces)),
-        (ops._vertex_normals_backward_op, (g(5, 3), verts, faces)),
-        (ops._sample_uv_op, (p2f, bary, maps, faces, uvs, 2, False, 0)),
-        (ops._sample_uv_backward_op, (g(*slots, 3), p2f, bary, maps, faces, uvs, 2, False, 0)),
+         (g(*slots, 2), g(*slots, 2), g(*slots, 2), [True, True, True], p2f, bary, vattrs, faces,
+          ndc, ndc_faces, True)),
+        (ops._interp_vert_backward_op,
+         (g(*slots, 2), g(0), g(0), [True, False, False], p2f, bary, vattrs, faces, None, None,
+          False)),
+        (normals._face_normals_op, (verts, faces)),
+        (normals._face_normals_backward_op, (g(4, 3), verts, faces)),
+        (normals._vertex_normals_op, (verts, faces)),
+        (normals._vertex_normals_backward_op,
+         (g(5, 3), normals._vertex_normals_op(verts, faces)[1], verts, faces)),
+        (uv_sampling._sample_uv_op, (p2f, bary, maps, faces, uvs, 2, False, 0)),
+        (uv_sampling._sample_uv_backward_op,
+         (g(*slots, 3), [True, True, True], p2f, bary, maps, faces, uvs, 2, False, 0)),
+        (uv_sampling._sample_uv_backward_op,
+         (g(*slots, 3), [False, True, False], p2f, bary, maps, faces, uvs, 1, True, 1)),
     ]  # fmt: skip
 
 
 def test_custom_ops_pass_opcheck_and_leave_their_inputs_alone():
     """Schema, autograd registration, fake kernels and AOT dispatch of every op."""
     backward_ops = {ops._interp_face_backward_op, ops._interp_vert_backward_op,
-                    ops._face_normals_backward_op, ops._vertex_normals_backward_op,
-                    ops._sample_uv_backward_op}  # fmt: skip
+                    normals._face_normals_backward_op, normals._vertex_normals_backward_op,
+                    uv_sampling._sample_uv_backward_op}  # fmt: skip
     for op, args in _op_cases():
         args = tuple(
             # forward ops with their float inputs requiring grad (autograd checks);

@@ -19,7 +19,10 @@ generated adjoint is exact: recorded on a ``wp.Tape``, gradients reach the
 attributes (atomically summed per face corner or vertex), the barycentrics (and
 from there the vertices through the rasterizer's own backward, when the
 fragments were recorded on the same tape) and, for the derivative outputs, the
-projected vertices ``verts_ndc``.
+projected vertices ``verts_ndc``. :func:`interpolate_face_attributes_adjoint` and
+:func:`interpolate_vertex_attributes_adjoint` launch that adjoint alone, without a
+tape and without running the forward (the interpolation is linear: its inputs are
+all the adjoint reads).
 
 Vector-typed arrays are handed to the kernels as float32 views that share their
 data and their ``.grad`` buffer: write upstream gradients into a result's
@@ -43,6 +46,7 @@ import warp as wp
 from ..geometry import EPS, barycentric, pixel_centre
 from ..meshes import as_faces_array, as_vec3_array
 from ..structs import new_struct
+from .adjoint_args import grad_view, no_adjoint, upstream_view
 from .pixel_args import PixelFragments
 
 # Same float rounding as PyTorch3D's separately rounded products (see fragments.py).
@@ -53,7 +57,9 @@ __all__ = [
     "as_fragment_arrays",
     "float_view",
     "interpolate_face_attributes",
+    "interpolate_face_attributes_adjoint",
     "interpolate_vertex_attributes",
+    "interpolate_vertex_attributes_adjoint",
     "vector_type",
 ]
 
@@ -392,7 +398,12 @@ def _interpolate(
         slots_out.ddy[n, yi, xi, j] = step * (dby[0] * a0 + dby[1] * a1 + dby[2] * a2)
 
 
-def _launch(p2f, bary, face_attrs, vert_attrs, faces, d, verts_ndc, ndc_faces, persp, outs):
+def _launch(
+    p2f, bary, face_attrs, vert_attrs, faces, d, verts_ndc, ndc_faces, persp, outs, adjoint=False
+):
+    """The interpolation kernel over these arrays (None: the other attribute form, no
+    derivatives); with ``adjoint``, Warp's adjoint of it alone, the arrays then
+    carrying the gradient buffers (see :mod:`~warpraster.shading.adjoint_args`)."""
     n, h, w, k = p2f.shape
     device = p2f.device
     # arrays left None (the other attribute form, no derivatives) become placeholders
@@ -405,8 +416,15 @@ def _launch(p2f, bary, face_attrs, vert_attrs, faces, d, verts_ndc, ndc_faces, p
     frag = new_struct(PixelFragments, device, pix_to_face=p2f, bary_coords=bary)
     values, ddx, ddy = (float_view(o) if o is not None else None for o in outs)
     slots = new_struct(InterpolatedSlots, device, values=values, ddx=ddx, ddy=ddy)
-    wp.launch(_interpolate, dim=(n, h, w, k * d), inputs=[frag, attrs, screen],
-              outputs=[slots], device=device)  # fmt: skip
+    dim = (n, h, w, k * d)
+    if not adjoint:
+        wp.launch(_interpolate, dim=dim, inputs=[frag, attrs, screen], outputs=[slots],
+                  device=device)  # fmt: skip
+        return
+    adj_in = [no_adjoint(PixelFragments), no_adjoint(SlotAttributes), no_adjoint(ScreenFaces)]
+    wp.launch(_interpolate, dim=dim, inputs=[frag, attrs, screen], outputs=[slots],
+              adj_inputs=adj_in, adj_outputs=[no_adjoint(InterpolatedSlots)], adjoint=True,
+              device=device)  # fmt: skip
 
 
 def alloc_vector_out(out, name, shape, d, device, requires_grad):
@@ -548,3 +566,87 @@ def interpolate_vertex_attributes(
     ddy = alloc_vector_out(out_dy, "out_dy", shape, d, device, rg)
     _launch(p2f, bary, None, attrs, fcs, d, vn, nf, perspective_correct, [values, ddx, ddy])
     return values, ddx, ddy
+
+
+# ----------------------------------------------------------------------------- adjoints
+def interpolate_face_attributes_adjoint(
+    pix_to_face: wp.array,
+    bary_coords: wp.array,
+    face_attributes: wp.array,
+    values_grad: wp.array,
+    *,
+    bary_coords_grad: wp.array | None = None,
+    face_attributes_grad: wp.array | None = None,
+) -> None:
+    """The adjoint of :func:`interpolate_face_attributes` alone: adds the gradients of
+    its inputs for the gradient ``values_grad`` of its result (the forward is not run:
+    the interpolation is linear, its inputs are all the adjoint reads).
+
+    The same launch as a ``wp.Tape``'s replay of the call (the same bits), without the
+    forward before it; the gradient buffers are arguments (the arrays' own ``.grad``
+    are not touched): nothing is checked, no device memory is allocated and
+    ``values_grad`` is only read (graph-capturable).
+
+    Args:
+        pix_to_face: (N, H, W, K) int32, the forward's.
+        bary_coords: (N, H, W, K) ``vec3``, the forward's.
+        face_attributes: (F, 3, D) float32, the forward's.
+        values_grad: (N, H, W, K) ``vector(D)`` gradient of the result (contiguous).
+        bary_coords_grad: (N, H, W, K) ``vec3`` added to (None: not computed).
+        face_attributes_grad: (F, 3, D) float32 added to (None: not computed).
+    """
+    _launch(pix_to_face, grad_view(bary_coords, bary_coords_grad),
+            grad_view(face_attributes, face_attributes_grad), None, None,
+            face_attributes.shape[2], None, None, False, [upstream_view(values_grad), None, None],
+            adjoint=True)  # fmt: skip
+
+
+def interpolate_vertex_attributes_adjoint(
+    pix_to_face: wp.array,
+    bary_coords: wp.array,
+    attributes: wp.array,
+    faces: wp.array,
+    values_grad: wp.array,
+    *,
+    verts_ndc: wp.array | None = None,
+    ndc_faces: wp.array | None = None,
+    perspective_correct: bool = True,
+    dx_grad: wp.array | None = None,
+    dy_grad: wp.array | None = None,
+    bary_coords_grad: wp.array | None = None,
+    attributes_grad: wp.array | None = None,
+    verts_ndc_grad: wp.array | None = None,
+) -> None:
+    """The adjoint of :func:`interpolate_vertex_attributes` alone: adds the gradients
+    of its inputs for the gradients of its results (the forward is not run: its
+    inputs are all the adjoint reads).
+
+    The same launch as a ``wp.Tape``'s replay of the call (the same bits), without the
+    forward; the gradient buffers are arguments (the arrays' own ``.grad`` are not
+    touched): nothing is checked, no device memory is allocated and the result
+    gradients are only read (graph-capturable).
+
+    Args:
+        pix_to_face, bary_coords: the forward's fragments ((N, H, W, K) int32, ``vec3``).
+        attributes: (V, D) float32, the forward's.
+        faces: (F, 3) int32, the forward's.
+        values_grad: (N, H, W, K) ``vector(D)`` gradient of ``values`` (contiguous).
+        verts_ndc, ndc_faces, perspective_correct: the forward's (``vec3``, int32
+            (F, 3), default ``faces``); with ``verts_ndc``, ``dx_grad`` and
+            ``dy_grad`` (as ``values_grad``) are the derivatives' gradients.
+        bary_coords_grad: (N, H, W, K) ``vec3`` added to (None: not computed).
+        attributes_grad: (V, D) float32 added to (None: not computed).
+        verts_ndc_grad: (V', 3) ``vec3`` added to (None: not computed).
+    """
+    d = attributes.shape[1]
+    if verts_ndc is not None:
+        if dx_grad is None or dy_grad is None:
+            raise ValueError("dx_grad and dy_grad are needed with verts_ndc")
+        ndc_faces = faces if ndc_faces is None else ndc_faces
+    outs = [upstream_view(values_grad), None, None]
+    if verts_ndc is not None:
+        outs[1:] = upstream_view(dx_grad), upstream_view(dy_grad)
+        verts_ndc = grad_view(verts_ndc, verts_ndc_grad)
+    _launch(pix_to_face, grad_view(bary_coords, bary_coords_grad), None,
+            grad_view(attributes, attributes_grad), faces, d, verts_ndc, ndc_faces,
+            perspective_correct, outs, adjoint=True)  # fmt: skip

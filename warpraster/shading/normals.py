@@ -15,6 +15,10 @@ vertices on a ``wp.Tape``. With the :class:`~warpraster.shading.corner_lists.Cor
 of static faces the sums are gathered instead (one thread per vertex over its
 corners, ascending), forward and backward: no atomics, the same bits run to run,
 and a hand-written adjoint on the tape.
+
+:func:`face_normals_adjoint` and :func:`vertex_normals_adjoint` run a call's
+adjoint alone, without a tape and without running the forward again (what the
+torch ops' backwards use).
 """
 
 from __future__ import annotations
@@ -28,7 +32,13 @@ from .corner_lists import CornerLists, VertexCorners, corner_of
 
 wp.set_module_options({"fuse_fp": False})
 
-__all__ = ["NORMAL_EPS", "face_normals", "vertex_normals"]
+__all__ = [
+    "NORMAL_EPS",
+    "face_normals",
+    "face_normals_adjoint",
+    "vertex_normals",
+    "vertex_normals_adjoint",
+]
 
 #: Clamp of the norm in the normalisation (PyTorch3D's ``F.normalize(eps=1e-6)``).
 NORMAL_EPS = wp.constant(1e-6)
@@ -268,3 +278,67 @@ def vertex_normals(
     if nv:
         wp.launch(_normalize_rows, dim=nv, inputs=[sums], outputs=[out], device=v.device)
     return out
+
+
+# ----------------------------------------------------------------------------- adjoints
+def face_normals_adjoint(
+    verts: wp.array, faces: wp.array, normals_grad: wp.array, verts_grad: wp.array
+) -> None:
+    """The adjoint of :func:`face_normals` alone: adds to ``verts_grad`` ((V,) ``vec3``)
+    the gradient for ``normals_grad`` ((F,) ``vec3``), from the forward's ``verts``
+    ((V,) ``vec3``) and ``faces`` ((F, 3) int32); the forward is not run.
+
+    The launch a ``wp.Tape``'s replay makes (the same bits), with the gradient
+    buffers as arguments (not the arrays' ``.grad``): nothing is checked or
+    allocated, ``normals_grad`` is only read (an adjoint launch writes no forward
+    output: it stands in for the normals).
+    """
+    if faces.shape[0]:
+        wp.launch(_face_normals, dim=faces.shape[0], inputs=[verts, faces],
+                  outputs=[normals_grad], adj_inputs=[verts_grad, None],
+                  adj_outputs=[normals_grad], adjoint=True, device=verts.device)  # fmt: skip
+
+
+def vertex_normals_adjoint(
+    verts: wp.array,
+    faces: wp.array,
+    sums: wp.array,
+    normals_grad: wp.array,
+    verts_grad: wp.array,
+    *,
+    sums_grad: wp.array | None = None,
+    corner_lists: CornerLists | None = None,
+) -> None:
+    """The adjoint of :func:`vertex_normals` alone: adds to ``verts_grad`` the
+    gradient for ``normals_grad``; the forward is not run.
+
+    The normalisation's adjoint reads the un-normalised sums: ``sums`` is the
+    forward's ``sums_out`` as the call left it (keep it between the two). The
+    launches a ``wp.Tape``'s replay makes (the same bits), with the gradient buffers
+    as arguments (not the arrays' ``.grad``); ``normals_grad`` is only read.
+
+    Args:
+        verts: (V,) ``vec3``, the forward's.
+        faces: (F, 3) int32, the forward's.
+        sums: (V,) ``vec3``, the forward's un-normalised sums.
+        normals_grad: (V,) ``vec3`` gradient of the normals.
+        verts_grad: (V,) ``vec3`` added to.
+        sums_grad: optional (V,) ``vec3`` scratch (zeroed here; allocated when None).
+        corner_lists: the forward's (gathered sums: their hand-written adjoint).
+    """
+    nv = verts.shape[0]
+    if not nv:
+        return
+    device = verts.device
+    sums_grad = _vec3_buffer(sums_grad, "sums_grad", nv, device, False)
+    sums_grad.zero_()
+    wp.launch(_normalize_rows, dim=nv, inputs=[sums], outputs=[normals_grad],
+              adj_inputs=[sums_grad], adj_outputs=[normals_grad], adjoint=True,
+              device=device)  # fmt: skip
+    if corner_lists is not None:
+        wp.launch(_corner_normals_adjoint, dim=nv, inputs=[verts, corner_lists.args, sums_grad],
+                  outputs=[verts_grad], device=device)  # fmt: skip
+    elif faces.shape[0]:
+        wp.launch(_scatter_corner_normals, dim=(faces.shape[0], 3), inputs=[verts, faces],
+                  outputs=[sums], adj_inputs=[verts_grad, None], adj_outputs=[sums_grad],
+                  adjoint=True, device=device)  # fmt: skip

@@ -43,6 +43,7 @@ import warp as wp
 
 from ..meshes import as_faces_array
 from ..structs import StructCache, new_struct
+from .adjoint_args import grad_view, no_adjoint, upstream_view
 from .interpolate import (
     alloc_vector_out,
     as_float_array,
@@ -568,3 +569,44 @@ class TexturesUV(UVTextures):
             device=self.device,
         )
         return texels
+
+    def sample_textures_adjoint(
+        self,
+        fragments,
+        texels_grad: wp.array,
+        *,
+        bary_coords_grad: wp.array | None = None,
+        maps_grad: wp.array | None = None,
+        verts_uvs_grad: wp.array | None = None,
+    ) -> None:
+        """The adjoint of :meth:`sample_textures` alone: adds the gradients for
+        ``texels_grad`` ((N, H, W, K) ``vector(C)``, contiguous) to the buffers given
+        (None: not computed): ``bary_coords_grad`` (N, H, W, K) ``vec3``,
+        ``maps_grad`` and ``verts_uvs_grad`` float32 shaped as :attr:`maps` and
+        :attr:`verts_uvs`. The forward is not run: the sampler's inputs (the
+        fragments, the maps, the UVs, as the call had them) are all its adjoint reads.
+
+        The launch a ``wp.Tape``'s replay makes (the same bits), with the gradient
+        buffers as arguments (not the arrays' ``.grad``): no device memory is
+        allocated, nothing is read back and ``texels_grad`` is only read (see
+        :mod:`warpraster.shading.adjoint_args`).
+        """
+        p2f, bary = fragment_arrays(fragments)
+        nn, h, w, k = p2f.shape
+        frag = new_struct(PixelFragments, self.device, pix_to_face=p2f,
+                          bary_coords=grad_view(bary, bary_coords_grad))  # fmt: skip
+        uvs = new_struct(FaceUVs, self.device, faces_uvs=self.faces_uvs,
+                         verts_uvs=grad_view(self.verts_uvs, verts_uvs_grad))  # fmt: skip
+        sampler = new_struct(GridSampler, self.device, maps=grad_view(self.maps, maps_grad),
+                             padding=int(self.padding_mode), align_corners=int(self.align_corners),
+                             sampling=int(self.sampling_mode))  # fmt: skip
+        wp.launch(
+            _sample_uv,
+            dim=(nn, h, w, k * self.channels),
+            inputs=[frag, uvs, sampler],
+            outputs=[upstream_view(texels_grad)],
+            adj_inputs=[no_adjoint(PixelFragments), no_adjoint(FaceUVs), no_adjoint(GridSampler)],
+            adj_outputs=[None],
+            adjoint=True,
+            device=self.device,
+        )
