@@ -212,7 +212,7 @@ def _render(rasterizer, shader, meshes_world, packed_args, textures, kwargs, who
     call = RenderCall.resolve(rasterizer, shader, kwargs, who)
     v, f, fi, cn = packed(verts, faces, first, count)
     if shader is not None:
-        call.textures = pack_textures(tex, v.shape[0], cn, per_mesh)
+        call.textures = pack_textures(tex, v.shape[0], cn, per_mesh, num_faces=f.shape[0])
     config, tensors = config_and_tensors(call, v.device)
     if antialias:
         if call.raster_settings.faces_per_pixel != 1:

@@ -68,9 +68,14 @@ class _TorchStream:
                 # torch's legacy default stream, which a CUDA graph cannot capture
                 # (the workspaces replay repeated calls as graphs): Warp's work goes
                 # on a stream of its own for the device, ordered after torch's work
-                # on entry and before it on exit (an event wait each way)
-                self._torch_stream = wp.stream_from_torch(torch_stream)
-                self._scope = wp.ScopedStream(_own_stream(wp_device), sync_enter=False)
+                # on entry and before it on exit. A blocking stream (Warp makes its
+                # own so) is ordered with the legacy default stream by CUDA itself,
+                # both ways; only a non-blocking one needs an event wait each way
+                # (two CUDA calls each, ~10 us of host time a call on an H200 host)
+                own = _own_stream(wp_device)
+                if not own.is_blocking:
+                    self._torch_stream = wp.stream_from_torch(torch_stream)
+                self._scope = wp.ScopedStream(own, sync_enter=False)
             else:
                 # Same stream as torch: no synchronisation needed on entry or exit.
                 self._scope = wp.ScopedStream(wp.stream_from_torch(torch_stream),

@@ -10,6 +10,8 @@ indexing (T, 2) UVs over the whole batch).
 
 from __future__ import annotations
 
+import collections
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +20,7 @@ import torch
 from ..shading import BoundaryMode, FilterMode
 from ..shading.textures import PaddingMode, SamplingMode, parse_enum
 from .cameras import _f32, _Holder
-from .checks import check_index_range, float_tensor, int_tensor, to_int32
+from .checks import _tensor_key, check_index_range, float_tensor, int_tensor, to_int32
 
 __all__ = ["TexturesUV", "TexturesUVMipmap", "TexturesVertex"]
 
@@ -196,8 +198,26 @@ class PackedTextures:
     static: dict = field(default_factory=dict)
 
 
+#: per-mesh counts read back to the host, by the tensor's memory, shape and version
+#: (with a weak reference to the very tensor object, as checks._CHECKED): a repeated
+#: call with the same, unchanged count tensor reads nothing back (on CUDA each read
+#: waits for the device, and the render's launches could not be queued ahead of it)
+_COUNTS: collections.OrderedDict = collections.OrderedDict()
+
+
 def _counts(x) -> list[int]:
-    return [int(c) for c in (x.tolist() if isinstance(x, torch.Tensor) else x)]
+    if not isinstance(x, torch.Tensor):
+        return [int(c) for c in x]
+    key = _tensor_key(x)
+    hit = _COUNTS.get(key)
+    if hit is not None and hit[0]() is x:
+        _COUNTS.move_to_end(key)
+        return hit[1]
+    counts = [int(c) for c in x.tolist()]
+    _COUNTS[key] = (weakref.ref(x), counts)
+    while len(_COUNTS) > 64:
+        _COUNTS.popitem(last=False)
+    return counts
 
 
 def _vertex_features(textures, num_verts: int, verts_per_mesh) -> torch.Tensor:
@@ -234,7 +254,8 @@ def _uv_geometry(textures, faces_per_mesh: list[int]):
     return torch.cat(out), torch.cat([_f32(uv) for uv in uvs])
 
 
-def pack_textures(textures, num_verts: int, faces_per_mesh, verts_per_mesh=None):
+def pack_textures(textures, num_verts: int, faces_per_mesh, verts_per_mesh=None,
+                  num_faces: int | None = None):
     """The :class:`PackedTextures` of ``textures`` for a batch of meshes, or None.
 
     Reads ours and PyTorch3D's objects alike through their public methods:
@@ -261,11 +282,14 @@ def pack_textures(textures, num_verts: int, faces_per_mesh, verts_per_mesh=None)
         ids = getattr(textures, "maps_ids_padded", None)
         if ids is not None and ids() is not None:
             raise TypeError(f"{name} with maps_ids (several maps per mesh) is not supported")
-        counts = _counts(faces_per_mesh)
+        packed_uv = isinstance(textures, TexturesUV) and textures.packed
+        # packed UV faces need no per-mesh counts: F is the faces' row count
+        counts = None if packed_uv and num_faces is not None else _counts(faces_per_mesh)
         faces_uvs, verts_uvs = _uv_geometry(textures, counts)
-        if faces_uvs.shape[0] != sum(counts):
+        total = num_faces if counts is None else sum(counts)
+        if faces_uvs.shape[0] != total:
             raise ValueError(f"textures.faces_uvs has {faces_uvs.shape[0]} faces, "
-                             f"faces has {sum(counts)}")  # fmt: skip
+                             f"faces has {total}")  # fmt: skip
         maps = _f32(textures.maps_padded())
         if isinstance(textures, TexturesUV):
             kind, static = textures._warp, textures._static()
