@@ -254,8 +254,9 @@ def _uv_geometry(textures, faces_per_mesh: list[int]):
     return torch.cat(out), torch.cat([_f32(uv) for uv in uvs])
 
 
-def pack_textures(textures, num_verts: int, faces_per_mesh, verts_per_mesh=None,
-                  num_faces: int | None = None):
+def pack_textures(
+    textures, num_verts: int, faces_per_mesh, verts_per_mesh=None, num_faces: int | None = None
+):
     """The :class:`PackedTextures` of ``textures`` for a batch of meshes, or None.
 
     Reads ours and PyTorch3D's objects alike through their public methods:
