@@ -6,7 +6,8 @@ exports them: ``FoVPerspectiveCameras``, ``PointLights``, ``Materials``,
 ``SoftPhongShader`` / ``HardPhongShader``, ``TexturesVertex`` /
 ``TexturesUVMipmap``, ``MeshRenderer``) and timed as a torch user runs it:
 ``renderer(verts, faces, first, count, textures=...)`` (forward) and that, an
-MSE against a target in torch and ``loss.backward()`` (forward + backward),
+MSE against a target in torch and ``loss.backward()`` (forward + backward, the
+leaves' gradients set to None first, as a training loop's ``zero_grad()`` does),
 eagerly from Python, medians of ``--runs`` after warm-up (CUDA events on a GPU,
 the wall clock on the CPU), twice, alternated call by call: with the op's slots
 launching their kernels one by one (``torch f`` / ``torch f+b``) and with the
@@ -98,7 +99,7 @@ def run_torch_scene(name: str, device: str, runs: int) -> dict:
     from ..torch.render_context import default_render_context
 
     dev = torch_device(device)
-    renderer, args, textures, _ = make_torch_scene(name, dev)
+    renderer, args, textures, leaves = make_torch_scene(name, dev)
     with torch.no_grad():
         target = renderer(*args, textures=textures) * 0.9
 
@@ -107,6 +108,8 @@ def run_torch_scene(name: str, device: str, runs: int) -> dict:
             renderer(*args, textures=textures)
 
     def forward_backward():
+        for leaf in leaves.values():  # a training loop's zero_grad() (set_to_none)
+            leaf.grad = None
         img = renderer(*args, textures=textures)
         loss = ((img - target) ** 2).mean()
         loss.backward()

@@ -35,7 +35,9 @@ from .. import shading as _shading
 from ..rasterizer import MeshRasterizer as _WarpMeshRasterizer
 from ..rasterizer import RasterizationSettings
 from ..renderer import MeshRenderer as _WarpMeshRenderer
+from ..shading.corner_lists import CornerLists
 from ..shading.params import values_checked
+from ..shading.shading_buffers import ShadingBuffers
 from .cameras import _f32
 from .checks import check_packed, check_packed_values, to_int32
 from .lighting import AmbientLights
@@ -169,9 +171,18 @@ def _render(verts, faces, first, count, tensors, config, grads, grad_verts, text
     )
     if objs["shader_cameras"] is not None:
         renderer.shader = _OwnCamera(shader, objs["shader_cameras"])
+    extra = {}
+    if v.shape[0] and f.shape[0]:
+        # the slot path's shading buffers: each vertex's face corners listed, so the
+        # vertex normals and the corner tables' backward gather per vertex (the same
+        # sums in the same order as a context slot's)
+        extra["buffers"] = ShadingBuffers(
+            _shape(fi, config), v.shape[0], f.shape[0], v.device, requires_grad=grads is not None,
+            corner_lists=CornerLists(f, v.shape[0]),
+        )  # fmt: skip
     # the index values were checked by the op (check_packed_values): no host read here
     image, frags = renderer(v, f, fi, cn, textures=textures, return_fragments=True,
-                            validate=False, **objs["z_planes"])  # fmt: skip
+                            validate=False, **extra, **objs["z_planes"])  # fmt: skip
     return image, frags
 
 
