@@ -39,8 +39,8 @@ def no_adjoint(cls):
 def grad_view(arr: wp.array, grad: wp.array | None) -> wp.array:
     """``arr`` (contiguous) with ``grad`` (same dtype and shape; None: none, so the
     adjoint adds nothing for it) as its ``.grad``: a view sharing its data, or
-    ``arr`` itself when both have no gradient."""
-    if grad is None and arr.grad is None:
+    ``arr`` itself when that is its ``.grad`` already."""
+    if arr.grad is grad:
         return arr
     view = wp.array(ptr=arr.ptr, dtype=arr.dtype, shape=arr.shape, device=arr.device, grad=grad)
     view._ref = arr  # keep the owner alive

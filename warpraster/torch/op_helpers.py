@@ -26,10 +26,15 @@ def _wp(t: torch.Tensor, dtype, grad: torch.Tensor | None = None) -> wp.array:
     return wp.from_torch(t, dtype=dtype, requires_grad=True, grad=grad)
 
 
-def _wp_grad(t: torch.Tensor, dtype) -> wp.array | None:
-    """Warp view of a gradient buffer from :func:`_grad_buffer`; None for one not
-    computed (an empty tensor), which an adjoint skips."""
-    return _wp(t, dtype) if t.numel() else None
+def _wp_pair(t: torch.Tensor, dtype, grad: torch.Tensor) -> tuple[wp.array, wp.array | None]:
+    """(view of ``t``, view of ``grad``) for an adjoint entry: the first carries the
+    second as its ``.grad`` (what the struct kernels' adjoints add to, so no other
+    view is made); for a gradient not computed (an empty ``grad``, see
+    :func:`_grad_buffer`), ``t``'s plain view and None."""
+    if not grad.numel():
+        return _wp(t, dtype), None
+    view = _wp(t, dtype, grad)
+    return view, view.grad
 
 
 def _grad_buffer(needed: bool, like: torch.Tensor) -> torch.Tensor:

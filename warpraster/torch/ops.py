@@ -67,7 +67,7 @@ from .op_helpers import (
     _slots,
     _upstream,
     _wp,
-    _wp_grad,
+    _wp_pair,
 )
 from .streams import _TorchStream
 from .uv_sampling import sample_textures_uv
@@ -123,11 +123,11 @@ def _interp_face_backward_op(
         return grad_bary, grad_attrs
     vt = vector_type(face_attributes.shape[2])
     with _TorchStream(grad_values.device):
+        bary, bary_grad = _wp_pair(bary_coords, wp.vec3, grad_bary)
+        attrs, attrs_grad = _wp_pair(face_attributes, wp.float32, grad_attrs)
         interpolate_face_attributes_adjoint(
-            _wp(pix_to_face, wp.int32), _wp(bary_coords, wp.vec3),
-            _wp(face_attributes, wp.float32), _wp(grad_values.contiguous(), vt),
-            bary_coords_grad=_wp_grad(grad_bary, wp.vec3),
-            face_attributes_grad=_wp_grad(grad_attrs, wp.float32),
+            _wp(pix_to_face, wp.int32), bary, attrs, _wp(grad_values.contiguous(), vt),
+            bary_coords_grad=bary_grad, face_attributes_grad=attrs_grad,
         )  # fmt: skip
     return grad_bary, grad_attrs
 
@@ -249,18 +249,18 @@ def _interp_vert_backward_op(
     with _TorchStream(grad_values.device):
         kwargs = {}
         if with_ndc:
+            ndc, ndc_grad = _wp_pair(verts_ndc, wp.vec3, grad_ndc)
             kwargs = dict(
-                verts_ndc=_wp(verts_ndc, wp.vec3),
+                verts_ndc=ndc, verts_ndc_grad=ndc_grad,
                 ndc_faces=None if ndc_faces is None else _wp(ndc_faces, wp.int32),
                 dx_grad=_wp(grad_dx.contiguous(), vt), dy_grad=_wp(grad_dy.contiguous(), vt),
-                verts_ndc_grad=_wp_grad(grad_ndc, wp.vec3),
             )  # fmt: skip
+        bary, bary_grad = _wp_pair(bary_coords, wp.vec3, grad_bary)
+        attrs, attrs_grad = _wp_pair(attributes, wp.float32, grad_attrs)
         interpolate_vertex_attributes_adjoint(
-            _wp(pix_to_face, wp.int32), _wp(bary_coords, wp.vec3), _wp(attributes, wp.float32),
-            _wp(faces, wp.int32), _wp(grad_values.contiguous(), vt),
-            perspective_correct=perspective_correct,
-            bary_coords_grad=_wp_grad(grad_bary, wp.vec3),
-            attributes_grad=_wp_grad(grad_attrs, wp.float32), **kwargs,
+            _wp(pix_to_face, wp.int32), bary, attrs, _wp(faces, wp.int32),
+            _wp(grad_values.contiguous(), vt), perspective_correct=perspective_correct,
+            bary_coords_grad=bary_grad, attributes_grad=attrs_grad, **kwargs,
         )  # fmt: skip
     return grad_bary, grad_attrs, grad_ndc
 

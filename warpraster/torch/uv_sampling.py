@@ -34,7 +34,7 @@ from .op_helpers import (
     _slots,
     _upstream,
     _wp,
-    _wp_grad,
+    _wp_pair,
 )
 from .streams import _TorchStream
 
@@ -42,11 +42,14 @@ __all__ = ["sample_textures_uv"]
 
 
 def _texture(maps, faces_uvs, verts_uvs, padding, align, sampling) -> _WarpTexturesUV:
-    """The Warp ``TexturesUV`` over the tensors (zero-copy views)."""
+    """The Warp ``TexturesUV`` over the tensors (zero-copy views; ``maps`` and
+    ``verts_uvs`` may be Warp views already, e.g. carrying gradient buffers)."""
+    if isinstance(maps, torch.Tensor):
+        maps, verts_uvs = _wp(maps, wp.float32), _wp(verts_uvs, wp.float32)
     return _WarpTexturesUV(
-        _wp(maps, wp.float32), _wp(faces_uvs, wp.int32), _wp(verts_uvs, wp.float32),
-        padding_mode=PaddingMode(padding), align_corners=align,
-        sampling_mode=SamplingMode(sampling), validate=False,  # checked by the eager wrapper
+        maps, _wp(faces_uvs, wp.int32), verts_uvs, padding_mode=PaddingMode(padding),
+        align_corners=align, sampling_mode=SamplingMode(sampling),
+        validate=False,  # checked by the eager wrapper
     )  # fmt: skip
 
 
@@ -96,13 +99,16 @@ def _sample_uv_backward_op(
     if grad_texels.numel() == 0 or faces_uvs.shape[0] == 0 or not any(needs):
         return grad_bary, grad_maps, grad_uvs
     with _TorchStream(grad_texels.device):
-        tex = _texture(maps, faces_uvs, verts_uvs, *options)
+        bary, bary_grad = _wp_pair(bary_coords, wp.vec3, grad_bary)
+        maps_wp, maps_grad = _wp_pair(maps, wp.float32, grad_maps)
+        uvs, uvs_grad = _wp_pair(verts_uvs, wp.float32, grad_uvs)
+        tex = _texture(maps_wp, faces_uvs, uvs, *options)
         tex.sample_textures_adjoint(
-            (_wp(pix_to_face, wp.int32), _wp(bary_coords, wp.vec3)),
+            (_wp(pix_to_face, wp.int32), bary),
             _wp(grad_texels.contiguous(), vector_type(maps.shape[3])),
-            bary_coords_grad=_wp_grad(grad_bary, wp.vec3),
-            maps_grad=_wp_grad(grad_maps, wp.float32),
-            verts_uvs_grad=_wp_grad(grad_uvs, wp.float32),
+            bary_coords_grad=bary_grad,
+            maps_grad=maps_grad,
+            verts_uvs_grad=uvs_grad,
         )
     return grad_bary, grad_maps, grad_uvs
 
