@@ -31,12 +31,12 @@ def _f32(x, device=None, width: int | None = None) -> torch.Tensor:
     """A float32 contiguous tensor (rows of ``width`` when given; a row is broadcast as (1, w))."""
     if not isinstance(x, torch.Tensor):
         x = torch.as_tensor(np.asarray(x, dtype=np.float32), device=device)
-    elif device is not None:
+    elif device is not None and x.device != device:
         x = x.to(device)
-    t = x.to(torch.float32)
+    t = x if x.dtype == torch.float32 else x.to(torch.float32)
     if width is not None and t.ndim == 1 and t.shape[0] == width:
         t = t.reshape(1, width)
-    return t.contiguous()
+    return t if t.is_contiguous() else t.contiguous()
 
 
 class _Holder:

@@ -505,7 +505,7 @@ def _parsed(config: str) -> dict:
 
 # ----------------------------------------------------------------------------- configuration
 def _dev(t: torch.Tensor, device) -> torch.Tensor:
-    return t if device is None else t.to(device)
+    return t if device is None or t.device == device else t.to(device)
 
 
 def _camera_config(cams, tensors: list, device) -> dict:
@@ -568,7 +568,9 @@ def packed(verts, faces, first, count):
     """The checked packed batch (structure; the op checks the index values): float32
     contiguous verts, integer faces and per-mesh ranges as given (cast in the op)."""
     verts, faces, first, count, _ = check_packed(verts, faces, first, count)
-    return verts.to(torch.float32).contiguous(), faces.contiguous(), first, count
+    if verts.dtype != torch.float32:
+        verts = verts.to(torch.float32)
+    return verts.contiguous(), faces.contiguous(), first, count
 
 
 @torch._dynamo.assume_constant_result

@@ -45,6 +45,35 @@ def _device_lock(alias: str) -> threading.RLock:
         return lock
 
 
+def _resolve(device: torch.device) -> tuple:
+    """(Warp device, its lock, the Warp stream to run on (None on the cpu), torch's
+    stream as a Warp stream where an event wait each way is needed (else None)) for
+    torch's current stream of ``device``."""
+    wp_device = _warp_device(device)
+    lock = _device_lock(wp_device.alias)
+    if not wp_device.is_cuda:
+        return wp_device, lock, None, None
+    torch_stream = torch.cuda.current_stream(device)
+    if torch_stream.cuda_stream != 0:
+        # Same stream as torch: no synchronisation needed on entry or exit.
+        return wp_device, lock, wp.stream_from_torch(torch_stream), None
+    # torch's legacy default stream, which a CUDA graph cannot capture (the
+    # workspaces replay repeated calls as graphs): Warp's work goes on a stream of
+    # its own for the device, ordered after torch's work on entry and before it on
+    # exit. A blocking stream (Warp makes its own so) is ordered with the legacy
+    # default stream by CUDA itself, both ways; only a non-blocking one needs an
+    # event wait each way (two CUDA calls each, ~10 us of host time a call on an
+    # H200 host)
+    own = _own_stream(wp_device)
+    return wp_device, lock, own, None if own.is_blocking else wp.stream_from_torch(torch_stream)
+
+
+#: :func:`_resolve` by (torch device, torch's current stream handle): made once (the
+#: Warp device lookup, the locks and streams cost ~35 us of host time a call on an
+#: H200 host). torch keeps its streams for the process's life (a pool it reuses).
+_RESOLVED: dict = {}
+
+
 class _TorchStream:
     """Runs Warp work on torch's current stream of ``device`` (and on that Warp device).
 
@@ -59,29 +88,20 @@ class _TorchStream:
     ``wp.Tape`` entered inside records only this thread's launches."""
 
     def __init__(self, device: torch.device):
-        wp_device = _warp_device(device)
-        self._lock = _device_lock(wp_device.alias)
-        self._torch_stream = None
-        if wp_device.is_cuda:
-            torch_stream = torch.cuda.current_stream(device)
-            if torch_stream.cuda_stream == 0:
-                # torch's legacy default stream, which a CUDA graph cannot capture
-                # (the workspaces replay repeated calls as graphs): Warp's work goes
-                # on a stream of its own for the device, ordered after torch's work
-                # on entry and before it on exit. A blocking stream (Warp makes its
-                # own so) is ordered with the legacy default stream by CUDA itself,
-                # both ways; only a non-blocking one needs an event wait each way
-                # (two CUDA calls each, ~10 us of host time a call on an H200 host)
-                own = _own_stream(wp_device)
-                if not own.is_blocking:
-                    self._torch_stream = wp.stream_from_torch(torch_stream)
-                self._scope = wp.ScopedStream(own, sync_enter=False)
-            else:
-                # Same stream as torch: no synchronisation needed on entry or exit.
-                self._scope = wp.ScopedStream(wp.stream_from_torch(torch_stream),
-                                              sync_enter=False)  # fmt: skip
-        else:
+        stream = None
+        if device.type == "cuda":
+            stream = torch.cuda.current_stream(device).cuda_stream
+        key = (device, stream)
+        resolved = _RESOLVED.get(key)
+        if resolved is None:
+            resolved = _RESOLVED[key] = _resolve(device)
+            while len(_RESOLVED) > 64:
+                _RESOLVED.pop(next(iter(_RESOLVED)), None)
+        wp_device, self._lock, run_on, self._torch_stream = resolved
+        if run_on is None:
             self._scope = wp.ScopedDevice(wp_device)
+        else:
+            self._scope = wp.ScopedStream(run_on, sync_enter=False)
         self._tape_slot = private_tape_slot()
 
     def __enter__(self):
