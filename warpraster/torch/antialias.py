@@ -22,7 +22,7 @@ import torch
 import warp as wp
 
 from ..antialiasing import Antialias, AntialiasTopology
-from .checks import _tensor_key, check_index_range, float_tensor, int_tensor, same_device, to_int32
+from .checks import _tensor_key, check_index_bounds, float_tensor, int_tensor, same_device, to_int32
 from .eager import eager_path
 from .ops import _backward_op, _detached, _f32, _upstream, _wp
 from .streams import _TorchStream
@@ -248,10 +248,13 @@ def antialias(
             )
     same_device(color.device, "color", pix_to_face=pix_to_face, verts_ndc=verts_ndc, faces=faces,
                 zbuf=zbuf)  # fmt: skip
-    check_index_range(faces, "faces", verts_ndc.shape[0], "vertices in verts_ndc",
-                      kind="vertex indices")  # fmt: skip
-    check_index_range(pix_to_face, "pix_to_face", faces.shape[0], "faces", allow=-1,
-                      kind="face ids")  # fmt: skip
+    # Index ranges from each tensor's (min, max), read back once per unchanged tensor
+    # (the faces: not again while they are passed unchanged; a fresh pix_to_face:
+    # once, shared with the other ops fed the same tensor; see checks.index_bounds).
+    check_index_bounds(faces, "faces", verts_ndc.shape[0], "vertices in verts_ndc",
+                       kind="vertex indices")  # fmt: skip
+    check_index_bounds(pix_to_face, "pix_to_face", faces.shape[0], "faces", allow=-1,
+                       kind="face ids")  # fmt: skip
     z = None if zbuf is None else _f32(zbuf).detach()
     faces32 = faces.detach() if torch.compiler.is_compiling() else _faces_int32(faces.detach())
     record = torch.is_grad_enabled() and (color.requires_grad or verts_ndc.requires_grad)

@@ -21,18 +21,21 @@ never wrapped.
 from __future__ import annotations
 
 import collections
+import threading
 import weakref
 from collections.abc import Sequence
 
 import torch
 
 __all__ = [
+    "check_index_bounds",
     "check_index_range",
     "check_packed",
     "check_packed_values",
     "eager",
     "float_tensor",
     "index_arg",
+    "index_bounds",
     "int_tensor",
     "same_device",
     "tensor",
@@ -238,3 +241,83 @@ def _tensor_key(t) -> tuple | None:
         return None
     # (torch.Size and torch.device hash and compare by value: no conversions)
     return (t.data_ptr(), t.shape, t.dtype, t.device, t._version)
+
+
+# ----------------------------------------------------------------------------- kept bounds
+#: Index tensors' (min, max) already read back, by the tensor's :func:`_tensor_key`
+#: (memory, shape, dtype, device, torch version counter), each with a weak
+#: reference to the very tensor object (a new tensor at a reused address is not a
+#: hit) -- the policy of :data:`_CHECKED`, but keeping the bounds rather than a
+#: verdict, so one read serves every row count the tensor is checked against (the
+#: faces of ``interpolate_vertex_attributes`` against the attributes and
+#: ``verts_ndc``; one ``pix_to_face`` against the faces of each op it feeds).
+#: Bounds kept that fail a check are read again before anything is raised (they
+#: may predate a write torch did not count), so a kept entry can never make a
+#: good tensor fail; writes that bypass torch's counter (a Warp kernel writing
+#: into the tensor's memory) are otherwise not seen: check such tensors yourself.
+#: Tiny entries (ints and a weak reference): 256 kept, least recently used dropped.
+_BOUNDS: collections.OrderedDict = collections.OrderedDict()
+_BOUNDS_LOCK = threading.Lock()
+
+
+def _read_bounds(idx: torch.Tensor) -> tuple[int, int]:
+    """(min, max) of a non-empty integer tensor: one host read (one transfer of two
+    scalars; on CUDA one synchronisation)."""
+    lo, hi = torch.aminmax(idx.detach())
+    lo, hi = torch.stack((lo, hi)).tolist()
+    return lo, hi
+
+
+def _kept_bounds(idx: torch.Tensor, fresh: bool) -> tuple[tuple[int, int], bool]:
+    """((min, max) of non-empty ``idx``, whether they were kept (no read))."""
+    try:
+        key = _tensor_key(idx)
+    except RuntimeError:  # an inference tensor: no version counter, so nothing is kept
+        return _read_bounds(idx), False
+    if not fresh:
+        with _BOUNDS_LOCK:
+            hit = _BOUNDS.get(key)
+            if hit is not None and hit[0]() is idx:
+                _BOUNDS.move_to_end(key)
+                return hit[1], True
+    bounds = _read_bounds(idx)
+    with _BOUNDS_LOCK:
+        _BOUNDS[key] = (weakref.ref(idx), bounds)
+        _BOUNDS.move_to_end(key)
+        while len(_BOUNDS) > 256:
+            _BOUNDS.popitem(last=False)
+    return bounds, False
+
+
+def index_bounds(idx: torch.Tensor, ok=None) -> tuple[int, int] | None:
+    """(min, max) of the integer tensor ``idx`` (None when empty), read back once per
+    unchanged tensor (see :data:`_BOUNDS`): a repeated call with the same tensor
+    object, not changed in place since, reads nothing. ``ok(lo, hi)``: the check
+    the caller makes; kept bounds failing it are read again (and returned fresh)."""
+    if idx.numel() == 0:
+        return None
+    bounds, kept = _kept_bounds(idx, False)
+    if kept and ok is not None and not ok(*bounds):
+        bounds = _kept_bounds(idx, True)[0]
+    return bounds
+
+
+def check_index_bounds(idx: torch.Tensor, name: str, rows: int, what: str, *,
+                       allow: int | None = None, kind: str = "indices") -> None:  # fmt: skip
+    """:func:`check_index_range`'s check (same errors), reading ``idx`` back once per
+    unchanged tensor (:func:`index_bounds`) where that one reads it every call.
+    ``allow``: None or -1 (the bounds cannot tell another allowed value apart)."""
+    if not eager() or idx.numel() == 0:
+        return
+    if allow not in (None, -1):
+        check_index_range(idx, name, rows, what, allow=allow, kind=kind)
+        return
+    floor = 0 if allow is None else allow
+
+    def ok(lo: int, hi: int) -> bool:
+        return lo >= floor and hi < rows and hi <= INT32_MAX
+
+    if not ok(*index_bounds(idx, ok)):
+        # the message's figures (over the values other than ``allow``): more reads,
+        # on the error path only
+        check_index_range(idx, name, rows, what, allow=allow, kind=kind)

@@ -19,7 +19,7 @@ import warp as wp
 from ..shading import face_normals as _face_normals_wp
 from ..shading import vertex_normals as _vertex_normals_wp
 from ..shading.normals import face_normals_adjoint, vertex_normals_adjoint
-from .checks import check_index_range as _check_indices
+from .checks import check_index_bounds as _check_indices
 from .checks import float_tensor as _float
 from .checks import int_tensor as _integer
 from .checks import same_device

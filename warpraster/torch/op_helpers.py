@@ -12,8 +12,8 @@ import warp as wp
 
 from .checks import eager as _eager
 from .checks import float_tensor as _float
+from .checks import index_bounds, same_device
 from .checks import int_tensor as _integer
-from .checks import same_device
 from .checks import to_int32 as _int32
 
 _INT32_MAX = 2**31 - 1
@@ -72,7 +72,18 @@ def _fragments(pix_to_face, bary_coords, num_faces: int, faces_name: str):
     """Checked fragments: (pix_to_face int32, bary float32), both contiguous.
 
     Any negative ``pix_to_face`` is an empty slot (PyTorch3D); eager mode also
-    checks that no slot names a face >= ``num_faces``.
+    checks that no slot names a face >= ``num_faces``: from the tensor's maximum,
+    read back once per unchanged tensor (:func:`~warpraster.torch.checks.index_bounds`).
+
+    Why a read at all: ``pix_to_face`` is usually a fresh tensor every call (a
+    rasterizer's output), so the first op it feeds reads one scalar pair (one
+    synchronisation on CUDA); the other ops fed the same tensor object
+    (``interpolate_*``, ``sample_textures_uv``, ``antialias`` on one rasterization's
+    fragments) read nothing. The Warp kernels index the faces with it unchecked, so
+    a face id past the op's faces would read out of bounds: it is not trusted for
+    coming from warpraster's rasterizer (which rasterized faces the op may not
+    have: a smaller ``face_attributes`` is the very bug this check reports), and a
+    check on the device could only raise later, after the kernel.
     """
     _integer(pix_to_face, "pix_to_face", 4)
     _float(bary_coords, "bary_coords", 5, (3,))
@@ -83,8 +94,12 @@ def _fragments(pix_to_face, bary_coords, num_faces: int, faces_name: str):
         )
     same_device(pix_to_face.device, "pix_to_face", bary_coords=bary_coords)
     if _eager() and pix_to_face.numel():
-        hi = int(pix_to_face.max())
-        if hi >= num_faces or hi > _INT32_MAX:
+
+        def ok(lo: int, hi: int) -> bool:
+            return hi < num_faces and hi <= _INT32_MAX
+
+        hi = index_bounds(pix_to_face, ok)[1]
+        if not ok(0, hi):
             raise ValueError(f"pix_to_face holds face {hi}, but {faces_name} has {num_faces} faces")
     if pix_to_face.dtype != torch.int32:
         # Every negative is an empty slot: -1 keeps it negative through the int32 cast.

@@ -35,7 +35,13 @@ Validation (shapes, dtypes, devices) happens in the Python wrappers, before any
 kernel, with errors naming the argument. Index ranges (face indices, the faces
 ``pix_to_face`` names) need a host read: they are checked in eager mode and
 skipped while ``torch.compile`` traces (out-of-range indices there are the
-caller's bug, as in PyTorch3D's CUDA ops).
+caller's bug, as in PyTorch3D's CUDA ops). The read is of an index tensor's
+minimum and maximum, once per unchanged tensor
+(:func:`~warpraster.torch.checks.index_bounds`): repeated calls with the same
+``faces`` / ``faces_uvs`` / ``ndc_faces`` tensors read nothing back; a fresh
+``pix_to_face`` is read once (two scalars), however many ops it feeds. The Warp
+functions are called with ``validate=False`` (their own checks would read the
+arrays back every call).
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from ..shading.interpolate import (
     interpolate_vertex_attributes_adjoint,
     vector_type,
 )
-from .checks import check_index_range as _check_indices
+from .checks import check_index_bounds as _check_indices
 from .checks import float_tensor as _float
 from .checks import int_tensor as _integer
 from .checks import same_device
@@ -94,6 +100,7 @@ def _interp_face_impl(
         _interp_face_wp(
             _wp(pix_to_face, wp.int32), _wp(bary_coords, wp.vec3),
             _wp(face_attributes, wp.float32), out=_wp(out, vector_type(d)),
+            validate=False,  # pix_to_face checked by the wrapper (no read back here)
         )  # fmt: skip
     return out
 

@@ -18,7 +18,7 @@ import warp as wp
 from ..shading import TexturesUV as _WarpTexturesUV
 from ..shading.interpolate import vector_type
 from ..shading.textures import PaddingMode, SamplingMode, parse_enum
-from .checks import check_index_range as _check_indices
+from .checks import check_index_bounds as _check_indices
 from .checks import float_tensor as _float
 from .checks import int_tensor as _integer
 from .checks import same_device
@@ -70,8 +70,9 @@ def _sample_uv_impl(
         return out.zero_()
     with _TorchStream(out.device):
         tex = _texture(maps, faces_uvs, verts_uvs, padding_mode, align_corners, sampling_mode)
+        # validate=False: pix_to_face checked by the wrapper (its default reads it back)
         tex.sample_textures((_wp(pix_to_face, wp.int32), _wp(bary_coords, wp.vec3)),
-                            out=_wp(out, vector_type(c)))  # fmt: skip
+                            out=_wp(out, vector_type(c)), validate=False)  # fmt: skip
     return out
 
 
