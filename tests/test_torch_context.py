@@ -204,6 +204,19 @@ def test_no_context_state_leaks_into_the_next_call_of_another_shape():
     assert wp.get_device("cpu").is_cpu
 
 
+def test_tensors_made_under_inference_mode_render():
+    """Tensors made under ``torch.inference_mode`` have no version counter: the op's
+    checks and the context's keys read them again every call (never a stale hit)
+    instead of failing; the image is the one ``no_grad`` gives."""
+    _, ren, inputs, _ = _scene(CASES[0])
+    with torch.no_grad():
+        want = ren(*inputs)
+    with torch.inference_mode():
+        frozen = [t.clone() for t in inputs]
+        for _ in range(2):
+            assert torch.equal(ren(*frozen), want)
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_the_eager_path_equals_the_custom_op(name, monkeypatch):
     """Outside torch.compile the renderer calls the op's bodies through a plain

@@ -21,6 +21,7 @@ never wrapped.
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 import weakref
 from collections.abc import Sequence
@@ -236,11 +237,20 @@ def check_packed_values(num_verts: int, faces, first, count, neighbor=None, *,
 _CHECKED: collections.OrderedDict = collections.OrderedDict()
 
 
+#: stands in for the version of a tensor that has none (made under
+#: ``torch.inference_mode``): never the same twice, so such a tensor is never a hit
+_UNVERSIONED = itertools.count()
+
+
 def _tensor_key(t) -> tuple | None:
     if t is None:
         return None
+    try:
+        version = t._version
+    except RuntimeError:  # an inference tensor: no version counter (read it again)
+        version = ("unversioned", next(_UNVERSIONED))
     # (torch.Size and torch.device hash and compare by value: no conversions)
-    return (t.data_ptr(), t.shape, t.dtype, t.device, t._version)
+    return (t.data_ptr(), t.shape, t.dtype, t.device, version)
 
 
 # ----------------------------------------------------------------------------- kept bounds
