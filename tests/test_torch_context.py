@@ -15,6 +15,7 @@ from host_counts import count_allocations_and_reads  # noqa: E402
 from test_torch_shading import torch_scene  # noqa: E402
 
 from warpraster.torch import MeshRendererWithFragments, render_op  # noqa: E402
+from warpraster.torch import renderer as renderer_module  # noqa: E402
 from warpraster.torch.render_context import _Slot, default_render_context  # noqa: E402
 
 # a Soft Phong K = 8 render and a textured (TexturesUV, bilinear) Hard Phong K = 1 one
@@ -305,3 +306,16 @@ def test_mesh_renderer_fragments_are_read_on_demand():
     with pytest.raises(RuntimeError, match="overwritten by a later render"):
         stale.zbuf  # noqa: B018
     assert torch.equal(kept.zbuf, want.zbuf)  # read before: a copy of its own
+
+
+@pytest.mark.parametrize("compiling", [False, True], ids=["eager", "custom_op"])
+def test_the_renderer_has_no_second_derivative(compiling, monkeypatch):
+    """A gradient penalty through the renderer raises (first derivatives only) on the
+    eager path and through the custom op a compiled graph holds."""
+    if compiling:  # the custom op, as a compiled graph calls it (outside a compile)
+        monkeypatch.setattr(renderer_module, "render", render_op.render_op)
+    d, ren, inputs, leaves = _scene(CASES[0])
+    loss = (ren(*inputs) ** 2).mean()
+    grads = torch.autograd.grad(loss, [leaves["verts"]], create_graph=True)
+    with pytest.raises(RuntimeError, match="first derivatives only|no autograd formula"):
+        ((grads[0] ** 2).sum() + leaves["verts"].sum()).backward()

@@ -95,3 +95,26 @@ def test_the_normals_eager_path_equals_the_custom_op(name, monkeypatch):
     for want, got in zip(*results, strict=True):
         assert torch.equal(got, want)
     assert results[1][1].abs().max() > 0
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["eager", "custom_op"])
+@pytest.mark.parametrize("case", [_raster, _face_attrs, _vert_attrs, _uv, _aa],
+                         ids=lambda f: f.__name__.strip("_"))  # fmt: skip
+def test_a_second_derivative_raises_instead_of_vanishing(case, force, monkeypatch):
+    """The ops have first derivatives only. ``create_graph=True`` then a backward
+    through the gradients (a gradient penalty) raises on both paths; without
+    ``once_differentiable`` the eager path returned gradients with no history, and a
+    loss mixing them with other terms silently lost their derivative."""
+    monkeypatch.setattr(EagerOp, "force_custom_op", force)
+    verts, faces, first, count = _two_meshes()
+    tensors, loss = case(verts, faces, first, count)
+    leaves = [t for t in tensors if t.is_leaf and t.requires_grad]
+    grads = torch.autograd.grad(loss, leaves, create_graph=True)
+    plain_tensors, plain_loss = case(verts, faces, first, count)
+    plain_leaves = [t for t in plain_tensors if t.is_leaf and t.requires_grad]
+    plain = torch.autograd.grad(plain_loss, plain_leaves)
+    for got, want in zip(grads, plain, strict=True):  # the first derivatives unchanged
+        assert torch.equal(got, want)
+    penalty = sum((g * g).sum() for g in grads) + sum(t.sum() for t in leaves)
+    with pytest.raises(RuntimeError, match="first derivatives only|no autograd formula"):
+        penalty.backward()

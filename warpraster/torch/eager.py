@@ -15,11 +15,12 @@ outputs nothing used arrive as None, which every backward here handles.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
 
-__all__ = ["EagerOp", "eager_path"]
+__all__ = ["EagerOp", "eager_path", "first_order_only"]
 
 
 class EagerOp:
@@ -38,12 +39,48 @@ class EagerOp:
         return self.function.apply(*args)
 
 
+def first_order_only(backward: Callable) -> Callable:
+    """An autograd Function's ``backward`` that has no derivative of its own (the
+    ops' adjoints are Warp kernels): run without recording, and, under
+    ``create_graph=True``, its gradients returned through a node that raises when
+    anything differentiates them (a gradient penalty, a Hessian-vector product).
+
+    ``torch.autograd.function.once_differentiable`` does this only when an upstream
+    gradient requires grad; these gradients depend on the saved inputs as well (an
+    antialiased image's vertex gradient on the vertices), so a linear loss's second
+    derivative would vanish silently there."""
+
+    @functools.wraps(backward)
+    def wrapper(ctx, *grads):
+        with torch.no_grad():
+            outputs = backward(ctx, *grads)
+        if not torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return outputs
+        outs = outputs if isinstance(outputs, tuple) else (outputs,)
+        # (a custom op's backward returns a list for a list input: its tensors too)
+        flat = [g for o in outs for g in (o if isinstance(o, list) else [o])]
+        err = torch._C._functions.DelayedError(
+            b"warpraster's ops have first derivatives only: a gradient computed with "
+            b"create_graph=True cannot be differentiated again",
+            len(flat),
+        )
+        guarded = iter(err(*[None if g is None else g.detach().requires_grad_(True)
+                             for g in flat]))  # fmt: skip
+        out = tuple(
+            [next(guarded) for _ in o] if isinstance(o, list) else next(guarded) for o in outs
+        )
+        return out if isinstance(outputs, tuple) else out[0]
+
+    return wrapper
+
+
 def eager_path(
     op, impl: Callable, setup_context: Callable, backward: Callable, non_differentiable=()
 ) -> EagerOp:
     """``op`` (a custom op whose forward body is ``impl``) with its autograd
     (``setup_context`` / ``backward``, registered on the op here) and an eager path
     running the same three; ``non_differentiable``: indices of integer outputs."""
+    backward = first_order_only(backward)
     op.register_autograd(backward, setup_context=setup_context)
 
     class Eager(torch.autograd.Function):

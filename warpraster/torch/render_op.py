@@ -40,6 +40,7 @@ from ..shading.params import values_checked
 from ..shading.shading_buffers import ShadingBuffers
 from .cameras import _f32
 from .checks import check_packed, check_packed_values, to_int32
+from .eager import first_order_only
 from .lighting import AmbientLights
 from .render_context import _Lease, default_render_context, next_handle
 from .streams import _TorchStream
@@ -453,7 +454,7 @@ def _backward_impl(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists, g_handle):
     return (grads[0], None, None, None, tensor_grads, None)
 
 
-render_op.register_autograd(_backward_impl, setup_context=_setup_context)
+render_op.register_autograd(first_order_only(_backward_impl), setup_context=_setup_context)
 
 
 class _EagerRender(torch.autograd.Function):
@@ -473,6 +474,7 @@ class _EagerRender(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order_only
     def backward(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists, g_handle):
         # None for an output no gradient came to: a slot's gradient buffer for it
         # holds the zeros its forward cleared it to (a K = 8 render's fragments are

@@ -20,6 +20,7 @@ import torch
 import warp as wp
 
 from ..grad_buffers import clear_owned_grads
+from .eager import first_order_only
 from .streams import _TorchStream
 
 __all__ = ["render_stage", "stage_parameters"]
@@ -91,6 +92,7 @@ class _RenderStage(torch.autograd.Function):
         return image
 
     @staticmethod
+    @first_order_only
     def backward(ctx, grad_image):
         renderer, names, tape = ctx.renderer, ctx.names, ctx.tape
         arrays = _named_arrays(renderer)
