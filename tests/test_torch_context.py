@@ -319,3 +319,18 @@ def test_the_renderer_has_no_second_derivative(compiling, monkeypatch):
     grads = torch.autograd.grad(loss, [leaves["verts"]], create_graph=True)
     with pytest.raises(RuntimeError, match="first derivatives only|no autograd formula"):
         ((grads[0] ** 2).sum() + leaves["verts"].sum()).backward()
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_batch_without_faces_renders_the_background_with_zero_gradients(name):
+    """No faces at all (the fresh path), vertices and textures requiring gradients,
+    the camera's default near-plane clip on: the background, and zero gradients
+    (before, the clip pass's backward refused its empty conversion matrices)."""
+    d, ren, inputs, leaves = _scene(name)
+    verts, faces, first, count = inputs[:4]
+    img = ren(verts, faces[:0], torch.zeros_like(first), torch.zeros_like(count), *inputs[4:])
+    bg = torch.tensor([*ren.shader.blend_params.background_color, 0.0], dtype=img.dtype)
+    assert torch.equal(img, bg.expand_as(img).contiguous())
+    img.sum().backward()
+    for key, leaf in leaves.items():
+        assert leaf.grad is None or not leaf.grad.any(), key

@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable
 
 import warp as wp
 
-from .backward.tape import RecordGuard, replay_scope
+from .backward.tape import RecordGuard, record_func, replay_scope
 from .raster.workspace import graphs_enabled
 from .tape_slots import private_tape_slot
 
@@ -91,7 +91,7 @@ class RecordedCall:
             self.guard.check_backward(render)
             self._replay_backward(backward_key())
 
-        tape.record_func(backward, arrays=self._arrays)
+        record_func(tape, backward, arrays=self._arrays)
         self.guard.recorded(tape, backward)
         return True
 

@@ -38,7 +38,7 @@ import numpy as np
 import warp as wp
 
 from ..backward.sorted import SegmentEntries, SortedSegmentSum
-from ..backward.tape import active_tape, replaying
+from ..backward.tape import active_tape, record_func, replaying
 from ..grad_buffers import clear_owned_grads
 from ..meshes import as_faces_array
 from ..raster.workspace import CallGraph
@@ -349,7 +349,7 @@ class Antialias:
             self._backward(a, out.grad, *grads)
 
         with_grad = [x for x in (a.color, a.verts, out) if x.grad is not None]
-        active_tape().record_func(backward, arrays=with_grad)
+        record_func(active_tape(), backward, arrays=with_grad)
 
     def _gather_forward(self, a: AAInputs, out: wp.array, pairs=None) -> None:
         """Pair records for every pixel, then every pixel gathers its pairs."""

@@ -30,7 +30,7 @@ from .recompute import recompute_fragments
 from .slot_grads import slot_grads
 from .slot_pass import SlotGradArgs, slot_grad_args, slot_kernel_flags
 from .sorted import SortedBackward, SortedSegmentSum, gather_face_verts
-from .tape import RecordGuard, active_tape
+from .tape import RecordGuard, active_tape, record_func
 
 __all__ = [
     "DeterministicBackward",
@@ -260,5 +260,5 @@ def record_backward(
             out.bary_coords.grad, out.dists.grad, verts.grad, buffers, **kw,
         )  # fmt: skip
 
-    tape.record_func(backward, arrays=[verts, out.zbuf, out.bary_coords, out.dists])
+    record_func(tape, backward, arrays=[verts, out.zbuf, out.bary_coords, out.dists])
     buffers.guard.recorded(tape, backward)

@@ -18,7 +18,7 @@ from ..fragments import FragmentRows, Fragments, fragment_rows, slot_fragment
 from ..geometry import pixel_centre
 from ..meshes import MeshArrays, mesh_arrays
 from .sorted import SortedBackward
-from .tape import active_tape
+from .tape import active_tape, record_func
 
 # No FMA contraction: the recomputed values must equal the render's to the bit.
 wp.set_module_options({"fuse_fp": False})
@@ -106,4 +106,4 @@ def recompute_fragments(
     def backward():
         det.backward(verts, faces, out, **kw)
 
-    tape.record_func(backward, arrays=[verts, out.zbuf, out.bary_coords, out.dists])
+    record_func(tape, backward, arrays=[verts, out.zbuf, out.bary_coords, out.dists])

@@ -26,7 +26,7 @@ import warp as wp
 from ..tape_slots import install as install_tape_slot
 from ..tape_slots import shared_tape_owner
 
-__all__ = ["RecordGuard", "ThreadFlag", "active_tape", "replay_scope", "replaying"]
+__all__ = ["RecordGuard", "ThreadFlag", "active_tape", "record_func", "replay_scope", "replaying"]
 
 
 _SLOT_INSTALLED = False
@@ -66,6 +66,15 @@ _WORKSPACE_ADVICE = (
     "use one workspace per render recorded on a tape (e.g. one RasterWorkspace per frame), "
     "or call tape.reset() before recording the workspace again"
 )
+
+
+def record_func(tape: wp.Tape, backward, arrays) -> None:
+    """``tape.record_func(backward, arrays=...)`` with the arrays ``tape.zero()`` can
+    clear: those with a non-empty gradient. Warp refuses an array whose gradient is
+    empty (a batch with no vertices or no faces), and there is nothing to clear in it."""
+    tape.record_func(
+        backward, arrays=[a for a in arrays if a is not None and a.grad is not None and a.size]
+    )
 
 
 class ThreadFlag:

@@ -32,7 +32,7 @@ from ..aggregated import (
     striped_partials,
     stripes_for,
 )
-from ..backward.tape import active_tape
+from ..backward.tape import active_tape, record_func
 from ..geometry import finite_vec3
 from ..meshes import MeshArrays, as_faces_array, as_index_array, mesh_arrays
 from .params import CameraData, CameraKind
@@ -433,7 +433,7 @@ def project_points(
             )
 
     arrays = [points_out] + ([verts] if verts.grad is not None else []) + cam_arrays
-    tape.record_func(backward, arrays=arrays)
+    record_func(tape, backward, arrays=arrays)
     return points_out
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from ..backward.tape import active_tape
+from ..backward.tape import active_tape, record_func
 from ..fragments import fragment_values
 from ..geometry import pixel_centre
 from ..stores import FillState, group_needs_write, load4i, store4i
@@ -345,7 +345,7 @@ def _map_back(buffers, dim, kernels, deterministic, inputs, adjoint, *, watched,
     def backward():
         wp.launch(kernel, dim=adjoint_dim, inputs=args(), device=d)
 
-    tape.record_func(backward, arrays=arrays)
+    record_func(tape, backward, arrays=arrays)
 
 
 def unclip_in_place(

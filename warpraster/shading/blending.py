@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
+from ..backward.tape import record_func
 from .fused import (
     BLEND_EPS,
     ShadeInputs,
@@ -322,7 +323,7 @@ def launch_sigmoid_blend(frag: PixelFragments, colors, sigma: float, image_out) 
             device=device,
         )
 
-    tape.record_func(backward, arrays=_with_grad(image_out, dists, colors))
+    record_func(tape, backward, arrays=_with_grad(image_out, dists, colors))
 
 
 # ----------------------------------------------------------------------------- softmax

@@ -22,7 +22,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..aggregated import launch_reduce_stripes, striped_partials, stripes_for
-from ..backward.tape import active_tape
+from ..backward.tape import active_tape, record_func
 from ..patches import patch_launch_size, patch_pixel
 from ..structs import placeholder
 from .fused_adjoint import (
@@ -140,7 +140,8 @@ def _shade_blend_kernel(
 
 # ----------------------------------------------------------------------------- launcher
 def _has_grad(arr: wp.array) -> bool:
-    return arr is not None and arr.requires_grad and arr.grad is not None
+    # (an empty array's gradient: nothing to zero, and ``tape.record_func`` refuses it)
+    return arr is not None and arr.requires_grad and arr.grad is not None and arr.size > 0
 
 
 def _grad_or(arr: wp.array, fallback: wp.array) -> tuple[wp.array, bool]:
@@ -301,5 +302,5 @@ def launch_shade_blend(
                 device=device,
             )
 
-    tape.record_func(backward, arrays=with_grad(image_out, *sources))
+    record_func(tape, backward, arrays=with_grad(image_out, *sources))
     return tape

@@ -28,6 +28,7 @@ from __future__ import annotations
 import warp as wp
 
 from ..aggregated import add_mat32_row, add_mat33_row
+from ..backward.tape import record_func
 from ..geometry import EPS, barycentric, pixel_centre
 from ..patches import patch_launch_size
 from ..structs import StructCache
@@ -457,7 +458,7 @@ class SampleAdjoint:
                 device=device,
             )
 
-        tape.record_func(backward, arrays=sources)
+        record_func(tape, backward, arrays=sources)
 
 
 # ----------------------------------------------------------------------------- corner tables
@@ -527,4 +528,4 @@ def record_corners_adjoint(tape, tables, uv_lists, verts_uvs, ndc_lists, verts_n
 
     arrays = [a for a in (tables.uv, tables.ndc, verts_uvs, verts_ndc)
               if a is not None and a.grad is not None]  # fmt: skip
-    tape.record_func(backward, arrays=arrays)
+    record_func(tape, backward, arrays=arrays)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from ..backward.tape import active_tape
+from ..backward.tape import active_tape, record_func
 from ..grad_buffers import clear_if_recording
 from ..structs import new_struct
 from .textures import as_maps, first_device
@@ -370,7 +370,7 @@ class MipPyramid:
             )
         tape = active_tape()
         if tape is not None and self.maps.requires_grad and len(self.sizes) > 1:
-            tape.record_func(self._build_backward, arrays=[self.maps, self.levels])
+            record_func(tape, self._build_backward, arrays=[self.maps, self.levels])
         return self
 
     def _groups(self) -> list:

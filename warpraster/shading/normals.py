@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from ..backward.tape import active_tape
+from ..backward.tape import active_tape, record_func
 from ..geometry import finite_cross, finite_face
 from ..meshes import as_faces_array, as_vec3_array
 from .corner_lists import CornerLists, VertexCorners, corner_of
@@ -224,7 +224,7 @@ def _gather_normal_sums(v: wp.array, corners: VertexCorners, sums: wp.array) -> 
         wp.launch(_corner_normals_adjoint, dim=nv, inputs=[v, corners, sums_grad],
                   outputs=[v_grad], device=v.device)  # fmt: skip
 
-    tape.record_func(backward, arrays=[v, sums])
+    record_func(tape, backward, arrays=[v, sums])
 
 
 def vertex_normals(

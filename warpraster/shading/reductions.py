@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from ..backward.tape import active_tape
+from ..backward.tape import active_tape, record_func
 from ..grad_buffers import clear_if_recording
 from .blending import (
     BlendParams,
@@ -294,7 +294,7 @@ def image_mse(image: wp.array, target: wp.array, *, out: wp.array | None = None)
                   inputs=[flat_im, flat_tg, weight, out.grad], outputs=[flat_grad],
                   device=device)  # fmt: skip
 
-    tape.record_func(backward, arrays=[image, out])
+    record_func(tape, backward, arrays=[image, out])
     return out
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from ..backward.tape import active_tape
+from ..backward.tape import active_tape, record_func
 
 wp.set_module_options({"fuse_fp": False})
 
@@ -145,4 +145,4 @@ def resolve_samples(
         wp.launch(_resolve_adjoint, dim=(h, w), inputs=[image, sy, sx, color.grad],
                   outputs=[image.grad], device=device)  # fmt: skip
 
-    tape.record_func(backward, arrays=[color, image])
+    record_func(tape, backward, arrays=[color, image])

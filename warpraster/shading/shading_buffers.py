@@ -15,7 +15,7 @@ from functools import cached_property
 
 import warp as wp
 
-from ..backward.tape import active_tape
+from ..backward.tape import active_tape, record_func
 from ..structs import StructCache, new_struct, placeholder
 from .corner_lists import CornerLists, VertexCorners
 from .fused import ImageGrad, _grad_or, with_grad
@@ -215,7 +215,7 @@ def gather_faces(
                       device=device)  # fmt: skip
 
     sources = (verts, normals, vert_colors) if want_col else (verts, normals)
-    tape.record_func(backward, arrays=with_grad(tables.pos, tables.nrm, tables.col, *sources))
+    record_func(tape, backward, arrays=with_grad(tables.pos, tables.nrm, tables.col, *sources))
 
 
 # ----------------------------------------------------------------------------- buffers

@@ -16,7 +16,7 @@ from typing import Any
 
 import warp as wp
 
-from ..backward.tape import active_tape
+from ..backward.tape import active_tape, record_func
 from .options import NO_ADJOINT_OPTIONS
 
 wp.set_module_options(NO_ADJOINT_OPTIONS)
@@ -198,7 +198,7 @@ def image_loss(
         wp.launch(bwd, dim=n, inputs=[flat, flat_target, w, loss_out.grad], outputs=[flat_grad],
                   device=image.device)  # fmt: skip
 
-    tape.record_func(backward, arrays=[image, loss_out])
+    record_func(tape, backward, arrays=[image, loss_out])
 
 
 # ------------------------------------------------------------------------ fused with the sensor
@@ -421,7 +421,7 @@ def frame_loss(
     def arm():  # runs before the sensor's backward of this update (recorded later)
         backward.arm_loss(out, terms)
 
-    tape.record_func(arm, arrays=[loss_out])
+    record_func(tape, arm, arrays=[loss_out])
 
 
 __all__ = ["LossTerms", "frame_loss", "image_loss", "loss_grads"]

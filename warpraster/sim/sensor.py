@@ -64,7 +64,7 @@ import numpy as np
 import warp as wp
 
 from .. import ClipWorkspace, RasterWorkspace, rasterize_meshes
-from ..backward.tape import active_tape
+from ..backward.tape import active_tape, record_func
 from ..grad_buffers import clear_if_recording
 from ..settings import parse_image_size
 from ..shading.atlas import Atlas
@@ -650,7 +650,7 @@ class CameraSensor:
         arrays += [a for a in (out.points, *inputs.values(), self.shape_colors,
                                self.atlas.texels, self.light_direction, self.light_intensity)
                    if a.grad is not None]  # fmt: skip
-        tape.record_func(backward, arrays=arrays)
+        record_func(tape, backward, arrays=arrays)
         self._recorded[frame] = (weakref.ref(tape), len(tape.launches) - 1, backward)
 
     def _rasterize(self, out: SensorFrame, workspace, blur_radius: float, k: int):
