@@ -61,6 +61,11 @@ def _vert_case(with_ndc, own_ndc_faces, perspective):
             case["ndc_faces"] = torch.arange(21, dtype=torch.int32).reshape(7, 3).flip(0)
             case["ndc_faces"] = case["ndc_faces"].contiguous()
         else:  # the same faces index verts_ndc: 9 screen-covering vertices
+            # (the random faces include a degenerate one, [2, 4, 4], whose 1/EPS
+            # screen derivatives make the attribute gradient's float sum depend on
+            # its order: bit for bit here, where both sides add in the same order;
+            # on a GPU the atomics' order moves it by tens of percent, the tape
+            # replay's as much as the adjoint's)
             case["ndc"] = _big_triangles(3, gen)
         wants.append("ndc")
     return case, tuple(wants), gen
