@@ -89,7 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"raster CPU: {', '.join(s.name for s in CPU_SCENES)}. "
         f"renderer: {', '.join(RENDERER_TARGETS)}",
     )
-    ap.add_argument("--profile", action="store_true", help="per-kernel times (CUDA)")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="per-kernel times (CUDA); renderer with --torch: the torch step's "
+        "host timeline and its kernels beside the Warp step's",
+    )
     ap.add_argument("--renderer", action="store_true", help="the same as --suite renderer")
     ap.add_argument("--sensor", action="store_true", help="the same as --suite sensor")
     r = ap.add_argument_group("raster suite")

@@ -249,6 +249,10 @@ def run(args, argv: list[str]) -> int:
             print(f"{label:<44}{row['fwd_ms']:>9.3f}{row['fwd_bwd_ms']:>9.3f}{g}"
                   f"{f'{tf} / {tb}':>16}{row['coverage']:>7.2f}{row['renderer_mb']:>8.0f}{t}",
                   flush=True)  # fmt: skip
+            if torch_cols and not channels and getattr(args, "profile", False):
+                from .torch_renderer import profile_torch_scene  # noqa: PLC0415
+
+                profile_torch_scene(name, str(device))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(rows, fh, indent=1)

@@ -133,3 +133,32 @@ def run_torch_scene(name: str, device: str, runs: int) -> dict:
     finally:
         ctx.call_graphs = before
     return {"name": name, **{k: statistics.median(v) for k, v in times.items()}}
+
+
+def profile_torch_scene(name: str, device: str) -> None:
+    """``--torch --profile``: scene ``name``'s torch training step profiled beside the
+    Warp-native eager step (:func:`~warpraster.bench.torch_profile.print_profile`)."""
+    import torch
+    import warp as wp
+
+    from .renderer import loss_step, make_renderer
+    from .torch_profile import print_profile
+
+    dev = torch_device(device)
+    renderer, args, textures, leaves = make_torch_scene(name, dev)
+    with torch.no_grad():
+        target = renderer(*args, textures=textures) * 0.9
+
+    def torch_step():
+        for leaf in leaves.values():
+            leaf.grad = None
+        loss = ((renderer(*args, textures=textures) - target) ** 2).mean()
+        loss.backward()
+
+    for _ in range(3):  # warm-up: the context's slots and graphs
+        torch_step()
+    r, verts = make_renderer(name, device, channels=())
+    out = r.render(verts)
+    warp_target = wp.array(out.image.numpy() * 0.9, dtype=wp.float32, device=device)
+    loss = wp.zeros(1, dtype=wp.float32, device=device, requires_grad=True)
+    print_profile(name, torch_step, loss_step(r, verts, warp_target, loss), device)
