@@ -90,6 +90,8 @@ class _TorchStream:
     def __init__(self, device: torch.device):
         stream = None
         if device.type == "cuda":
+            if device.index is None:  # "cuda": the current device (the key names it)
+                device = torch.device("cuda", torch.cuda.current_device())
             stream = torch.cuda.current_stream(device).cuda_stream
         key = (device, stream)
         resolved = _RESOLVED.get(key)
