@@ -117,3 +117,40 @@ def test_a_replayed_step_records_once_per_tape():
     out.image.grad.fill_(1.0)
     with pytest.raises(ValueError, match="rendered again"):
         tape.backward()
+
+
+def _replace(what, r):
+    """Replaces one object the render reads (as a user would between steps)."""
+    sh = r.shader
+    if what == "lights":
+        sh.lights = shading.PointLights(location=((-2.0, 1.0, -3.0),), device=r.device)
+    elif what == "materials":
+        sh.materials = shading.Materials(diffuse_color=((0.2, 0.9, 0.1),), device=r.device)
+    elif what == "blend_params":
+        sh.blend_params = shading.BlendParams(sigma=1e-3, gamma=1e-2,
+                                              background_color=(0.3, 0.2, 0.1))  # fmt: skip
+    elif what == "cameras":  # the case's cameras, moved
+        d, spec = cases.load("r03_softphong_directional_k8")
+        r.cameras = sh.cameras = _cameras({**d, "cam_T": d["cam_T"] * 1.1}, spec, r.device)
+
+
+@pytest.mark.parametrize("what", ["lights", "materials", "blend_params", "cameras"])
+def test_an_object_replaced_after_the_capture_is_drawn(what):
+    """A graph bakes in what the shader's objects held at its capture: replacing one
+    (``shader.lights = ...``) after the render was captured draws with the new one,
+    outside a tape and in a recorded step, as the launches one by one do (before,
+    the replay kept drawing the old one: silently stale on CUDA, where graphs are
+    the default)."""
+    name = "r03_softphong_directional_k8"
+    seen = []
+    for graphs in (False, True):
+        r, verts, params, target = _renderer(name, "cpu", graphs)
+        for _ in range(3):  # launched, captured, replayed
+            r.render(verts)
+        _replace(what, r)
+        plain = r.render(verts).image.numpy().copy()
+        steps = _steps(r, verts, params[:1], target, "cpu", ["fused"] * 3)
+        seen.append([plain] + [a for step in steps for a in step])
+    launched, replayed = seen
+    for i, (want, got) in enumerate(zip(launched, replayed, strict=True)):
+        np.testing.assert_array_equal(got, want, err_msg=f"array {i}")

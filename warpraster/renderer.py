@@ -23,7 +23,7 @@ from .grad_buffers import clear_if_recording
 from .meshes import PackedMeshes, as_faces_array, as_index_array, as_vec3_array, pack_meshes
 from .patches import patch_launch_size, patch_pixel
 from .raster import ClipWorkspace, RasterWorkspace
-from .raster.workspace import CallGraph
+from .raster.workspace import CallGraph, state_key
 from .rasterize import rasterize_checked
 from .rasterizer import MeshRasterizer
 from .shading.corner_lists import CornerLists
@@ -577,7 +577,13 @@ class Renderer:
                 "with requires_grad=False, so its buffers cannot carry them: construct it "
                 "with Renderer(..., requires_grad=True)"
             )
-        key = (v.ptr, tuple(v.shape), tuple(v.strides), v.dtype, v.grad is not None)
+        # (the objects the launches read: one replaced since a graph's capture, e.g.
+        # shader.lights = ..., makes another key, so the render draws with it)
+        sh = self.shader
+        state = state_key(self.cameras, sh, getattr(sh, "lights", None),
+                          getattr(sh, "materials", None), getattr(sh, "blend_params", None),
+                          self.textures, self.face_materials)  # fmt: skip
+        key = (v.ptr, tuple(v.shape), tuple(v.strides), v.dtype, v.grad is not None, state)
         tape = active_tape()
         if tape is None:
             self._recorded[step].guard.note_render()  # overwrites what a recorded step read

@@ -46,6 +46,41 @@ def array_key(a: wp.array) -> tuple:
     return (a.ptr, a.shape, a.strides, a.dtype)
 
 
+def _value_key(v):
+    """An attribute's part of :func:`state_key`: an array's :func:`array_key`, a Warp
+    struct's fields, a plain value itself, anything else its identity."""
+    if isinstance(v, wp.array):
+        return array_key(v)
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, wp.Device):
+        return v.alias
+    if isinstance(v, tuple) and all(isinstance(x, (bool, int, float, str)) for x in v):
+        return v
+    cls = getattr(v, "_cls", None)
+    if cls is not None and hasattr(cls, "vars"):  # a Warp struct instance
+        return tuple(_value_key(getattr(v, name)) for name in cls.vars)
+    return ("id", id(v))
+
+
+def state_key(*objects) -> tuple:
+    """What a captured graph bakes in of these Python objects (cameras, a shader, its
+    lights, materials and blend parameters, textures): each object's identity and
+    its attributes' :func:`_value_key` (arrays by address, struct fields, plain
+    values; dicts, which hold caches derived from the rest, are left out). A graph
+    replayed under another key would draw with what these objects held at its
+    capture: an attribute replaced since (``shader.lights = ...``) changes the key."""
+    return tuple(
+        None
+        if o is None
+        else (
+            id(o),
+            tuple((name, _value_key(v)) for name, v in vars(o).items() if not isinstance(v, dict)),
+        )
+        for o in objects
+    )
+
+
 def _optional_key(a: wp.array | None) -> tuple | None:
     return None if a is None else array_key(a)
 
