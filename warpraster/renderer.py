@@ -334,6 +334,11 @@ class Renderer:
     materials and shader are fixed at construction; per-frame data lives in
     device arrays the caller updates in place (``verts`` passed to
     :meth:`render`, camera ``R``/``T``, light and material arrays, texture maps).
+    An object replaced all the same (``shader.lights = ...``, ``renderer.cameras =
+    ...``) is drawn by the next render, eagerly and from a replayed graph alike (the
+    replay's key holds the objects, :func:`~warpraster.raster.workspace.state_key`);
+    the raster settings resolved from the construction's camera (its default
+    near-plane clip) stay.
     :meth:`render` then allocates nothing, reads nothing back to the host and
     validates nothing, so a render + loss + ``tape.backward()`` can be captured
     in one graph (``wp.ScopedCapture``; on the cpu device too) and replayed.
