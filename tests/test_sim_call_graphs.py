@@ -241,3 +241,34 @@ def test_user_capture_launches_as_usual():
     for n in sensor.frames[0].CHANNELS:
         np.testing.assert_array_equal(getattr(sensor.frames[0], n).numpy(),
                                       getattr(ref.frames[0], n).numpy())  # fmt: skip
+
+
+_REBOUND = [
+    ("near_clip", 0.5),
+    ("silhouette_sigma", 1e-3),
+    ("deterministic", False),
+    ("bin_size", 8),
+    ("light_direction", None),
+    ("shape_colors", None),
+]
+
+
+@pytest.mark.parametrize("name,value", _REBOUND)
+def test_options_cannot_be_rebound_after_construction(name, value):
+    """What the sensor is built for (buffers, kernels, structs, captured graphs) is
+    fixed: rebinding an option raised nothing before, and a replayed update kept the
+    old value while an eager one read the new (``near_clip``), or neither saw it
+    (a rebound array). It raises now, naming it; values assigned into the arrays
+    are seen by replayed updates as by eager ones."""
+    sensor, arrays, *_ = _scene(True)
+    ref, ref_arrays, *_ = _scene(False)
+    with pytest.raises(AttributeError, match=f"CameraSensor.{name} is fixed at construction"):
+        setattr(sensor, name, value)
+    sensor.call_graphs = True  # the replay switch stays settable
+    for i in range(4):  # launched, captured, replayed, replayed
+        for s, a in ((sensor, arrays), (ref, ref_arrays)):
+            s.light_direction.assign([(-0.5 + 0.1 * i, 0.6, -0.6)])
+            s.update(**a)
+        _assert_equal(*[[np.array(getattr(s.frames[0], n).numpy()) for n in s.frames[0].CHANNELS]
+                        for s in (sensor, ref)])  # fmt: skip
+    assert sensor._replay._forward[0][0]._graph is not None

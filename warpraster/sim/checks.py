@@ -192,3 +192,28 @@ def sensor_light_rows(lights, device, num_worlds: int, num_cameras: int, determi
             "(the deterministic backward gives the light list's arrays none)"
         )
     return rows, len(lights) == num_worlds and num_worlds != num_images
+
+
+class FixedOptions:
+    """Refuses rebinding, after construction (once ``self._fixed`` is set), the
+    attributes :attr:`_FIXED` names: what the sensor's buffers, kernels, structs and
+    captured graphs are built for. Rebound, one would be seen by some launches and
+    not by others (a replayed graph keeps what it captured), so it raises instead:
+    assign new values into the arrays (``.assign``) or make a new sensor."""
+
+    _FIXED = frozenset((
+        "world_count", "camera_count", "frame_count", "image_size", "silhouette_sigma",
+        "blur_radius", "antialias", "near_clip", "clear_color", "clear_depth", "ambient",
+        "smooth_normals", "grad_channels", "up", "deterministic", "exact_perspective_grad",
+        "bin_size", "device", "lights", "requires_grad", "geometry", "material_grad",
+        "shape_colors", "light_direction", "light_intensity", "atlas",
+    ))  # fmt: skip
+
+    def __setattr__(self, name, value):
+        if name in self._FIXED and self.__dict__.get("_fixed", False):
+            raise AttributeError(
+                f"{type(self).__name__}.{name} is fixed at construction (the sensor's "
+                "buffers, kernels and captured graphs are built for it): assign new "
+                f"values into its arrays (.assign) or make a new {type(self).__name__}"
+            )
+        super().__setattr__(name, value)

@@ -71,6 +71,7 @@ from ..shading.atlas import Atlas
 from .adjoint import SensorBackward
 from .antialias import FrameAntialias, sensor_topology
 from .checks import (
+    FixedOptions,
     _check_transforms,
     _vec3,
     check_array,
@@ -99,7 +100,7 @@ from .replay import SensorReplay
 _BLUR_PER_SIGMA = math.log(1.0 / 1.0e-4 - 1.0)
 
 
-class CameraSensor:
+class CameraSensor(FixedOptions):
     """Renders W worlds x C cameras of a :class:`SensorGeometry`, differentiably.
 
     Args:
@@ -181,8 +182,9 @@ class CameraSensor:
     The colours (``shape_colors``, vec3 (S + M,)), light direction and intensity live
     in device arrays (``light_direction``, ``light_intensity``, (1,)): assign new
     values into them (``.assign``; the kernels' structs, packed once at set-up, hold
-    these arrays, so rebinding the attributes is not seen), or pass
-    ``material_grad=True`` to train them.
+    these arrays), or pass ``material_grad=True`` to train them. Rebinding these
+    attributes, or any option above, after construction raises ``AttributeError``
+    (:class:`~warpraster.sim.checks.FixedOptions`); ``call_graphs`` stays settable.
     """
 
     def __init__(
@@ -345,6 +347,7 @@ class CameraSensor:
         #: every device; False: never): :mod:`warpraster.sim.replay`.
         self.call_graphs: bool | None = None
         self._replay = SensorReplay(self.device, self.frame_count)
+        self._fixed = True  # its options can no longer be rebound (FixedOptions)
 
     # ------------------------------------------------------------------ set-up
     @property
