@@ -196,15 +196,16 @@ def check_packed_values(num_verts: int, faces, first, count, neighbor=None, *,
         return
     tensors = (faces, first, count, neighbor)
     key = (int(num_verts), *(_tensor_key(t) for t in tensors))
-    refs = _CHECKED.get(key)
-    if refs is not None and all(
-        (r is None and t is None) or (r is not None and r() is t)
-        for r, t in zip(refs, tensors, strict=True)
-    ):
-        # the very same tensor objects, unchanged (their memory may not be reused
-        # by another tensor while they live)
-        _CHECKED.move_to_end(key)
-        return
+    with _CHECKED_LOCK:  # (the torch ops run from several threads)
+        refs = _CHECKED.get(key)
+        if refs is not None and all(
+            (r is None and t is None) or (r is not None and r() is t)
+            for r, t in zip(refs, tensors, strict=True)
+        ):
+            # the very same tensor objects, unchanged (their memory may not be reused
+            # by another tensor while they live)
+            _CHECKED.move_to_end(key)
+            return
     nv, nf, nfirst, ncount, nnb = names
     check_index_range(faces, nf, num_verts, f"vertices in {nv}", kind="vertex indices")
     c = count.detach().to("cpu", torch.int64)
@@ -221,9 +222,10 @@ def check_packed_values(num_verts: int, faces, first, count, neighbor=None, *,
         raise ValueError(f"{ncount} adds up to {int(c.sum())} faces, but {nf} has {faces.shape[0]}")
     if neighbor is not None:
         check_index_range(neighbor, nnb, faces.shape[0], "faces", allow=-1)
-    _CHECKED[key] = tuple(None if t is None else weakref.ref(t) for t in tensors)
-    while len(_CHECKED) > 64:
-        _CHECKED.popitem(last=False)
+    with _CHECKED_LOCK:
+        _CHECKED[key] = tuple(None if t is None else weakref.ref(t) for t in tensors)
+        while len(_CHECKED) > 64:
+            _CHECKED.popitem(last=False)
 
 
 #: Topologies whose values passed :func:`check_packed_values`, by their tensors'
@@ -235,6 +237,7 @@ def check_packed_values(num_verts: int, faces, first, count, neighbor=None, *,
 #: bypass torch's counter (a Warp kernel writing into the tensor's memory) are not
 #: seen: check such tensors yourself.
 _CHECKED: collections.OrderedDict = collections.OrderedDict()
+_CHECKED_LOCK = threading.Lock()
 
 
 #: stands in for the version of a tensor that has none (made under

@@ -11,6 +11,7 @@ indexing (T, 2) UVs over the whole batch).
 from __future__ import annotations
 
 import collections
+import threading
 import weakref
 from dataclasses import dataclass, field
 
@@ -203,20 +204,23 @@ class PackedTextures:
 #: call with the same, unchanged count tensor reads nothing back (on CUDA each read
 #: waits for the device, and the render's launches could not be queued ahead of it)
 _COUNTS: collections.OrderedDict = collections.OrderedDict()
+_COUNTS_LOCK = threading.Lock()
 
 
 def _counts(x) -> list[int]:
     if not isinstance(x, torch.Tensor):
         return [int(c) for c in x]
     key = _tensor_key(x)
-    hit = _COUNTS.get(key)
-    if hit is not None and hit[0]() is x:
-        _COUNTS.move_to_end(key)
-        return hit[1]
+    with _COUNTS_LOCK:  # (the torch ops run from several threads)
+        hit = _COUNTS.get(key)
+        if hit is not None and hit[0]() is x:
+            _COUNTS.move_to_end(key)
+            return hit[1]
     counts = [int(c) for c in x.tolist()]
-    _COUNTS[key] = (weakref.ref(x), counts)
-    while len(_COUNTS) > 64:
-        _COUNTS.popitem(last=False)
+    with _COUNTS_LOCK:
+        _COUNTS[key] = (weakref.ref(x), counts)
+        while len(_COUNTS) > 64:
+            _COUNTS.popitem(last=False)
     return counts
 
 
