@@ -179,3 +179,22 @@ def test_a_bad_target_or_out_is_refused_before_any_kernel(device):
             wp.zeros((n, h, w, 4), dtype=wp.float32, device=device),
             out=wp.zeros(2, dtype=wp.float32, device=device),
         )
+
+
+def test_a_loss_before_any_render_of_its_step_is_refused():
+    # image_mse reads the step's last rendered image: with none rendered yet it gave
+    # the loss of the zero-filled buffer without a word (0 for a zero target)
+    d, spec, r, verts, tex, lts = _renderer_for_case("r03_softphong_directional_k8", "cpu",
+                                                     steps=2)  # fmt: skip
+    target = wp.zeros(r.outputs[0].image.shape, dtype=wp.float32, device="cpu")
+    with pytest.raises(ValueError, match="step 0 was not rendered yet"):
+        r.image_mse(target)
+    with pytest.raises(ValueError, match="verts has"):
+        r.render(verts.numpy()[:-1])  # a render that fails before launching marks nothing
+    with pytest.raises(ValueError, match="step 0 was not rendered yet"):
+        r.image_mse(target)
+    r.render(verts, step=1)
+    with pytest.raises(ValueError, match="step 0 was not rendered yet"):
+        r.image_mse(target)
+    r.render(verts)
+    assert r.image_mse(target).numpy()[0] > 0

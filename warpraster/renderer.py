@@ -502,6 +502,7 @@ class Renderer:
         self._call_graphs = [CallGraph(self.device) for _ in range(int(steps))]
         self._recorded = [RecordedCall(self.device) for _ in range(int(steps))]
         self._armed = [False] * int(steps)  # the captured render armed a fused loss
+        self._rendered = [False] * int(steps)  # a render has filled the step's image
 
     def _make_outputs(self) -> RenderOutputs:
         n = self.shape[0]
@@ -582,6 +583,7 @@ class Renderer:
                 "with requires_grad=False, so its buffers cannot carry them: construct it "
                 "with Renderer(..., requires_grad=True)"
             )
+        self._rendered[step] = True
         # (the objects the launches read: one replaced since a graph's capture, e.g.
         # shader.lights = ..., makes another key, so the render draws with it)
         sh = self.shader
@@ -629,6 +631,8 @@ class Renderer:
         """
         o = self.outputs[self._check_step(step)]
         out = checked_mse_out(o.image, target, out)
+        if not self._rendered[step]:
+            raise ValueError(f"image_mse: step {step} was not rendered yet (call render first)")
         fuse = o.antialias is None  # the antialiased image's loss is not the shading's
         if fuse and o.shading.fuse_image_mse(target, out, 1.0 / o.image.size, active_tape()):
             return mse_forward(o.image, target, out)[0]
