@@ -88,3 +88,21 @@ def test_a_renderer_without_gradients_is_refused():
     r = wu.StageRenderer(_material_scene(), camera=_camera(), image_size=(H, W), device="cpu")
     with pytest.raises(ValueError, match="requires_grad=True"):
         stage_parameters(r)
+
+
+def test_a_parameter_changed_before_the_backward_or_a_second_render_raises():
+    """The adjoint reads the renderer's buffers and the parameters' memory when it
+    runs: a parameter changed in place between the render and its backward (it gave
+    the gradient at the new point without a word) raises torch's in-place error, and
+    a second render before the first one's backward says what to do."""
+    r = _renderer()
+    params = stage_parameters(r)
+    w = torch.ones((H, W, 4))
+    image = render_stage(r, params)
+    with torch.no_grad():
+        params["points"] += 0.01
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        (image * w).sum().backward()
+    a, b = render_stage(r, params), render_stage(r, params)
+    with pytest.raises(ValueError, match="render_stage: the renderer rendered again"):
+        ((a * w).sum() + (b * w).sum()).backward()

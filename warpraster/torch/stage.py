@@ -89,12 +89,17 @@ class _RenderStage(torch.autograd.Function):
                 .clone()
             )  # the renderer's buffer is rewritten by its next render
         ctx.renderer, ctx.names, ctx.tape = renderer, names, tape
+        # saved for torch's version check: the adjoint reads the parameters' memory
+        # when it runs, so one changed in place before the backward (an optimiser
+        # step) would give the gradient at another point: torch raises instead
+        ctx.save_for_backward(*params)
         return image
 
     @staticmethod
     @first_order_only
     def backward(ctx, grad_image):
         renderer, names, tape = ctx.renderer, ctx.names, ctx.tape
+        ctx.saved_tensors  # noqa: B018 - raises if a parameter changed in place since
         arrays = _named_arrays(renderer)
         device = grad_image.device
         with _TorchStream(device):
@@ -103,7 +108,16 @@ class _RenderStage(torch.autograd.Function):
             clear_owned_grads(*(arrays[n] for n in names))
             color_grad = wp.to_torch(renderer.color.grad, requires_grad=False)
             color_grad.copy_(grad_image.reshape(color_grad.shape))
-            tape.backward()
+            try:
+                tape.backward()
+            except ValueError as e:
+                if "rendered again" not in str(e):
+                    raise
+                raise ValueError(
+                    "render_stage: the renderer rendered again before this render's "
+                    "backward ran (its buffers hold one render): call backward before "
+                    "the next render_stage, or use one StageRenderer per render"
+                ) from e
             grads = [wp.to_torch(arrays[n].grad, requires_grad=False).clone() for n in names]
             tape.reset()
         return (None, None, *grads)
