@@ -490,3 +490,33 @@ def test_repeated_calls_replayed_as_graphs_equal_the_launches(device, determinis
                 np.testing.assert_allclose(b, a, rtol=0, atol=1e-5 * scale, err_msg=f"{step} {k}")
     assert np.abs(results[True][-1][3]).max() > 0  # vertex gradients flowed
     assert not np.array_equal(results[True][0][3], results[True][-1][3])  # the inputs moved
+
+
+def test_the_object_draws_face_ids_past_the_faces_as_background(device):
+    """``Antialias.__call__`` reads no values back (capturable): an id past the faces
+    is drawn as background instead of read outside ``faces`` (the function form
+    refuses it): the image and gradients are those of the ids set to -1."""
+    case = load("aa_p03_ico2_48")
+    p2f = nvdr_ids(case)
+    nf = len(case["faces_packed"])
+    bad = p2f.copy()
+    bad[:, ::3, ::2] = nf + 7  # a column pattern of ids past the faces
+    fixed = np.where(bad >= nf, -1, bad).astype(np.int32)
+    results = []
+    for ids in (bad, fixed):
+        op = wr.Antialias(case["faces_packed"], len(case["verts_ndc"]), case["color"].shape, device)
+        c = wp.array(case["color"], dtype=wp.float32, device=device, requires_grad=True)
+        v = wp.array(case["verts_ndc"], dtype=wp.vec3, device=device, requires_grad=True)
+        tape = wp.Tape()
+        with tape:
+            out = op(c, wp.array(ids, dtype=wp.int32, device=device), v)
+        out.grad.fill_(1.0)
+        tape.backward()
+        results.append((out.numpy(), c.grad.numpy(), v.grad.numpy()))
+    for got, want in zip(*results, strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)  # GPU atomics' order
+    with pytest.raises(ValueError, match="pix_to_face has values"):
+        wr.antialias(wp.array(case["color"], dtype=wp.float32, device=device),
+                     wp.array(bad, dtype=wp.int32, device=device),
+                     wp.array(case["verts_ndc"], dtype=wp.vec3, device=device),
+                     case["faces_packed"])  # fmt: skip

@@ -109,7 +109,9 @@ class Antialias:
 
     Calling it (:meth:`__call__`) writes ``self.out`` (or ``out=``) and, when a
     ``wp.Tape`` records and ``color`` or ``verts_ndc`` carry gradients, registers
-    the adjoint. One object serves one recorded call per tape (its pair buffers
+    the adjoint. It checks types, shapes and devices only (no host read:
+    capturable); a ``pix_to_face`` id outside ``[-1, F)`` is drawn as background
+    (:func:`antialias` refuses it). One object serves one recorded call per tape (its pair buffers
     hold that call's analysis until the backward has run).
 
     A repeated call with the same arrays replays its launches as a captured graph

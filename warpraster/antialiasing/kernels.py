@@ -126,8 +126,11 @@ class AAInputs:
 
 @wp.func
 def _face_id(a: AAInputs, n: int, r: int, c: int) -> int:
+    """Pixel (n, r, c)'s face, -1 for none: also for an id past the faces (the
+    object's calls read no values back, so this keeps a bad one from reading
+    outside ``faces``)."""
     f = a.pix_to_face[n, r, c, 0]
-    if f < 0:
+    if f < 0 or f >= a.faces.shape[0]:
         f = -1
     return f
 
