@@ -590,7 +590,8 @@ class Renderer:
         state = state_key(self.cameras, sh, getattr(sh, "lights", None),
                           getattr(sh, "materials", None), getattr(sh, "blend_params", None),
                           self.textures, self.face_materials)  # fmt: skip
-        key = (v.ptr, tuple(v.shape), tuple(v.strides), v.dtype, v.grad is not None, state)
+        key = (v.ptr, tuple(v.shape), tuple(v.strides), v.dtype, v.grad is not None, state,
+               self.settings)  # fmt: skip
         tape = active_tape()
         if tape is None:
             self._recorded[step].guard.note_render()  # overwrites what a recorded step read
