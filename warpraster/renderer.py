@@ -23,7 +23,7 @@ from .grad_buffers import clear_if_recording
 from .meshes import PackedMeshes, as_faces_array, as_index_array, as_vec3_array, pack_meshes
 from .patches import patch_launch_size, patch_pixel
 from .raster import ClipWorkspace, RasterWorkspace
-from .raster.workspace import CallGraph, state_key
+from .raster.workspace import CallGraph, StateWatch
 from .rasterize import rasterize_checked
 from .rasterizer import MeshRasterizer
 from .shading.corner_lists import CornerLists
@@ -336,7 +336,7 @@ class Renderer:
     :meth:`render`, camera ``R``/``T``, light and material arrays, texture maps).
     An object replaced all the same (``shader.lights = ...``, ``renderer.cameras =
     ...``) is drawn by the next render, eagerly and from a replayed graph alike (the
-    replay's key holds the objects, :func:`~warpraster.raster.workspace.state_key`);
+    replay's key holds the objects, :class:`~warpraster.raster.workspace.StateWatch`);
     the raster settings resolved from the construction's camera (its default
     near-plane clip) stay.
     :meth:`render` then allocates nothing, reads nothing back to the host and
@@ -503,6 +503,7 @@ class Renderer:
         self._recorded = [RecordedCall(self.device) for _ in range(int(steps))]
         self._armed = [False] * int(steps)  # the captured render armed a fused loss
         self._rendered = [False] * int(steps)  # a render has filled the step's image
+        self._state = StateWatch()  # the objects the launches read (replay key)
 
     def _make_outputs(self) -> RenderOutputs:
         n = self.shape[0]
@@ -587,9 +588,9 @@ class Renderer:
         # (the objects the launches read: one replaced since a graph's capture, e.g.
         # shader.lights = ..., makes another key, so the render draws with it)
         sh = self.shader
-        state = state_key(self.cameras, sh, getattr(sh, "lights", None),
-                          getattr(sh, "materials", None), getattr(sh, "blend_params", None),
-                          self.textures, self.face_materials)  # fmt: skip
+        state = self._state(self.cameras, sh, getattr(sh, "lights", None),
+                            getattr(sh, "materials", None), getattr(sh, "blend_params", None),
+                            self.textures, self.face_materials)  # fmt: skip
         key = (v.ptr, tuple(v.shape), tuple(v.strides), v.dtype, v.grad is not None, state,
                self.settings)  # fmt: skip
         tape = active_tape()

@@ -46,39 +46,67 @@ def array_key(a: wp.array) -> tuple:
     return (a.ptr, a.shape, a.strides, a.dtype)
 
 
-def _value_key(v):
-    """An attribute's part of :func:`state_key`: an array's :func:`array_key`, a Warp
-    struct's fields, a plain value itself, anything else its identity."""
-    if isinstance(v, wp.array):
-        return array_key(v)
-    if v is None or isinstance(v, (bool, int, float, str)):
+def _field(v):
+    """A struct field as compared: an array itself (by identity), a nested struct's
+    fields, a Warp vector or matrix as a tuple (its values: read anew per access)."""
+    if isinstance(v, wp.array) or v is None or isinstance(v, (bool, int, float, str)):
         return v
-    if isinstance(v, wp.Device):
-        return v.alias
-    if isinstance(v, tuple) and all(isinstance(x, (bool, int, float, str)) for x in v):
+    if hasattr(getattr(v, "_cls", None), "vars"):
+        return _bound(v)
+    try:
+        return tuple(v)
+    except TypeError:
         return v
-    cls = getattr(v, "_cls", None)
+
+
+def _bound(o) -> tuple:
+    """What ``o`` holds now: its attributes' values (a Warp struct's fields, nested)."""
+    cls = getattr(o, "_cls", None)
     if cls is not None and hasattr(cls, "vars"):  # a Warp struct instance
-        return tuple(_value_key(getattr(v, name)) for name in cls.vars)
-    return ("id", id(v))
+        return tuple(_field(getattr(o, name)) for name in cls.vars)
+    values = tuple(vars(o).values())
+    return values + tuple(_bound(v) for v in values if hasattr(getattr(v, "_cls", None), "vars"))
 
 
-def state_key(*objects) -> tuple:
-    """What a captured graph bakes in of these Python objects (cameras, a shader, its
-    lights, materials and blend parameters, textures): each object's identity and
-    its attributes' :func:`_value_key` (arrays by address, struct fields, plain
-    values; dicts, which hold caches derived from the rest, are left out). A graph
-    replayed under another key would draw with what these objects held at its
-    capture: an attribute replaced since (``shader.lights = ...``) changes the key."""
-    return tuple(
-        None
-        if o is None
-        else (
-            id(o),
-            tuple((name, _value_key(v)) for name, v in vars(o).items() if not isinstance(v, dict)),
-        )
-        for o in objects
-    )
+def _same(a, b) -> bool:
+    """The same object, or equal plain values (numbers, strings, tuples of them)."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or isinstance(a, wp.array):
+        return False
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return isinstance(a, (bool, int, float, str)) and a == b
+
+
+class StateWatch:
+    """A version number that changes whenever an attribute of the watched objects
+    (cameras, a shader, its lights, materials and blend parameters, textures) is
+    rebound, or the objects themselves are others: part of a replayed graph's key,
+    since a graph bakes in what these objects held at its capture (a replay after
+    ``shader.lights = ...`` would draw the old lights).
+
+    Compares what :func:`_bound` finds (kept, so no identity can be reused
+    meanwhile): arrays and objects by identity (an array assigned into in place is
+    the same object: its new values are read by any launch, replayed or not; a
+    rebound attribute is another), numbers, strings and vectors by value.
+    """
+
+    def __init__(self):
+        self._seen: list | None = None
+        self.version = 0
+
+    def __call__(self, *objects) -> int:
+        now = [(o, None if o is None else _bound(o)) for o in objects]
+        seen = self._seen
+        if (
+            seen is None
+            or len(seen) != len(now)
+            or not all(a is b and _same(x, y) for (a, x), (b, y) in zip(seen, now, strict=True))
+        ):
+            self._seen = now
+            self.version += 1
+        return self.version
 
 
 def _optional_key(a: wp.array | None) -> tuple | None:
