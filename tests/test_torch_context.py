@@ -30,13 +30,28 @@ def fresh_path():
     ctx.enabled = True
 
 
+class _Textured:
+    """A renderer called with the scene's textures (as PyTorch3D's ``Meshes`` carry
+    them): ``ren(*inputs)`` renders textured; every other attribute is the renderer's."""
+
+    def __init__(self, ren, tex):
+        self._ren, self._tex = ren, tex
+
+    def __call__(self, *args, **kwargs):
+        return self._ren(*args, textures=self._tex, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._ren, name)
+
+
 def _scene(name):
-    """The torch scene with its camera's T trained too: (d, renderer, inputs, leaves)."""
+    """The torch scene (textured) with its camera's T trained too: (d, renderer,
+    inputs, leaves)."""
     d, spec, ren, inputs, tex, leaves = torch_scene(name)
     cams = ren.rasterizer.cameras
     cams.T.requires_grad_(True)
     leaves["cam_T"] = cams.T
-    return d, ren, inputs, leaves
+    return d, _Textured(ren, tex), inputs, leaves
 
 
 def _count_torch_reads(monkeypatch, calls):
@@ -289,7 +304,7 @@ def test_mesh_renderer_fragments_are_read_on_demand():
 
     d, ren, inputs, leaves = _scene("r03_softphong_directional_k8")
     with_frags = MeshRendererWithFragments(rasterizer=ren.rasterizer, shader=ren.shader)
-    img_want, want = with_frags(*inputs)
+    img_want, want = with_frags(*inputs, textures=ren._tex)
     img = ren(*inputs)
     assert isinstance(ren.fragments, LazyFragments)
     assert torch.equal(img, img_want)
@@ -327,6 +342,7 @@ def test_a_batch_without_faces_renders_the_background_with_zero_gradients(name):
     the camera's default near-plane clip on: the background, and zero gradients
     (before, the clip pass's backward refused its empty conversion matrices)."""
     d, ren, inputs, leaves = _scene(name)
+    ren = ren._ren  # untextured: the scene's textures are for its faces
     verts, faces, first, count = inputs[:4]
     img = ren(verts, faces[:0], torch.zeros_like(first), torch.zeros_like(count), *inputs[4:])
     bg = torch.tensor([*ren.shader.blend_params.background_color, 0.0], dtype=img.dtype)
