@@ -490,7 +490,7 @@ def test_torch_step_reads_back_no_light_or_material_values(monkeypatch):
         Materials(shininess=-1.0)
     d, spec, ren, inputs, tex, leaves = torch_scene("r03_softphong_directional_k8")
     target = torch.tensor(d["images"] * 0.9)
-    ren(*inputs)  # the first call
+    ren(*inputs, textures=tex)  # the first call
     reads = []
     real = wp.array.numpy
 
@@ -503,7 +503,7 @@ def test_torch_step_reads_back_no_light_or_material_values(monkeypatch):
         return real(self)
 
     monkeypatch.setattr(wp.array, "numpy", counting)
-    img = ren(*inputs)
+    img = ren(*inputs, textures=tex)
     ((img - target) ** 2).mean().backward()
     assert reads == []
 
@@ -522,14 +522,14 @@ def test_the_backward_runs_the_forwards_recorded_render(monkeypatch):
     runs = []
     real_run = render_op._run
     monkeypatch.setattr(render_op, "_run", lambda *a, **k: (runs.append(1), real_run(*a, **k))[1])
-    img = ren(*inputs)
+    img = ren(*inputs, textures=tex)
     ((img - target) ** 2).mean().backward()
     assert len(runs) == 1  # the forward's render, and no second one for the backward
     want = {k: t.grad.clone() for k, t in leaves.items() if t.grad is not None}
     # six forwards, then their backwards in reverse: more than the kept records
     for t in leaves.values():
         t.grad = None
-    images = [ren(*inputs) for _ in range(render_op._Recorded.capacity + 2)]
+    images = [ren(*inputs, textures=tex) for _ in range(render_op._Recorded.capacity + 2)]
     for image in reversed(images):
         ((image - target) ** 2).mean().backward()
     n = len(images)
@@ -558,21 +558,21 @@ def test_repeated_calls_do_not_recheck_unchanged_topology(monkeypatch):
         return real(*a, **k)
 
     monkeypatch.setattr(checks, "check_index_range", counted)
-    ren(*inputs)
+    ren(*inputs, textures=tex)
     first = len(calls)
     assert first >= 1
-    ren(*inputs)
-    ren(*inputs)
+    ren(*inputs, textures=tex)
+    ren(*inputs, textures=tex)
     assert len(calls) == first  # unchanged: not read again
     faces = inputs[1]
     with torch.no_grad():
         faces[0, 0] = faces[0, 0].clone()  # an in-place write (same value)
-    ren(*inputs)
+    ren(*inputs, textures=tex)
     assert len(calls) > first
     with torch.no_grad():
         faces[0, 0] = 10**6
     with pytest.raises(ValueError, match="faces"):
-        ren(*inputs)
+        ren(*inputs, textures=tex)
 
 
 def test_a_new_tensor_at_a_reused_address_is_checked():
@@ -615,7 +615,7 @@ def test_only_the_tensors_that_require_gradients_get_them(monkeypatch):
         cams.R.requires_grad_(train_camera)
         cams.T.requires_grad_(train_camera)
         made.clear()
-        img = ren(*inputs)
+        img = ren(*inputs, textures=tex)
         ((img - target) ** 2).mean().backward()
         results.append({k: t.grad.clone() for k, t in leaves.items() if t.grad is not None})
         counts.append(sum(g is not None for g in made[0]))
