@@ -256,21 +256,47 @@ def _tensor_key(t) -> tuple | None:
     return (t.data_ptr(), t.shape, t.dtype, t.device, version)
 
 
-# ----------------------------------------------------------------------------- kept bounds
-#: Index tensors' (min, max) already read back, by the tensor's :func:`_tensor_key`
-#: (memory, shape, dtype, device, torch version counter), each with a weak
-#: reference to the very tensor object (a new tensor at a reused address is not a
-#: hit) -- the policy of :data:`_CHECKED`, but keeping the bounds rather than a
-#: verdict, so one read serves every row count the tensor is checked against (the
-#: faces of ``interpolate_vertex_attributes`` against the attributes and
-#: ``verts_ndc``; one ``pix_to_face`` against the faces of each op it feeds).
-#: Bounds kept that fail a check are read again before anything is raised (they
-#: may predate a write torch did not count), so a kept entry can never make a
-#: good tensor fail; writes that bypass torch's counter (a Warp kernel writing
-#: into the tensor's memory) are otherwise not seen: check such tensors yourself.
-#: Tiny entries (ints and a weak reference): 256 kept, least recently used dropped.
-_BOUNDS: collections.OrderedDict = collections.OrderedDict()
-_BOUNDS_LOCK = threading.Lock()
+# ----------------------------------------------------------------------------- read once
+class ReadOnce:
+    """Values read back from tensors (a host read each: on CUDA a synchronisation),
+    kept per unchanged tensor: by its :func:`_tensor_key` (memory, shape, dtype,
+    device, torch version counter) with a weak reference to the very tensor object
+    (a new tensor at a reused address is not a hit), the ``capacity`` used last.
+    A tensor without a version counter (made under ``torch.inference_mode``) is read
+    every time. Writes that bypass torch's counter (a Warp kernel writing into the
+    tensor's memory) are not seen: check such tensors yourself. Thread-safe."""
+
+    def __init__(self, capacity: int):
+        self.capacity = int(capacity)
+        self._kept: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, t: torch.Tensor, read, fresh: bool = False) -> tuple[object, bool]:
+        """(``read(t)``, whether it was kept: no read); ``fresh``: read it again."""
+        key = _tensor_key(t)
+        if not fresh:
+            with self._lock:
+                hit = self._kept.get(key)
+                if hit is not None and hit[0]() is t:
+                    self._kept.move_to_end(key)
+                    return hit[1], True
+        value = read(t)
+        with self._lock:
+            self._kept[key] = (weakref.ref(t), value)
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.capacity:
+                self._kept.popitem(last=False)
+        return value, False
+
+
+#: Index tensors' (min, max) already read back (:class:`ReadOnce`), the bounds
+#: rather than a verdict (:data:`_CHECKED`), so one read serves every row count the
+#: tensor is checked against (the faces of ``interpolate_vertex_attributes`` against
+#: the attributes and ``verts_ndc``; one ``pix_to_face`` against the faces of each op
+#: it feeds). Bounds kept that fail a check are read again before anything is raised
+#: (they may predate a write torch did not count), so a kept entry can never make a
+#: good tensor fail.
+_BOUNDS = ReadOnce(256)
 
 
 def _read_bounds(idx: torch.Tensor) -> tuple[int, int]:
@@ -283,23 +309,7 @@ def _read_bounds(idx: torch.Tensor) -> tuple[int, int]:
 
 def _kept_bounds(idx: torch.Tensor, fresh: bool) -> tuple[tuple[int, int], bool]:
     """((min, max) of non-empty ``idx``, whether they were kept (no read))."""
-    try:
-        key = _tensor_key(idx)
-    except RuntimeError:  # an inference tensor: no version counter, so nothing is kept
-        return _read_bounds(idx), False
-    if not fresh:
-        with _BOUNDS_LOCK:
-            hit = _BOUNDS.get(key)
-            if hit is not None and hit[0]() is idx:
-                _BOUNDS.move_to_end(key)
-                return hit[1], True
-    bounds = _read_bounds(idx)
-    with _BOUNDS_LOCK:
-        _BOUNDS[key] = (weakref.ref(idx), bounds)
-        _BOUNDS.move_to_end(key)
-        while len(_BOUNDS) > 256:
-            _BOUNDS.popitem(last=False)
-    return bounds, False
+    return _BOUNDS.get(idx, lambda t: _read_bounds(t), fresh)  # (patched in tests)
 
 
 def index_bounds(idx: torch.Tensor, ok=None) -> tuple[int, int] | None:

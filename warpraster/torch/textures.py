@@ -10,9 +10,6 @@ indexing (T, 2) UVs over the whole batch).
 
 from __future__ import annotations
 
-import collections
-import threading
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,7 +18,7 @@ import torch
 from ..shading import BoundaryMode, FilterMode
 from ..shading.textures import PaddingMode, SamplingMode, parse_enum
 from .cameras import _f32, _Holder
-from .checks import _tensor_key, check_index_range, float_tensor, int_tensor, to_int32
+from .checks import ReadOnce, check_index_range, float_tensor, int_tensor, to_int32
 
 __all__ = ["TexturesUV", "TexturesUVMipmap", "TexturesVertex"]
 
@@ -199,29 +196,15 @@ class PackedTextures:
     static: dict = field(default_factory=dict)
 
 
-#: per-mesh counts read back to the host, by the tensor's memory, shape and version
-#: (with a weak reference to the very tensor object, as checks._CHECKED): a repeated
-#: call with the same, unchanged count tensor reads nothing back (on CUDA each read
+#: per-mesh counts read back to the host once per unchanged tensor (on CUDA each read
 #: waits for the device, and the render's launches could not be queued ahead of it)
-_COUNTS: collections.OrderedDict = collections.OrderedDict()
-_COUNTS_LOCK = threading.Lock()
+_COUNTS = ReadOnce(64)
 
 
 def _counts(x) -> list[int]:
     if not isinstance(x, torch.Tensor):
         return [int(c) for c in x]
-    key = _tensor_key(x)
-    with _COUNTS_LOCK:  # (the torch ops run from several threads)
-        hit = _COUNTS.get(key)
-        if hit is not None and hit[0]() is x:
-            _COUNTS.move_to_end(key)
-            return hit[1]
-    counts = [int(c) for c in x.tolist()]
-    with _COUNTS_LOCK:
-        _COUNTS[key] = (weakref.ref(x), counts)
-        while len(_COUNTS) > 64:
-            _COUNTS.popitem(last=False)
-    return counts
+    return _COUNTS.get(x, lambda t: [int(c) for c in t.tolist()])[0]
 
 
 def _vertex_features(textures, num_verts: int, verts_per_mesh) -> torch.Tensor:
