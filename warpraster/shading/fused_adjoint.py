@@ -45,7 +45,8 @@ from .slot_light import (
     depth_range,
     facing,
     hard_hit,
-    light_terms_at,
+    light_parts,
+    material_at,
     pixel_eye,
     slot_opacity,
     softmax_denominator,
@@ -97,13 +98,9 @@ def _one_light_adjoint(
     term is on (shininess has a gradient))."""
     lt = a.light
     kind = light_kind(lt, j)
-    rla = light_index(lt, n, j, lt.ambient.shape[0])
-    la = lt.ambient[rla]
-    d, s = light_terms_at(a, n, j, point, normal, to_eye, shininess)
-    ambient = wp.cw_mul(ma, la)
-    diff = wp.cw_mul(md, d)
-    colour = wp.cw_mul(ambient + diff, texel) + wp.cw_mul(ms, s)
-    g_texel = wp.cw_mul(gc, ambient + diff)
+    lit, la, d, s = light_parts(a, n, j, ma, md, shininess, point, normal, to_eye)
+    colour = wp.cw_mul(lit, texel) + wp.cw_mul(ms, s)
+    g_texel = wp.cw_mul(gc, lit)
     g_lit = wp.cw_mul(gc, texel)  # d/d(ambient) = d/d(diff)
     g_d = wp.cw_mul(g_lit, md)
     g_s = wp.cw_mul(gc, ms)
@@ -111,6 +108,7 @@ def _one_light_adjoint(
     g_md = wp.cw_mul(g_lit, d)
     g_ms = wp.cw_mul(gc, s)
     if wants(g, Want.LIGHT):
+        rla = light_index(lt, n, j, lt.ambient.shape[0])
         add_vec3_row(g.light.ambient, rla, wp.cw_mul(g_lit, ma))
     g_point = wp.vec3(0.0)
     g_normal = wp.vec3(0.0)
@@ -183,14 +181,7 @@ def _light_adjoint(
     Adds the light/material row gradients (when wanted) and returns the
     gradients of (point, normal, texel, to_eye) and the lit colour itself (the
     same float32 operations as the forward)."""
-    rs = row(m, a.mat.shininess.shape[0])
-    ra = row(m, a.mat.ambient.shape[0])
-    rd = row(m, a.mat.diffuse.shape[0])
-    rsp = row(m, a.mat.specular.shape[0])
-    shininess = a.mat.shininess[rs]
-    ma = a.mat.ambient[ra]
-    md = a.mat.diffuse[rd]
-    ms = a.mat.specular[rsp]
+    shininess, ma, md, ms = material_at(a, m)
     lo, hi = light_range(a.light, n)
     colour = wp.vec3(0.0)
     g_texel = wp.vec3(0.0)
@@ -220,11 +211,11 @@ def _light_adjoint(
         g_shin += gsh
         shin_on = wp.max(shin_on, on)
     if wants(g, Want.MATERIAL):
-        add_vec3_row(g.mat.ambient, ra, g_ma)
-        add_vec3_row(g.mat.diffuse, rd, g_md)
-        add_vec3_row(g.mat.specular, rsp, g_ms)
+        add_vec3_row(g.mat.ambient, row(m, a.mat.ambient.shape[0]), g_ma)
+        add_vec3_row(g.mat.diffuse, row(m, a.mat.diffuse.shape[0]), g_md)
+        add_vec3_row(g.mat.specular, row(m, a.mat.specular.shape[0]), g_ms)
         if shin_on != 0:
-            add_float_row(g.mat.shininess, rs, g_shin)
+            add_float_row(g.mat.shininess, row(m, a.mat.shininess.shape[0]), g_shin)
     return g_point, g_normal, g_texel, g_to_eye, colour
 
 

@@ -39,8 +39,10 @@ from .shade_inputs import (
 wp.set_module_options({"fuse_fp": False})
 
 __all__ = [
+    "light_parts",
     "light_terms_at",
     "lit_colour_toward",
+    "material_at",
     "slot_colour",
     "surface",
     "view_toward",
@@ -74,6 +76,26 @@ def light_terms_at(
 
 
 @wp.func
+def light_parts(
+    a: ShadeInputs,
+    n: int,
+    j: int,
+    ma: wp.vec3,
+    md: wp.vec3,
+    shininess: float,
+    point: wp.vec3,
+    normal: wp.vec3,
+    to_eye: wp.vec3,
+):
+    """What light ``j`` of image ``n`` is made of, for material colours ``ma``, ``md``:
+    (``lit = m_a * l_a + m_d * diffuse``, ``l_a``, diffuse, specular). Its term of
+    the lit colour is ``lit * texel + m_s * specular``; the adjoint reads the parts."""
+    d, s = light_terms_at(a, n, j, point, normal, to_eye, shininess)
+    la = a.light.ambient[light_index(a.light, n, j, a.light.ambient.shape[0])]
+    return wp.cw_mul(ma, la) + wp.cw_mul(md, d), la, d, s
+
+
+@wp.func
 def _one_light(
     a: ShadeInputs,
     n: int,
@@ -88,12 +110,20 @@ def _one_light(
     to_eye: wp.vec3,
 ) -> wp.vec3:
     """``(m_a * l_a + m_d * diffuse) * texel + m_s * specular`` of one light."""
-    d, s = light_terms_at(a, n, j, point, normal, to_eye, shininess)
-    la = a.light.ambient[light_index(a.light, n, j, a.light.ambient.shape[0])]
-    ambient = wp.cw_mul(ma, la)
-    diff = wp.cw_mul(md, d)
-    spec = wp.cw_mul(ms, s)
-    return wp.cw_mul(ambient + diff, texel) + spec
+    lit, _la, _d, s = light_parts(a, n, j, ma, md, shininess, point, normal, to_eye)
+    return wp.cw_mul(lit, texel) + wp.cw_mul(ms, s)
+
+
+@wp.func
+def material_at(a: ShadeInputs, m: int):
+    """Material row ``m``'s (shininess, ambient, diffuse, specular colours)."""
+    mat = a.mat
+    return (
+        mat.shininess[row(m, mat.shininess.shape[0])],
+        mat.ambient[row(m, mat.ambient.shape[0])],
+        mat.diffuse[row(m, mat.diffuse.shape[0])],
+        mat.specular[row(m, mat.specular.shape[0])],
+    )
 
 
 @wp.func
@@ -109,10 +139,7 @@ def lit_colour_toward(
     """PyTorch3D's lit colour with material row ``m``, summed in list order over the
     lights of image (or mesh) ``n``, seen along ``to_eye``. One light per image
     (``listed`` = 0): no loop (kernels with Warp's generated adjoint call this)."""
-    shininess = a.mat.shininess[row(m, a.mat.shininess.shape[0])]
-    ma = a.mat.ambient[row(m, a.mat.ambient.shape[0])]
-    md = a.mat.diffuse[row(m, a.mat.diffuse.shape[0])]
-    ms = a.mat.specular[row(m, a.mat.specular.shape[0])]
+    shininess, ma, md, ms = material_at(a, m)
     if a.light.listed == 0:
         return _one_light(a, n, 0, ma, md, ms, shininess, point, normal, texel, to_eye)
     lo, hi = light_range(a.light, n)
