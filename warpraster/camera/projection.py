@@ -207,6 +207,17 @@ def _vertex_camera(
     return cam
 
 
+@wp.func
+def _to_clip(camera: CameraData, cam: int, p: wp.vec3):
+    """World point ``p`` through camera ``cam``: (R, the view point ``vh = (p R + T, 1)``,
+    the view -> NDC matrix M, ``h = vh M``); NDC x, y = ``h[0] / h[3], h[1] / h[3]``."""
+    rot = _per_camera(camera.R, cam)
+    v = p @ rot + _per_camera(camera.T, cam)
+    vh = wp.vec4(v[0], v[1], v[2], 1.0)
+    m = view_to_ndc(camera, cam)
+    return rot, vh, m, vh @ m
+
+
 @wp.kernel
 def _project_kernel(
     # In:
@@ -221,9 +232,8 @@ def _project_kernel(
     cam = _vertex_camera(camera, vert_to_mesh, per_vertex_camera, i)
     p = verts[i]
     if finite_vec3(p):
-        v = p @ _per_camera(camera.R, cam) + _per_camera(camera.T, cam)
-        h = wp.vec4(v[0], v[1], v[2], 1.0) @ view_to_ndc(camera, cam)
-        points_out[i] = wp.vec3(h[0] / h[3], h[1] / h[3], v[2])
+        _rot, vh, _m, h = _to_clip(camera, cam, p)
+        points_out[i] = wp.vec3(h[0] / h[3], h[1] / h[3], vh[2])
     else:
         # never drawn (its faces are dropped); a constant, so the adjoint sends
         # nothing through it to the camera or the vertex
@@ -263,11 +273,7 @@ def _project_adjoint_kernel(
     g_t = wp.vec3(0.0)
     g_m = wp.mat44(0.0)
     if finite_vec3(p):
-        rot = _per_camera(camera.R, cam)
-        v = p @ rot + _per_camera(camera.T, cam)
-        vh = wp.vec4(v[0], v[1], v[2], 1.0)
-        m = view_to_ndc(camera, cam)
-        h = vh @ m
+        rot, vh, m, h = _to_clip(camera, cam, p)
         # x, y = h0 / h3, h1 / h3; z = v2
         w2 = h[3] * h[3]
         g_h = wp.vec4(go[0] / h[3], go[1] / h[3], 0.0, -go[0] * h[0] / w2 - go[1] * h[1] / w2)
