@@ -1003,3 +1003,73 @@ def test_grid_stride_launches_cover_every_pixel_and_slot(device, k, monkeypatch)
     # follows the threads' order (here changed; on a GPU, atomics): float32
     # rounding of a few hundred terms, ~1e-7 of the gradient's scale (3e-8 seen)
     np.testing.assert_allclose(results[1][1], results[0][1], rtol=0, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_static_faces_skip_only_a_pass_that_would_rewrite_the_same_list(device, mode):
+    """``static_faces``: a call with no vertex behind the plane, after a pass that
+    kept every face, skips the clip pass (its scratch is left as it was: poisoned
+    here before each call); every other call runs it. Through vertices in front,
+    partly behind, back in front, and faces changed in place (``faces_changed``),
+    eager and as one captured graph replayed (a conditional node), every fragment
+    equals a fresh workspace's bit for bit, and a recorded call's gradient equals
+    a fresh one's."""
+    rng = np.random.default_rng(33)
+    verts, faces, first, count = random_batch(rng, [30, 0, 24], z_range=(1.0, 3.0))
+    verts[:, :2] *= 0.4
+    size = dict(image_size=(12, 16), faces_per_pixel=2, bin_size=8, z_clip_value=0.6)
+    vv, ff, fi, co = to_device(verts, faces, first, count, device)
+    ws = wr.ClipWorkspace(num_verts=len(verts), num_faces=len(faces), num_meshes=len(first),
+                          static_faces=True, requires_grad=True, device=device,
+                          image_size=size["image_size"],
+                          faces_per_pixel=2, bin_size=8)  # fmt: skip
+
+    def call():
+        rasterize_meshes(vv, ff, fi, co, workspace=ws, **size)
+
+    call()  # loads the modules (nothing may compile inside a capture)
+    held = True  # every face of that call was kept
+    if mode == "graph":
+        with wp.ScopedCapture(device=device) as capture:
+            call()
+    behind = verts.copy()
+    behind[: len(verts) // 2, 2] -= 1.5  # some faces split or dropped
+    poison = 7
+    steps = [("front", verts), ("behind", behind), ("front", verts), ("front", verts),
+             ("faces", verts), ("front", verts)]  # fmt: skip
+    skipped = []
+    for name, v in steps:
+        if name == "faces":  # the same faces, listed in another order, in place
+            faces = faces[::-1].copy()
+            ff.assign(faces)
+            ws.clip.faces_changed()
+            held = False
+        vv.assign(v)
+        ws.clip.face_case.fill_(poison)
+        if mode == "graph":
+            wp.capture_launch(capture.graph)
+        else:
+            call()
+        fresh = rasterize_meshes(*to_device(v, faces, first, count, device), **size).numpy()
+        got = ws.fragments.numpy()
+        for key in ("pix_to_face", "zbuf", "bary_coords", "dists"):
+            np.testing.assert_array_equal(got[key], fresh[key], err_msg=f"{name} {key}")
+        in_front = bool((v[:, 2] >= size["z_clip_value"]).all())
+        ran = not bool((ws.clip.face_case.numpy() == poison).all())
+        assert ran != (in_front and held), name
+        skipped.append(not ran)
+        held = in_front
+    assert skipped == [True, False, False, True, False, True]
+    assert (got["pix_to_face"] >= 0).sum() > 20
+    # a recorded call runs the whole pass (its backward replays it): the same
+    # gradient as a fresh workspace's
+    grads = []
+    for w in (ws, None):
+        vg = wp.array(verts, dtype=wp.vec3, device=device, requires_grad=True)
+        tape = wp.Tape()
+        with tape:
+            out = rasterize_meshes(vg, ff, fi, co, workspace=w, **size)
+        tape.backward(grads={out.zbuf: wp.ones(out.zbuf.shape, dtype=wp.float32, device=device)})
+        grads.append(vg.grad.numpy())
+    assert np.abs(grads[1]).max() > 0
+    np.testing.assert_array_equal(grads[0], grads[1])

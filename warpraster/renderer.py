@@ -516,6 +516,7 @@ class Renderer:
                 settings=self.settings,
                 device=self.device,
                 requires_grad=self.requires_grad,
+                static_faces=True,  # validated once, never changed (the clip pass may skip)
             )
         else:
             ws = RasterWorkspace(

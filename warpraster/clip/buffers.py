@@ -29,7 +29,9 @@ class FaceCases:
     detached p1->p3 weight), ``counts``
     (F + 1,) output faces (``counts[F]`` stays 0) and ``offsets`` (F + 1,) their
     exclusive scan: face f's first clipped slot; ``offsets[F]`` is the total;
-    ``any_split`` (1,) set to 1 when a face is split (zeroed before)."""
+    ``any_split`` (1,) set to 1 when a face is split (zeroed before);
+    ``identity`` (1,) 1 when the clipped list last written is the input list
+    unchanged (every face kept), 0 otherwise or when not known."""
 
     face_case: wp.array(dtype=wp.int32)
     face_pivot: wp.array(dtype=wp.int32)
@@ -37,6 +39,7 @@ class FaceCases:
     counts: wp.array(dtype=wp.int32)
     offsets: wp.array(dtype=wp.int32)
     any_split: wp.array(dtype=wp.int32)
+    identity: wp.array(dtype=wp.int32)
 
 
 @wp.struct
@@ -122,6 +125,12 @@ class ClipBuffers:
 
     One :func:`clip_faces` call overwrites them: keep one buffers object per call
     recorded on a ``wp.Tape``.
+
+    ``static_faces=True`` promises that every call passes the same faces and mesh
+    ranges (the same arrays, their contents unchanged; after changing them in
+    place, call :meth:`faces_changed`). The clip pass then skips its work when it
+    would rewrite what the buffers hold: when no vertex is behind the plane and
+    the list it last wrote kept every face (:func:`clip_faces`).
     """
 
     #: its gradient arrays are its own: cleared when a recorded forward writes it
@@ -136,6 +145,7 @@ class ClipBuffers:
         device=None,
         *,
         requires_grad: bool = True,
+        static_faces: bool = False,
     ):
         sizes = []
         for name, value in (
@@ -153,6 +163,7 @@ class ClipBuffers:
         self.device = wp.get_device(device)
         self.num_verts, self.num_faces, self.num_meshes = sizes
         self.requires_grad = bool(requires_grad)
+        self.static_faces = bool(static_faces)
         v, f, n, d = *sizes, self.device
         cap = 2 * f
         self.verts = wp.zeros(v + cap, dtype=wp.vec3, device=d, requires_grad=self.requires_grad)
@@ -172,10 +183,14 @@ class ClipBuffers:
         self.offsets = wp.zeros(f + 1, dtype=wp.int32, device=d)
         self.num_clipped_faces = self.offsets[f:]
         self.any_split = wp.zeros(1, dtype=wp.int32, device=d)
+        self.identity = wp.zeros(1, dtype=wp.int32, device=d)
+        # 1: this call's clip pass must run (static_faces; see clip_faces)
+        self.pass_needed = wp.zeros(1, dtype=wp.int32, device=d)
         # the same arrays as kernel arguments
         self.cases = new_struct(FaceCases, d, face_case=self.face_case, face_pivot=self.face_pivot,
                                 face_w3=self.face_w3, counts=self.counts,
-                                offsets=self.offsets, any_split=self.any_split)  # fmt: skip
+                                offsets=self.offsets, any_split=self.any_split,
+                                identity=self.identity)  # fmt: skip
         self.clipped = new_struct(ClippedFaces, d, faces=self.faces,
                                   to_unclipped=self.faces_clipped_to_unclipped_idx,
                                   neighbor=self.clipped_faces_neighbor_idx)  # fmt: skip
@@ -213,8 +228,15 @@ class ClipBuffers:
         arrays = (verts, faces, first, count)
         key = tuple((a.ptr, a.shape, a.strides) for a in arrays)
         if self._inputs is None or self._inputs[0] != key:
+            if self._inputs is None or self._inputs[0][1:] != key[1:]:
+                self.faces_changed()  # other faces or mesh ranges (not only vertices)
             self._inputs = (key, mesh_arrays(*arrays))
         return self._inputs[1]
+
+    def faces_changed(self) -> None:
+        """Forgets what the clipped list held (the next call runs the whole pass):
+        for ``static_faces`` buffers whose faces or mesh ranges changed in place."""
+        self.identity.zero_()
 
     @property
     def packed(self):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from ..backward.tape import active_tape
 from ..meshes import MeshArrays
 from ..structs import new_struct
 from .buffers import (
@@ -138,6 +139,10 @@ def _write_topology(
             _put_face(clipped_out, o + 1, p5, faces[f, i2], faces[f, i3], f, o)
     if s >= cases.offsets[num_faces]:
         _put_face(clipped_out, s, 0, 0, 0, -1, -1)
+    if s == 0:
+        # every face kept (count 1 each, none split): the list is the input's
+        whole = cases.offsets[num_faces] == num_faces and cases.any_split[0] == 0
+        cases.identity[0] = wp.where(whole, 1, 0)
 
 
 @wp.kernel(enable_backward=False)
@@ -157,9 +162,25 @@ def _mesh_ranges(
 
 
 @wp.kernel
-def _copy_verts(src: wp.array(dtype=wp.vec3), dst_out: wp.array(dtype=wp.vec3)):
+def _copy_verts(
+    # In: the input vertices; with ``test`` != 0, the plane and whether the
+    # buffers hold the input list unchanged (FaceCases.identity)
+    src: wp.array(dtype=wp.vec3),
+    settings: ClipSettings,
+    identity: wp.array(dtype=wp.int32),
+    test: int,
+    # Out: the clipped list's first V vertices; pass_needed[0] set to 1 (zeroed
+    # before) when the clip pass must run: a vertex behind the plane, or a list
+    # held that is not the input's
+    dst_out: wp.array(dtype=wp.vec3),
+    pass_needed_out: wp.array(dtype=wp.int32),
+):
     i = wp.tid()
-    dst_out[i] = src[i]
+    p = src[i]
+    dst_out[i] = p
+    if test != 0:
+        if p[2] < settings.z_clip or (i == 0 and identity[0] == 0):
+            pass_needed_out[0] = 1  # every writer stores the same value
 
 
 @wp.func
@@ -301,26 +322,53 @@ def clip_faces(
 
     meshes = buffers.inputs_for(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh)
     cases = buffers.cases
-    buffers.any_split.zero_()
-    if f > 0:
-        wp.launch(_classify_faces, dim=f, inputs=[meshes, settings], outputs=[cases], device=d,
-                  record_tape=False)  # fmt: skip
-    wp.utils.array_scan(buffers.counts, buffers.offsets, inclusive=False)
-    if f > 0:
-        wp.launch(_write_topology, dim=2 * f, inputs=[meshes, cases], outputs=[buffers.clipped],
-                  device=d, record_tape=False)  # fmt: skip
-    if n > 0:
-        wp.launch(_mesh_ranges, dim=n, inputs=[meshes, cases],
-                  outputs=[buffers.mesh_to_face_first_idx, buffers.num_faces_per_mesh], device=d,
-                  record_tape=False)  # fmt: skip
+    skip = _may_skip(buffers, settings)
+    if skip:
+        buffers.pass_needed.zero_()
     if v > 0:
-        wp.launch(_copy_verts, dim=v, inputs=[verts], outputs=[buffers.verts], device=d)
-    if f > 0:
-        wp.launch(
-            _clip_geometry_deterministic if deterministic else _clip_geometry,
-            dim=f,
-            inputs=[verts, faces, cases, settings],
-            outputs=[buffers.verts, buffers.barycentric_conversion],
-            device=d,
-        )
+        wp.launch(_copy_verts, dim=v, inputs=[verts, settings, buffers.identity, int(skip)],
+                  outputs=[buffers.verts, buffers.pass_needed], device=d)  # fmt: skip
+
+    def clip_pass():
+        buffers.any_split.zero_()
+        if f > 0:
+            wp.launch(_classify_faces, dim=f, inputs=[meshes, settings], outputs=[cases],
+                      device=d, record_tape=False)  # fmt: skip
+        wp.utils.array_scan(buffers.counts, buffers.offsets, inclusive=False)
+        if f > 0:
+            wp.launch(_write_topology, dim=2 * f, inputs=[meshes, cases],
+                      outputs=[buffers.clipped], device=d, record_tape=False)  # fmt: skip
+        if n > 0:
+            wp.launch(_mesh_ranges, dim=n, inputs=[meshes, cases],
+                      outputs=[buffers.mesh_to_face_first_idx, buffers.num_faces_per_mesh],
+                      device=d, record_tape=False)  # fmt: skip
+        if f > 0:
+            wp.launch(
+                _clip_geometry_deterministic if deterministic else _clip_geometry,
+                dim=f,
+                inputs=[verts, faces, cases, settings],
+                outputs=[buffers.verts, buffers.barycentric_conversion],
+                device=d,
+            )
+
+    if skip:
+        wp.capture_if(buffers.pass_needed, on_true=clip_pass)
+    else:
+        clip_pass()
     return buffers
+
+
+def _may_skip(buffers: ClipBuffers, settings: ClipSettings) -> bool:
+    """Whether this call may skip the clip pass when nothing changed (then a
+    device flag decides, :func:`wp.capture_if`): ``static_faces`` buffers, a near
+    plane without frustum culling (a culled face is dropped with no vertex
+    behind the plane), and no tape recording (a recorded call's launches are all
+    replayed by its backward). On CUDA only inside a graph capture (a
+    conditional node; outside one the flag would be read back, a device sync);
+    on the cpu device the flag is read directly."""
+    if not buffers.static_faces or settings.do_z_clip == 0 or settings.cull_rule != 0:
+        return False
+    if buffers.num_verts == 0 or buffers.num_faces == 0 or active_tape() is not None:
+        return False
+    d = buffers.device
+    return d.is_cpu or (d.is_capturing and wp.is_conditional_graph_supported())

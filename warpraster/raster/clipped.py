@@ -32,6 +32,11 @@ class ClipWorkspace(SettingsViews):
             PyTorch3D's default here, sized from the unclipped face count, as
             PyTorch3D does on this path.
         device, requires_grad, tuning: as for :class:`RasterWorkspace`.
+        static_faces: every call passes the same faces and mesh ranges, unchanged
+            (a ``Renderer``'s, a stage's, a sensor's): a graph-captured call (any
+            call on the cpu device) then skips the clip pass when no vertex is
+            behind the near plane and the last pass kept every face
+            (:class:`~warpraster.clip.ClipBuffers`).
         **sizing: instead of ``settings``, the keywords ``image_size``,
             ``faces_per_pixel``, ``bin_size``, ``max_faces_per_bin`` and
             ``deterministic``, as for :class:`RasterWorkspace`
@@ -52,13 +57,14 @@ class ClipWorkspace(SettingsViews):
         device=None,
         requires_grad: bool = False,
         tuning: Tuning | None = None,
+        static_faces: bool = False,
         **sizing: Any,
     ):
         settings = RasterSettings.sizing(settings, **sizing)
         device = wp.get_device(device)
         self.settings = settings
         self.clip = ClipBuffers(num_verts, num_faces, num_meshes, device,
-                                requires_grad=requires_grad)  # fmt: skip
+                                requires_grad=requires_grad, static_faces=static_faces)  # fmt: skip
         inner = settings
         if settings.binned and settings.max_faces_per_bin is None:
             inner = settings.replace(max_faces_per_bin=default_max_faces_per_bin(num_faces))

@@ -380,7 +380,7 @@ class CameraSensor(FixedOptions):
                 requires_grad=rg and not det,  # the deterministic backward needs none
             )
             if clipped:
-                return ClipWorkspace(num_verts=self.proj_vertex.shape[0], **kw)
+                return ClipWorkspace(num_verts=self.proj_vertex.shape[0], static_faces=True, **kw)
             return RasterWorkspace(**kw)
 
         ndc = wp.zeros(self.proj_vertex.shape[0], dtype=wp.vec3, device=dev, requires_grad=rg)

@@ -540,7 +540,9 @@ class StageRenderer:
                 requires_grad=self.requires_grad,
             )
             if clipped:
-                ws = wr.ClipWorkspace(num_verts=self.buffers.verts.shape[0], **kw)
+                ws = wr.ClipWorkspace(
+                    num_verts=self.buffers.verts.shape[0], static_faces=True, **kw
+                )
             else:
                 ws = wr.RasterWorkspace(**kw)
             work[clipped] = ws
