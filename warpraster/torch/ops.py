@@ -325,16 +325,12 @@ def interpolate_vertex_attributes(
     ndc_faces: torch.Tensor | None = None,
     perspective_correct: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Interpolates per-vertex attributes at each fragment slot (nvdiffrast's ``interpolate``).
+    """:func:`warpraster.shading.interpolate_vertex_attributes` on tensors, with autograd.
 
-    Value: ``sum_i bary[i] * attributes[faces[f, i]]`` with ``f = pix_to_face``;
-    zeros in empty slots. With ``verts_ndc``, also the analytic screen-space
-    derivatives per pixel, exactly as
-    :func:`warpraster.shading.interpolate_vertex_attributes`: ``d/dx`` along image
-    columns to the right, ``d/dy`` along rows downwards, i.e.
-    ``-(2 / min(H, W))`` times the derivative with respect to PyTorch3D's NDC X
-    resp. Y (which point left and up); those of the face's unclipped
-    barycentrics, perspective-correct when ``perspective_correct``.
+    The same values (nvdiffrast's ``interpolate``; zeros in empty slots) and, with
+    ``verts_ndc``, the same analytic screen-space derivatives per pixel (``d/dx``
+    along image columns to the right, ``d/dy`` along rows downwards: their exact
+    definition is given there).
 
     Args:
         pix_to_face: (N, H, W, K) integer faces of the slots (negative = empty).
