@@ -322,12 +322,14 @@ def clip_faces(
 
     meshes = buffers.inputs_for(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh)
     cases = buffers.cases
-    skip = _may_skip(buffers, settings)
+    record = verts.requires_grad  # nothing to differentiate otherwise: not on a tape
+    skip = _may_skip(buffers, settings, record)
     if skip:
         buffers.pass_needed.zero_()
     if v > 0:
         wp.launch(_copy_verts, dim=v, inputs=[verts, settings, buffers.identity, int(skip)],
-                  outputs=[buffers.verts, buffers.pass_needed], device=d)  # fmt: skip
+                  outputs=[buffers.verts, buffers.pass_needed], device=d,
+                  record_tape=record)  # fmt: skip
 
     def clip_pass():
         buffers.any_split.zero_()
@@ -349,6 +351,7 @@ def clip_faces(
                 inputs=[verts, faces, cases, settings],
                 outputs=[buffers.verts, buffers.barycentric_conversion],
                 device=d,
+                record_tape=record,
             )
 
     if skip:
@@ -358,17 +361,20 @@ def clip_faces(
     return buffers
 
 
-def _may_skip(buffers: ClipBuffers, settings: ClipSettings) -> bool:
+def _may_skip(buffers: ClipBuffers, settings: ClipSettings, recorded: bool) -> bool:
     """Whether this call may skip the clip pass when nothing changed (then a
     device flag decides, :func:`wp.capture_if`): ``static_faces`` buffers, a near
     plane without frustum culling (a culled face is dropped with no vertex
-    behind the plane), and no tape recording (a recorded call's launches are all
-    replayed by its backward). On CUDA only inside a graph capture (a
-    conditional node; outside one the flag would be read back, a device sync);
-    on the cpu device the flag is read directly."""
+    behind the plane), and no launch recorded on a tape (``recorded``: the
+    vertices require grad and a tape is active; a tape replays every launch
+    captured under a conditional node in its backward). On CUDA only inside a
+    graph capture (a conditional node; outside one the flag would be read back,
+    a device sync); on the cpu device the flag is read directly."""
     if not buffers.static_faces or settings.do_z_clip == 0 or settings.cull_rule != 0:
         return False
-    if buffers.num_verts == 0 or buffers.num_faces == 0 or active_tape() is not None:
+    if buffers.num_verts == 0 or buffers.num_faces == 0:
+        return False
+    if recorded and active_tape() is not None:
         return False
     d = buffers.device
     return d.is_cpu or (d.is_capturing and wp.is_conditional_graph_supported())
