@@ -26,16 +26,6 @@ __all__ = ["gather_corner_tables", "place_points"]
 
 
 @wp.func
-def _row_times(p: wp.vec3, m: wp.mat44) -> wp.vec3:
-    """``(p, 1) @ m`` (row vector), the first three components."""
-    return wp.vec3(
-        p[0] * m[0, 0] + p[1] * m[1, 0] + p[2] * m[2, 0] + m[3, 0],
-        p[0] * m[0, 1] + p[1] * m[1, 1] + p[2] * m[2, 1] + m[3, 1],
-        p[0] * m[0, 2] + p[1] * m[1, 2] + p[2] * m[2, 2] + m[3, 2],
-    )
-
-
-@wp.func
 def _dir_times(n: wp.vec3, m: wp.mat44) -> wp.vec3:
     """``n @ m[:3, :3]`` (row vector)."""
     return wp.vec3(
@@ -43,6 +33,13 @@ def _dir_times(n: wp.vec3, m: wp.mat44) -> wp.vec3:
         n[0] * m[0, 1] + n[1] * m[1, 1] + n[2] * m[2, 1],
         n[0] * m[0, 2] + n[1] * m[1, 2] + n[2] * m[2, 2],
     )
+
+
+@wp.func
+def _row_times(p: wp.vec3, m: wp.mat44) -> wp.vec3:
+    """``(p, 1) @ m`` (row vector), the first three components: the rotation part
+    (:func:`_dir_times`), then the translation row added last."""
+    return _dir_times(p, m) + wp.vec3(m[3, 0], m[3, 1], m[3, 2])
 
 
 @wp.kernel
