@@ -1025,10 +1025,10 @@ def test_static_faces_skip_only_a_pass_that_would_rewrite_the_same_list(device, 
                           image_size=size["image_size"],
                           faces_per_pixel=2, bin_size=8)  # fmt: skip
 
-    def call():
-        rasterize_meshes(vv, ff, fi, co, workspace=ws, **size)
+    def call():  # (validated once below: a capture may not read back)
+        rasterize_meshes(vv, ff, fi, co, workspace=ws, validate=False, **size)
 
-    call()  # loads the modules (nothing may compile inside a capture)
+    rasterize_meshes(vv, ff, fi, co, workspace=ws, **size)  # loads the modules too
     held = True  # every face of that call was kept
     if mode == "graph":
         with wp.ScopedCapture(device=device) as capture:
@@ -1036,6 +1036,8 @@ def test_static_faces_skip_only_a_pass_that_would_rewrite_the_same_list(device, 
     behind = verts.copy()
     behind[: len(verts) // 2, 2] -= 1.5  # some faces split or dropped
     poison = 7
+    # on CUDA only a captured call may skip (an eager one would read the flag back)
+    may_skip = mode == "graph" or wp.get_device(device).is_cpu
     steps = [("front", verts), ("behind", behind), ("front", verts), ("front", verts),
              ("faces", verts), ("front", verts)]  # fmt: skip
     skipped = []
@@ -1060,10 +1062,10 @@ def test_static_faces_skip_only_a_pass_that_would_rewrite_the_same_list(device, 
             np.testing.assert_array_equal(got[key], fresh[key], err_msg=f"{name} {key}")
         in_front = bool((v[:, 2] >= size["z_clip_value"]).all())
         ran = not bool((ws.clip.face_case.numpy() == poison).all())
-        assert ran != (in_front and held), name
+        assert ran != (may_skip and in_front and held), name
         skipped.append(not ran)
         held = in_front
-    assert skipped == [True, False, False, True, False, True]
+    assert skipped == [may_skip, False, False, may_skip, False, may_skip]
     assert (got["pix_to_face"] >= 0).sum() > 20
     # a recorded call runs the whole pass (its backward replays it): the same
     # gradient as a fresh workspace's

@@ -331,12 +331,13 @@ def clip_faces(
                   outputs=[buffers.verts, buffers.pass_needed], device=d,
                   record_tape=record)  # fmt: skip
 
-    def clip_pass():
+    def classify():
         buffers.any_split.zero_()
         if f > 0:
             wp.launch(_classify_faces, dim=f, inputs=[meshes, settings], outputs=[cases],
                       device=d, record_tape=False)  # fmt: skip
-        wp.utils.array_scan(buffers.counts, buffers.offsets, inclusive=False)
+
+    def write_list():
         if f > 0:
             wp.launch(_write_topology, dim=2 * f, inputs=[meshes, cases],
                       outputs=[buffers.clipped], device=d, record_tape=False)  # fmt: skip
@@ -354,10 +355,17 @@ def clip_faces(
                 record_tape=record,
             )
 
+    # the scan stays outside the conditional nodes (it allocates its scratch, which
+    # a conditional node's body may not): skipped, it scans unchanged counts
     if skip:
-        wp.capture_if(buffers.pass_needed, on_true=clip_pass)
+        wp.capture_if(buffers.pass_needed, on_true=classify)
     else:
-        clip_pass()
+        classify()
+    wp.utils.array_scan(buffers.counts, buffers.offsets, inclusive=False)
+    if skip:
+        wp.capture_if(buffers.pass_needed, on_true=write_list)
+    else:
+        write_list()
     return buffers
 
 
