@@ -540,9 +540,9 @@ class StageRenderer:
                 requires_grad=self.requires_grad,
             )
             if clipped:
-                ws = wr.ClipWorkspace(
-                    num_verts=self.buffers.verts.shape[0], static_faces=True, **kw
-                )
+                # (not static_faces: a frame rewrites the faces' winding, and the
+                # back-face cull rewrites the faces the rasterizer sees every call)
+                ws = wr.ClipWorkspace(num_verts=self.buffers.verts.shape[0], **kw)
             else:
                 ws = wr.RasterWorkspace(**kw)
             work[clipped] = ws
