@@ -34,6 +34,15 @@ vertices are the V input vertices followed by two slots per input face
 clipped); the clipped faces have capacity ``2F``. Slots past the clipped total
 hold the degenerate face (0, 0, 0), which no mesh range covers.
 
+Buffers made with ``static_faces`` (the ``Renderer``'s and the sensor's: every call
+passes the same faces and mesh ranges) skip the pass when it would rewrite what
+they hold: the vertex copy tests each vertex against the plane, and the
+classification and the list's writing run under ``wp.capture_if`` only when a
+vertex is behind it or the list held is not the input's (a device flag the
+topology pass writes). Skipping applies to graph-captured calls on CUDA (a
+conditional node; an eager call would read the flag back) and to every call on
+the cpu device; calls recorded on a tape and frustum culling run the whole pass.
+
 Modules, in the order they build on each other: ``buffers.py`` (the device
 buffers, the structs the kernels read of them, the face cases), ``frustum.py``
 (the cull rules), ``split.py`` (the clip pass: :func:`clip_faces`, differentiable
