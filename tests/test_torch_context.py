@@ -350,3 +350,20 @@ def test_a_batch_without_faces_renders_the_background_with_zero_gradients(name):
     img.sum().backward()
     for key, leaf in leaves.items():
         assert leaf.grad is None or not leaf.grad.any(), key
+
+
+@pytest.mark.parametrize("changed", ["verts", "materials"])
+def test_an_input_changed_in_place_before_the_backward_raises(changed):
+    """The eager path passes autograd only the tensors that require grad; the others'
+    versions are kept and checked as saved tensors' are: a vertex (differentiated) or
+    a material tensor (not) changed in place between the render and its backward
+    raises torch's in-place error instead of giving a gradient at another point."""
+    d, ren, inputs, leaves = _scene(CASES[0])
+    img = ren(*inputs)
+    with torch.no_grad():
+        if changed == "verts":
+            leaves["verts"].add_(0.01)
+        else:
+            ren.shader.materials.shininess.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        img.mean().backward()

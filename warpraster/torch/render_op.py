@@ -260,9 +260,12 @@ def _render_impl(
     num_faces_per_mesh: torch.Tensor,
     tensors: list[torch.Tensor],
     config: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(image (N, H, W, 4), pix_to_face int32, zbuf, bary (N, H, W, K, 3), dists, handle):
-    ``handle`` (an int64 scalar) names the recorded render its backward runs
+) -> tuple[torch.Tensor, tuple | None, int]:
+    """(image (N, H, W, 4), fragments, handle): the op's forward body.
+
+    ``fragments`` is (pix_to_face int32, zbuf, bary (N, H, W, K, 3), dists), or None
+    where the call left them in its slot for later (``config["fragments"]`` False:
+    :func:`fragments_later`); ``handle`` names the recorded render its backward runs
     (``config["record"]``; -1: not recorded)."""
     cfg = _parsed(config)
     # The index values, before any int32 cast could wrap them (a host read; the op
@@ -296,13 +299,14 @@ def _render_impl(
         n, h, w, k = frags.pix_to_face.shape
         _LATER.fragments = None
         if lease is not None and not cfg.get("fragments", True):
-            # the caller reads the fragments later if at all (MeshRenderer): empty
-            # outputs now, the slot's own buffers until its next lease
+            # the caller reads the fragments later if at all (MeshRenderer): none out
+            # now, the slot's own buffers until its next lease
             img = lease.slot.outputs(fragments=False)[0]
-            outs = tuple(verts.new_empty(0) for _ in range(4))
+            outs = None
             _LATER.fragments = (lease.slot, lease.slot.generation)
         elif lease is not None:
             img, *outs = lease.slot.outputs()
+            outs = tuple(outs)
         else:
             img = None if image is None else wp.to_torch(image).clone()
             outs = (
@@ -318,10 +322,28 @@ def _render_impl(
                 handle = _RECORDED.put(lease)  # the slot stays leased until the backward
             else:
                 lease.release()
+    return img, outs, handle
+
+
+def _render_op_impl(
+    verts: torch.Tensor,
+    faces: torch.Tensor,
+    mesh_to_face_first_idx: torch.Tensor,
+    num_faces_per_mesh: torch.Tensor,
+    tensors: list[torch.Tensor],
+    config: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(image (N, H, W, 4), pix_to_face int32, zbuf, bary (N, H, W, K, 3), dists, handle):
+    :func:`_render_impl` as the custom op returns it (fragments left for later as empty
+    tensors; ``handle`` an int64 scalar)."""
+    img, outs, handle = _render_impl(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
+                                     tensors, config)  # fmt: skip
+    if outs is None:
+        outs = tuple(verts.new_empty(0) for _ in range(4))
     return (img, *outs, torch.tensor(handle, dtype=torch.int64))
 
 
-render_op = torch.library.custom_op("warpraster::render_meshes", mutates_args=())(_render_impl)
+render_op = torch.library.custom_op("warpraster::render_meshes", mutates_args=())(_render_op_impl)
 
 
 @render_op.register_fake
@@ -428,17 +450,15 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(verts, faces, first, count, output[5], *tensors)
 
 
-def _upstream_and_saved(ctx, g_image, g_zbuf, g_bary, g_dists, zeros: bool = True):
-    """(upstream, saved, handle, tensors) of a backward: the output gradients, zeros
-    where none came (the adjoint reads every one), or None there when not ``zeros``
-    (:func:`_upstream_filled` makes them where they are needed)."""
+def _upstream_and_saved(ctx, g_image, g_zbuf, g_bary, g_dists):
+    """(upstream, saved, handle, tensors) of the custom op's backward: the output
+    gradients, zeros where none came (the adjoint reads every one)."""
     verts, faces, first, count, handle, *tensors = ctx.saved_tensors
     shape = _shape(first, _parsed(ctx.config))
 
     def z(g, s):
-        if g is None or g.numel() == 0:  # none came, or an output left empty
-            return verts.new_zeros(s) if zeros else None
-        return g.contiguous()
+        g = _given(g)  # (none came, or an output left empty)
+        return verts.new_zeros(s) if g is None else g
 
     upstream = [z(g_image, (*shape[:3], 4)), z(g_zbuf, shape), z(g_bary, (*shape, 3)),
                 z(g_dists, shape)]  # fmt: skip
@@ -461,38 +481,96 @@ class _EagerRender(torch.autograd.Function):
     """The op's eager path: the same forward and backward bodies as :func:`render_op`
     without the dispatcher's layers (the custom op's autograd wrapper, redispatch,
     argument flattening: about a third of an eager call's host time), and no gradient
-    made for a tensor autograd does not want. :func:`render` takes it outside
-    ``torch.compile``; a compiled graph holds the custom op."""
+    made for a tensor autograd does not want.
+
+    Only the tensors that require gradients are the Function's tensor arguments
+    (``diff``, at ``where`` in ``[verts, *tensors]``): autograd's per-input work
+    (edges, saved variables) grows with their count, and a render has ~20 inputs of
+    which a training step differentiates a few. The others travel in ``inputs``
+    (``(verts, faces, first, count)``) and ``tensors``; their versions are kept and
+    checked in the backward, as saved tensors' are (an input changed in place
+    between the forward and the backward raises). No handle tensor is made: the
+    handle stays on ``ctx``; fragments left for later are no outputs at all."""
 
     @staticmethod
-    def forward(ctx, verts, faces, first, count, config, *tensors):
-        out = _render_impl(verts, faces, first, count, list(tensors), config)
-        ctx.config = config
-        ctx.save_for_backward(verts, faces, first, count, out[5], *tensors)
-        ctx.mark_non_differentiable(out[1], out[5])
+    def forward(ctx, config, inputs, tensors, where, *diff):
+        img, outs, handle = _render_impl(*inputs, tensors, config)
+        ctx.config, ctx.handle, ctx.where = config, handle, where
+        ctx.inputs, ctx.tensors = inputs, tensors
+        ctx.versions = _versions(inputs, tensors)
+        ctx.save_for_backward(*diff)
         ctx.set_materialize_grads(False)  # None for an output no gradient came to
-        return out
+        if outs is None:
+            return img
+        ctx.mark_non_differentiable(outs[0])
+        return (img, *outs)
 
     @staticmethod
     @first_order_only
-    def backward(ctx, g_image, g_p2f, g_zbuf, g_bary, g_dists, g_handle):
+    def backward(ctx, g_image, *g_frags):
         # None for an output no gradient came to: a slot's gradient buffer for it
         # holds the zeros its forward cleared it to (a K = 8 render's fragments are
         # ~0.3 GB of zeros to make and copy otherwise)
-        upstream, saved, handle, _ = _upstream_and_saved(
-            ctx, g_image, g_zbuf, g_bary, g_dists, zeros=False
-        )
-        asked = list(ctx.needs_input_grad[5:])
-        grads = _render_backward_impl(upstream, saved, ctx.config, handle, asked)
-        return (grads[0], None, None, None, None, *grads[1:])
+        ctx.saved_tensors  # noqa: B018 - torch's check of the differentiated inputs' versions
+        inputs, tensors = ctx.inputs, ctx.tensors
+        if _versions(inputs, tensors) != ctx.versions:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by "
+                "an inplace operation: an input of warpraster's render (a camera, light, "
+                "material, texture or mesh tensor) changed between the render and its backward"
+            )
+        g_zbuf, g_bary, g_dists = g_frags[1:] if g_frags else (None, None, None)
+        upstream = [_given(g) for g in (g_image, g_zbuf, g_bary, g_dists)]
+        asked = [False] * len(tensors)
+        for j, i in enumerate(ctx.where):
+            if i > 0:
+                asked[i - 1] = ctx.needs_input_grad[4 + j]
+        saved = [*inputs, *tensors]
+        grads = _render_backward_impl(upstream, saved, ctx.config, ctx.handle, asked)
+        return (None, None, None, None, *(grads[i] for i in ctx.where))
+
+
+def _given(g):
+    """An upstream gradient as the backward takes it: None where none came or the
+    output was left empty, else contiguous."""
+    return None if g is None or g.numel() == 0 else g.contiguous()
+
+
+def _versions(inputs, tensors) -> tuple:
+    """The torch version counters of the render's inputs (what ``save_for_backward``
+    checks)."""
+    try:
+        return tuple(t._version for t in inputs) + tuple(t._version for t in tensors)
+    except RuntimeError:  # an inference tensor, which autograd cannot save either
+        raise RuntimeError(
+            "Inference tensors cannot be saved for backward. Please do not use Tensors "
+            "created in inference mode in computation tracked by autograd."
+        ) from None
 
 
 def render(verts, faces, first, count, tensors: list[torch.Tensor], config: str):
     """The render: :func:`render_op` while ``torch.compile`` traces, else its eager path
-    (:class:`_EagerRender`, the same numbers)."""
+    (:class:`_EagerRender`, the same numbers; without an input that requires grad under
+    grad mode, :func:`_render_impl` alone). Returns (image, pix_to_face int32, zbuf,
+    bary, dists, handle); the eager path's handle is None, and so are its fragments
+    when they were left for later (:func:`fragments_later`)."""
     if torch.compiler.is_compiling():
         return render_op(verts, faces, first, count, tensors, config)
-    return _EagerRender.apply(verts, faces, first, count, config, *tensors)
+    where, diff = [], []
+    if torch.is_grad_enabled():
+        if verts.requires_grad:
+            where.append(0)
+            diff.append(verts)
+        for i, t in enumerate(tensors, 1):
+            if t.requires_grad:
+                where.append(i)
+                diff.append(t)
+    if not diff:
+        img, outs, _ = _render_impl(verts, faces, first, count, tensors, config)
+    else:
+        out = _EagerRender.apply(config, (verts, faces, first, count), tensors, where, *diff)
+        img, outs = (out, None) if isinstance(out, torch.Tensor) else (out[0], out[1:])
+    return (img, *(outs or (None,) * 4), None)
 
 
 @functools.lru_cache(maxsize=64)
