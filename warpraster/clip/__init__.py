@@ -37,9 +37,10 @@ hold the degenerate face (0, 0, 0), which no mesh range covers.
 Buffers made with ``static_faces`` (the ``Renderer``'s and the sensor's: every call
 passes the same faces and mesh ranges) skip the pass when it would rewrite what
 they hold: the vertex copy tests each vertex against the plane, and the
-classification and the list's writing run under ``wp.capture_if`` only when a
-vertex is behind it or the list held is not the input's (a device flag the
-topology pass writes). Skipping applies to graph-captured calls on CUDA (a
+rest of the pass runs under one ``wp.capture_if`` only when a vertex is behind it
+or the list held is not the input's (a device flag the topology pass writes; the
+pass's scan there is :class:`warpraster.scan.ExclusiveScan`, which allocates
+nothing when it runs, as a conditional node's body must). Skipping applies to graph-captured calls on CUDA (a
 conditional node; an eager call would read the flag back) and to every call on
 the cpu device; calls recorded on a tape and frustum culling run the whole pass.
 

@@ -8,6 +8,7 @@ import operator
 import warp as wp
 
 from ..meshes import MeshArrays, PackedMeshes, mesh_arrays
+from ..scan import ExclusiveScan
 from ..stores import fill_state
 from ..structs import StructCache, new_struct
 
@@ -184,8 +185,10 @@ class ClipBuffers:
         self.num_clipped_faces = self.offsets[f:]
         self.any_split = wp.zeros(1, dtype=wp.int32, device=d)
         self.identity = wp.zeros(1, dtype=wp.int32, device=d)
-        # 1: this call's clip pass must run (static_faces; see clip_faces)
+        # 1: this call's clip pass must run (static_faces; see clip_faces), and the
+        # scan of the pass that may be skipped (its scratch made here)
         self.pass_needed = wp.zeros(1, dtype=wp.int32, device=d)
+        self.scan = ExclusiveScan(f + 1, d) if self.static_faces else None
         # the same arrays as kernel arguments
         self.cases = new_struct(FaceCases, d, face_case=self.face_case, face_pivot=self.face_pivot,
                                 face_w3=self.face_w3, counts=self.counts,

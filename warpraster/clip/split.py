@@ -355,16 +355,18 @@ def clip_faces(
                 record_tape=record,
             )
 
-    # the scan stays outside the conditional nodes (it allocates its scratch, which
-    # a conditional node's body may not): skipped, it scans unchanged counts
     if skip:
-        wp.capture_if(buffers.pass_needed, on_true=classify)
+        # one conditional node; its scan keeps its scratch (Warp's array_scan
+        # allocates, which a conditional node's body may not)
+        def clip_pass():
+            classify()
+            buffers.scan(buffers.counts, buffers.offsets)
+            write_list()
+
+        wp.capture_if(buffers.pass_needed, on_true=clip_pass)
     else:
         classify()
-    wp.utils.array_scan(buffers.counts, buffers.offsets, inclusive=False)
-    if skip:
-        wp.capture_if(buffers.pass_needed, on_true=write_list)
-    else:
+        wp.utils.array_scan(buffers.counts, buffers.offsets, inclusive=False)
         write_list()
     return buffers
 
