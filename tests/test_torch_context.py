@@ -367,3 +367,40 @@ def test_an_input_changed_in_place_before_the_backward_raises(changed):
             ren.shader.materials.shininess.add_(1.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         img.mean().backward()
+
+
+def test_the_kept_configuration_follows_the_objects_it_reads():
+    """The configuration string is kept per call (render_config.call_config): values
+    changed in place on the settings, blend and camera objects between calls are
+    seen (the image is a new renderer's), and values equal in Python but not in JSON
+    (0.0 and -0.0, 1 and 1.0) are kept apart."""
+    import dataclasses
+    import json
+
+    from warpraster.torch import render_config
+    from warpraster.torch.renderer import RenderCall
+
+    d, ren, inputs, leaves = _scene(CASES[0])
+    with torch.no_grad():
+        ren(*inputs)
+        ren.shader.blend_params.background_color = (0.0, 0.5, 0.0)
+        ren.rasterizer.raster_settings.faces_per_pixel = 3
+        got = ren(*inputs)
+        _, fresh, fresh_inputs, _ = _scene(CASES[0])
+        fresh.shader.blend_params.background_color = (0.0, 0.5, 0.0)
+        fresh.rasterizer.raster_settings.faces_per_pixel = 3
+        assert torch.equal(got, fresh(*fresh_inputs))
+    call = RenderCall.resolve(ren.rasterizer, ren.shader, {}, "test")
+    verts = inputs[0]
+    strings = []
+    for bg, blur in [((0.0, 0.5, 0.0), 0.0), ((-0.0, 0.5, 0.0), 0.0), ((0.0, 0.5, 0.0), 0)]:
+        call.blend_params = dataclasses.replace(call.blend_params, background_color=bg)
+        call.raster_settings = dataclasses.replace(call.raster_settings, blur_radius=blur)
+        config, tensors = render_config.call_config(call, verts)
+        want, want_tensors = render_config.config_and_tensors(call, verts.device)
+        want.update(record=torch.is_grad_enabled() and verts.requires_grad,
+                    needs_grad=[t.requires_grad for t in want_tensors])  # fmt: skip
+        assert config == json.dumps(want)
+        assert all(a is b for a, b in zip(tensors, want_tensors, strict=True))
+        strings.append(config)
+    assert len(set(strings)) == 3

@@ -38,16 +38,10 @@ from ..renderer import MeshRenderer as _WarpMeshRenderer
 from ..shading.corner_lists import CornerLists
 from ..shading.params import values_checked
 from ..shading.shading_buffers import ShadingBuffers
-from .cameras import _f32
-from .checks import check_packed, check_packed_values, to_int32
+from .checks import check_packed_values, to_int32
 from .eager import first_order_only
-from .lighting import AmbientLights
 from .render_context import _Lease, default_render_context, next_handle
 from .streams import _TorchStream
-
-_RASTER_FIELDS = ("blur_radius", "faces_per_pixel", "bin_size", "max_faces_per_bin",
-                  "perspective_correct", "clip_barycentric_coords", "cull_backfaces",
-                  "z_clip_value", "cull_to_frustum", "exact_perspective_grad")  # fmt: skip
 
 
 def _wp(t: torch.Tensor, dtype, grad: torch.Tensor | None = None) -> wp.array:
@@ -581,79 +575,3 @@ def _parsed_cached(config: str) -> dict:
 def _parsed(config: str) -> dict:
     """The op's configuration parsed (kept per JSON string; read only)."""
     return _parsed_cached(config)
-
-
-# ----------------------------------------------------------------------------- configuration
-def _dev(t: torch.Tensor, device) -> torch.Tensor:
-    return t if device is None or t.device == device else t.to(device)
-
-
-def _camera_config(cams, tensors: list, device) -> dict:
-    cam_t = cams.tensors()
-    tensors += [_dev(t, device) for t in cam_t.values()]
-    return {"type": cams._warp, "names": list(cam_t), "kwargs": cams._warp_kwargs()}
-
-
-def config_and_tensors(call, device) -> tuple[dict, list[torch.Tensor]]:
-    """The op's configuration and tensor list for one call (a :class:`RenderCall`-like
-    object: cameras, shader_cameras, raster_settings, shader, lights, materials,
-    blend_params, z_planes, textures (a ``PackedTextures`` or None))."""
-    s = call.raster_settings
-    raster = {k: getattr(s, k) for k in _RASTER_FIELDS}
-    if call.z_clip_value is not None:
-        raster["z_clip_value"] = call.z_clip_value
-    size = s.image_size
-    h, w = (size, size) if isinstance(size, int) else tuple(int(x) for x in size)
-    raster["image_size"] = [h, w]
-    tensors: list[torch.Tensor] = []
-    config = {
-        "camera": _camera_config(call.cameras, tensors, device),
-        "raster": raster,
-        "image_size": [h, w],
-        "shader": "none",
-    }
-    if call.shader is None:
-        return config, tensors
-    config["shader"] = call.shader._warp
-    config["shader_camera"] = None
-    if call.shader_cameras is not None:
-        config["shader_camera"] = _camera_config(call.shader_cameras, tensors, device)
-    lights = call.lights if call.shader._warp != "SoftSilhouetteShader" else AmbientLights()
-    lt = lights.tensors()
-    tensors += [_dev(t, device) for t in lt.values()]
-    config["lights"] = {"type": lights._warp, "names": list(lt)}
-    mt = call.materials.tensors()
-    tensors += [_dev(t, device) for t in mt.values()]
-    config["materials"] = list(mt)
-    bp = call.blend_params
-    bg_tensor = isinstance(bp.background_color, torch.Tensor)
-    config["blend"] = {
-        "sigma": float(bp.sigma),
-        "gamma": float(bp.gamma),
-        "background_tensor": bg_tensor,
-        "background": None if bg_tensor else [float(c) for c in bp.background_color],
-    }
-    if bg_tensor:
-        tensors.append(_f32(bp.background_color, device, 3))
-    config["z_planes"] = list(call.z_planes)
-    tensors += [_f32(v, device).reshape(-1) for v in call.z_planes.values()]
-    tex = call.textures
-    config["textures"] = None if tex is None else {"type": tex.kind, "static": tex.static}
-    if tex is not None:
-        tensors += [_dev(t, device) for t in tex.tensors]
-    return config, tensors
-
-
-def packed(verts, faces, first, count):
-    """The checked packed batch (structure; the op checks the index values): float32
-    contiguous verts, integer faces and per-mesh ranges as given (cast in the op)."""
-    verts, faces, first, count, _ = check_packed(verts, faces, first, count)
-    if verts.dtype != torch.float32:
-        verts = verts.to(torch.float32)
-    return verts.contiguous(), faces.contiguous(), first, count
-
-
-@torch._dynamo.assume_constant_result
-def config_json(config: dict) -> str:
-    """The op's static configuration as JSON (a constant for torch.compile)."""
-    return json.dumps(config)

@@ -16,7 +16,8 @@ import torch
 from ..rasterizer import RasterizationSettings
 from .cameras import _Camera
 from .lighting import LIGHTS, BlendParams, Materials, PointLights
-from .render_op import config_and_tensors, config_json, fragments_later, packed, render
+from .render_config import call_config, packed
+from .render_op import fragments_later, render
 from .textures import pack_textures
 
 __all__ = [
@@ -213,24 +214,14 @@ def _render(rasterizer, shader, meshes_world, packed_args, textures, kwargs, who
     v, f, fi, cn = packed(verts, faces, first, count)
     if shader is not None:
         call.textures = pack_textures(tex, v.shape[0], cn, per_mesh, num_faces=f.shape[0])
-    config, tensors = config_and_tensors(call, v.device)
-    if antialias:
-        if call.raster_settings.faces_per_pixel != 1:
-            raise ValueError(
-                "antialias: the antialias pass takes a K = 1 render, the raster settings have "
-                f"faces_per_pixel={call.raster_settings.faces_per_pixel}"
-            )
-        config["antialias"] = True
-    # record the Warp launches for the backward when autograd will ask for it
-    config["record"] = torch.is_grad_enabled() and (
-        v.requires_grad or any(t.requires_grad for t in tensors)
-    )
-    # only the tensors that require gradients get them computed (issue 29)
-    config["needs_grad"] = [bool(t.requires_grad) for t in tensors]
+    if antialias and call.raster_settings.faces_per_pixel != 1:
+        raise ValueError(
+            "antialias: the antialias pass takes a K = 1 render, the raster settings have "
+            f"faces_per_pixel={call.raster_settings.faces_per_pixel}"
+        )
     later = not fragments and not torch.compiler.is_compiling()
-    if later:
-        config["fragments"] = False
-    img, p2f, zbuf, bary, dists, _handle = render(v, f, fi, cn, tensors, config_json(config))
+    config, tensors = call_config(call, v, antialias=antialias, later=later)
+    img, p2f, zbuf, bary, dists, _handle = render(v, f, fi, cn, tensors, config)
     left = fragments_later() if later else None
     if left is not None:
         return img, LazyFragments(*left)
