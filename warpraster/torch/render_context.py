@@ -397,6 +397,7 @@ class RenderContext:
         self.call_graphs: bool | None = None
         self._entries: collections.OrderedDict[tuple, _Entry] = collections.OrderedDict()
         self._cameras: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
+        self._layouts: dict[str, tuple] = {}
         self._lock = threading.RLock()
         self._generations = itertools.count(1)
 
@@ -408,12 +409,16 @@ class RenderContext:
         """A slot for this call, leased to it (built on first use, see the module).
         Call from inside the op's stream scope (the device lock is held)."""
         settings = self._settings(cfg, tensors, config)
-        topology = [faces, first, count, *(t for t in tensors if not t.is_floating_point())]
+        # (one pass; torch.Size hashes and compares as the tuple it is)
+        topology = [faces, first, count]
+        shapes = []
+        for t in tensors:
+            shapes.append((t.shape, t.dtype))
+            if not t.is_floating_point():
+                topology.append(t)
         key = (
-            str(verts.device), _stream_key(verts.device), config, settings,
-            tuple(verts.shape),
-            tuple((tuple(t.shape), t.dtype) for t in tensors),
-            tuple(_tensor_key(t) for t in topology),
+            str(verts.device), _stream_key(verts.device), config, settings, verts.shape,
+            tuple(shapes), tuple([_tensor_key(t) for t in topology]),
         )  # fmt: skip
         with self._lock:
             entry = self._entries.get(key)
@@ -458,15 +463,18 @@ class RenderContext:
         a host read of the camera tensors when they are new objects (their Warp
         cameras validate the values) or znear changed, else remembered (by the op's
         configuration string ``config``, which holds the cameras' and the raster's)."""
-        cams = _camera_tensors(cfg, tensors)
-        flat = [t for _, ts in cams for t in ts]
-        znear = [
-            t._version
-            for c, ts in cams
-            for n, t in zip(c["names"], ts, strict=True)
-            if n == "znear"
-        ]
-        key = (config, tuple(_tensor_key(t)[:4] for t in flat), tuple(znear))
+        layout = self._layouts.get(config)
+        if layout is None:
+            # (the camera tensors lead the list: their count and the znear tensors' places)
+            names = [n for c, _ in _camera_tensors(cfg, tensors) for n in c["names"]]
+            layout = (len(names), tuple(i for i, n in enumerate(names) if n == "znear"))
+            with self._lock:
+                self._layouts[config] = layout
+                while len(self._layouts) > 4 * self.max_entries:
+                    self._layouts.pop(next(iter(self._layouts)))
+        flat = tensors[: layout[0]]
+        key = (config, tuple([_tensor_key(t)[:4] for t in flat]),
+               tuple([tensors[i]._version for i in layout[1]]))  # fmt: skip
         with self._lock:
             hit = self._cameras.get(key)
             if hit is not None and all(r() is t for r, t in zip(hit[0], flat, strict=True)):
@@ -474,6 +482,7 @@ class RenderContext:
                 return hit[1]
         from .render_op import _build
 
+        cams = _camera_tensors(cfg, tensors)
         warp_cams = [_build({"camera": c, "shader": "none"}, ts, None)["cameras"] for c, ts in cams]
         rasterizer = MeshRasterizer(
             cameras=warp_cams[0], raster_settings=RasterizationSettings(**cfg["raster"])
@@ -491,6 +500,7 @@ class RenderContext:
             for key in list(self._entries):
                 self._drop(key)
             self._cameras.clear()
+            self._layouts.clear()
 
 
 _DEFAULT = RenderContext()
