@@ -242,6 +242,8 @@ class _Slot:
         self._grad_list = [] if not self.record else [
             self.grad_verts, *(g for g in self.grads if g is not None)
         ]  # fmt: skip
+        #: flat Warp views of the same: a captured forward clears them itself
+        self._grad_arrays = [wp.from_torch(g.view(-1), dtype=wp.float32) for g in self._grad_list]
         self._call_graph = None if self.record else CallGraph(self.device)
 
     # -- forward
@@ -254,7 +256,13 @@ class _Slot:
             own = self._own_floats
             src = [verts, *(tensors[i] for i in self._float_idx)]
             _foreach(torch._foreach_copy_, torch.Tensor.copy_, own, src)
-            if self.record:  # the inputs' gradients accumulate in Warp
+            # the inputs' gradients accumulate in Warp: cleared here, or, where the
+            # forward replays its captured graph, by the graph (memsets captured in
+            # _launch: no torch call, ~10 us of host time on CUDA)
+            replays = self.record and self._recorded.enabled(self.graphs) and (
+                self._recorded.captured_tape() is not None
+            )  # fmt: skip
+            if self.record and not replays:
                 _foreach(torch._foreach_zero_, torch.Tensor.zero_, self._grad_list)
         # The slot's arrays are the same every call (the inputs were copied into them)
         # and its launches' Python-side state is set by the first call: from the
@@ -279,6 +287,9 @@ class _Slot:
     def _launch(self):
         """The Warp ``MeshRenderer``'s launches, on this slot's buffers."""
         clear_if_recording(self.verts_ndc)  # the projection writes it; the rest clear their own
+        if self.device.is_capturing:  # the replays' own clear of the inputs' gradients
+            for g in self._grad_arrays:
+                g.zero_()
         self.cameras.transform_points_ndc(self.v, self.v2m, None, self.verts_ndc)
         frags = rasterize_checked(self.meshes, self.settings, self.workspace)
         image = None

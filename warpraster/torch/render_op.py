@@ -534,7 +534,7 @@ def _versions(inputs, tensors) -> tuple:
     """The torch version counters of the render's inputs (what ``save_for_backward``
     checks)."""
     try:
-        return tuple(t._version for t in inputs) + tuple(t._version for t in tensors)
+        return tuple([t._version for t in (*inputs, *tensors)])
     except RuntimeError:  # an inference tensor, which autograd cannot save either
         raise RuntimeError(
             "Inference tensors cannot be saved for backward. Please do not use Tensors "
