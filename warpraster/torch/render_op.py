@@ -16,7 +16,7 @@ implementations (output shapes from the configuration), so ``torch.compile``
 treats the render as one opaque node; nothing Warp-side lives in the autograd graph.
 
 The op takes the packed meshes, a list of float32 / int32 tensors and a JSON
-configuration that says what each tensor is (:func:`config_and_tensors`).
+configuration that says what each tensor is (:func:`~.render_config.config_and_tensors`).
 """
 
 from __future__ import annotations
