@@ -40,9 +40,10 @@ they hold: the vertex copy tests each vertex against the plane, and the
 rest of the pass runs under one ``wp.capture_if`` only when a vertex is behind it
 or the list held is not the input's (a device flag the topology pass writes; the
 pass's scan there is :class:`warpraster.scan.ExclusiveScan`, which allocates
-nothing when it runs, as a conditional node's body must). Skipping applies to graph-captured calls on CUDA (a
-conditional node; an eager call would read the flag back) and to every call on
-the cpu device; calls recorded on a tape and frustum culling run the whole pass.
+nothing when it runs, as a conditional node's body must). Skipping applies to
+graph-captured calls on CUDA (a conditional node; an eager call would read the
+flag back) and to every call on the cpu device; calls recorded on a tape and
+frustum culling run the whole pass.
 
 Modules, in the order they build on each other: ``buffers.py`` (the device
 buffers, the structs the kernels read of them, the face cases), ``frustum.py``
