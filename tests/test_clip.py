@@ -1077,5 +1077,9 @@ def test_static_faces_skip_only_a_pass_that_would_rewrite_the_same_list(device, 
             out = rasterize_meshes(vg, ff, fi, co, workspace=w, **size)
         tape.backward(grads={out.zbuf: wp.ones(out.zbuf.shape, dtype=wp.float32, device=device)})
         grads.append(vg.grad.numpy())
-    assert np.abs(grads[1]).max() > 0
-    np.testing.assert_array_equal(grads[0], grads[1])
+    scale = np.abs(grads[1]).max()
+    assert scale > 0
+    if wp.get_device(device).is_cpu:
+        np.testing.assert_array_equal(grads[0], grads[1])
+    else:  # float atomics add a vertex's terms in another order (~1 ulp seen)
+        np.testing.assert_allclose(grads[0], grads[1], rtol=0, atol=1e-6 * scale)
