@@ -146,7 +146,7 @@ def _launch_passes(
         if nf > 0:
             binning.coarse_bin(ps, ps_key, nf, ws.bin_cursor, launch, small)
             if ordered:
-                _if_split(meshes, lambda: binning.sort_bins(ps, ps_key, launch))
+                binning.sort_bins(ps, ps_key, launch)
         else:
             ws.bin_offset.zero_()
     per_bin = ws.bin_h * ws.bin_w
@@ -162,33 +162,13 @@ def _launch_passes(
         ordered_block = ORDERED_ONLY_BLOCK if register else block
         cap = max(ORDERED_ONLY_THREADS // per_bin, 1) * per_bin  # whole bins a stride
         ordered = min(threads, cap) if register else threads
-
-        def queue_ordered():
-            launch("queue_ordered", raster_output_queue, ordered, [ps, threads, ordered],
-                   key=(ps_key, threads, ordered), block_dim=ordered_block)  # fmt: skip
-
-        if register:  # it serves only the bins of split faces: none without them
-            _if_split(meshes, queue_ordered)
-        else:
-            queue_ordered()
+        launch("queue_ordered", raster_output_queue, ordered, [ps, threads, ordered],
+               key=(ps_key, threads, ordered), block_dim=ordered_block)  # fmt: skip
     slots = n * h * w * k
     wide = ps.wide != 0
     write = write_outputs_kernel(ws.device, settings.perspective_correct,
                                  settings.clip_barycentric_coords, wide, k, tuning)  # fmt: skip
     launch("outputs", write, slots // 4 if wide else slots, [ps], key=ps_key)
-
-
-def _if_split(meshes: PackedMeshes, launch_all) -> None:
-    """Runs ``launch_all`` (work for split faces only: sorting their bins, the
-    ordered queue over them) only when the clipper's device flag says a face was
-    split, where a flag can decide without a host read: a conditional node in a
-    CUDA graph capture, a direct read on the cpu device; else unconditionally (it
-    then finds nothing to do)."""
-    flag, d = meshes.split_flag, meshes.verts.device
-    if flag is not None and (d.is_cpu or (d.is_capturing and wp.is_conditional_graph_supported())):
-        wp.capture_if(flag, on_true=launch_all)
-    else:
-        launch_all()
 
 
 def rasterize_naive_at(
