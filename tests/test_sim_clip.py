@@ -212,3 +212,28 @@ def test_cut_face_point_adjoint_matches_warps_generated_adjoint():
     # grazing faces (measured: 2.8e-5 at most over these 200 faces)
     scale = np.abs(want).reshape(n, -1).max(1)[:, None, None]
     np.testing.assert_allclose(got / scale, want / scale, atol=1e-4)
+
+
+def test_updates_moving_between_cut_and_uncut_views_equal_a_fresh_sensor(device):
+    """The sensor's clip workspace skips the clip pass when nothing is behind the
+    near plane and the last pass kept every face (``static_faces``). Updates that
+    alternate a view where the ground reaches behind the camera with one high above
+    it (every face in front) equal a fresh sensor's first update, every channel bit
+    for bit (the same kernels on the same inputs)."""
+    g, _ = _scene()
+    cut, high = _camera(), wsim.look_at_transform((0.3, 0.2, 30.0), (0.3, 1.0, 0.0))
+    body_q = wp.array([_BOX_POSE], dtype=wp.transform, device=device)
+    fovs = wp.array([FOV], dtype=wp.float32, device=device)
+    cam = wp.array([[high]], dtype=wp.transform, device=device)
+    sensor = wsim.CameraSensor(g, image_size=(H, W), device=device, light_direction=LIGHT)
+    splits = []
+    for view in (high, cut, high, high, high, cut, high):
+        cam.assign(np.array([[view]], np.float32))
+        got = sensor.update(camera_transforms=cam, camera_fovs=fovs, body_q=body_q).numpy()
+        fresh = wsim.CameraSensor(g, image_size=(H, W), device=device, light_direction=LIGHT)
+        want = fresh.update(camera_transforms=cam, camera_fovs=fovs, body_q=body_q).numpy()
+        assert (want["shape_index"][0, 0] == 2).mean() > 0.3  # the ground is in view
+        for name, value in want.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=name)
+        splits.append(int(sensor.frames[0].workspace.clip.any_split.numpy()[0]))
+    assert splits == [0, 1, 0, 0, 0, 1, 0]  # the near plane cut the ground where it should
