@@ -33,7 +33,8 @@ class ClipWorkspace(SettingsViews):
             PyTorch3D does on this path.
         device, requires_grad, tuning: as for :class:`RasterWorkspace`.
         static_faces: every call passes the same faces and mesh ranges, unchanged
-            (a ``Renderer``'s, a stage's, a sensor's): a graph-captured call (any
+            (a ``Renderer``'s, a sensor's; not a stage renderer's, whose back-face cull
+            rewrites them every call): a graph-captured call (any
             call on the cpu device) then skips the clip pass when no vertex is
             behind the near plane and the last pass kept every face
             (:class:`~warpraster.clip.ClipBuffers`).
