@@ -65,6 +65,7 @@ from ..shading.params import check_mesh_inputs, values_checked
 from ..shading.shading_buffers import ShadingBuffers
 from ..tape_replay import RecordedCall
 from .checks import _tensor_key, to_int32
+from .eager import without_grad
 
 __all__ = ["RenderContext", "default_render_context"]
 
@@ -131,6 +132,25 @@ def _foreach(multi, single, *lists) -> None:
     except (RuntimeError, AttributeError):
         for args in zip(*lists, strict=True):
             single(*args)
+
+
+class _SlotTape(wp.Tape):
+    """The tape of a slot's recorded forward. Only the slot runs its backward, and it
+    never calls ``zero()`` (the forward clears the slot's gradient buffers): a
+    recorded function's arrays are not listed for it (Warp's check of each array,
+    ~0.6 us of host time apiece, every replayed call)."""
+
+    def record_func(self, backward, arrays):
+        self.launches.append(backward)
+
+
+def _copy_upstream(views: list, upstream: list) -> None:
+    """Each upstream gradient into the torch view of its output's gradient buffer.
+    No gradient (None): the buffer holds the zeros the forward cleared it to (every
+    recorded render clears its outputs' own)."""
+    for view, g in zip(views, upstream, strict=True):
+        if view is not None and g is not None:
+            view.copy_(g)
 
 
 class _Lease:
@@ -250,20 +270,7 @@ class _Slot:
     def run(self, verts, tensors):
         """Copies the inputs in and renders (recorded on a new tape when the slot
         records); returns (image or None, fragments): the slot's own arrays."""
-        with torch.no_grad():
-            # one multi-tensor copy (and zero) each: a torch call per tensor costs
-            # host time in every step
-            own = self._own_floats
-            src = [verts, *(tensors[i] for i in self._float_idx)]
-            _foreach(torch._foreach_copy_, torch.Tensor.copy_, own, src)
-            # the inputs' gradients accumulate in Warp: cleared here, or, where the
-            # forward replays its captured graph, by the graph (memsets captured in
-            # _launch: no torch call, ~10 us of host time on CUDA)
-            replays = self.record and self._recorded.enabled(self.graphs) and (
-                self._recorded.captured_tape() is not None
-            )  # fmt: skip
-            if self.record and not replays:
-                _foreach(torch._foreach_zero_, torch.Tensor.zero_, self._grad_list)
+        without_grad(self._copy_in, verts, tensors)
         # The slot's arrays are the same every call (the inputs were copied into them)
         # and its launches' Python-side state is set by the first call: from the
         # second call on, where graphs are on (graphs_enabled), the render replays as
@@ -274,11 +281,27 @@ class _Slot:
             self.tape = None
             self._call_graph("slot", self._launch, self.graphs)
             return self.image, self.frags
-        self.tape = wp.Tape()
+        self.tape = _SlotTape()
         with self.tape:
             self._recorded(self.tape, "slot", self._launch, mode=self.graphs,
                            backward_key=self._backward_key)  # fmt: skip
         return self.image, self.frags
+
+    def _copy_in(self, verts, tensors) -> None:
+        """The inputs copied into the slot's own tensors (grad mode off), and the
+        inputs' gradients cleared unless the replayed forward clears them."""
+        # one multi-tensor copy (and zero) each: a torch call per tensor costs
+        # host time in every step
+        src = [verts, *(tensors[i] for i in self._float_idx)]
+        _foreach(torch._foreach_copy_, torch.Tensor.copy_, self._own_floats, src)
+        # the inputs' gradients accumulate in Warp: cleared here, or, where the
+        # forward replays its captured graph, by the graph (memsets captured in
+        # _launch: no torch call, ~10 us of host time on CUDA)
+        replays = self.record and self._recorded.enabled(self.graphs) and (
+            self._recorded.captured_tape() is not None
+        )  # fmt: skip
+        if self.record and not replays:
+            _foreach(torch._foreach_zero_, torch.Tensor.zero_, self._grad_list)
 
     def _backward_key(self):
         """What the shading adjoint reads by value (no fused loss here: one state)."""
@@ -351,12 +374,7 @@ class _Slot:
             upstream = _upstream_filled(upstream, self.verts, self.first, cfg)
             self.tape.backward(grads=_output_grads(self.image, self.frags, upstream))
         else:  # the slot's output gradient buffers, written through torch views made once
-            with torch.no_grad():
-                for view, g in zip(views, upstream, strict=True):
-                    # no gradient (None): the buffer holds the zeros the forward
-                    # cleared it to (every recorded render clears its outputs' own)
-                    if view is not None and g is not None:
-                        view.copy_(g)
+            without_grad(_copy_upstream, views, upstream)
             self.tape.backward()
         self.tape = None
         return [self.grad_verts.clone()] + [
