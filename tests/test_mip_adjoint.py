@@ -91,7 +91,7 @@ def _scene(device):
 
 
 def _sample_grads(device, filt, boundary, *, flip_v, perspective, n_maps, generated, seed,
-                  max_mip_level=None, lists=False):  # fmt: skip
+                  max_mip_level=None, lists=False, specialize=None):  # fmt: skip
     """Samples the scene under a tape and back-propagates random output gradients:
     the gradients of the base maps, verts_uvs, verts_ndc and the barycentrics (and
     what is left of the output's). ``lists``: pass the faces' CornerLists (the
@@ -107,6 +107,7 @@ def _sample_grads(device, filt, boundary, *, flip_v, perspective, n_maps, genera
     tex = TexturesUVMipmap(maps, faces, verts_uvs, filter_mode=filt, boundary_mode=boundary,
                            flip_v=flip_v, max_mip_level=max_mip_level)  # fmt: skip
     tex._generated_adjoint = generated
+    tex.specialize = specialize
     tape = wp.Tape()
     with tape:
         faces_w = wp.array(np.asarray(faces, np.int32), dtype=wp.int32, device=device)
@@ -208,6 +209,24 @@ def test_hand_adjoint_equals_generated(device, filt, boundary):
         assert (np.abs(want["bary"]).max() > 0) == smooth
         # the projected vertices reach the output only through the level fraction
         assert (np.abs(want["verts_ndc"]).max() > 0) == (filt == "linear-mipmap-linear")
+
+
+@pytest.mark.parametrize(
+    "filt,boundary,flip_v,perspective",
+    [("linear-mipmap-linear", "clamp", True, True), ("nearest", "zero", False, False)],
+)
+def test_adjoint_variant_equals_the_generic_kernel(device, filt, boundary, flip_v, perspective):
+    """The hand-written adjoint as a kernel variant (its gradient bits and the
+    sampler's and corner tables' flags compiled in; CUDA's default) gives the generic
+    kernel's gradients bit for bit: it only drops branches the launch never takes.
+    One smooth and one piecewise-constant filter (a variant is a compile of its own
+    on the CPU); the CUDA run takes variants in every test above."""
+    options = dict(flip_v=flip_v, perspective=perspective, n_maps=2, seed=3, generated=0)
+    generic = _sample_grads(device, filt, boundary, specialize=False, **options)
+    variant = _sample_grads(device, filt, boundary, specialize=True, **options)
+    assert np.abs(generic["maps"]).max() > 0
+    for name in generic:
+        np.testing.assert_array_equal(variant[name], generic[name], err_msg=name)
 
 
 @pytest.mark.parametrize("max_mip_level", [0, 2])

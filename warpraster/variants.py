@@ -16,7 +16,14 @@ from collections.abc import Callable
 
 import warp as wp
 
-__all__ = ["kernel_family", "kernel_for", "variant_kernel", "variant_name"]
+__all__ = [
+    "device_flags",
+    "kernel_family",
+    "kernel_for",
+    "variant_kernel",
+    "variant_name",
+    "variants_on",
+]
 
 
 class _KernelFamily:
@@ -41,10 +48,14 @@ def kernel_family(build: Callable[..., wp.Kernel]) -> _KernelFamily:
     return _KernelFamily(build)
 
 
+def variants_on(device, specialize: bool | None) -> bool:
+    """Whether kernel variants are wanted on ``device`` (``specialize`` None: on CUDA)."""
+    return wp.get_device(device).is_cuda if specialize is None else bool(specialize)
+
+
 def device_flags(device, flags: tuple, specialize: bool | None) -> tuple[int, ...] | None:
     """``flags`` as ints when variants are wanted on ``device``, else None (generic)."""
-    on = wp.get_device(device).is_cuda if specialize is None else bool(specialize)
-    return tuple(int(f) for f in flags) if on else None
+    return tuple(int(f) for f in flags) if variants_on(device, specialize) else None
 
 
 def kernel_for(

@@ -13,8 +13,12 @@ The adjoint is one kernel too (:mod:`warpraster.shading.fused_adjoint`),
 recorded on the tape by :func:`launch_shade_blend`. The structs both read are
 in :mod:`warpraster.shading.shade_inputs`.
 
-Blend and colour source are run-time ints: the branches are uniform across a
-launch, so they cost no divergence.
+Blend, colour source and the other flags of :class:`ShadeInputs` are ints,
+uniform across a launch. On CUDA both kernels run as variants with them (and, in
+the adjoint, the gradients asked for) compiled in as constants
+(:func:`~warpraster.shading.shade_inputs.inputs_pin`), so a PyTorch3D shader's
+kernel carries neither the stage renderer's paths nor the camera's gradient it
+was not asked for; the CPU reads them at run time from one generic kernel each.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from ..aggregated import launch_reduce_stripes, striped_partials, stripes_for
 from ..backward.tape import active_tape, record_func
 from ..patches import patch_launch_size, patch_pixel
 from ..structs import placeholder
+from ..variants import kernel_family, variant_kernel, variants_on
 from .fused_adjoint import (
     ADJOINT_MAX_REGISTERS,
     ADJOINT_PATCH_W,
@@ -42,8 +47,10 @@ from .shade_inputs import (
     ShadeInputs,
     Want,
     camera_centre,
+    inputs_pin,
     material_row,
     new_inputs,
+    pinned_values,
     prob,
     zinv,
 )
@@ -105,37 +112,45 @@ PIXEL_MAX_REGISTERS = 80
 FORWARD_PATCH_W = wp.constant(8)
 
 
-@wp.kernel(enable_backward=False, cuda_max_registers=PIXEL_MAX_REGISTERS)
-def _shade_blend_kernel(
-    # Fragments in:
-    frag: PixelFragments,
-    # Shading in:
-    a: ShadeInputs,
-    # Data out:
-    image_out: wp.array4d(dtype=wp.float32),
-):
-    n, y, x, inside = patch_pixel(
-        wp.tid(), image_out.shape[0], image_out.shape[1], image_out.shape[2], FORWARD_PATCH_W
-    )
-    if not inside:
-        return
-    eye = pixel_eye(a, n)
-    bg = a.background[row(n, a.background.shape[0])]
-    if a.blend == BlendMode.HARD:
-        f0 = hard_hit(a, frag, n, y, x)
-        if f0 >= 0:
-            c0 = slot_colour(a, n, y, x, 0, f0, frag.bary_coords[n, y, x, 0], eye)
-            al = slot_opacity(a, n, y, x, 0)
-            if a.premultiply != 0:
-                c0 = c0 * al
-            write_rgba(image_out, n, y, x, c0, al)
-        else:
-            write_rgba(image_out, n, y, x, bg, 0.0)
-        return
-    zn, zf = depth_range(a, n)
-    zraw, _kmax, _used, keep, wsum, csum = softmax_sums(frag, a, n, y, x, eye, zn, zf, 1)
-    _zmax, _dexp, delta, denom = softmax_denominator(zraw, wsum, a.gamma)
-    write_rgba(image_out, n, y, x, (csum + delta * bg) / denom, 1.0 - keep)
+@kernel_family
+def _shade_blend_kernel(pins: tuple[int, ...] | None) -> wp.Kernel:
+    """The pixel kernel with ``ShadeInputs``' :data:`PINNED_FIELDS` compiled in as
+    ``pins``, or read at run time (None: the generic kernel)."""
+    pin = inputs_pin(pins)
+
+    def shade_blend(
+        # Fragments in:
+        frag: PixelFragments,
+        # Shading in:
+        a: ShadeInputs,
+        # Data out:
+        image_out: wp.array4d(dtype=wp.float32),
+    ):
+        n, y, x, inside = patch_pixel(
+            wp.tid(), image_out.shape[0], image_out.shape[1], image_out.shape[2], FORWARD_PATCH_W
+        )
+        if not inside:
+            return
+        a = wp.static(pin)(a)
+        eye = pixel_eye(a, n)
+        bg = a.background[row(n, a.background.shape[0])]
+        if a.blend == BlendMode.HARD:
+            f0 = hard_hit(a, frag, n, y, x)
+            if f0 >= 0:
+                c0 = slot_colour(a, n, y, x, 0, f0, frag.bary_coords[n, y, x, 0], eye)
+                al = slot_opacity(a, n, y, x, 0)
+                if a.premultiply != 0:
+                    c0 = c0 * al
+                write_rgba(image_out, n, y, x, c0, al)
+            else:
+                write_rgba(image_out, n, y, x, bg, 0.0)
+            return
+        zn, zf = depth_range(a, n)
+        zraw, _kmax, _used, keep, wsum, csum = softmax_sums(frag, a, n, y, x, eye, zn, zf, 1)
+        _zmax, _dexp, delta, denom = softmax_denominator(zraw, wsum, a.gamma)
+        write_rgba(image_out, n, y, x, (csum + delta * bg) / denom, 1.0 - keep)
+
+    return variant_kernel(shade_blend, "shade_blend", pins, PIXEL_MAX_REGISTERS)
 
 
 # ----------------------------------------------------------------------------- launcher
@@ -238,6 +253,8 @@ def launch_shade_blend(
     inputs: ShadeInputs,
     image_out: wp.array,
     image_grad: ImageGrad | None = None,
+    *,
+    specialize: bool | None = None,
 ) -> wp.Tape | None:
     """Launches the pixel kernel (outside the tape) and records its adjoint.
 
@@ -249,6 +266,10 @@ def launch_shade_blend(
             e.g. :class:`~warpraster.shading.shaders.ShadingBuffers`, so that a
             fused loss can set its MSE fields after this call and before the
             backward); reset here to ``image_out.grad`` alone. None: one of this call's.
+        specialize: launch kernel variants with ``inputs``' flags
+            (:data:`~warpraster.shading.shade_inputs.PINNED_FIELDS`) and the
+            adjoint's requested gradients compiled in: None = on CUDA (each variant
+            is a compile of its own, seconds on the CPU), True / False = always / never.
 
     Returns:
         The tape an adjoint reading ``image_grad`` was recorded on, or None.
@@ -266,12 +287,14 @@ def launch_shade_blend(
     n, h, w, _ = p2f.shape
     device = p2f.device
     dim = patch_launch_size(n, h, w, FORWARD_PATCH_W)
-    tape = launch_image_kernel(_shade_blend_kernel, dim, [frag, inputs], image_out, device)
+    pins = pinned_values(inputs) if variants_on(device, specialize) else None
+    tape = launch_image_kernel(_shade_blend_kernel(pins), dim, [frag, inputs], image_out, device)
     if tape is None:
         return None
     g, sources = _shade_grads(frag, inputs)
     if g.want == 0:
         return None
+    adjoint = shade_blend_adjoint(pins, None if pins is None else g.want)
     ig = ImageGrad() if image_grad is None else image_grad
     ig.grad = image_out.grad
     ig.mse = 0
@@ -286,7 +309,7 @@ def launch_shade_blend(
             g.cam_part.zero_()
             cam_sums.zero_()
         wp.launch(
-            shade_blend_adjoint,
+            adjoint,
             dim=dim,
             inputs=[frag, inputs, image_out, ig],
             outputs=[g],

@@ -16,6 +16,7 @@ import warp as wp
 
 from ..aggregated import add_float_row, add_mat33_row, add_rt_partial, add_vec3_row, stripe_of
 from ..patches import patch_pixel
+from ..variants import kernel_family, variant_kernel
 from .lighting import (
     LightKind,
     direction_toward,
@@ -36,6 +37,8 @@ from .shade_inputs import (
     ShadeGrads,
     ShadeInputs,
     Want,
+    grads_pin,
+    inputs_pin,
     material_row,
     prob,
     wants,
@@ -386,91 +389,104 @@ def _hard_adjoint(
     return g_cam
 
 
-@wp.kernel(enable_backward=False, cuda_max_registers=ADJOINT_MAX_REGISTERS)
-def shade_blend_adjoint(
-    # Fragments in:
-    frag: PixelFragments,
-    # Shading in:
-    a: ShadeInputs,
-    # The forward's image and its gradient:
-    image: wp.array4d(dtype=wp.float32),
-    ig: ImageGrad,
-    # Gradients out (accumulated):
-    g: ShadeGrads,
-):
-    """The adjoint of the pixel kernel, one thread per pixel. The softmax blend's
+@kernel_family
+def shade_blend_adjoint(pins: tuple[int, ...] | None, want: int | None) -> wp.Kernel:
+    """The adjoint of the pixel kernel, one thread per pixel, with ``ShadeInputs``'
+    :data:`~warpraster.shading.shade_inputs.PINNED_FIELDS` compiled in as ``pins``
+    and ``ShadeGrads.want`` as ``want`` (None: read at run time). The softmax blend's
     colour ``(sum w_k c_k + delta bg) / den`` is read from the forward's image (the
     same float32 value), so only the weights are recomputed before the slot loop,
     without lighting the slots (which the slot loop does again)."""
-    t = wp.tid()
-    n, y, x, inside = patch_pixel(
-        t, image.shape[0], image.shape[1], image.shape[2], ADJOINT_PATCH_W
-    )
-    if not inside:
-        return
-    eye = pixel_eye(a, n)
-    brow = row(n, a.background.shape[0])
-    bg = a.background[brow]
-    grgba = _image_grad(ig, image, n, y, x)
-    grgb = wp.vec3(grgba[0], grgba[1], grgba[2])
-    g_eye = wp.vec3(0.0)
-    if a.blend == BlendMode.HARD:
-        g_eye = _hard_adjoint(frag, a, g, n, y, x, eye, grgba, brow)
+    pin_a = inputs_pin(pins)
+    pin_g = grads_pin(want)
+
+    def shade_blend_adjoint(
+        # Fragments in:
+        frag: PixelFragments,
+        # Shading in:
+        a: ShadeInputs,
+        # The forward's image and its gradient:
+        image: wp.array4d(dtype=wp.float32),
+        ig: ImageGrad,
+        # Gradients out (accumulated):
+        g: ShadeGrads,
+    ):
+        t = wp.tid()
+        n, y, x, inside = patch_pixel(
+            t, image.shape[0], image.shape[1], image.shape[2], ADJOINT_PATCH_W
+        )
+        if not inside:
+            return
+        a = wp.static(pin_a)(a)
+        g = wp.static(pin_g)(g)
+        eye = pixel_eye(a, n)
+        brow = row(n, a.background.shape[0])
+        bg = a.background[brow]
+        grgba = _image_grad(ig, image, n, y, x)
+        grgb = wp.vec3(grgba[0], grgba[1], grgba[2])
+        g_eye = wp.vec3(0.0)
+        if a.blend == BlendMode.HARD:
+            g_eye = _hard_adjoint(frag, a, g, n, y, x, eye, grgba, brow)
+            if a.lit != 0 and wants(g, Want.CAMERA):
+                _add_camera_grad(a, g, t, n, g_eye)
+            return
+        zn, zf = depth_range(a, n)
+        # recompute the forward's weights; its colour is in the image
+        zraw, kmax, used, keep, wsum, _csum = softmax_sums(frag, a, n, y, x, eye, zn, zf, 0)
+        zmax, dexp, delta, denom = softmax_denominator(zraw, wsum, a.gamma)
+        rgb = wp.vec3(image[n, y, x, 0], image[n, y, x, 1], image[n, y, x, 2])
+        # torch's autograd of PyTorch3D's formula, op by op and in its order of float32
+        # operations (see blending.py's docstring): the zbuf gradient of a slot drawn
+        # only through the blur is multiplied by up to 1e16 in PyTorch3D's rasterizer
+        # backward, so its last bit decides O(1) of a vertex gradient there.
+        ga = grgba[3]
+        # rgb = num / den: d/dnum = g / den; d/dden = sum_c -g_c * ((num_c / den) / den)
+        gn = wp.vec3(grgb[0] / denom, grgb[1] / denom, grgb[2] / denom)
+        gden = (-grgb[0] * (rgb[0] / denom) + -grgb[1] * (rgb[1] / denom)) + -grgb[2] * (
+            rgb[2] / denom
+        )
+        # delta feeds num (delta * bg) and den
+        gdelta = gden + ((gn[0] * bg[0] + gn[1] * bg[1]) + gn[2] * bg[2])
+        gmax_e = float(0.0)  # d/dzmax through the K terms exp((zinv_k - zmax) / gamma)
+        gdiff_max = float(0.0)
+        for k in range(used):
+            f = frag.pix_to_face[n, y, x, k]
+            if f >= 0:
+                b = frag.bary_coords[n, y, x, k]
+                p = prob(frag.dists[n, y, x, k], a.sigma)
+                e = wp.exp((zinv(f, frag.zbuf[n, y, x, k], zn, zf) - zmax) / a.gamma)
+                wk = p * e
+                # c_k gets gn * w_k; its value comes back from the same lighting
+                g_eye_k, ck = _slot_adjoint(
+                    a, g, n, y, x, k, f, b, eye, wp.vec3(gn[0] * wk, gn[1] * wk, gn[2] * wk)
+                )
+                g_eye += g_eye_k
+                # w_k feeds sum_k w_k c_k and den
+                gw = ((gn[0] * ck[0] + gn[1] * ck[1]) + gn[2] * ck[2]) + gden
+                gdiff = ((gw * p) * e) / a.gamma  # d/d(zinv_k - zmax)
+                gmax_e = gmax_e + -gdiff
+                if wants(g, Want.DISTS):
+                    # p_k = sigmoid(-d_k / sigma): through w_k, then the alpha product
+                    dd = -((((gw * e) * (1.0 - p)) * p) / a.sigma)
+                    dd += ga * (-keep * p / a.sigma)
+                    g.frag.dists[n, y, x, k] = g.frag.dists[n, y, x, k] + dd
+                if k == kmax:
+                    gdiff_max = gdiff
+                elif wants(g, Want.ZBUF):
+                    g.frag.zbuf[n, y, x, k] = g.frag.zbuf[n, y, x, k] + -(gdiff / (zf - zn))
+        if wants(g, Want.BACKGROUND):
+            add_vec3_row(g.background, brow, wp.vec3(gn[0] * delta, gn[1] * delta, gn[2] * delta))
         if a.lit != 0 and wants(g, Want.CAMERA):
             _add_camera_grad(a, g, t, n, g_eye)
-        return
-    zn, zf = depth_range(a, n)
-    # recompute the forward's weights; its colour is in the image
-    zraw, kmax, used, keep, wsum, _csum = softmax_sums(frag, a, n, y, x, eye, zn, zf, 0)
-    zmax, dexp, delta, denom = softmax_denominator(zraw, wsum, a.gamma)
-    rgb = wp.vec3(image[n, y, x, 0], image[n, y, x, 1], image[n, y, x, 2])
-    # torch's autograd of PyTorch3D's formula, op by op and in its order of float32
-    # operations (see blending.py's docstring): the zbuf gradient of a slot drawn
-    # only through the blur is multiplied by up to 1e16 in PyTorch3D's rasterizer
-    # backward, so its last bit decides O(1) of a vertex gradient there.
-    ga = grgba[3]
-    # rgb = num / den: d/dnum = g / den; d/dden = sum_c -g_c * ((num_c / den) / den)
-    gn = wp.vec3(grgb[0] / denom, grgb[1] / denom, grgb[2] / denom)
-    gden = (-grgb[0] * (rgb[0] / denom) + -grgb[1] * (rgb[1] / denom)) + -grgb[2] * (rgb[2] / denom)
-    # delta feeds num (delta * bg) and den
-    gdelta = gden + ((gn[0] * bg[0] + gn[1] * bg[1]) + gn[2] * bg[2])
-    gmax_e = float(0.0)  # d/dzmax through the K terms exp((zinv_k - zmax) / gamma)
-    gdiff_max = float(0.0)
-    for k in range(used):
-        f = frag.pix_to_face[n, y, x, k]
-        if f >= 0:
-            b = frag.bary_coords[n, y, x, k]
-            p = prob(frag.dists[n, y, x, k], a.sigma)
-            e = wp.exp((zinv(f, frag.zbuf[n, y, x, k], zn, zf) - zmax) / a.gamma)
-            wk = p * e
-            # c_k gets gn * w_k; its value comes back from the same lighting
-            g_eye_k, ck = _slot_adjoint(
-                a, g, n, y, x, k, f, b, eye, wp.vec3(gn[0] * wk, gn[1] * wk, gn[2] * wk)
-            )
-            g_eye += g_eye_k
-            # w_k feeds sum_k w_k c_k and den
-            gw = ((gn[0] * ck[0] + gn[1] * ck[1]) + gn[2] * ck[2]) + gden
-            gdiff = ((gw * p) * e) / a.gamma  # d/d(zinv_k - zmax)
-            gmax_e = gmax_e + -gdiff
-            if wants(g, Want.DISTS):
-                # p_k = sigmoid(-d_k / sigma): through w_k, then the alpha product
-                dd = -((((gw * e) * (1.0 - p)) * p) / a.sigma)
-                dd += ga * (-keep * p / a.sigma)
-                g.frag.dists[n, y, x, k] = g.frag.dists[n, y, x, k] + dd
-            if k == kmax:
-                gdiff_max = gdiff
-            elif wants(g, Want.ZBUF):
-                g.frag.zbuf[n, y, x, k] = g.frag.zbuf[n, y, x, k] + -(gdiff / (zf - zn))
-    if wants(g, Want.BACKGROUND):
-        add_vec3_row(g.background, brow, wp.vec3(gn[0] * delta, gn[1] * delta, gn[2] * delta))
-    if a.lit != 0 and wants(g, Want.CAMERA):
-        _add_camera_grad(a, g, t, n, g_eye)
-    # zmax = max(max_k zinv_k, eps) feeds the K exponents and delta = max(exp(...), eps)
-    gmax_d = float(0.0)
-    if dexp >= BLEND_EPS:
-        gmax_d = -((gdelta * dexp) / a.gamma)
-    if wants(g, Want.ZBUF) and frag.pix_to_face[n, y, x, kmax] >= 0:
-        gz_max = gdiff_max
-        if zraw >= BLEND_EPS:
-            gz_max = gdiff_max + (gmax_e + gmax_d)
-        g.frag.zbuf[n, y, x, kmax] = g.frag.zbuf[n, y, x, kmax] + -(gz_max / (zf - zn))
+        # zmax = max(max_k zinv_k, eps) feeds the K exponents and delta = max(exp(...), eps)
+        gmax_d = float(0.0)
+        if dexp >= BLEND_EPS:
+            gmax_d = -((gdelta * dexp) / a.gamma)
+        if wants(g, Want.ZBUF) and frag.pix_to_face[n, y, x, kmax] >= 0:
+            gz_max = gdiff_max
+            if zraw >= BLEND_EPS:
+                gz_max = gdiff_max + (gmax_e + gmax_d)
+            g.frag.zbuf[n, y, x, kmax] = g.frag.zbuf[n, y, x, kmax] + -(gz_max / (zf - zn))
+
+    key = None if pins is None else (*pins, want)
+    return variant_kernel(shade_blend_adjoint, "shade_blend_adjoint", key, ADJOINT_MAX_REGISTERS)

@@ -25,6 +25,8 @@ forward's store, it consumes (zeroes) the texels' gradient it reads.
 
 from __future__ import annotations
 
+import functools
+
 import warp as wp
 
 from ..aggregated import add_mat32_row, add_mat33_row
@@ -32,6 +34,7 @@ from ..backward.tape import record_func
 from ..geometry import EPS, barycentric, pixel_centre
 from ..patches import patch_launch_size
 from ..structs import StructCache
+from ..variants import kernel_family, variant_kernel, variant_name, variants_on
 from .corner_lists import VertexCorners, corner_of
 from .mip_pyramid import MipLevels, MipSampler, level_index, level_size
 from .mip_sampling import (
@@ -306,104 +309,154 @@ ADJOINT_MAX_REGISTERS = 96
 ADJOINT_PATCH_W = wp.constant(32)
 
 
-@wp.kernel(cuda_max_registers=ADJOINT_MAX_REGISTERS)
-def _sample_uv_mipmap_adjoint(
-    # In: the forward's inputs; the output's gradient (consumed: zeroed once
-    # read), an (N, H, W, K * C) float view
-    a: SampleInputs,
-    texels_grad: wp.array4d(dtype=wp.float32),
-    # Gradients out (added to):
-    g: SampleGrads,
-):
+#: The int fields a kernel variant of the adjoint compiles in as constants
+#: (:func:`_pin`), in order: ``want`` and the sampler's and corner tables' flags.
+PINNED = ("want", "filter_mode", "boundary", "flip_v", "derivatives", "perspective_correct")
+
+
+@functools.cache
+def _pin(values: tuple[int, ...] | None) -> tuple[wp.Function, wp.Function]:
+    """Warp functions ``(pin_inputs(a) -> a, pin_grads(g) -> g)`` that set the
+    :data:`PINNED` fields to the constants ``values`` (identities for None: the
+    generic kernel reads them at run time): a variant keeps only the sampling
+    path and the gradients its launch asks for."""
+    if values is None:
+
+        def same_inputs(a: SampleInputs):
+            return a
+
+        def same_grads(g: SampleGrads):
+            return g
+
+        return (wp.func(same_inputs, name="mip_pin_inputs", module="unique"),
+                wp.func(same_grads, name="mip_pin_grads", module="unique"))  # fmt: skip
+    want, filter_mode, boundary, flip_v, derivatives, perspective_correct = values
+
+    def pin_inputs(a: SampleInputs):
+        a.t.filter_mode = filter_mode
+        a.t.boundary = boundary
+        a.t.flip_v = flip_v
+        a.corners.derivatives = derivatives
+        a.corners.perspective_correct = perspective_correct
+        return a
+
+    def pin_grads(g: SampleGrads):
+        g.want = want
+        return g
+
+    return (
+        wp.func(pin_inputs, name=variant_name("mip_pin_inputs", values), module="unique"),
+        wp.func(pin_grads, name=variant_name("mip_pin_grads", values), module="unique"),
+    )
+
+
+@kernel_family
+def _sample_uv_mipmap_adjoint(pins: tuple[int, ...] | None) -> wp.Kernel:
     """One thread per slot: the adjoint of ``mip_slots._sample_uv_mipmap_slots`` (and
     of its per-channel twin ``_sample_uv_mipmap``) over all C channels, launched
-    over pixel patches (:mod:`~warpraster.patches`)."""
-    n, yi, xi, k, f = patch_fragment(a.frag, wp.tid(), ADJOINT_PATCH_W)
-    nc = a.t.p.maps.shape[3]
-    j0 = k * nc
-    if f < 0:
-        if f == -1:
-            zero_channels(texels_grad, n, yi, xi, j0, nc)
-        return
-    b = a.frag.bary_coords[n, yi, xi, k]
-    shape = wp.vec2i(a.frag.pix_to_face.shape[1], a.frag.pix_to_face.shape[2])
-    uv, duv_dx, duv_dy, uv0, uv1, uv2, dbx, dby, step = slot_uv_terms(
-        a.corners, f, b, yi, xi, shape
-    )
-    m, u, v, dvx, dvy = sample_point(a.t, n, uv, duv_dx, duv_dy)
-    base = level_size(a.t.p, 0)
-    g_uv = wp.vec2(0.0)  # to (u, v) as the sampler reads them
-    g_d = wp.vec4(0.0)  # to (du/dx, dv/dx, du/dy, dv/dy) as the sampler reads them
-    two = False  # linear-mipmap-linear above level 0: two levels blended
-    if a.t.filter_mode == FilterMode.NEAREST:
-        iy, ix = nearest_cell(base[0], base[1], u, v, a.t.boundary)
-        inside = True
-        if a.t.boundary == BoundaryMode.ZERO:
-            inside = ix >= 0 and ix < base[1] and iy >= 0 and iy < base[0]
-        iy = wp.clamp(iy, 0, base[0] - 1)
-        ix = wp.clamp(ix, 0, base[1] - 1)
-        for c in range(nc):
-            gc = texels_grad[n, yi, xi, j0 + c]
-            texels_grad[n, yi, xi, j0 + c] = 0.0
-            if inside and (g.want & WANT_BASE) != 0:
-                wp.atomic_add(g.texels.maps, m, iy, ix, c, gc)
-    else:
-        level0 = int(0)
-        level1 = int(0)
-        frac = float(0.0)
-        if a.t.filter_mode != FilterMode.LINEAR and a.t.max_level != 0:
-            flevel = mip_level(duv_dx[0], dvx, duv_dy[0], dvy, base[0], base[1], a.t.max_level)
-            level0 = int(wp.floor(flevel))
-            if a.t.filter_mode == FilterMode.LINEAR_MIPMAP_LINEAR and flevel > 0.0:
-                two = True
-                level1 = wp.min(level0 + 1, a.t.max_level)
-                frac = flevel - float(level0)
-        q0 = level_taps(a.t, level0, u, v, g.want)
-        q1 = level_taps(a.t, level1, u, v, g.want)
-        g_frac = float(0.0)
-        for c in range(nc):
-            gc = texels_grad[n, yi, xi, j0 + c]
-            texels_grad[n, yi, xi, j0 + c] = 0.0
-            if two:  # a + frac (b - a)
-                gb = frac * gc
-                ra = bilinear_channel_grad(a.t.p, g.texels, q0, m, c, a.t.boundary, gc - gb)
-                rb = bilinear_channel_grad(a.t.p, g.texels, q1, m, c, a.t.boundary, gb)
-                g_uv += wp.vec2(ra[1] + rb[1], ra[2] + rb[2])
-                g_frac += gc * (rb[0] - ra[0])
-            else:
-                ra = bilinear_channel_grad(a.t.p, g.texels, q0, m, c, a.t.boundary, gc)
-                g_uv += wp.vec2(ra[1], ra[2])
-        if two:
-            g_d = mip_level_grad(
-                duv_dx[0], dvx, duv_dy[0], dvy, base[0], base[1], a.t.max_level, g_frac
-            )
-    if a.t.flip_v != 0:
-        g_uv = wp.vec2(g_uv[0], -g_uv[1])
-        g_d = wp.vec4(g_d[0], -g_d[1], g_d[2], -g_d[3])
-    # the chain through slot_uv, once per slot
-    g0 = b[0] * g_uv
-    g1 = b[1] * g_uv
-    g2 = b[2] * g_uv
-    if two and a.corners.derivatives != 0:
-        sdx = step * wp.vec2(g_d[0], g_d[1])
-        sdy = step * wp.vec2(g_d[2], g_d[3])
-        g0 = g0 + dbx[0] * sdx + dby[0] * sdy
-        g1 = g1 + dbx[1] * sdx + dby[1] * sdy
-        g2 = g2 + dbx[2] * sdx + dby[2] * sdy
-        if (g.want & WANT_NDC) != 0:
-            g_dbx = wp.vec3(wp.dot(sdx, uv0), wp.dot(sdx, uv1), wp.dot(sdx, uv2))
-            g_dby = wp.vec3(wp.dot(sdy, uv0), wp.dot(sdy, uv1), wp.dot(sdy, uv2))
-            ndc = a.corners.ndc[f]
-            p = pixel_centre(yi, xi, shape[0], shape[1])
-            gv0, gv1, gv2 = bary_derivatives_grad(
-                p, ndc[0], ndc[1], ndc[2], a.corners.perspective_correct, g_dbx, g_dby
-            )
-            add_mat33_row(g.ndc, f, wp.matrix_from_rows(gv0, gv1, gv2))
-    if (g.want & WANT_UV) != 0:
-        add_mat32_row(g.uv, f, mat32(g0[0], g0[1], g1[0], g1[1], g2[0], g2[1]))
-    if (g.want & WANT_BARY) != 0:
-        g_b = wp.vec3(wp.dot(g_uv, uv0), wp.dot(g_uv, uv1), wp.dot(g_uv, uv2))
-        g.bary[n, yi, xi, k] = g.bary[n, yi, xi, k] + g_b
+    over pixel patches (:mod:`~warpraster.patches`); ``pins``: the :data:`PINNED`
+    values compiled in (None: read at run time)."""
+    pin_a, pin_g = _pin(pins)
+
+    def sample_uv_mipmap_adjoint(
+        # In: the forward's inputs; the output's gradient (consumed: zeroed once
+        # read), an (N, H, W, K * C) float view
+        a: SampleInputs,
+        texels_grad: wp.array4d(dtype=wp.float32),
+        # Gradients out (added to):
+        g: SampleGrads,
+    ):
+        a = wp.static(pin_a)(a)
+        g = wp.static(pin_g)(g)
+        n, yi, xi, k, f = patch_fragment(a.frag, wp.tid(), ADJOINT_PATCH_W)
+        nc = a.t.p.maps.shape[3]
+        j0 = k * nc
+        if f < 0:
+            if f == -1:
+                zero_channels(texels_grad, n, yi, xi, j0, nc)
+            return
+        b = a.frag.bary_coords[n, yi, xi, k]
+        shape = wp.vec2i(a.frag.pix_to_face.shape[1], a.frag.pix_to_face.shape[2])
+        uv, duv_dx, duv_dy, uv0, uv1, uv2, dbx, dby, step = slot_uv_terms(
+            a.corners, f, b, yi, xi, shape
+        )
+        m, u, v, dvx, dvy = sample_point(a.t, n, uv, duv_dx, duv_dy)
+        base = level_size(a.t.p, 0)
+        g_uv = wp.vec2(0.0)  # to (u, v) as the sampler reads them
+        g_d = wp.vec4(0.0)  # to (du/dx, dv/dx, du/dy, dv/dy) as the sampler reads them
+        two = False  # linear-mipmap-linear above level 0: two levels blended
+        if a.t.filter_mode == FilterMode.NEAREST:
+            iy, ix = nearest_cell(base[0], base[1], u, v, a.t.boundary)
+            inside = True
+            if a.t.boundary == BoundaryMode.ZERO:
+                inside = ix >= 0 and ix < base[1] and iy >= 0 and iy < base[0]
+            iy = wp.clamp(iy, 0, base[0] - 1)
+            ix = wp.clamp(ix, 0, base[1] - 1)
+            for c in range(nc):
+                gc = texels_grad[n, yi, xi, j0 + c]
+                texels_grad[n, yi, xi, j0 + c] = 0.0
+                if inside and (g.want & WANT_BASE) != 0:
+                    wp.atomic_add(g.texels.maps, m, iy, ix, c, gc)
+        else:
+            level0 = int(0)
+            level1 = int(0)
+            frac = float(0.0)
+            if a.t.filter_mode != FilterMode.LINEAR and a.t.max_level != 0:
+                flevel = mip_level(duv_dx[0], dvx, duv_dy[0], dvy, base[0], base[1], a.t.max_level)
+                level0 = int(wp.floor(flevel))
+                if a.t.filter_mode == FilterMode.LINEAR_MIPMAP_LINEAR and flevel > 0.0:
+                    two = True
+                    level1 = wp.min(level0 + 1, a.t.max_level)
+                    frac = flevel - float(level0)
+            q0 = level_taps(a.t, level0, u, v, g.want)
+            q1 = level_taps(a.t, level1, u, v, g.want)
+            g_frac = float(0.0)
+            for c in range(nc):
+                gc = texels_grad[n, yi, xi, j0 + c]
+                texels_grad[n, yi, xi, j0 + c] = 0.0
+                if two:  # a + frac (b - a)
+                    gb = frac * gc
+                    ra = bilinear_channel_grad(a.t.p, g.texels, q0, m, c, a.t.boundary, gc - gb)
+                    rb = bilinear_channel_grad(a.t.p, g.texels, q1, m, c, a.t.boundary, gb)
+                    g_uv += wp.vec2(ra[1] + rb[1], ra[2] + rb[2])
+                    g_frac += gc * (rb[0] - ra[0])
+                else:
+                    ra = bilinear_channel_grad(a.t.p, g.texels, q0, m, c, a.t.boundary, gc)
+                    g_uv += wp.vec2(ra[1], ra[2])
+            if two:
+                g_d = mip_level_grad(
+                    duv_dx[0], dvx, duv_dy[0], dvy, base[0], base[1], a.t.max_level, g_frac
+                )
+        if a.t.flip_v != 0:
+            g_uv = wp.vec2(g_uv[0], -g_uv[1])
+            g_d = wp.vec4(g_d[0], -g_d[1], g_d[2], -g_d[3])
+        # the chain through slot_uv, once per slot
+        g0 = b[0] * g_uv
+        g1 = b[1] * g_uv
+        g2 = b[2] * g_uv
+        if two and a.corners.derivatives != 0:
+            sdx = step * wp.vec2(g_d[0], g_d[1])
+            sdy = step * wp.vec2(g_d[2], g_d[3])
+            g0 = g0 + dbx[0] * sdx + dby[0] * sdy
+            g1 = g1 + dbx[1] * sdx + dby[1] * sdy
+            g2 = g2 + dbx[2] * sdx + dby[2] * sdy
+            if (g.want & WANT_NDC) != 0:
+                g_dbx = wp.vec3(wp.dot(sdx, uv0), wp.dot(sdx, uv1), wp.dot(sdx, uv2))
+                g_dby = wp.vec3(wp.dot(sdy, uv0), wp.dot(sdy, uv1), wp.dot(sdy, uv2))
+                ndc = a.corners.ndc[f]
+                p = pixel_centre(yi, xi, shape[0], shape[1])
+                gv0, gv1, gv2 = bary_derivatives_grad(
+                    p, ndc[0], ndc[1], ndc[2], a.corners.perspective_correct, g_dbx, g_dby
+                )
+                add_mat33_row(g.ndc, f, wp.matrix_from_rows(gv0, gv1, gv2))
+        if (g.want & WANT_UV) != 0:
+            add_mat32_row(g.uv, f, mat32(g0[0], g0[1], g1[0], g1[1], g2[0], g2[1]))
+        if (g.want & WANT_BARY) != 0:
+            g_b = wp.vec3(wp.dot(g_uv, uv0), wp.dot(g_uv, uv1), wp.dot(g_uv, uv2))
+            g.bary[n, yi, xi, k] = g.bary[n, yi, xi, k] + g_b
+
+    return variant_kernel(sample_uv_mipmap_adjoint, "sample_uv_mipmap_adjoint", pins,
+                          ADJOINT_MAX_REGISTERS)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- recording
@@ -422,10 +475,14 @@ class SampleAdjoint:
     def __init__(self):
         self._structs = StructCache()  # the kernels' argument structs, kept between calls
 
-    def record(self, tape, dim: tuple, inputs: SampleInputs, texels: wp.array) -> None:
+    def record(
+        self, tape, dim: tuple, inputs: SampleInputs, texels: wp.array, *,
+        specialize: bool | None = None,
+    ) -> None:  # fmt: skip
         """Registers the adjoint of a ``_sample_uv_mipmap`` launch of ``dim`` (N, H,
         W, K * C) with these ``inputs`` and its (N, H, W, K * C) float32 output view
-        ``texels`` (which carries a gradient) on ``tape``."""
+        ``texels`` (which carries a gradient) on ``tape``; ``specialize``: the kernel
+        as a variant with its :data:`PINNED` flags compiled in (None: on CUDA)."""
         frag, corners, sampler = inputs.frag, inputs.corners, inputs.t
         device = texels.device
         pairs = [  # (array, its gradient, WANT bit)
@@ -448,10 +505,15 @@ class SampleAdjoint:
         n, h, w, kc = dim
         k = kc // max(sampler.p.maps.shape[3], 1)
         texels_grad = texels.grad
+        pins = None
+        if variants_on(device, specialize):
+            pins = (want, sampler.filter_mode, sampler.boundary, sampler.flip_v,
+                    corners.derivatives, corners.perspective_correct)  # fmt: skip
+        kernel = _sample_uv_mipmap_adjoint(pins)
 
         def backward():
             wp.launch(
-                _sample_uv_mipmap_adjoint,
+                kernel,
                 dim=patch_launch_size(n, h, w, ADJOINT_PATCH_W, k),
                 inputs=[inputs, texels_grad],
                 outputs=[grads],

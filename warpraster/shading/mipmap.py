@@ -112,6 +112,9 @@ class TexturesUVMipmap(UVTextures):
         #: Record Warp's generated adjoint of the sampling kernel instead of the
         #: hand-written one (tests and timings compare the two).
         self._generated_adjoint = False
+        #: the hand-written adjoint as a kernel variant with its flags compiled in
+        #: (None: on CUDA; :meth:`~warpraster.shading.mip_adjoint.SampleAdjoint.record`)
+        self.specialize: bool | None = None
         self._uv_lists = None  # CornerLists of faces_uvs, made by the first call needing them
 
     @property
@@ -247,5 +250,5 @@ class TexturesUVMipmap(UVTextures):
         if not self._generated_adjoint and tape is not None and view.grad is not None:
             if self._adjoint is None:
                 self._adjoint = SampleAdjoint()
-            self._adjoint.record(tape, dim, inputs, view)
+            self._adjoint.record(tape, dim, inputs, view, specialize=self.specialize)
         return texels

@@ -11,11 +11,14 @@ corner tables, texels, camera, lights, materials and the blend's fields);
 
 from __future__ import annotations
 
+import functools
+import operator
 from enum import IntFlag
 
 import warp as wp
 
 from ..structs import fill_placeholders, new_struct
+from ..variants import variant_name
 from .lighting import LightRows
 from .params import row
 from .pixel_args import CameraRT, FaceCorners, MaterialRows, PixelFragments
@@ -24,14 +27,18 @@ wp.set_module_options({"fuse_fp": False})
 
 __all__ = [
     "BLEND_EPS",
+    "PINNED_FIELDS",
     "ImageGrad",
     "ShadeGrads",
     "ShadeInputs",
     "Want",
     "camera_centre",
     "camera_centre_precise",
+    "grads_pin",
+    "inputs_pin",
     "material_row",
     "new_inputs",
+    "pinned_values",
     "prob",
     "zinv",
 ]
@@ -148,6 +155,83 @@ class ImageGrad:
     target: wp.array4d(dtype=wp.float32)
     loss_grad: wp.array(dtype=wp.float32)
     weight: float
+
+
+#: The int fields of :class:`ShadeInputs` a kernel variant compiles in as constants
+#: (:func:`inputs_pin`), in that function's order. Each is uniform over a launch; the
+#: generic kernel reads them at run time and keeps registers and code for every
+#: path, a variant keeps only its own (and, through ``ShadeGrads.want``, only the
+#: gradients asked for: :func:`grads_pin`).
+PINNED_FIELDS = (
+    "lit", "mode", "texel_source", "material_per_face", "blend", "compact", "two_sided",
+    "orthographic", "far_cut", "slot_alpha", "premultiply", "precise_eye",
+)  # fmt: skip
+
+
+_PINNED_OF = operator.attrgetter(*PINNED_FIELDS)
+
+
+def pinned_values(a: ShadeInputs) -> tuple[int, ...]:
+    """``a``'s :data:`PINNED_FIELDS`, as ints (a kernel variant's key). Read from the
+    struct's ctypes fields where Warp keeps them (~2 us a call against ~14 us through
+    the struct's own attributes, which convert every value on the way)."""
+    try:
+        return _PINNED_OF(a._ctype)  # ints already
+    except AttributeError:  # (another Warp layout: the plain attributes)
+        return tuple(int(v) for v in _PINNED_OF(a))
+
+
+@functools.cache
+def inputs_pin(values: tuple[int, ...] | None) -> wp.Function:
+    """A Warp function ``pin(a) -> a`` that returns ``a`` with its
+    :data:`PINNED_FIELDS` set to the constants ``values``: a kernel that starts with
+    ``a = wp.static(inputs_pin(values))(a)`` has every branch on them decided at
+    compile time (the helpers it calls are inlined). ``None``: the identity (the
+    generic kernel)."""
+    if values is None:
+
+        def pin_none(a: ShadeInputs):
+            return a
+
+        return wp.func(pin_none, name="pin_inputs", module="unique")
+    (lit, mode, texel_source, material_per_face, blend, compact, two_sided,
+     orthographic, far_cut, slot_alpha, premultiply, precise_eye) = values  # fmt: skip
+
+    def pin(a: ShadeInputs):
+        a.lit = lit
+        a.mode = mode
+        a.texel_source = texel_source
+        a.material_per_face = material_per_face
+        a.blend = blend
+        a.compact = compact
+        a.two_sided = two_sided
+        a.orthographic = orthographic
+        a.far_cut = far_cut
+        a.slot_alpha = slot_alpha
+        a.premultiply = premultiply
+        a.precise_eye = precise_eye
+        return a
+
+    return wp.func(pin, name=variant_name("pin_inputs", values), module="unique")
+
+
+@functools.cache
+def grads_pin(want: int | None) -> wp.Function:
+    """As :func:`inputs_pin` for :attr:`ShadeGrads.want`: the gradients not asked
+    for drop out of a variant. ``None``: the identity."""
+    if want is None:
+
+        def pin_none(g: ShadeGrads):
+            return g
+
+        return wp.func(pin_none, name="pin_grads", module="unique")
+    bits = int(want)
+
+    def pin(g: ShadeGrads):
+        g.want = bits
+        return g
+
+    return wp.func(pin, name=variant_name("pin_grads", (bits,)), module="unique")
 
 
 #: The structs nested in ShadeInputs and ShadeGrads, by field name.

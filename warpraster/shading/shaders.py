@@ -533,7 +533,9 @@ class ShaderBase:
 
         key = (*fields.values(), *_viewing_key(RT, lights, materials))
         inputs = buffers.structs.get("inputs", key, build)
-        buffers.loss_armed = launch_shade_blend(frag, inputs, buffers.image, buffers.image_grad)
+        buffers.loss_armed = launch_shade_blend(
+            frag, inputs, buffers.image, buffers.image_grad, specialize=buffers.specialize
+        )
         return buffers.image
 
     # -- step 1

@@ -275,6 +275,9 @@ class ShadingBuffers:
         self.structs = StructCache()  # the kernels' argument structs, kept between calls
         self.image_grad = ImageGrad()
         self.loss_armed: wp.Tape | None = None
+        #: the pixel kernels as variants with the render's flags compiled in (None: on
+        #: CUDA, True / False: always / never; :func:`~warpraster.shading.fused.launch_shade_blend`)
+        self.specialize: bool | None = None
         self._corners = None
         if corner_lists is not None and (
             corner_lists.num_verts != self.num_verts
