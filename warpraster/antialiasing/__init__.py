@@ -269,7 +269,8 @@ class Antialias:
         same = (color, pix_to_face, verts_ndc, zbuf, out, color.grad, verts_ndc.grad,
                 color.requires_grad, verts_ndc.requires_grad, self.store_pairs)  # fmt: skip
         last = self._last
-        if last is None or any(x is not y for x, y in zip(same, last[0], strict=True)):
+        # (tuple comparison: identity first, and Warp arrays compare by identity)
+        if last is None or same != last[0]:
             self.check(color, pix_to_face, verts_ndc, zbuf, out)
             last = self._last = (same, *self._prepare(color, pix_to_face, verts_ndc, zbuf, out))
         _, a, out, own, key, want_color, want_pos = last
