@@ -393,9 +393,18 @@ def test_the_kept_configuration_follows_the_objects_it_reads():
     call = RenderCall.resolve(ren.rasterizer, ren.shader, {}, "test")
     verts = inputs[0]
     strings = []
-    for bg, blur in [((0.0, 0.5, 0.0), 0.0), ((-0.0, 0.5, 0.0), 0.0), ((0.0, 0.5, 0.0), 0)]:
+    cams = call.cameras
+    degrees = getattr(cams, "degrees", None)
+    values = [((0.0, 0.5, 0.0), 0.0, False, degrees), ((-0.0, 0.5, 0.0), 0.0, False, degrees),
+              ((0.0, 0.5, 0.0), 0, False, degrees), ((0.0, 0.5, 0.0), 0.0, 0, degrees)]  # fmt: skip
+    if degrees is not None:  # a camera option: True and 1 apart too
+        values.append(((0.0, 0.5, 0.0), 0.0, False, int(degrees)))
+    for bg, blur, cull, deg in values:
         call.blend_params = dataclasses.replace(call.blend_params, background_color=bg)
-        call.raster_settings = dataclasses.replace(call.raster_settings, blur_radius=blur)
+        call.raster_settings = dataclasses.replace(call.raster_settings, blur_radius=blur,
+                                                   cull_backfaces=cull)  # fmt: skip
+        if deg is not None:
+            cams.degrees = deg
         config, tensors = render_config.call_config(call, verts)
         want, want_tensors = render_config.config_and_tensors(call, verts.device)
         want.update(record=torch.is_grad_enabled() and verts.requires_grad,
@@ -403,4 +412,4 @@ def test_the_kept_configuration_follows_the_objects_it_reads():
         assert config == json.dumps(want)
         assert all(a is b for a, b in zip(tensors, want_tensors, strict=True))
         strings.append(config)
-    assert len(set(strings)) == 3
+    assert len(set(strings)) == len(values)

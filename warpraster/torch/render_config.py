@@ -116,33 +116,52 @@ def config_and_tensors(call, device) -> tuple[dict, list[torch.Tensor]]:
 
 
 # ----------------------------------------------------------------------------- kept strings
-def _camera_key(cams) -> tuple:
-    return (cams._warp, cams._names, cams._warp_kwargs())
+def _camera_key(cams, key: list, values: list) -> None:
+    kwargs = cams._warp_kwargs()
+    key += (cams._warp, cams._names, tuple(kwargs))
+    values.extend(kwargs.values())
 
 
-def _config_key(call, flags: tuple) -> str:
+def _config_key(call, flags: tuple) -> tuple:
     """Everything :func:`_config` reads from ``call``, and the per-call ``flags``, as
-    one string: the ``repr`` of the values it reads, taken as :func:`_config` takes
-    them (floats as ``float``), which tells apart whatever their JSON tells apart
-    (1, 1.0 and True are equal in Python, not in JSON; -0.0 == 0.0). A value whose
+    one hashable key: (the structure: class names, tensor names, field counts, the
+    flags (bools made here), as they are; the values a user sets (settings fields,
+    camera options, blend values taken as :func:`_config` takes them, texture
+    options), each as its ``repr``, which tells apart whatever their JSON tells apart
+    (1, 1.0 and True are equal in Python, not in JSON; -0.0 == 0.0)). A value whose
     repr is not exact (a tensor where a number belongs) fails the JSON encoding
-    anyway, so no string is ever kept under it."""
+    anyway, so no string is ever kept under it. The structure fixes where each value
+    sits in the flat list of values."""
     s = call.raster_settings
-    key = (tuple([getattr(s, k) for k in _RASTER_FIELDS]), call.z_clip_value, s.image_size,
-           _camera_key(call.cameras), flags)  # fmt: skip
-    if call.shader is None:
-        return repr(key)
-    own = call.shader_cameras
-    lights = _lights(call)
-    bp = call.blend_params
-    bg = bp.background_color
-    tex = call.textures
-    return repr((
-        key, call.shader._warp, None if own is None else _camera_key(own),
-        lights._warp, lights._names, call.materials._names, float(bp.sigma), float(bp.gamma),
-        None if isinstance(bg, torch.Tensor) else tuple([float(c) for c in bg]),
-        tuple(call.z_planes), None if tex is None else (tex.kind, tex.static),
-    ))  # fmt: skip
+    values = [getattr(s, k) for k in _RASTER_FIELDS]
+    values += (call.z_clip_value, s.image_size)
+    key = [flags]
+    _camera_key(call.cameras, key, values)
+    if call.shader is not None:
+        own = call.shader_cameras
+        if own is None:
+            key.append(None)
+        else:
+            _camera_key(own, key, values)
+        lights = _lights(call)
+        bp = call.blend_params
+        bg = bp.background_color
+        tex = call.textures
+        key += (call.shader._warp, lights._warp, lights._names, call.materials._names,
+                tuple(call.z_planes))  # fmt: skip
+        values += (float(bp.sigma), float(bp.gamma))
+        if isinstance(bg, torch.Tensor):
+            key.append(None)
+        else:
+            bg = [float(c) for c in bg]
+            key.append(len(bg))
+            values += bg
+        if tex is None:
+            key.append(None)
+        else:
+            key += (tex.kind, tuple(tex.static))
+            values.extend(tex.static.values())
+    return tuple(key), tuple(map(repr, values))
 
 
 _KEPT: collections.OrderedDict = collections.OrderedDict()
@@ -154,7 +173,8 @@ def _flags(tensors: list, verts, antialias: bool, later: bool) -> dict:
     flags = {}
     if antialias:
         flags["antialias"] = True
-    needs = [bool(t.requires_grad) for t in tensors]
+    # (a tuple: hashable in the kept strings' key; JSON writes it as a list)
+    needs = tuple([bool(t.requires_grad) for t in tensors])
     # record the Warp launches for the backward when autograd will ask for it
     flags["record"] = torch.is_grad_enabled() and (verts.requires_grad or any(needs))
     # only the tensors that require gradients get them computed (issue 29)

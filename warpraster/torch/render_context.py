@@ -437,17 +437,20 @@ class RenderContext:
     def lease(self, cfg: dict, config: str, verts, faces, first, count, tensors) -> _Lease:
         """A slot for this call, leased to it (built on first use, see the module).
         Call from inside the op's stream scope (the device lock is held)."""
-        settings = self._settings(cfg, tensors, config)
         # (one pass; torch.Size hashes and compares as the tuple it is)
         topology = [faces, first, count]
         shapes = []
         for t in tensors:
-            shapes.append((t.shape, t.dtype))
-            if not t.is_floating_point():
+            dtype = t.dtype
+            shapes.append((t.shape, dtype))
+            if not dtype.is_floating_point:
                 topology.append(t)
+        shapes = tuple(shapes)
+        settings = self._settings(cfg, tensors, config, shapes)
+        device = verts.device
         key = (
-            str(verts.device), _stream_key(verts.device), config, settings, verts.shape,
-            tuple(shapes), tuple([_tensor_key(t) for t in topology]),
+            device, _stream_key(device), config, settings, verts.shape, shapes,
+            tuple([_tensor_key(t) for t in topology]),
         )  # fmt: skip
         with self._lock:
             entry = self._entries.get(key)
@@ -487,11 +490,13 @@ class RenderContext:
             for s in entry.slots:
                 s.generation = -1  # its leases are no longer valid
 
-    def _settings(self, cfg: dict, tensors: list, config: str):
+    def _settings(self, cfg: dict, tensors: list, config: str, shapes: tuple):
         """The call's raster settings (z_clip_value defaults to the camera's znear / 2):
         a host read of the camera tensors when they are new objects (their Warp
         cameras validate the values) or znear changed, else remembered (by the op's
-        configuration string ``config``, which holds the cameras' and the raster's)."""
+        configuration string ``config``, which holds the cameras' and the raster's,
+        and the camera tensors' memory, device, ``shapes`` (shape, dtype) and znear's
+        version)."""
         layout = self._layouts.get(config)
         if layout is None:
             # (the camera tensors lead the list: their count and the znear tensors' places)
@@ -502,7 +507,7 @@ class RenderContext:
                 while len(self._layouts) > 4 * self.max_entries:
                     self._layouts.pop(next(iter(self._layouts)))
         flat = tensors[: layout[0]]
-        key = (config, tuple([_tensor_key(t)[:4] for t in flat]),
+        key = (config, tuple([(t.data_ptr(), t.device) for t in flat]), shapes[: layout[0]],
                tuple([tensors[i]._version for i in layout[1]]))  # fmt: skip
         with self._lock:
             hit = self._cameras.get(key)
