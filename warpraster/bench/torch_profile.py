@@ -1,7 +1,7 @@
 """``warpraster bench --suite renderer --torch --profile``: where a torch step's time goes.
 
-Two tables a scene, for the torch ``MeshRenderer``'s training step (forward, an MSE
-in torch, ``loss.backward()``, the leaves' gradients set to None first):
+Two tables a scene, for the torch ``MeshRenderer``'s training step (forward, torch's
+MSE, ``loss.backward()``, the leaves' gradients set to None first):
 
 * **host timeline**: microseconds from the start of the step to each stage of the
   op (medians over the steps), marked by wrapping the op's stages for the run
