@@ -413,3 +413,26 @@ def test_the_kept_configuration_follows_the_objects_it_reads():
         assert all(a is b for a, b in zip(tensors, want_tensors, strict=True))
         strings.append(config)
     assert len(set(strings)) == len(values)
+
+
+def test_stream_scopes_nest_each_with_an_empty_tape_slot_of_its_own():
+    """The op's stream scope (streams._TorchStream) gives the thread an empty Warp tape
+    slot; nested, the inner scope's slot is empty too, and leaving it brings back the
+    outer one's tape, then the shared slot (the user's tape) as it was."""
+    from warpraster.torch.streams import _TorchStream
+
+    runtime = wp._src.context.runtime
+    cpu = torch.device("cpu")
+    user = wp.Tape()
+    with user:
+        assert runtime.tape is user
+        with _TorchStream(cpu):
+            assert runtime.tape is None
+            outer = wp.Tape()
+            with outer:
+                with _TorchStream(cpu):
+                    assert runtime.tape is None
+                assert runtime.tape is outer
+            assert runtime.tape is None
+        assert runtime.tape is user
+    assert runtime.tape is None
