@@ -50,7 +50,15 @@ from .mip_sampling import (
     texel_footprint,
     wrap_tap,
 )
-from .mip_slots import SampleInputs, mat32, patch_fragment, slot_uv_terms, zero_channels
+from .mip_slots import (
+    SampleInputs,
+    mat32,
+    patch_fragment,
+    pinned_values,
+    sample_pin,
+    slot_uv_terms,
+    zero_channels,
+)
 
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
@@ -309,54 +317,35 @@ ADJOINT_MAX_REGISTERS = 96
 ADJOINT_PATCH_W = wp.constant(32)
 
 
-#: The int fields a kernel variant of the adjoint compiles in as constants
-#: (:func:`_pin`), in order: ``want`` and the sampler's and corner tables' flags.
-PINNED = ("want", "filter_mode", "boundary", "flip_v", "derivatives", "perspective_correct")
-
-
 @functools.cache
-def _pin(values: tuple[int, ...] | None) -> tuple[wp.Function, wp.Function]:
-    """Warp functions ``(pin_inputs(a) -> a, pin_grads(g) -> g)`` that set the
-    :data:`PINNED` fields to the constants ``values`` (identities for None: the
-    generic kernel reads them at run time): a variant keeps only the sampling
-    path and the gradients its launch asks for."""
-    if values is None:
+def _grads_pin(want: int | None) -> wp.Function:
+    """A Warp function ``pin(g) -> g`` with :attr:`SampleGrads.want` set to the
+    constant ``want``: a variant writes only the gradients asked for (the identity
+    for None: the generic kernel)."""
+    if want is None:
 
-        def same_inputs(a: SampleInputs):
-            return a
-
-        def same_grads(g: SampleGrads):
+        def same(g: SampleGrads):
             return g
 
-        return (wp.func(same_inputs, name="mip_pin_inputs", module="unique"),
-                wp.func(same_grads, name="mip_pin_grads", module="unique"))  # fmt: skip
-    want, filter_mode, boundary, flip_v, derivatives, perspective_correct = values
+        return wp.func(same, name="mip_grads_pin", module="unique")
+    bits = int(want)
 
-    def pin_inputs(a: SampleInputs):
-        a.t.filter_mode = filter_mode
-        a.t.boundary = boundary
-        a.t.flip_v = flip_v
-        a.corners.derivatives = derivatives
-        a.corners.perspective_correct = perspective_correct
-        return a
-
-    def pin_grads(g: SampleGrads):
-        g.want = want
+    def pin(g: SampleGrads):
+        g.want = bits
         return g
 
-    return (
-        wp.func(pin_inputs, name=variant_name("mip_pin_inputs", values), module="unique"),
-        wp.func(pin_grads, name=variant_name("mip_pin_grads", values), module="unique"),
-    )
+    return wp.func(pin, name=variant_name("mip_grads_pin", (bits,)), module="unique")
 
 
 @kernel_family
 def _sample_uv_mipmap_adjoint(pins: tuple[int, ...] | None) -> wp.Kernel:
     """One thread per slot: the adjoint of ``mip_slots._sample_uv_mipmap_slots`` (and
     of its per-channel twin ``_sample_uv_mipmap``) over all C channels, launched
-    over pixel patches (:mod:`~warpraster.patches`); ``pins``: the :data:`PINNED`
-    values compiled in (None: read at run time)."""
-    pin_a, pin_g = _pin(pins)
+    over pixel patches (:mod:`~warpraster.patches`); ``pins``: the sampler's and
+    corner tables' flags (:data:`~warpraster.shading.mip_slots.PINNED`) and ``want``,
+    compiled in (None: read at run time)."""
+    pin_a = sample_pin(None if pins is None else pins[:-1])
+    pin_g = _grads_pin(None if pins is None else pins[-1])
 
     def sample_uv_mipmap_adjoint(
         # In: the forward's inputs; the output's gradient (consumed: zeroed once
@@ -482,7 +471,7 @@ class SampleAdjoint:
         """Registers the adjoint of a ``_sample_uv_mipmap`` launch of ``dim`` (N, H,
         W, K * C) with these ``inputs`` and its (N, H, W, K * C) float32 output view
         ``texels`` (which carries a gradient) on ``tape``; ``specialize``: the kernel
-        as a variant with its :data:`PINNED` flags compiled in (None: on CUDA)."""
+        as a variant with its flags and gradient bits compiled in (None: on CUDA)."""
         frag, corners, sampler = inputs.frag, inputs.corners, inputs.t
         device = texels.device
         pairs = [  # (array, its gradient, WANT bit)
@@ -505,10 +494,7 @@ class SampleAdjoint:
         n, h, w, kc = dim
         k = kc // max(sampler.p.maps.shape[3], 1)
         texels_grad = texels.grad
-        pins = None
-        if variants_on(device, specialize):
-            pins = (want, sampler.filter_mode, sampler.boundary, sampler.flip_v,
-                    corners.derivatives, corners.perspective_correct)  # fmt: skip
+        pins = (*pinned_values(inputs), want) if variants_on(device, specialize) else None
         kernel = _sample_uv_mipmap_adjoint(pins)
 
         def backward():

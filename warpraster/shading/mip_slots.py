@@ -12,10 +12,14 @@ launches them.
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import warp as wp
 
 from ..geometry import pixel_centre
 from ..patches import patch_slot
+from ..variants import kernel_family, struct_ints, variant_kernel, variant_name
 from .interpolate import ScreenFaces, bary_derivatives, slot_channel
 from .mip_pyramid import MipSampler
 from .mip_sampling import mip_sample_channel
@@ -25,7 +29,7 @@ from .textures import FaceUVs
 
 wp.set_module_options({"fuse_fp": False})
 
-__all__ = ["CornerTables", "SampleInputs", "UVCorners"]
+__all__ = ["PINNED", "CornerTables", "SampleInputs", "UVCorners", "pinned_values", "sample_pin"]
 
 
 mat32 = wp.types.matrix(shape=(3, 2), dtype=wp.float32)
@@ -213,13 +217,48 @@ def _sample_uv_mipmap(
     texels_out[n, yi, xi, j] = mip_sample_channel(a.t, n, c, uv, duv_dx, duv_dy)
 
 
-@wp.kernel(cuda_max_registers=SAMPLE_MAX_REGISTERS, enable_backward=False)
-def _sample_uv_mipmap_slots(
-    # In: fragments, corners (per face, see CornerTables), sampler
-    a: SampleInputs,
-    # Data out: (N, H, W, K * C) float view of a vector(C) array
-    texels_out: wp.array4d(dtype=wp.float32),
-):
+#: The int fields of :class:`SampleInputs` a kernel variant compiles in as constants
+#: (:func:`sample_pin`), in order: the sampler's, then the corner tables'.
+PINNED = ("filter_mode", "boundary", "flip_v", "derivatives", "perspective_correct")
+
+
+_PINNED_OF = operator.attrgetter(
+    "t.filter_mode", "t.boundary", "t.flip_v", "corners.derivatives", "corners.perspective_correct"
+)
+
+
+def pinned_values(a: SampleInputs) -> tuple[int, ...]:
+    """``a``'s :data:`PINNED` flags (a kernel variant's key)."""
+    return struct_ints(_PINNED_OF, a)
+
+
+@functools.cache
+def sample_pin(values: tuple[int, ...] | None) -> wp.Function:
+    """A Warp function ``pin(a) -> a`` returning ``a`` with its :data:`PINNED`
+    flags set to the constants ``values``, so that a kernel starting with ``a =
+    wp.static(sample_pin(values))(a)`` keeps only its filter's, boundary's and
+    derivatives' paths (the identity for None: the generic kernel)."""
+    if values is None:
+
+        def same(a: SampleInputs):
+            return a
+
+        return wp.func(same, name="sample_pin", module="unique")
+    filter_mode, boundary, flip_v, derivatives, perspective_correct = values
+
+    def pin(a: SampleInputs):
+        a.t.filter_mode = filter_mode
+        a.t.boundary = boundary
+        a.t.flip_v = flip_v
+        a.corners.derivatives = derivatives
+        a.corners.perspective_correct = perspective_correct
+        return a
+
+    return wp.func(pin, name=variant_name("sample_pin", values), module="unique")
+
+
+@kernel_family
+def _sample_uv_mipmap_slots(pins: tuple[int, ...] | None) -> wp.Kernel:
     """:func:`_sample_uv_mipmap` with one thread per slot for all C channels: the
     face, barycentrics, corner rows, UV derivatives and footprint are read and
     computed once per slot instead of once per channel (the same float32 operations
@@ -227,15 +266,31 @@ def _sample_uv_mipmap_slots(
     scripts/gpu_mip_sampling_variants.py``, medians of 50): 0.179 ms per slot and
     channel, 0.106 per slot at 64 registers, 0.136 per slot uncapped. Its adjoint is
     :mod:`.mip_adjoint`'s (Warp's generated one is recorded from
-    :func:`_sample_uv_mipmap` instead)."""
-    n, yi, xi, k, f = patch_fragment(a.frag, wp.tid(), SAMPLE_PATCH_W)
-    channels = a.t.p.maps.shape[3]
-    if f < 0:
-        if f == -1:
-            zero_channels(texels_out, n, yi, xi, k * channels, channels)
-        return
-    p2f = a.frag.pix_to_face
-    shape = wp.vec2i(p2f.shape[1], p2f.shape[2])
-    uv, duv_dx, duv_dy = slot_uv(a.corners, f, a.frag.bary_coords[n, yi, xi, k], yi, xi, shape)
-    for c in range(channels):
-        texels_out[n, yi, xi, k * channels + c] = mip_sample_channel(a.t, n, c, uv, duv_dx, duv_dy)
+    :func:`_sample_uv_mipmap` instead).
+
+    ``pins``: the :data:`PINNED` flags compiled in (None: read at run time)."""
+    pin = sample_pin(pins)
+
+    def sample_uv_mipmap_slots(
+        # In: fragments, corners (per face, see CornerTables), sampler
+        a: SampleInputs,
+        # Data out: (N, H, W, K * C) float view of a vector(C) array
+        texels_out: wp.array4d(dtype=wp.float32),
+    ):
+        a = wp.static(pin)(a)
+        n, yi, xi, k, f = patch_fragment(a.frag, wp.tid(), SAMPLE_PATCH_W)
+        channels = a.t.p.maps.shape[3]
+        if f < 0:
+            if f == -1:
+                zero_channels(texels_out, n, yi, xi, k * channels, channels)
+            return
+        p2f = a.frag.pix_to_face
+        shape = wp.vec2i(p2f.shape[1], p2f.shape[2])
+        b = a.frag.bary_coords[n, yi, xi, k]
+        uv, duv_dx, duv_dy = slot_uv(a.corners, f, b, yi, xi, shape)
+        for c in range(channels):
+            texel = mip_sample_channel(a.t, n, c, uv, duv_dx, duv_dy)
+            texels_out[n, yi, xi, k * channels + c] = texel
+
+    return variant_kernel(sample_uv_mipmap_slots, "sample_uv_mipmap_slots", pins,
+                          SAMPLE_MAX_REGISTERS)  # fmt: skip

@@ -23,6 +23,7 @@ from ..meshes import as_faces_array, as_vec3_array
 from ..patches import patch_launch_size
 from ..structs import StructCache
 from ..tape_slots import private_tape_slot
+from ..variants import variants_on
 from .corner_lists import CornerLists
 from .interpolate import ScreenFaces, alloc_vector_out, check_face_range, float_view
 from .mip_adjoint import SampleAdjoint, record_corners_adjoint
@@ -36,6 +37,7 @@ from .mip_slots import (
     _gather_corners,
     _sample_uv_mipmap,
     _sample_uv_mipmap_slots,
+    pinned_values,
 )
 from .pixel_args import PixelFragments
 from .textures import UVTextures, check_map_batch, face_uvs, first_device
@@ -112,8 +114,8 @@ class TexturesUVMipmap(UVTextures):
         #: Record Warp's generated adjoint of the sampling kernel instead of the
         #: hand-written one (tests and timings compare the two).
         self._generated_adjoint = False
-        #: the hand-written adjoint as a kernel variant with its flags compiled in
-        #: (None: on CUDA; :meth:`~warpraster.shading.mip_adjoint.SampleAdjoint.record`)
+        #: the sampling kernel and its hand-written adjoint as kernel variants with
+        #: their flags compiled in (None: on CUDA; :mod:`warpraster.variants`)
         self.specialize: bool | None = None
         self._uv_lists = None  # CornerLists of faces_uvs, made by the first call needing them
 
@@ -238,8 +240,13 @@ class TexturesUVMipmap(UVTextures):
             SampleInputs, self.device, frag=frag, corners=corner_args, t=self.sampler
         )
         per_channel = self._generated_adjoint
+        if per_channel:
+            kernel = _sample_uv_mipmap
+        else:
+            on = variants_on(self.device, self.specialize)
+            kernel = _sample_uv_mipmap_slots(pinned_values(inputs) if on else None)
         wp.launch(
-            _sample_uv_mipmap if per_channel else _sample_uv_mipmap_slots,
+            kernel,
             # flat over pixel patches (see the kernels)
             dim=patch_launch_size(nn, h, w, SAMPLE_PATCH_W, k * c if per_channel else k),
             inputs=[inputs],

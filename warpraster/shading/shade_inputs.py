@@ -18,7 +18,7 @@ from enum import IntFlag
 import warp as wp
 
 from ..structs import fill_placeholders, new_struct
-from ..variants import variant_name
+from ..variants import struct_ints, variant_name
 from .lighting import LightRows
 from .params import row
 from .pixel_args import CameraRT, FaceCorners, MaterialRows, PixelFragments
@@ -172,13 +172,8 @@ _PINNED_OF = operator.attrgetter(*PINNED_FIELDS)
 
 
 def pinned_values(a: ShadeInputs) -> tuple[int, ...]:
-    """``a``'s :data:`PINNED_FIELDS`, as ints (a kernel variant's key). Read from the
-    struct's ctypes fields where Warp keeps them (~2 us a call against ~14 us through
-    the struct's own attributes, which convert every value on the way)."""
-    try:
-        return _PINNED_OF(a._ctype)  # ints already
-    except AttributeError:  # (another Warp layout: the plain attributes)
-        return tuple(int(v) for v in _PINNED_OF(a))
+    """``a``'s :data:`PINNED_FIELDS`, as ints (a kernel variant's key)."""
+    return struct_ints(_PINNED_OF, a)
 
 
 @functools.cache
