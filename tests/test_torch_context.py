@@ -436,3 +436,39 @@ def test_stream_scopes_nest_each_with_an_empty_tape_slot_of_its_own():
             assert runtime.tape is None
         assert runtime.tape is user
     assert runtime.tape is None
+
+
+def test_index_values_are_checked_again_for_a_changed_topology():
+    """A call that finds its slot's entry skips the op's index value check (the entry's
+    topology was checked when made); faces changed in place, a new faces tensor or
+    fewer vertices than the faces name are a new entry, checked again before any int32
+    cast: the op's ValueError (an index of 2**32 would wrap to a valid 0)."""
+    d, ren, inputs, leaves = _scene(CASES[0])
+    verts, faces, first, count = inputs[:4]
+    rest = inputs[4:]
+    assert faces.dtype == torch.int64
+    nv = verts.shape[0]
+    op_error = f"vertex indices in .* for {nv} vertices in verts"
+    with torch.no_grad():
+        for _ in range(2):
+            ren(*inputs)
+        faces[0, 0] = 2**32  # in place (a new version); int32 would make it 0
+        with pytest.raises(ValueError, match="do not fit in int32"):
+            ren(verts, faces, first, count, *rest)
+        faces[0, 0] = nv
+        with pytest.raises(ValueError, match=op_error):
+            ren(verts, faces, first, count, *rest)
+        faces[0, 0] = 0
+        ren(verts, faces, first, count, *rest)
+        bad = faces.clone()
+        bad[-1, 2] = 2**32
+        with pytest.raises(ValueError, match="do not fit in int32"):
+            ren(verts, bad, first, count, *rest)
+        ren(*inputs)
+        # (the rasterizer alone: a shader's vertex textures would refuse the rows first)
+        rast = ren.rasterizer
+        for _ in range(2):
+            rast(verts, faces, first, count)
+        fewer = int(faces.max())
+        with pytest.raises(ValueError, match=f"vertex indices in .* for {fewer} vertices in verts"):
+            rast(verts[:fewer], faces, first, count)

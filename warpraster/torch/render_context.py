@@ -46,6 +46,7 @@ import collections
 import itertools
 import threading
 import weakref
+from collections.abc import Callable
 
 import torch
 import warp as wp
@@ -434,9 +435,16 @@ class RenderContext:
         """Whether a call takes the persistent path (else the fresh one)."""
         return self.enabled and verts.shape[0] > 0 and faces.shape[0] > 0
 
-    def lease(self, cfg: dict, config: str, verts, faces, first, count, tensors) -> _Lease:
+    def lease(self, cfg: dict, config: str, verts, faces, first, count, tensors, *,
+              check: Callable[[], None] | None = None) -> _Lease:  # fmt: skip
         """A slot for this call, leased to it (built on first use, see the module).
-        Call from inside the op's stream scope (the device lock is held)."""
+        Call from inside the op's stream scope (the device lock is held).
+
+        ``check`` (the op's check of the index values) runs before an entry is made
+        for a topology: a call that finds its entry (the very same topology tensors,
+        their memory, shape, dtype, device and version unchanged, and as many
+        vertices) had its values checked when the entry was made, and reads nothing
+        back."""
         # (one pass; torch.Size hashes and compares as the tuple it is)
         topology = [faces, first, count]
         shapes = []
@@ -460,6 +468,8 @@ class RenderContext:
             if not same:  # (a new tensor at a freed one's address is not the same topology)
                 entry = None
             if entry is None:
+                if check is not None:
+                    check()
                 self._drop(key)
                 entry = self._entries[key] = _Entry([weakref.ref(t) for t in topology])
                 while len(self._entries) > self.max_entries:

@@ -262,16 +262,22 @@ def _render_impl(
     :func:`fragments_later`); ``handle`` names the recorded render its backward runs
     (``config["record"]``; -1: not recorded)."""
     cfg = _parsed(config)
-    # The index values, before any int32 cast could wrap them (a host read; the op
-    # body runs eagerly also inside a compiled graph).
-    check_packed_values(verts.shape[0], faces, mesh_to_face_first_idx, num_faces_per_mesh)
+
+    def check():
+        # The index values, before any int32 cast could wrap them (a host read; the
+        # op body runs eagerly also inside a compiled graph). A lease runs it only
+        # for a topology it has no entry for: an entry's was checked when made.
+        check_packed_values(verts.shape[0], faces, mesh_to_face_first_idx, num_faces_per_mesh)
+
     handle = -1
     context = default_render_context()
     with _TorchStream(verts.device):
         lease = None
         if context.supports(verts, faces):
             lease = context.lease(cfg, config, verts, faces, mesh_to_face_first_idx,
-                                  num_faces_per_mesh, tensors)  # fmt: skip
+                                  num_faces_per_mesh, tensors, check=check)  # fmt: skip
+        else:
+            check()
         if lease is not None:
             try:
                 image, frags = _run(verts, faces, mesh_to_face_first_idx, num_faces_per_mesh,
