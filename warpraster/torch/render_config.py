@@ -174,7 +174,7 @@ def _flags(tensors: list, verts, antialias: bool, later: bool) -> dict:
     if antialias:
         flags["antialias"] = True
     # (a tuple: hashable in the kept strings' key; JSON writes it as a list)
-    needs = tuple([bool(t.requires_grad) for t in tensors])
+    needs = tuple([t.requires_grad for t in tensors])
     # record the Warp launches for the backward when autograd will ask for it
     flags["record"] = torch.is_grad_enabled() and (verts.requires_grad or any(needs))
     # only the tensors that require gradients get them computed (issue 29)

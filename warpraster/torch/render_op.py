@@ -375,8 +375,7 @@ def _render_backward_impl(
     ``asked`` (the eager path): which of ``tensors`` autograd wants a gradient for;
     None where it does not (the custom op returns a tensor for each: zeros).
     """
-    cfg = _parsed(config)
-    verts, faces, first, count, *tensors = saved
+    verts = saved[0]
     recorded = _RECORDED.take(int(handle))
     with _TorchStream(verts.device):  # (a lease is checked and run under the device lock)
         if isinstance(recorded, _Lease):
@@ -386,6 +385,8 @@ def _render_backward_impl(
                     return lease.slot.backward(upstream, asked)
                 finally:
                     lease.release()
+        cfg = _parsed(config)
+        verts, faces, first, count, *tensors = saved
         upstream = _upstream_filled(upstream, verts, first, cfg)
         if recorded is not None:
             tape, image, frags, grad_verts, grads = recorded
