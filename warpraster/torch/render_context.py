@@ -79,6 +79,10 @@ def next_handle() -> int:
     return next(_HANDLES)
 
 
+#: :meth:`RenderContext.lease`'s default: torch's current stream, read there
+_CURRENT = object()
+
+
 def _stream_key(device: torch.device):
     return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
 
@@ -436,7 +440,7 @@ class RenderContext:
         return self.enabled and verts.shape[0] > 0 and faces.shape[0] > 0
 
     def lease(self, cfg: dict, config: str, verts, faces, first, count, tensors, *,
-              check: Callable[[], None] | None = None) -> _Lease:  # fmt: skip
+              check: Callable[[], None] | None = None, stream_key=_CURRENT) -> _Lease:  # fmt: skip
         """A slot for this call, leased to it (built on first use, see the module).
         Call from inside the op's stream scope (the device lock is held).
 
@@ -444,7 +448,8 @@ class RenderContext:
         for a topology: a call that finds its entry (the very same topology tensors,
         their memory, shape, dtype, device and version unchanged, and as many
         vertices) had its values checked when the entry was made, and reads nothing
-        back."""
+        back. ``stream_key``: torch's current stream handle (None on the cpu), as the
+        op's stream scope read it (else read here)."""
         # (one pass; torch.Size hashes and compares as the tuple it is)
         topology = [faces, first, count]
         shapes = []
@@ -456,8 +461,10 @@ class RenderContext:
         shapes = tuple(shapes)
         settings = self._settings(cfg, tensors, config, shapes)
         device = verts.device
+        if stream_key is _CURRENT:
+            stream_key = _stream_key(device)
         key = (
-            device, _stream_key(device), config, settings, verts.shape, shapes,
+            device, stream_key, config, settings, verts.shape, shapes,
             tuple([_tensor_key(t) for t in topology]),
         )  # fmt: skip
         with self._lock:

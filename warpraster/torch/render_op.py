@@ -271,11 +271,12 @@ def _render_impl(
 
     handle = -1
     context = default_render_context()
-    with _TorchStream(verts.device):
+    with _TorchStream(verts.device) as scope:
         lease = None
         if context.supports(verts, faces):
             lease = context.lease(cfg, config, verts, faces, mesh_to_face_first_idx,
-                                  num_faces_per_mesh, tensors, check=check)  # fmt: skip
+                                  num_faces_per_mesh, tensors, check=check,
+                                  stream_key=scope.stream_key)  # fmt: skip
         else:
             check()
         if lease is not None:

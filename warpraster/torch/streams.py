@@ -90,7 +90,7 @@ class _TorchStream:
     ``wp.Tape`` the user has open, in this thread or another, and a ``wp.Tape``
     entered inside records only this thread's launches."""
 
-    __slots__ = ("_lock", "_outer_slot", "_scope", "_torch_stream")
+    __slots__ = ("_lock", "_outer_slot", "_scope", "_torch_stream", "stream_key")
 
     def __init__(self, device: torch.device):
         stream = None
@@ -98,6 +98,9 @@ class _TorchStream:
             if device.index is None:  # "cuda": the current device (the key names it)
                 device = torch.device("cuda", torch.cuda.current_device())
             stream = torch.cuda.current_stream(device).cuda_stream
+        #: torch's current stream handle on CUDA (None on the cpu): a key for the
+        #: state kept per stream, read once here
+        self.stream_key = stream
         key = (device, stream)
         resolved = _RESOLVED.get(key)
         if resolved is None:
