@@ -143,7 +143,11 @@ class _SlotTape(wp.Tape):
     """The tape of a slot's recorded forward. Only the slot runs its backward, and it
     never calls ``zero()`` (the forward clears the slot's gradient buffers): a
     recorded function's arrays are not listed for it (Warp's check of each array,
-    ~0.6 us of host time apiece, every replayed call)."""
+    ~0.6 us of host time apiece, every replayed call), and
+    :func:`~warpraster.backward.tape.record_func` does not filter them for it
+    (``lists_arrays``)."""
+
+    lists_arrays = False
 
     def record_func(self, backward, arrays):
         self.launches.append(backward)
