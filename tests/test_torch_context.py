@@ -472,3 +472,39 @@ def test_index_values_are_checked_again_for_a_changed_topology():
         fewer = int(faces.max())
         with pytest.raises(ValueError, match=f"vertex indices in .* for {fewer} vertices in verts"):
             rast(verts[:fewer], faces, first, count)
+
+
+@pytest.mark.parametrize("trained", [False, True])
+def test_untrained_vertices_get_no_gradient_copy(trained, fresh_path, monkeypatch):
+    """Vertices that do not require grad: the slot's backward returns no vertex
+    gradient (no copy of its buffer; trained vertices get theirs), and every
+    gradient is the fresh path's, bit for bit."""
+    returned = []
+    real_backward = _Slot.backward
+
+    def spy(self, *a, **k):
+        out = real_backward(self, *a, **k)
+        returned.append(out[0])
+        return out
+
+    monkeypatch.setattr(_Slot, "backward", spy)
+    results = []
+    for enabled in (False, True):
+        fresh_path.enabled = enabled
+        d, ren, inputs, leaves = _scene(CASES[1])
+        target = torch.tensor(d["images"] * 0.9)
+        if not trained:
+            leaves.pop("verts").requires_grad_(False)
+        steps = []
+        for _ in range(3):
+            for t in leaves.values():
+                t.grad = None
+            ((ren(*inputs) - target) ** 2).mean().backward()
+            steps.append({k: t.grad.clone() for k, t in leaves.items()})
+        results.append(steps)
+    assert ("verts" in results[0][0]) == trained and len(returned) == 3
+    assert all((g is not None) == trained for g in returned)  # the slot's, each step
+    for want, got in zip(*results, strict=True):
+        assert want.keys() == got.keys()
+        for k in want:
+            assert torch.equal(got[k], want[k]), k

@@ -370,11 +370,14 @@ class _Slot:
                 ]
         return self._grad_views or None
 
-    def backward(self, upstream: list[torch.Tensor], asked=None) -> list[torch.Tensor]:
+    def backward(
+        self, upstream: list[torch.Tensor], asked=None, verts_asked: bool = True
+    ) -> list[torch.Tensor]:
         """The recorded tape's adjoint from ``upstream`` ([d image, d zbuf, d bary,
         d dists], None where none came); [d verts, d tensors[0], ...] as new
         tensors (None for a tensor ``asked`` says autograd does not want; zeros for
-        it without ``asked``)."""
+        it without ``asked``; None for d verts when not ``verts_asked``: no copy of
+        the vertex gradient buffer nobody reads)."""
         views = self._output_grad_views()
         if views is None:
             from .render_op import _output_grads, _upstream_filled
@@ -386,7 +389,7 @@ class _Slot:
             without_grad(_copy_upstream, views, upstream)
             self.tape.backward()
         self.tape = None
-        return [self.grad_verts.clone()] + [
+        return [self.grad_verts.clone() if verts_asked else None] + [
             None if asked is not None and not a
             else g.clone() if g is not None and not u
             else torch.zeros_like(t, dtype=torch.float32)

@@ -366,6 +366,7 @@ def _render_backward_impl(
     config: str,
     handle: torch.Tensor,
     asked: list[bool] | None = None,
+    verts_asked: bool = True,
 ) -> list[torch.Tensor]:
     """[d verts, d tensors[0], ...]: the forward's recorded tape run backward (or, when
     it is no longer kept, the render again on a wp.Tape, then backward).
@@ -375,6 +376,8 @@ def _render_backward_impl(
     num_faces_per_mesh, *tensors], as :func:`_setup_context` saved them.
     ``asked`` (the eager path): which of ``tensors`` autograd wants a gradient for;
     None where it does not (the custom op returns a tensor for each: zeros).
+    ``verts_asked`` False: autograd wants no vertex gradient (a leased slot then
+    returns None for it instead of a copy of its buffer).
     """
     verts = saved[0]
     recorded = _RECORDED.take(int(handle))
@@ -383,7 +386,7 @@ def _render_backward_impl(
             lease, recorded = recorded, None
             if lease.valid():
                 try:
-                    return lease.slot.backward(upstream, asked)
+                    return lease.slot.backward(upstream, asked, verts_asked)
                 finally:
                     lease.release()
         cfg = _parsed(config)
@@ -524,11 +527,15 @@ class _EagerRender(torch.autograd.Function):
         g_zbuf, g_bary, g_dists = g_frags[1:] if g_frags else (None, None, None)
         upstream = [_given(g) for g in (g_image, g_zbuf, g_bary, g_dists)]
         asked = [False] * len(tensors)
+        verts_asked = False
         for j, i in enumerate(ctx.where):
             if i > 0:
                 asked[i - 1] = ctx.needs_input_grad[4 + j]
+            else:
+                verts_asked = ctx.needs_input_grad[4 + j]
         saved = [*inputs, *tensors]
-        grads = _render_backward_impl(upstream, saved, ctx.config, ctx.handle, asked)
+        grads = _render_backward_impl(upstream, saved, ctx.config, ctx.handle, asked,
+                                      verts_asked)  # fmt: skip
         return (None, None, None, None, *(grads[i] for i in ctx.where))
 
 
