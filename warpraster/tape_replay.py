@@ -68,15 +68,19 @@ class RecordedCall:
         *,
         mode: bool | None = None,
         backward_key: Callable[[], Hashable] = lambda: None,
+        enabled: bool | None = None,
     ) -> bool:
         """Runs ``launch_all`` recorded on ``tape``: launched, or replayed as a graph.
+
+        ``enabled``: :meth:`enabled` of ``mode`` as the caller just read it in this
+        scope (None: read here).
 
         Returns True when the call was replayed (then the launches' own Python side
         effects did not run: the caller restores what they set, see the module).
         """
         self.guard.check_record(tape)
         render = self.guard.note_render()
-        if not self.enabled(mode):
+        if not (self.enabled(mode) if enabled is None else enabled):
             launch_all()
             return False
         if self._forward is None or key != self._key:

@@ -147,13 +147,18 @@ def graphs_enabled(device, mode: bool | None) -> bool:
     ``mode`` None: on CUDA (True: on the cpu device too; False: never); not while
     a capture is open, not on the legacy default stream (a graph cannot capture it:
     torch's default stream), and on CUDA only with the memory pool (the launches
-    allocate stream-ordered scratch, e.g. the prefix sum's)."""
-    on = device.is_cuda if mode is None else bool(mode)
-    if not on or device.is_capturing:
+    allocate stream-ordered scratch, e.g. the prefix sum's).
+
+    Read live every call, nothing kept: the device's current stream, its memory
+    pool flag (``device.is_mempool_enabled``, the field ``wp.is_mempool_enabled``
+    returns and ``wp.set_mempool_enabled`` writes, read without that function's
+    ``wp.init()`` and device lookup) and ``device.is_capturing`` (last: on CUDA a
+    driver call)."""
+    if not (device.is_cuda if mode is None else mode):
         return False
-    if device.is_cpu:
-        return True
-    return wp.get_stream(device).cuda_stream != 0 and wp.is_mempool_enabled(device)
+    if device.is_cuda and (device.stream.cuda_stream == 0 or not device.is_mempool_enabled):
+        return False
+    return not device.is_capturing
 
 
 class CallGraph:

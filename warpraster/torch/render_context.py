@@ -279,7 +279,10 @@ class _Slot:
     def run(self, verts, tensors):
         """Copies the inputs in and renders (recorded on a new tape when the slot
         records); returns (image or None, fragments): the slot's own arrays."""
-        without_grad(self._copy_in, verts, tensors)
+        # (graphs_enabled read once a call: nothing between here and the launches
+        # changes the stream, the memory pool or a capture)
+        graphs = self.record and self._recorded.enabled(self.graphs)
+        without_grad(self._copy_in, verts, tensors, graphs)
         # The slot's arrays are the same every call (the inputs were copied into them)
         # and its launches' Python-side state is set by the first call: from the
         # second call on, where graphs are on (graphs_enabled), the render replays as
@@ -293,12 +296,13 @@ class _Slot:
         self.tape = _SlotTape()
         with self.tape:
             self._recorded(self.tape, "slot", self._launch, mode=self.graphs,
-                           backward_key=self._backward_key)  # fmt: skip
+                           backward_key=self._backward_key, enabled=graphs)  # fmt: skip
         return self.image, self.frags
 
-    def _copy_in(self, verts, tensors) -> None:
+    def _copy_in(self, verts, tensors, graphs: bool) -> None:
         """The inputs copied into the slot's own tensors (grad mode off), and the
-        inputs' gradients cleared unless the replayed forward clears them."""
+        inputs' gradients cleared unless the replayed forward clears them (``graphs``:
+        the recorded call may replay, graphs_enabled)."""
         # one multi-tensor copy (and zero) each: a torch call per tensor costs
         # host time in every step
         src = [verts, *(tensors[i] for i in self._float_idx)]
@@ -306,9 +310,7 @@ class _Slot:
         # the inputs' gradients accumulate in Warp: cleared here, or, where the
         # forward replays its captured graph, by the graph (memsets captured in
         # _launch: no torch call, ~10 us of host time on CUDA)
-        replays = self.record and self._recorded.enabled(self.graphs) and (
-            self._recorded.captured_tape() is not None
-        )  # fmt: skip
+        replays = graphs and self._recorded.captured_tape() is not None
         if self.record and not replays:
             _foreach(torch._foreach_zero_, torch.Tensor.zero_, self._grad_list)
 
