@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from warpraster import tape_slots
 from warpraster.backward.tape import record_func
 from warpraster.raster.workspace import graphs_enabled
 
@@ -97,3 +98,51 @@ def test_graphs_enabled_on_the_cpu_device():
     with wp.ScopedCapture(device=dev, force_module_load=False):
         assert not graphs_enabled(dev, True)
     assert graphs_enabled(dev, True)
+
+
+def _runtime():
+    return wp._src.context.runtime
+
+
+def test_private_tape_slots_nest_each_empty_and_give_the_outer_tape_back():
+    tape_slots.install()
+    runtime = _runtime()
+    outer = wp.Tape()
+    with outer:
+        with tape_slots.private_tape_slot() as a:
+            assert runtime.tape is None
+            inner = wp.Tape()
+            with inner:
+                with tape_slots.private_tape_slot():
+                    assert runtime.tape is None
+                assert runtime.tape is inner
+            assert runtime.tape is None
+        assert runtime.tape is outer and isinstance(a, tape_slots.private_tape_slot)
+        try:  # left on an exception too
+            with tape_slots.private_tape_slot():
+                raise KeyError
+        except KeyError:
+            pass
+        assert runtime.tape is outer
+    assert runtime.tape is None
+
+
+def test_a_private_tape_slot_installs_the_descriptor_again_where_it_is_gone(monkeypatch):
+    """The entry checks the descriptor on Warp's Runtime class each time (nothing
+    remembered from an earlier install): where it was taken off (or replaced by
+    another), the slot installs it again and is still private."""
+    tape_slots.install()
+    runtime_type = type(_runtime())
+    with tape_slots.private_tape_slot():
+        pass  # the descriptor seen installed once
+    monkeypatch.delattr(runtime_type, "tape")  # gone (restored after the test)
+    _runtime().__dict__["tape"] = None
+    outer = wp.Tape()
+    with outer:
+        with tape_slots.private_tape_slot():
+            assert isinstance(runtime_type.__dict__.get("tape"), tape_slots._TapeSlot)
+            assert _runtime().tape is None  # private: the outer tape is not seen
+        assert _runtime().tape is outer
+    monkeypatch.undo()
+    with tape_slots.private_tape_slot():  # the original descriptor back on the class
+        assert runtime_type.__dict__["tape"] is tape_slots._SLOT

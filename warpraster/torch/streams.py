@@ -7,8 +7,7 @@ import threading
 import torch
 import warp as wp
 
-from ..tape_slots import _LOCAL as _SLOTS
-from ..tape_slots import _NO_SLOT, install
+from ..tape_slots import private_tape_slot
 
 __all__ = ["_TorchStream"]
 
@@ -51,7 +50,6 @@ def _resolve(device: torch.device) -> tuple:
     stream as a Warp stream where an event wait each way is needed (else None)) for
     torch's current stream of ``device``."""
     wp_device = _warp_device(device)
-    install()  # the tape slot descriptor (see _TorchStream), once
     lock = _device_lock(wp_device.alias)
     if not wp_device.is_cuda:
         return wp_device, lock, None, None
@@ -76,7 +74,7 @@ def _resolve(device: torch.device) -> tuple:
 _RESOLVED: dict = {}
 
 
-class _TorchStream:
+class _TorchStream(private_tape_slot):
     """Runs Warp work on torch's current stream of ``device`` (and on that Warp device).
 
     Warp's current stream is a property of the device, not of the thread, so two
@@ -84,13 +82,12 @@ class _TorchStream:
     swap streams: the scope holds a per-device lock while it issues the launches
     (the device work itself still overlaps).
 
-    The scope also gives the thread a Warp tape slot of its own (what
-    :func:`~warpraster.tape_slots.private_tape_slot` does, entered here without its
-    generator: ~3.5 us of host time a scope): no launch inside is recorded on a
-    ``wp.Tape`` the user has open, in this thread or another, and a ``wp.Tape``
-    entered inside records only this thread's launches."""
+    The scope is also a :class:`~warpraster.tape_slots.private_tape_slot` (entered and
+    left with it): the thread gets a Warp tape slot of its own, so no launch inside
+    is recorded on a ``wp.Tape`` the user has open, in this thread or another, and a
+    ``wp.Tape`` entered inside records only this thread's launches."""
 
-    __slots__ = ("_lock", "_outer_slot", "_scope", "_torch_stream", "stream_key")
+    __slots__ = ("_lock", "_scope", "_torch_stream", "stream_key")
 
     def __init__(self, device: torch.device):
         stream = None
@@ -117,25 +114,18 @@ class _TorchStream:
         self._lock.acquire()
         try:
             # the thread's own, empty tape slot (re-entrant: the outer one comes back)
-            self._outer_slot = getattr(_SLOTS, "slot", _NO_SLOT)
-            _SLOTS.slot = None
+            private_tape_slot.__enter__(self)
             try:
                 self._scope.__enter__()
                 if self._torch_stream is not None:
                     wp.get_stream().wait_stream(self._torch_stream)
             except BaseException:
-                self._leave_slot()
+                private_tape_slot.__exit__(self)
                 raise
         except BaseException:
             self._lock.release()
             raise
         return self
-
-    def _leave_slot(self) -> None:
-        if self._outer_slot is _NO_SLOT:
-            del _SLOTS.slot
-        else:
-            _SLOTS.slot = self._outer_slot
 
     def __exit__(self, *exc):
         try:
@@ -144,6 +134,6 @@ class _TorchStream:
             return self._scope.__exit__(*exc)
         finally:
             try:
-                self._leave_slot()
+                private_tape_slot.__exit__(self)
             finally:
                 self._lock.release()
