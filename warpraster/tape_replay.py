@@ -7,7 +7,7 @@ repeated call cost two graph launches instead:
 
 * the first call with a key launches as usual (recorded on the caller's tape);
 * the second with the same key runs the launches once more inside a capture,
-  recorded on a private tape (:func:`warpraster.tape_slots.private_tape_slot`),
+  recorded on a private tape (:class:`warpraster.tape_slots.private_tape_slot`),
   and keeps the graph and that tape; from then on a call with this key replays
   the graph and registers one function on the caller's tape;
 * that function replays the private tape's backward, captured the first time it

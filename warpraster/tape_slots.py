@@ -11,7 +11,7 @@ backward, so without care
 * a torch backward beside an open tape fails ("entering a tape while one is
   already active"), or its private tape swallows the other thread's launches.
 
-:func:`private_tape_slot` gives the calling thread a tape slot of its own for
+:class:`private_tape_slot` gives the calling thread a tape slot of its own for
 the span of a torch op: inside it, ``runtime.tape`` reads and writes that slot
 (empty at entry), so the op's launches are recorded on no one else's tape and its
 private backward tape sees no one else's launches; every other thread keeps
