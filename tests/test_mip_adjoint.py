@@ -218,15 +218,24 @@ def test_hand_adjoint_equals_generated(device, filt, boundary):
 def test_adjoint_variant_equals_the_generic_kernel(device, filt, boundary, flip_v, perspective):
     """The hand-written adjoint as a kernel variant (its gradient bits and the
     sampler's and corner tables' flags compiled in; CUDA's default) gives the generic
-    kernel's gradients bit for bit: it only drops branches the launch never takes.
+    kernel's samples and gradients bit for bit on the CPU (it only drops branches
+    the launch never takes; on a GPU the atomics' order varies from run to run).
     One smooth and one piecewise-constant filter (a variant is a compile of its own
     on the CPU); the CUDA run takes variants in every test above."""
     options = dict(flip_v=flip_v, perspective=perspective, n_maps=2, seed=3, generated=0)
     generic = _sample_grads(device, filt, boundary, specialize=False, **options)
     variant = _sample_grads(device, filt, boundary, specialize=True, **options)
     assert np.abs(generic["maps"]).max() > 0
+    exact = wp.get_device(device).is_cpu
     for name in generic:
-        np.testing.assert_array_equal(variant[name], generic[name], err_msg=name)
+        if exact or name in ("sampled", "texels"):
+            np.testing.assert_array_equal(variant[name], generic[name], err_msg=name)
+        else:
+            # GPU atomics (texels, corner rows) add in a run-dependent order: as
+            # _hand_equals_generated's tolerance, 1e-5 of the largest entry
+            b = generic[name]
+            np.testing.assert_allclose(variant[name], b, rtol=0, atol=1e-5 * np.abs(b).max(),
+                                       err_msg=name)  # fmt: skip
 
 
 @pytest.mark.parametrize("max_mip_level", [0, 2])

@@ -12,6 +12,11 @@ cover both blends and both colour sources: r03 soft Phong with vertex colours
 all train, over two steps with a fresh tape each. A variant compiles on the CPU
 in seconds, so only these two scenes run it here; the CUDA run of the suite
 (WARPRASTER_TEST_DEVICES=cuda:0) takes the variants everywhere.
+
+On a GPU the comparison is bit for bit for the image (the faces' corner lists make
+the normals and corner tables gathers, not atomics) and within float32 summation
+order for the gradients: the adjoint adds the per-face, light and camera rows with
+atomics, whose order differs from run to run, generic against generic too.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import warp as wp
 import warpraster as wr
 from warpraster import shading
 from warpraster.renderer import MeshRenderer
+from warpraster.shading.corner_lists import CornerLists
 from warpraster.shading.shade_inputs import PINNED_FIELDS, inputs_pin
 from warpraster.shading.shading_buffers import ShadingBuffers
 
@@ -51,7 +57,8 @@ def _steps(name, device, specialize, steps=2):
     """Images and gradients of ``steps`` training steps (a fresh tape each, the
     shading buffers reused), with the pixel kernels generic or as variants."""
     d, ren, cams, lts, verts, tex = _scene(name, device)
-    faces = d["faces_packed"].astype(np.int32)
+    faces = wp.array(d["faces_packed"].astype(np.int32), dtype=wp.int32, device=device)
+    lists = CornerLists(faces, verts.shape[0])
     buffers = None
     out = []
     for step in range(steps):
@@ -61,7 +68,8 @@ def _steps(name, device, specialize, steps=2):
                                    d["num_faces_per_mesh"])  # fmt: skip
             if buffers is None:
                 n, h, w, k = frags.pix_to_face.shape
-                buffers = ShadingBuffers((n, h, w, k), verts.shape[0], faces.shape[0], device)
+                buffers = ShadingBuffers((n, h, w, k), verts.shape[0], faces.shape[0], device,
+                                         corner_lists=lists)  # fmt: skip
                 buffers.specialize = specialize
             img = ren.shader(frags, verts, faces, textures=tex, buffers=buffers)
         grad = d["grad_images"] * (1.0 + step)
@@ -70,7 +78,8 @@ def _steps(name, device, specialize, steps=2):
         for key, (ours, _) in {**cases.texture_grads(d, tex),
                                **cases.light_grads(d, lts)}.items():  # fmt: skip
             arrays[key] = ours
-        out.append({k: np.array(v.numpy() if hasattr(v, "numpy") else v) for k, v in arrays.items()})
+        out.append({k: np.array(v.numpy() if hasattr(v, "numpy") else v)
+                    for k, v in arrays.items()})  # fmt: skip
         tape.zero()
     return out
 
@@ -79,11 +88,20 @@ def _steps(name, device, specialize, steps=2):
 def test_variant_kernels_equal_the_generic_kernels_bit_for_bit(name, device):
     generic = _steps(name, device, specialize=False)
     variant = _steps(name, device, specialize=True)
-    for step, (a, b) in enumerate(zip(generic, variant)):
+    exact = wp.get_device(device).is_cpu
+    for step, (a, b) in enumerate(zip(generic, variant, strict=True)):
         assert a.keys() == b.keys()
         for key in a:
             assert np.any(a[key] != 0.0), (step, key)  # every compared gradient is exercised
-            np.testing.assert_array_equal(a[key], b[key], err_msg=f"step {step}: {key}")
+            if exact or key == "image":
+                np.testing.assert_array_equal(b[key], a[key], err_msg=f"step {step}: {key}")
+            else:
+                # GPU atomics: each entry is a float32 sum of up to a few thousand
+                # per-pixel terms in a run-dependent order (~1e-7 relative of the
+                # largest term each): 1e-5 of the array's largest entry
+                tol = 1e-5 * np.abs(a[key]).max()
+                np.testing.assert_allclose(b[key], a[key], rtol=0, atol=tol,
+                                           err_msg=f"step {step}: {key}")  # fmt: skip
 
 
 def test_pins_cover_every_int_field_of_the_inputs():
