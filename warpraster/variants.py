@@ -12,6 +12,7 @@ Whether variants are made is the workspace's :attr:`Tuning.specialize
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import warp as wp
@@ -20,10 +21,12 @@ __all__ = [
     "device_flags",
     "kernel_family",
     "kernel_for",
+    "same_struct",
     "struct_ints",
     "variant_kernel",
     "variant_name",
     "variants_on",
+    "want_pin",
 ]
 
 
@@ -101,3 +104,35 @@ def struct_ints(fields: Callable, struct) -> tuple[int, ...]:
         return fields(struct._ctype)  # ints already
     except AttributeError:  # (another Warp layout: the plain attributes)
         return tuple(int(v) for v in fields(struct))
+
+
+# A kernel body written once starts with ``a = wp.static(pin)(a)``: ``pin`` sets some
+# fields of its argument struct to a variant's constants (the compiler then drops the
+# paths they rule out), or is the identity in the generic kernel. Warp functions
+# built per struct type and value (their annotations set here: the type is a value).
+@functools.cache
+def same_struct(struct_type) -> wp.Function:
+    """The identity on ``struct_type`` as a Warp function (a generic kernel's pin)."""
+
+    def same(s):
+        return s
+
+    same.__annotations__ = {"s": struct_type}
+    return wp.func(same, name=f"same_{struct_type.key}", module="unique")
+
+
+@functools.cache
+def want_pin(struct_type, want: int | None) -> wp.Function:
+    """``pin(g) -> g`` with ``g.want`` (the requested-gradient bits of an adjoint's
+    gradient struct) set to the constant ``want``: a variant writes only the
+    gradients asked for. None: :func:`same_struct`."""
+    if want is None:
+        return same_struct(struct_type)
+    bits = int(want)
+
+    def pin(g):
+        g.want = bits
+        return g
+
+    pin.__annotations__ = {"g": struct_type}
+    return wp.func(pin, name=variant_name(f"want_{struct_type.key}", (bits,)), module="unique")

@@ -16,7 +16,7 @@ import warp as wp
 
 from ..aggregated import add_float_row, add_mat33_row, add_rt_partial, add_vec3_row, stripe_of
 from ..patches import patch_pixel
-from ..variants import kernel_family, variant_kernel
+from ..variants import kernel_family, variant_kernel, want_pin
 from .lighting import (
     LightKind,
     direction_toward,
@@ -37,7 +37,6 @@ from .shade_inputs import (
     ShadeGrads,
     ShadeInputs,
     Want,
-    grads_pin,
     inputs_pin,
     material_row,
     prob,
@@ -398,7 +397,7 @@ def shade_blend_adjoint(pins: tuple[int, ...] | None, want: int | None) -> wp.Ke
     same float32 value), so only the weights are recomputed before the slot loop,
     without lighting the slots (which the slot loop does again)."""
     pin_a = inputs_pin(pins)
-    pin_g = grads_pin(want)
+    pin_g = want_pin(ShadeGrads, want)
 
     def shade_blend_adjoint(
         # Fragments in:

@@ -25,8 +25,6 @@ forward's store, it consumes (zeroes) the texels' gradient it reads.
 
 from __future__ import annotations
 
-import functools
-
 import warp as wp
 
 from ..aggregated import add_mat32_row, add_mat33_row
@@ -34,7 +32,7 @@ from ..backward.tape import record_func
 from ..geometry import EPS, barycentric, pixel_centre
 from ..patches import patch_launch_size
 from ..structs import StructCache
-from ..variants import kernel_family, variant_kernel, variant_name, variants_on
+from ..variants import kernel_family, variant_kernel, variants_on, want_pin
 from .corner_lists import VertexCorners, corner_of
 from .mip_pyramid import MipLevels, MipSampler, level_index, level_size
 from .mip_sampling import (
@@ -317,26 +315,6 @@ ADJOINT_MAX_REGISTERS = 96
 ADJOINT_PATCH_W = wp.constant(32)
 
 
-@functools.cache
-def _grads_pin(want: int | None) -> wp.Function:
-    """A Warp function ``pin(g) -> g`` with :attr:`SampleGrads.want` set to the
-    constant ``want``: a variant writes only the gradients asked for (the identity
-    for None: the generic kernel)."""
-    if want is None:
-
-        def same(g: SampleGrads):
-            return g
-
-        return wp.func(same, name="mip_grads_pin", module="unique")
-    bits = int(want)
-
-    def pin(g: SampleGrads):
-        g.want = bits
-        return g
-
-    return wp.func(pin, name=variant_name("mip_grads_pin", (bits,)), module="unique")
-
-
 @kernel_family
 def _sample_uv_mipmap_adjoint(pins: tuple[int, ...] | None) -> wp.Kernel:
     """One thread per slot: the adjoint of ``mip_slots._sample_uv_mipmap_slots`` (and
@@ -345,7 +323,7 @@ def _sample_uv_mipmap_adjoint(pins: tuple[int, ...] | None) -> wp.Kernel:
     corner tables' flags (:data:`~warpraster.shading.mip_slots.PINNED`) and ``want``,
     compiled in (None: read at run time)."""
     pin_a = sample_pin(None if pins is None else pins[:-1])
-    pin_g = _grads_pin(None if pins is None else pins[-1])
+    pin_g = want_pin(SampleGrads, None if pins is None else pins[-1])
 
     def sample_uv_mipmap_adjoint(
         # In: the forward's inputs; the output's gradient (consumed: zeroed once

@@ -19,7 +19,7 @@ import warp as wp
 
 from ..geometry import pixel_centre
 from ..patches import patch_slot
-from ..variants import kernel_family, struct_ints, variant_kernel, variant_name
+from ..variants import kernel_family, same_struct, struct_ints, variant_kernel, variant_name
 from .interpolate import ScreenFaces, bary_derivatives, slot_channel
 from .mip_pyramid import MipSampler
 from .mip_sampling import mip_sample_channel
@@ -239,11 +239,7 @@ def sample_pin(values: tuple[int, ...] | None) -> wp.Function:
     wp.static(sample_pin(values))(a)`` keeps only its filter's, boundary's and
     derivatives' paths (the identity for None: the generic kernel)."""
     if values is None:
-
-        def same(a: SampleInputs):
-            return a
-
-        return wp.func(same, name="sample_pin", module="unique")
+        return same_struct(SampleInputs)
     filter_mode, boundary, flip_v, derivatives, perspective_correct = values
 
     def pin(a: SampleInputs):

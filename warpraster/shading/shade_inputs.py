@@ -18,7 +18,7 @@ from enum import IntFlag
 import warp as wp
 
 from ..structs import fill_placeholders, new_struct
-from ..variants import struct_ints, variant_name
+from ..variants import same_struct, struct_ints, variant_name
 from .lighting import LightRows
 from .params import row
 from .pixel_args import CameraRT, FaceCorners, MaterialRows, PixelFragments
@@ -34,7 +34,6 @@ __all__ = [
     "Want",
     "camera_centre",
     "camera_centre_precise",
-    "grads_pin",
     "inputs_pin",
     "material_row",
     "new_inputs",
@@ -161,7 +160,7 @@ class ImageGrad:
 #: (:func:`inputs_pin`), in that function's order. Each is uniform over a launch; the
 #: generic kernel reads them at run time and keeps registers and code for every
 #: path, a variant keeps only its own (and, through ``ShadeGrads.want``, only the
-#: gradients asked for: :func:`grads_pin`).
+#: gradients asked for: :func:`~warpraster.variants.want_pin`).
 PINNED_FIELDS = (
     "lit", "mode", "texel_source", "material_per_face", "blend", "compact", "two_sided",
     "orthographic", "far_cut", "slot_alpha", "premultiply", "precise_eye",
@@ -184,11 +183,7 @@ def inputs_pin(values: tuple[int, ...] | None) -> wp.Function:
     compile time (the helpers it calls are inlined). ``None``: the identity (the
     generic kernel)."""
     if values is None:
-
-        def pin_none(a: ShadeInputs):
-            return a
-
-        return wp.func(pin_none, name="pin_inputs", module="unique")
+        return same_struct(ShadeInputs)
     (lit, mode, texel_source, material_per_face, blend, compact, two_sided,
      orthographic, far_cut, slot_alpha, premultiply, precise_eye) = values  # fmt: skip
 
@@ -208,25 +203,6 @@ def inputs_pin(values: tuple[int, ...] | None) -> wp.Function:
         return a
 
     return wp.func(pin, name=variant_name("pin_inputs", values), module="unique")
-
-
-@functools.cache
-def grads_pin(want: int | None) -> wp.Function:
-    """As :func:`inputs_pin` for :attr:`ShadeGrads.want`: the gradients not asked
-    for drop out of a variant. ``None``: the identity."""
-    if want is None:
-
-        def pin_none(g: ShadeGrads):
-            return g
-
-        return wp.func(pin_none, name="pin_grads", module="unique")
-    bits = int(want)
-
-    def pin(g: ShadeGrads):
-        g.want = bits
-        return g
-
-    return wp.func(pin, name=variant_name("pin_grads", (bits,)), module="unique")
 
 
 #: The structs nested in ShadeInputs and ShadeGrads, by field name.
