@@ -38,6 +38,15 @@ __all__ = ["install", "private_tape_slot", "shared_tape_owner"]
 
 _NO_SLOT = object()  # a thread outside any torch op: it uses the shared slot
 _LOCAL = threading.local()
+
+
+def _slot_of_thread():
+    """This thread's private slot, or ``_NO_SLOT``: read from the thread's own dict of
+    ``_LOCAL`` (``getattr`` with a default raises and catches an AttributeError for a
+    thread that never set one, ~1 us on every ``Runtime.tape`` read; this ~0.1 us)."""
+    return _LOCAL.__dict__.get("slot", _NO_SLOT)
+
+
 _INSTALL_LOCK = threading.Lock()
 # the installed descriptor and the look-up in its class's namespace (a live view):
 # what private_tape_slot checks at every entry (~0.05 us) instead of install()
@@ -58,11 +67,11 @@ class _TapeSlot:
     def __get__(self, runtime, owner_type=None):
         if runtime is None:
             return self
-        slot = getattr(_LOCAL, "slot", _NO_SLOT)
+        slot = _slot_of_thread()
         return self.shared if slot is _NO_SLOT else slot
 
     def __set__(self, runtime, value):
-        if getattr(_LOCAL, "slot", _NO_SLOT) is _NO_SLOT:
+        if _slot_of_thread() is _NO_SLOT:
             self.shared = value
             self.owner = None if value is None else threading.get_ident()
         else:
@@ -104,7 +113,7 @@ class private_tape_slot:  # (lower case: it was a function, and is used as one)
     def __enter__(self):
         if _RUNTIME_GET("tape") is not _SLOT:
             install()
-        self._outer_slot = getattr(_LOCAL, "slot", _NO_SLOT)
+        self._outer_slot = _slot_of_thread()
         _LOCAL.slot = None
         return self
 
