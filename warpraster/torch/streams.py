@@ -87,7 +87,10 @@ class _TorchStream(private_tape_slot):
     is recorded on a ``wp.Tape`` the user has open, in this thread or another, and a
     ``wp.Tape`` entered inside records only this thread's launches."""
 
-    __slots__ = ("_lock", "_scope", "_torch_stream", "stream_key")
+    __slots__ = (
+        "_device", "_lock", "_run_on", "_saved_device", "_saved_stream", "_torch_stream",
+        "stream_key",
+    )  # fmt: skip
 
     def __init__(self, device: torch.device):
         stream = None
@@ -104,11 +107,7 @@ class _TorchStream(private_tape_slot):
             resolved = _RESOLVED[key] = _resolve(device)
             while len(_RESOLVED) > 64:
                 _RESOLVED.pop(next(iter(_RESOLVED)), None)
-        wp_device, self._lock, run_on, self._torch_stream = resolved
-        if run_on is None:
-            self._scope = wp.ScopedDevice(wp_device)
-        else:
-            self._scope = wp.ScopedStream(run_on, sync_enter=False)
+        self._device, self._lock, self._run_on, self._torch_stream = resolved
 
     def __enter__(self):
         self._lock.acquire()
@@ -116,9 +115,13 @@ class _TorchStream(private_tape_slot):
             # the thread's own, empty tape slot (re-entrant: the outer one comes back)
             private_tape_slot.__enter__(self)
             try:
-                self._scope.__enter__()
+                self._enter_device()
                 if self._torch_stream is not None:
-                    wp.get_stream().wait_stream(self._torch_stream)
+                    try:
+                        self._run_on.wait_stream(self._torch_stream)
+                    except BaseException:
+                        self._exit_device()
+                        raise
             except BaseException:
                 private_tape_slot.__exit__(self)
                 raise
@@ -129,11 +132,49 @@ class _TorchStream(private_tape_slot):
 
     def __exit__(self, *exc):
         try:
-            if self._torch_stream is not None:
-                self._torch_stream.wait_stream(wp.get_stream())
-            return self._scope.__exit__(*exc)
+            try:
+                if self._torch_stream is not None:
+                    self._torch_stream.wait_stream(self._run_on)
+            finally:
+                self._exit_device()
         finally:
             try:
                 private_tape_slot.__exit__(self)
             finally:
                 self._lock.release()
+
+    # wp.ScopedDevice / wp.ScopedStream(sync_enter=False) inline, their saved state
+    # on the scope (one object a scope, not one or two more): the Warp device made
+    # the default (and its CUDA context current), the stream made the device's
+    def _enter_device(self):
+        device = self._device
+        runtime = device.runtime
+        self._saved_device = runtime.default_device
+        runtime.default_device = device
+        try:
+            device.context_guard.__enter__()
+        except BaseException:
+            runtime.default_device = self._saved_device
+            raise
+        run_on = self._run_on
+        if run_on is not None:
+            try:
+                self._saved_stream = device.stream
+                device.set_stream(run_on, False)
+            except BaseException:
+                self._exit_context()
+                raise
+
+    def _exit_device(self):
+        run_on = self._run_on
+        try:
+            if run_on is not None:
+                self._device.set_stream(self._saved_stream, False)
+        finally:
+            self._exit_context()
+
+    def _exit_context(self):
+        try:
+            self._device.context_guard.__exit__(None, None, None)
+        finally:
+            self._device.runtime.default_device = self._saved_device
