@@ -403,8 +403,11 @@ class _Slot:
 class _Entry:
     """The slots of one key, and the tensors the key's identity parts name."""
 
-    def __init__(self, refs):
-        self.refs = refs
+    __slots__ = ("key", "live", "refs", "slots")
+
+    def __init__(self, key, refs):
+        self.key, self.refs = key, refs
+        self.live = True  # False once dropped (its quick keys then miss)
         self.slots: list[_Slot] = []
 
 
@@ -441,6 +444,10 @@ class RenderContext:
         self._entries: collections.OrderedDict[tuple, _Entry] = collections.OrderedDict()
         self._cameras: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
         self._layouts: dict[str, tuple] = {}
+        # the call's inputs of both keys above in one (the camera tensors' memory and
+        # device, znear's versions, the topology's keys, every tensor's shape and
+        # dtype) -> (entry, settings, the camera and topology tensors' weak refs)
+        self._quick: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
         self._lock = threading.RLock()
         self._generations = itertools.count(1)
 
@@ -468,14 +475,34 @@ class RenderContext:
             if not dtype.is_floating_point:
                 topology.append(t)
         shapes = tuple(shapes)
-        settings = self._settings(cfg, tensors, config, shapes)
         device = verts.device
         if stream_key is _CURRENT:
             stream_key = _stream_key(device)
-        key = (
-            device, stream_key, config, settings, verts.shape, shapes,
-            tuple([_tensor_key(t) for t in topology]),
-        )  # fmt: skip
+        topology_keys = tuple([_tensor_key(t) for t in topology])
+        # one look-up for both keys where the call's tensors are the entry's (the
+        # settings' inputs, the entry's key less the settings it is made from)
+        layout = self._layouts.get(config)
+        quick = None
+        if layout is not None:
+            flat = tensors[: layout[0]]
+            quick = (
+                device, stream_key, config, verts.shape, shapes, topology_keys,
+                tuple([(t.data_ptr(), t.device) for t in flat]),
+                tuple([tensors[i]._version for i in layout[1]]),
+            )  # fmt: skip
+            with self._lock:
+                hit = self._quick.get(quick)
+                if (
+                    hit is not None
+                    and hit[0].live
+                    and all(r() is t for r, t in zip(hit[2], [*flat, *topology], strict=True))
+                ):
+                    entry, settings = hit[0], hit[1]
+                    self._entries.move_to_end(entry.key)
+                    return self._lease_slot(entry, cfg, settings, verts, faces, first, count,
+                                            tensors)  # fmt: skip
+        settings = self._settings(cfg, tensors, config, shapes)
+        key = (device, stream_key, config, settings, verts.shape, shapes, topology_keys)
         with self._lock:
             entry = self._entries.get(key)
             same = entry is not None and all(
@@ -487,10 +514,19 @@ class RenderContext:
                 if check is not None:
                     check()
                 self._drop(key)
-                entry = self._entries[key] = _Entry([weakref.ref(t) for t in topology])
+                entry = self._entries[key] = _Entry(key, [weakref.ref(t) for t in topology])
                 while len(self._entries) > self.max_entries:
                     self._drop(next(iter(self._entries)))
             self._entries.move_to_end(key)
+            if quick is not None:
+                refs = [weakref.ref(t) for t in flat] + entry.refs
+                self._quick[quick] = (entry, settings, refs)
+                while len(self._quick) > 4 * self.max_entries:
+                    self._quick.popitem(last=False)
+            return self._lease_slot(entry, cfg, settings, verts, faces, first, count, tensors)
+
+    def _lease_slot(self, entry, cfg, settings, verts, faces, first, count, tensors):
+        with self._lock:
             free = [s for s in entry.slots if not s.busy]
             if free:
                 slot = free[0]
@@ -513,6 +549,7 @@ class RenderContext:
     def _drop(self, key) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
+            entry.live = False
             for s in entry.slots:
                 s.generation = -1  # its leases are no longer valid
 
@@ -561,6 +598,7 @@ class RenderContext:
                 self._drop(key)
             self._cameras.clear()
             self._layouts.clear()
+            self._quick.clear()
 
 
 _DEFAULT = RenderContext()
