@@ -174,3 +174,21 @@ def test_register_queue_past_16_equals_the_output_queue(device, k):
     for name in outs[0]:
         np.testing.assert_array_equal(outs[1][name], outs[0][name], err_msg=name)
     _assert_oracle(outs[1], ref)
+
+
+@pytest.mark.parametrize("kc", [8, 16, 32])
+def test_register_queue_slot_loops_unrolled(kc):
+    """The register queue's per-slot loops (the insertion, the -1 fill, the stores) are
+    unrolled when the kernel's code is generated: its one run-time loop is the one over
+    the pixel's faces. Warp unrolls constant loops of at most ``max_unroll`` (default 16)
+    steps only; past that the 32-slot queue's slots were indexed at run time, and its
+    forward took 1.44 ms against 1.15 unrolled (ico5 x8 512², H200). Checked on the
+    generated CUDA source (no compiler needed): a run-time loop is a ``goto start_for``."""
+    from warp._src.context import ModuleBuilder  # Warp is pinned (pyproject)
+
+    from warpraster.raster.queue import register_queue_kernel
+
+    for flags in (None, (1, 0, 0)):
+        kernel = register_queue_kernel(kc, None, flags)
+        src = ModuleBuilder(kernel.module, dict(kernel.module.options)).codegen("cuda")
+        assert src.count("goto start_for") == 1, (kc, flags)

@@ -76,16 +76,25 @@ _FAMILIES: dict[tuple, _KernelFamily] = {}
 
 
 def variant_kernel(
-    fn: Callable, base: str, flags: tuple | None, max_registers: int | None = None
+    fn: Callable,
+    base: str,
+    flags: tuple | None,
+    max_registers: int | None = None,
+    max_unroll: int | None = None,
 ) -> wp.Kernel:
     """``fn`` as the kernel variant ``base_<flags>``: in a module of its own, without
-    a generated adjoint and without FMA contraction (PyTorch3D's float32 rounding)."""
+    a generated adjoint and without FMA contraction (PyTorch3D's float32 rounding).
+    ``max_unroll``: Warp unrolls constant loops up to this many steps (its default
+    16 otherwise; a longer one becomes a run-time loop)."""
+    options = {"fuse_fp": False}
+    if max_unroll is not None:
+        options["max_unroll"] = int(max_unroll)
     return wp.kernel(
         fn,
         name=variant_name(base, flags),
         enable_backward=False,
         module="unique",
-        module_options={"fuse_fp": False},
+        module_options=options,
         cuda_max_registers=max_registers,
     )
 

@@ -55,7 +55,7 @@ def register_queue_kernel(kc: int, max_regs: int | None, flags: tuple[int, int, 
         """Sorted insertion, unrolled: entries after (z, f) shift up by one. Slots
         from ``size`` on are empty: the steps above it are skipped (they would
         only move empty slots), so a short queue costs a few steps, not kc."""
-        for s in range(kc - 1, 0, -1):
+        for s in range(wp.static(kc - 1), 0, -1):
             if s <= size:
                 if before(z, f, qz[s - 1], qf[s - 1]):
                     qz[s] = qz[s - 1]
@@ -83,11 +83,11 @@ def register_queue_kernel(kc: int, max_regs: int | None, flags: tuple[int, int, 
         """Writes the pix_to_face row (qf: empty slots already -1)."""
         if wp.static(kc % 4 == 0):
             if ps.wide != 0 and ps.faces_per_pixel == kc:
-                for g in range(kc // 4):
+                for g in range(wp.static(kc // 4)):
                     v = wp.vec4i(qf[4 * g], qf[4 * g + 1], qf[4 * g + 2], qf[4 * g + 3])
                     store4i(ps.out4.pix_to_face, q * wp.static(kc // 4) + g, v)
                 return
-        for s in range(kc):
+        for s in range(wp.static(kc)):
             if s < ps.faces_per_pixel:
                 ps.out.pix_to_face[q, s] = qf[s]
 
@@ -126,14 +126,18 @@ def register_queue_kernel(kc: int, max_regs: int | None, flags: tuple[int, int, 
                 if hit and before(z, f, qz[kc - 1], qf[kc - 1]):
                     qz, qf = insert(qz, qf, z, f, size)
                     size = wp.min(size + 1, kc)
-            for s in range(kc):
+            for s in range(wp.static(kc)):
                 if qf[s] == NO_FACE:
                     qf[s] = -1
             store(ps, q, qf)
 
     # A distinct name per variant: readable profiles, and kernels generated from one
     # function stay apart wherever Warp keys them by name (CPU graph capture does).
-    return variants.variant_kernel(raster_register_queue, f"raster_queue_{kc}", flags, max_regs)
+    # max_unroll kc: every per-slot loop unrolled (Warp's default of 16 left the 32-slot
+    # queue's loops to run time, its slots indexed at run time)
+    return variants.variant_kernel(
+        raster_register_queue, f"raster_queue_{kc}", flags, max_regs, max_unroll=max(kc, 16)
+    )
 
 
 def register_kernel(k: int, device, flags: tuple[int, int, int], tuning) -> wp.Kernel:
