@@ -141,35 +141,46 @@ def test_tuning_validation():
     assert hash(t) == hash(wr.Tuning(max_registers=(("queue8", 56),)))
 
 
-@pytest.mark.parametrize("k", [17, 32])
-def test_register_queue_past_16_equals_the_output_queue(device, k):
-    """K in (16, 32] served by the 32-slot register queue (``register_queue_max_k=32``)
-    gives the output-array queue's fragments bit for bit (the same insertions in the
-    same order), and the float32 oracle's, on a stack of 40 overlapping triangles
-    (every queue full). Without blur: with it, K > 16 takes the output-array queue
-    by default (``register_queue_max_k_blur``)."""
+@pytest.mark.parametrize(("k", "blur"), [(17, 0.0), (32, 0.0), (32, 0.01)])
+def test_register_queue_past_16_equals_the_output_queue(device, k, blur):
+    """K in (16, 32] served by the 32-slot register queue (``register_queue_max_k`` and
+    ``register_queue_max_k_blur`` 32, the defaults) gives the output-array queue's
+    fragments bit for bit (the same insertions in the same order), and the float32
+    oracle's, on a stack of 40 overlapping triangles (every queue full) and 24 small
+    ones scattered over the image in front of and between them (with blur, faces
+    near a pixel but not over it compete for its slots too)."""
     rng = np.random.default_rng(4)
     nf = 40
     # each triangle holds the image (+-1 in NDC), its corners jittered
     xy = np.array([[-6.0, -6.0], [6.0, -6.0], [0.0, 6.0]]) + rng.uniform(-1.0, 1.0, (nf, 3, 2))
     z = rng.uniform(1.0, 3.0, (nf, 3, 1))
+    ns = 24
+    small_xy = rng.uniform(-1.0, 1.0, (ns, 1, 2)) + rng.uniform(-0.15, 0.15, (ns, 3, 2))
+    small_z = rng.uniform(0.5, 3.0, (ns, 1, 1)) + np.zeros((ns, 3, 1))
+    xy = np.concatenate([xy, small_xy])
+    z = np.concatenate([z, small_z])
+    nf += ns
     vnp = np.concatenate([xy, z], -1).reshape(-1, 3).astype(np.float32)
     fnp = np.arange(3 * nf, dtype=np.int32).reshape(nf, 3)
     verts = wp.array(vnp, dtype=wp.vec3, device=device)
     faces = wp.array(fnp, dtype=wp.int32, device=device)
-    s = wr.RasterSettings(image_size=(12, 10), faces_per_pixel=k)
+    s = wr.RasterSettings(image_size=(12, 10), faces_per_pixel=k, blur_radius=blur)
     outs = []
     for max_k in (16, 32):
-        tuning = wr.Tuning(register_queue_max_k=max_k, call_graphs=False)
+        tuning = wr.Tuning(register_queue_max_k=max_k, register_queue_max_k_blur=max_k,
+                           call_graphs=False)  # fmt: skip
         ws = wr.RasterWorkspace(num_meshes=1, num_faces=nf, settings=s, device=device,
                                 tuning=tuning)  # fmt: skip
         frags = wr.rasterize_meshes(verts, faces, [0], [nf], settings=s, workspace=ws)
         launched = {name: cmd[1].kernel.key for name, cmd in ws.launches._cmds.items()}
         assert ("raster_queue_32" in launched.get("queue", "")) == (max_k == 32)
         outs.append(frags.numpy())
+    assert wr.Tuning().register_queue_serves(k, blur > 0)  # the default serves it
     ref = rasterize_reference(vnp, fnp, np.array([0]), np.array([nf]), image_size=(12, 10),
-                              faces_per_pixel=k, dtype=np.float32)  # fmt: skip
+                              faces_per_pixel=k, blur_radius=blur, dtype=np.float32)  # fmt: skip
     assert (outs[1]["pix_to_face"][..., k - 1] >= 0).all()  # every queue full
+    if blur > 0:  # some slot holds a face the pixel centre is outside of
+        assert (outs[1]["dists"][outs[1]["pix_to_face"] >= 0] > 0).any()
     assert outs[0].keys() == outs[1].keys()
     for name in outs[0]:
         np.testing.assert_array_equal(outs[1][name], outs[0][name], err_msg=name)

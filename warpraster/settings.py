@@ -216,10 +216,10 @@ class Tuning:
         register_queue_max_k: largest K served by a top-K queue in registers
             (at most 32); larger K keep the queue in the output arrays.
         register_queue_max_k_blur: the same when ``blur_radius > 0`` (more faces
-            offered per pixel: on an H200, ico5 x8 512² K = 32, the 32-slot
-            register queue took 1.45 / 1.67 ms graph forward / forward + backward
+            offered per pixel). On an H200, ico5 x8 512² K = 32, graph forward /
+            forward + backward, the 32-slot register queue took 1.15 / 1.37 ms
             against 1.55-1.60 / 1.77-1.83 for the output-array queue without blur,
-            but 3.72 / 4.61 against 3.32-3.35 / 4.21-4.23 with blur 1e-4).
+            and 2.75-2.76 / 3.64 against 3.33-3.35 / 4.20-4.24 with blur 1e-4.
         max_sorted_bin: longest bin list sorted by face index when faces must be
             offered in index order (clipped meshes); longer lists fall back to
             every face of the mesh (exact, slower).
@@ -239,7 +239,7 @@ class Tuning:
     wide_outputs: bool = True
     fill_empty_once: bool = True
     register_queue_max_k: int = 32
-    register_queue_max_k_blur: int = 16
+    register_queue_max_k_blur: int = 32
     max_sorted_bin: int = 256
     max_registers: tuple[tuple[str, int], ...] = field(default=())
     call_graphs: bool | None = None

@@ -3,7 +3,7 @@
 The queue is ordered by (depth, face index), a total order, so the order in
 which faces are offered does not change the result. It lives in registers for
 K <= 32 (kernels generated per size bucket by :func:`register_queue_kernel`;
-K <= 16 with blur, ``Tuning.register_queue_max_k_blur``) or in the output arrays
+``Tuning.register_queue_max_k`` / ``register_queue_max_k_blur``) or in the output arrays
 for any K (:data:`output_queue_kernel`), which also serves PyTorch3D's rule for
 the two halves of a clipped face.
 
