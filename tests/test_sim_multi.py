@@ -332,3 +332,28 @@ def test_bad_input_is_named_before_any_kernel_runs():
     # nothing was rendered by any of the rejected calls
     for s, b in zip(multi.sensors, before, strict=True):
         np.testing.assert_array_equal(s.frames[0].depth.numpy(), b)
+
+
+@needs_cpu
+def test_channels_subset_gathers_only_those():
+    """``channels`` reaches every device's sensor: the gathered channels are the ones
+    written, equal to a sensor writing all of them, and another channel raises."""
+    g = wsim.SensorGeometry()
+    g.add_body_mesh(0, *BOX, world=0, shape_index=5)
+    g.add_body_mesh(1, *BOX, world=1, shape_index=6)
+    outs = []
+    for channels in (None, ("depth", "shape_index")):
+        multi = wsim.MultiDeviceSensor(g, devices=CPU2, world_count=2, image_size=6,
+                                       clear_depth=3.0, channels=channels)  # fmt: skip
+        cam = [wp.array([[CAMS[0]]], dtype=wp.transform, device="cpu") for _ in range(2)]
+        fov = [wp.array(FOVS[:1], dtype=wp.float32, device="cpu") for _ in range(2)]
+        body = [wp.array([(0, 0, 0.4, 0, 0, 0, 1)] * 2, dtype=wp.transform, device="cpu")
+                for _ in range(2)]  # fmt: skip
+        multi.update(camera_transforms=cam, camera_fovs=fov, body_q=body)
+        outs.append(multi.numpy())
+    assert tuple(outs[1]) == ("depth", "shape_index")
+    for name in outs[1]:
+        np.testing.assert_array_equal(outs[1][name], outs[0][name])
+    assert (outs[1]["shape_index"] == 6).any()
+    with pytest.raises(ValueError, match="channel"):
+        multi.gather("color")

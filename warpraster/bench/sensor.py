@@ -9,11 +9,12 @@ image loss + ``tape.backward`` (forward + backward), eagerly and captured in a
 graph and replayed (cpu too: the replay of a graph is the eager call there), as
 milliseconds per call (the mean over ``--runs`` calls after a warm-up) and
 images per second (graph), once with the loss as two ``image_loss`` calls and
-once fused into the sensor's backward (``frame_loss``); with ``--newton`` also
-Newton's ``SensorTiledCamera`` (colour + depth, its own update, eager) on the
-same scene. The sensor's backward is its deterministic one unless
-``--generated-backward`` (Warp's generated adjoints and the rasterizer's atomic
-backward) is given.
+once fused into the sensor's backward (``frame_loss``), the sensor writing colour
+and depth (``channels``, the outputs Newton's sensor is timed with), then fused
+with all seven channels written ("7 ch"); with ``--newton`` also Newton's
+``SensorTiledCamera`` (colour + depth, its own update, eager) on the same scene.
+The sensor's backward is its deterministic one unless ``--generated-backward``
+(Warp's generated adjoints and the rasterizer's atomic backward) is given.
 """
 
 from __future__ import annotations
@@ -26,11 +27,15 @@ import numpy as np
 import warp as wp
 
 from ..primitives import torus
+from ..sim.frame import SensorFrame
 from ..sim.geometry import SensorGeometry
 from ..sim.loss import frame_loss, image_loss
 from ..sim.sensor import CameraSensor, look_at_transform
 
 __all__ = ["bench_newton", "bench_sensor", "run"]
+
+#: The channels timed against Newton's sensor (its colour and depth outputs).
+COMPARED = ("color", "depth")
 
 
 def _scene(worlds: int, cameras: int, seed: int = 0):
@@ -84,11 +89,12 @@ def _materials(geo: SensorGeometry, device):
 
 def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
                  deterministic=True, profile=False, fused_loss=False,
-                 near_clip=None, materials=False) -> dict:  # fmt: skip
+                 near_clip=None, materials=False, channels=COMPARED) -> dict:  # fmt: skip
     """Times the sensor scene; ``fused_loss``: the loss is :func:`frame_loss` (its
     gradient computed inside the sensor's backward, no channel gradient buffers)
     instead of two :func:`image_loss` calls; ``near_clip``: the sensor's (None: its
-    default); ``materials``: each torus textured and the core's lights on."""
+    default); ``materials``: each torus textured and the core's lights on;
+    ``channels``: the channels the sensor writes (None: all seven)."""
     device = wp.get_device(device)
     verts, faces, bodies, cams = _scene(worlds, cameras)
     geo = SensorGeometry()
@@ -100,6 +106,7 @@ def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
                           light_direction=(-0.577, 0.577, -0.577), device=device,
                           requires_grad=True,
                           grad_channels=() if fused_loss else ("color", "depth"),
+                          channels=channels,
                           deterministic=deterministic, lights=lights,
                           **({} if near_clip is None else {"near_clip": near_clip}))  # fmt: skip
     body_q = wp.array(bodies, dtype=wp.transform, device=device, requires_grad=True)
@@ -148,12 +155,14 @@ def bench_sensor(*, worlds=64, cameras=2, size=128, runs=50, device=None,
         forward_backward()
         wp.timing_print(wp.timing_end())
     images = worlds * cameras
-    covered = float((frame.alpha.numpy() > 0).mean())
+    covered = float((frame.depth.numpy() != 0.0).mean())  # (clear_depth 0)
     return {
         "scene": f"sensor_{worlds}w_{cameras}c_torus2k_{size}" + ("_tex_lit" if materials else ""),
         "device": str(device),
         "backward": "deterministic" if deterministic else "generated",
-        "loss": "frame_loss (fused)" if fused_loss else "image_loss x2",
+        "loss": ("frame_loss (fused)" if fused_loss else "image_loss x2")
+        + ("" if channels == COMPARED else " 7 ch" if channels is None else " *"),
+        "channels": list(SensorFrame.CHANNELS if channels is None else channels),
         "images": images,
         "coverage": covered,
         **rows,
@@ -219,17 +228,17 @@ def run(args, argv: list[str]) -> int:
               device=args.device)  # fmt: skip
     rows = [bench_sensor(**kw, deterministic=not args.generated_backward, profile=args.profile,
                          fused_loss=fused, near_clip=args.near_clip,
-                         materials=args.materials)
-            for fused in (False, True)]  # fmt: skip
+                         materials=args.materials, channels=channels)
+            for fused, channels in ((False, COMPARED), (True, COMPARED), (True, None))]  # fmt: skip
     if args.newton:
         rows.append(bench_newton(**kw))
     device = wp.get_device(args.device)
     print(f"warpraster bench --suite sensor on {device} ({getattr(device, 'name', '')})")
-    print(f"{'scene':<34}{'loss':<20}{'fwd ms':>9}{'f+b ms':>9}{'graph f':>9}{'graph f+b':>10}"
+    print(f"{'scene':<34}{'loss':<24}{'fwd ms':>9}{'f+b ms':>9}{'graph f':>9}{'graph f+b':>10}"
           f"{'img/s f':>10}{'img/s f+b':>11}")  # fmt: skip
     for r in rows:
         cells = [_cell(r, key, w, fmt) for key, w, fmt in _COLUMNS]
-        print(f"{r['scene']:<34}{r.get('loss', '-'):<20}" + "".join(cells), flush=True)
+        print(f"{r['scene']:<34}{r.get('loss', '-'):<24}" + "".join(cells), flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(rows, fh, indent=1)

@@ -15,7 +15,10 @@ from .. import ClipWorkspace, RasterWorkspace
 from .antialias import FrameAntialias
 from .kernel_args import Channels, FrameScene
 
-__all__ = ["SensorFrame"]
+__all__ = ["SensorFrame", "select_channels"]
+
+#: Every image channel of a frame, in the order of the channel kernel's bits.
+CHANNELS = ("color", "albedo", "normal", "depth", "forward_depth", "alpha", "shape_index")
 
 
 @dataclass
@@ -50,6 +53,8 @@ class SensorFrame:
             only; else None).
         antialias: the slot's :class:`~warpraster.sim.antialias.FrameAntialias`
             (``antialias`` only; else None).
+        names: the channels the sensor writes (its ``channels``); the others are
+            empty arrays of shape ``(world_count, camera_count, 0, 0)``.
     """
 
     color: wp.array
@@ -72,8 +77,9 @@ class SensorFrame:
     channels: Channels | None = None
     hard_color: wp.array | None = None
     antialias: FrameAntialias | None = None
+    names: tuple[str, ...] = CHANNELS
 
-    CHANNELS = ("color", "albedo", "normal", "depth", "forward_depth", "alpha", "shape_index")
+    CHANNELS = CHANNELS
 
     #: its gradient arrays are its own: cleared when a recorded update writes it
     #: (warpraster.grad_buffers)
@@ -87,10 +93,41 @@ class SensorFrame:
         return getattr(self, name)
 
     def numpy(self) -> dict[str, np.ndarray]:
-        """Host copies of the image channels (reads the device).
+        """Host copies of the image channels the sensor writes (reads the device).
 
         Each array is a copy of its own (on the ``cpu`` device too, where
         ``wp.array.numpy()`` is a view): frames kept from a loop over one slot
         keep their values when the next update rewrites the slot.
         """
-        return {name: np.array(getattr(self, name).numpy()) for name in self.CHANNELS}
+        return {name: np.array(getattr(self, name).numpy()) for name in self.names}
+
+
+def select_channels(channels, grad_channels, antialias: bool) -> tuple[tuple[str, ...], frozenset]:
+    """(the channels written, in :data:`CHANNELS` order; the channels with gradient
+    buffers) of a sensor's ``channels`` and ``grad_channels`` arguments (None: every
+    channel; every float channel written). Raises TypeError / ValueError naming the
+    argument."""
+    names = []
+    for arg, given in (("channels", channels), ("grad_channels", grad_channels)):
+        if isinstance(given, str):
+            raise TypeError(f"{arg} must be a sequence of channel names, not a string")
+        if given is not None:
+            unknown = set(given) - set(CHANNELS)
+            if unknown:
+                raise ValueError(f"{arg}: unknown {sorted(unknown)}; choose from {CHANNELS}")
+        names.append(given)
+    written = CHANNELS if channels is None else tuple(c for c in CHANNELS if c in set(channels))
+    if not written:
+        raise ValueError("channels must name at least one channel")
+    floats = [c for c in written if c != "shape_index"]
+    grads = frozenset(floats if grad_channels is None else grad_channels)
+    if "shape_index" in grads:
+        raise ValueError("grad_channels: shape_index is an integer channel (no gradient)")
+    unwritten = grads - set(written)
+    if unwritten:
+        raise ValueError(f"grad_channels: {sorted(unwritten)} not among the channels written "
+                         f"(channels={written})")  # fmt: skip
+    if antialias and "color" not in written:
+        raise ValueError("antialias: the antialias pass writes the colour; include 'color' "
+                         "in channels")  # fmt: skip
+    return written, grads

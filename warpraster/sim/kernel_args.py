@@ -87,7 +87,7 @@ class MaterialArrays:
 
 @wp.struct
 class Look:
-    """Shading and coverage options (see ``render.CHANNEL_KERNELS``), the
+    """Shading and coverage options (see ``render.channels_kernel``), the
     :class:`MaterialArrays`, the material table (its ``diffuse`` is
     ``materials.colors``) and the light list (``lights``: the shading core's
     lights, read only by the channel variants compiled with them; their rows per

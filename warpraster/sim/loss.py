@@ -352,10 +352,12 @@ def frame_loss(
     out = frames[frame]
     if color_target is None and depth_target is None:
         raise ValueError("give color_target, depth_target or both")
-    if color_target is not None:
-        _check_target(color_target, out.color, "color_target")
-    if depth_target is not None:
-        _check_target(depth_target, out.depth, "depth_target")
+    for target, channel in ((color_target, "color"), (depth_target, "depth")):
+        if target is not None:
+            if channel not in out.names:
+                raise ValueError(f"{channel}_target: the sensor does not write {channel!r} "
+                                 f"(its channels: {out.names})")  # fmt: skip
+            _check_target(target, getattr(out, channel), f"{channel}_target")
     if not isinstance(loss_out, wp.array):
         raise TypeError(f"loss_out must be a wp.array, got {type(loss_out).__name__}")
     if loss_out.dtype != wp.float32 or loss_out.ndim != 1 or loss_out.shape[0] < 1:

@@ -286,19 +286,22 @@ class MultiDeviceSensor:
         logging and tests, outside the simulation step.
 
         Args:
-            channel: one of :attr:`SensorFrame.CHANNELS`.
+            channel: one of the channels the sensors write (``channels``; all of
+                :attr:`SensorFrame.CHANNELS` by default).
             frame: the frame slot.
         """
-        if channel not in SensorFrame.CHANNELS:
-            raise ValueError(f"channel must be one of {SensorFrame.CHANNELS}, got {channel!r}")
+        names = self.sensors[0].channels
+        if channel not in names:
+            raise ValueError(f"channel must be one of the channels written {names}, "
+                             f"got {channel!r}")  # fmt: skip
         check_frame(frame, self.frame_count)
         return np.concatenate(
             [getattr(s.frames[frame], channel).numpy() for s in self.sensors], axis=0
         )
 
     def numpy(self, *, frame: int = 0) -> dict[str, np.ndarray]:
-        """:meth:`gather` of every channel (host read, outside the step)."""
-        return {name: self.gather(name, frame=frame) for name in SensorFrame.CHANNELS}
+        """:meth:`gather` of every channel written (host read, outside the step)."""
+        return {name: self.gather(name, frame=frame) for name in self.sensors[0].channels}
 
 
 __all__ = ["MultiDeviceSensor"]

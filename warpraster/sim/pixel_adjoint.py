@@ -108,7 +108,7 @@ def _no_taps(taps: TexelTaps, i: int):
 def _make_channels_adjoint(
     soft: bool, smooth_normals: bool, textured: bool, lit: bool, max_registers: int | None = None
 ):
-    """The adjoint of ``render.CHANNEL_KERNELS[soft, textured]`` (the same inputs), per pixel;
+    """The adjoint of ``render.channels_kernel(soft, textured, ...)`` (the same inputs), per pixel;
     ``smooth_normals`` compiled in (the ``smooth`` argument is then ignored), so
     each variant keeps only its own registers; ``textured``: an albedo that varies
     over a face (a texture or corner colours), with its gradients (to the

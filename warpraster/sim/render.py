@@ -21,6 +21,8 @@ warpraster's NDC has +X left and the shorter image side spanning [-1, 1], so
 
 from __future__ import annotations
 
+import functools
+
 import warp as wp
 
 from ..geometry import edge_function, finite_cross, finite_vec3, pixel_centre
@@ -430,11 +432,13 @@ def surface_albedo(surface: Surface, look: Look, f: int, b: wp.vec3) -> wp.vec3:
     return wp.vec3(a[0], a[1], a[2])
 
 
-def _make_channels_kernel(soft: bool, varying: bool, lit: bool):
+def _make_channels_kernel(soft: bool, varying: bool, lit: bool, written: int):
     """The channel kernel; ``soft``: with the soft-silhouette branch (a separate
     variant so that the sharp one keeps its adjoint small); ``varying``: albedos
     that vary over a face (textures, corner colours) read, else each face's
-    material colour alone; ``lit``: the core's lights (``look.lights``) added."""
+    material colour alone; ``lit``: the core's lights (``look.lights``) added;
+    ``written``: the channels it writes (bit i: ``SensorFrame.CHANNELS[i]``; the
+    others' stores are not compiled in)."""
 
     @wp.kernel(module="unique", module_options=FORWARD_OPTIONS)
     def channels_kernel(
@@ -491,13 +495,20 @@ def _make_channels_kernel(soft: bool, varying: bool, lit: bool):
                     v0, v1, v2, b, fwd = outline_point(view, surface.faces, frame.ndc, f, y, x)
         out = channels_out
         if f < 0:
-            out.color[w, c, y, x] = look.clear_color
-            out.albedo[w, c, y, x] = wp.vec3(0.0)
-            out.normal[w, c, y, x] = wp.vec3(0.0)
-            out.depth[w, c, y, x] = look.clear_depth
-            out.forward_depth[w, c, y, x] = look.clear_depth
-            out.alpha[w, c, y, x] = 0.0
-            out.shape_index[w, c, y, x] = _NO_SHAPE
+            if wp.static(written & 1):
+                out.color[w, c, y, x] = look.clear_color
+            if wp.static(written & 2):
+                out.albedo[w, c, y, x] = wp.vec3(0.0)
+            if wp.static(written & 4):
+                out.normal[w, c, y, x] = wp.vec3(0.0)
+            if wp.static(written & 8):
+                out.depth[w, c, y, x] = look.clear_depth
+            if wp.static(written & 16):
+                out.forward_depth[w, c, y, x] = look.clear_depth
+            if wp.static(written & 32):
+                out.alpha[w, c, y, x] = 0.0
+            if wp.static(written & 64):
+                out.shape_index[w, c, y, x] = _NO_SHAPE
             return
         i, p0, p1, p2 = face_points(surface, frame.points, f)
         hit = b[0] * p0 + b[1] * p1 + b[2] * p2
@@ -526,24 +537,34 @@ def _make_channels_kernel(soft: bool, varying: bool, lit: bool):
             lights = lambert_light_sum(look.lights, light_row(look, n, w), hit, nrm)
             shaded = shaded + wp.cw_mul(albedo, lights)
         clear_depth = look.clear_depth
-        out.color[w, c, y, x] = a * shaded + (1.0 - a) * look.clear_color
-        out.albedo[w, c, y, x] = a * albedo
-        out.normal[w, c, y, x] = a * nrm
-        out.depth[w, c, y, x] = a * depth + (1.0 - a) * clear_depth
-        out.forward_depth[w, c, y, x] = a * fwd + (1.0 - a) * clear_depth
-        out.alpha[w, c, y, x] = a
+        if wp.static(written & 1):
+            out.color[w, c, y, x] = a * shaded + (1.0 - a) * look.clear_color
+        if wp.static(written & 2):
+            out.albedo[w, c, y, x] = a * albedo
+        if wp.static(written & 4):
+            out.normal[w, c, y, x] = a * nrm
+        if wp.static(written & 8):
+            out.depth[w, c, y, x] = a * depth + (1.0 - a) * clear_depth
+        if wp.static(written & 16):
+            out.forward_depth[w, c, y, x] = a * fwd + (1.0 - a) * clear_depth
+        if wp.static(written & 32):
+            out.alpha[w, c, y, x] = a
         if sharp:
-            out.shape_index[w, c, y, x] = surface.shape_index[s]
+            if wp.static(written & 64):
+                out.shape_index[w, c, y, x] = surface.shape_index[s]
         else:
-            out.shape_index[w, c, y, x] = _NO_SHAPE
+            if wp.static(written & 64):
+                out.shape_index[w, c, y, x] = _NO_SHAPE
 
     return channels_kernel
 
 
-#: The channel kernels by (soft silhouette, varying albedo, core lights).
-CHANNEL_KERNELS = {
-    (soft, varying, lit): _make_channels_kernel(soft, varying, lit)
-    for soft in (False, True)
-    for varying in (False, True)
-    for lit in (False, True)
-}
+#: Every channel written (the bits of :func:`channels_kernel`'s ``written``).
+ALL_CHANNELS = 0x7F
+
+
+@functools.cache
+def channels_kernel(soft: bool, varying: bool, lit: bool, written: int = ALL_CHANNELS):
+    """The channel kernel for (soft silhouette, varying albedo, core lights, the
+    channels written), made on first use."""
+    return _make_channels_kernel(bool(soft), bool(varying), bool(lit), int(written))
