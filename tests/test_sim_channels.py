@@ -11,6 +11,7 @@ raises before any launch, naming the argument.
 import numpy as np
 import pytest
 import warp as wp
+from test_sim_frame_loss import box_and_sphere
 
 import warpraster.sim as wsim
 
@@ -18,15 +19,9 @@ DEVICE = "cpu"
 
 
 def _scene(channels, *, sigma=0.0, deterministic=True, antialias=False, grad_channels=None):
-    g = wsim.SensorGeometry()
-    bv, bf = wsim.box_mesh(0.4, 0.25, 0.15)
-    sv, sf = wsim.sphere_mesh(0.12, segments=12, rings=8)
-    for w in range(2):
-        g.add_body_mesh(w, bv, bf, world=w, color=(0.8, 0.3, 0.2))
-        g.add_body_mesh(w, sv + np.array([0.0, 0.0, 0.2], np.float32), sf, world=w,
-                        color=(0.2, 0.4, 0.9))  # fmt: skip
     return wsim.CameraSensor(
-        g, world_count=2, camera_count=2, image_size=(24, 32), silhouette_sigma=sigma,
+        box_and_sphere(), world_count=2, camera_count=2, image_size=(24, 32),
+        silhouette_sigma=sigma,
         light_direction=(-0.577, 0.577, -0.577), device=DEVICE, requires_grad=True,
         deterministic=deterministic, antialias=antialias, channels=channels,
         grad_channels=("color", "depth") if grad_channels is None else grad_channels,

@@ -18,7 +18,8 @@ import warpraster.sim as wsim
 DEVICE = "cpu"
 
 
-def _scene(*, sigma: float, grad_channels, deterministic: bool = True, device=DEVICE):
+def box_and_sphere() -> wsim.SensorGeometry:
+    """Two worlds, each a box and a sphere on body w (also test_sim_channels.py's)."""
     g = wsim.SensorGeometry()
     bv, bf = wsim.box_mesh(0.4, 0.25, 0.15)
     sv, sf = wsim.sphere_mesh(0.12, segments=12, rings=8)
@@ -26,6 +27,11 @@ def _scene(*, sigma: float, grad_channels, deterministic: bool = True, device=DE
         g.add_body_mesh(w, bv, bf, world=w, color=(0.8, 0.3, 0.2))
         g.add_body_mesh(w, sv + np.array([0.0, 0.0, 0.2], np.float32), sf, world=w,
                         color=(0.2, 0.4, 0.9))  # fmt: skip
+    return g
+
+
+def _scene(*, sigma: float, grad_channels, deterministic: bool = True, device=DEVICE):
+    g = box_and_sphere()
     cams = [
         wsim.look_at_transform(e, (0.0, 0.0, 0.3)) for e in ((2.0, -2.5, 1.8), (-1.5, -1.0, 3.0))
     ]
