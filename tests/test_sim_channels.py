@@ -80,6 +80,8 @@ def test_colour_and_depth_alone_equal_all_channels(sigma, deterministic):
     for name in ("albedo", "normal", "forward_depth", "alpha", "shape_index"):
         assert getattr(frame, name).shape == (2, 2, 0, 0), name
     assert tuple(frame.numpy()) == ("color", "depth")
+    with pytest.raises(AttributeError, match="channels"):  # its kernels are built for them
+        part.channels = ("color",)
     assert set(full.frames[0].numpy()) == set(wsim.SensorFrame.CHANNELS)
 
 

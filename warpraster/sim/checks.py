@@ -204,7 +204,8 @@ class FixedOptions:
     _FIXED = frozenset((
         "world_count", "camera_count", "frame_count", "image_size", "silhouette_sigma",
         "blur_radius", "antialias", "near_clip", "clear_color", "clear_depth", "ambient",
-        "smooth_normals", "grad_channels", "up", "deterministic", "exact_perspective_grad",
+        "smooth_normals", "grad_channels", "channels", "_written", "up", "deterministic",
+        "exact_perspective_grad",
         "bin_size", "device", "lights", "requires_grad", "geometry", "material_grad",
         "shape_colors", "light_direction", "light_intensity", "atlas",
     ))  # fmt: skip
