@@ -44,7 +44,15 @@ from ..meshes import as_faces_array
 from ..raster.workspace import CallGraph
 from ..structs import StructCache
 from ..tape_replay import RecordedCall
-from .kernels import AAGrads, AAInputs, PairRecords, adjoint, analyse_pairs, blend
+from .kernels import (
+    AAGrads,
+    AAInputs,
+    PairRecords,
+    adjoint,
+    adjoint_stored,
+    analyse_pairs,
+    blend,
+)
 from .sparse import copy_color, sparse_blend
 from .topology import AntialiasTopology, edge_opposites
 
@@ -397,7 +405,8 @@ class Antialias:
         g.num_verts = self.topology.num_verts
         g.verts_grad = self._no_verts_grad if verts_grad is None else verts_grad
         g.entries = self._entries
-        wp.launch(adjoint, dim=(n, h, w), inputs=[a, g], device=self.device, record_tape=False)
+        wp.launch(adjoint_stored if store else adjoint, dim=(n, h, w), inputs=[a, g],
+                  device=self.device, record_tape=False)  # fmt: skip
         if store:
             self._sum.run(self._entries.values, self.topology.num_verts, verts_grad,
                           accumulate=True)  # fmt: skip
