@@ -107,7 +107,6 @@ def select_channels(channels, grad_channels, antialias: bool) -> tuple[tuple[str
     buffers) of a sensor's ``channels`` and ``grad_channels`` arguments (None: every
     channel; every float channel written). Raises TypeError / ValueError naming the
     argument."""
-    names = []
     for arg, given in (("channels", channels), ("grad_channels", grad_channels)):
         if isinstance(given, str):
             raise TypeError(f"{arg} must be a sequence of channel names, not a string")
@@ -115,7 +114,6 @@ def select_channels(channels, grad_channels, antialias: bool) -> tuple[tuple[str
             unknown = set(given) - set(CHANNELS)
             if unknown:
                 raise ValueError(f"{arg}: unknown {sorted(unknown)}; choose from {CHANNELS}")
-        names.append(given)
     written = CHANNELS if channels is None else tuple(c for c in CHANNELS if c in set(channels))
     if not written:
         raise ValueError("channels must name at least one channel")
