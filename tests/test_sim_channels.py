@@ -29,8 +29,8 @@ def _scene(channels, *, sigma=0.0, deterministic=True, antialias=False, grad_cha
 
 
 def _train(sensor, steps=3):
-    """Three gradient-descent steps on the body poses, a fresh tape each; returns
-    every step's colour, depth and gradients."""
+    """Three gradient-descent steps on the body poses, a fresh tape each (no
+    ``tape.zero()``); returns every step's colour, depth and gradients."""
     eyes = ((2.0, -2.5, 1.8), (-1.5, -1.0, 3.0))
     cams = [wsim.look_at_transform(e, (0.0, 0.0, 0.3)) for e in eyes]
     cam_q = wp.array([[c] * 2 for c in cams], dtype=wp.transform, device=DEVICE,
@@ -46,6 +46,10 @@ def _train(sensor, steps=3):
     td = wp.array(rng.uniform(1, 4, frame.depth.shape).astype(np.float32), device=DEVICE)
     out = []
     for _ in range(steps):
+        # the loop users write: a fresh tape, the caller's own inputs' gradients
+        # cleared (the sensor clears its buffers itself: no tape.zero())
+        for a in (body_q, cam_q, fovs):
+            a.grad.zero_()
         loss = wp.zeros(1, dtype=float, device=DEVICE, requires_grad=True)
         tape = wp.Tape()
         with tape:
@@ -59,7 +63,6 @@ def _train(sensor, steps=3):
         q = body_q.numpy()
         q[:, :3] -= 0.05 * body_q.grad.numpy()[:, :3]
         body_q.assign(q)
-        tape.zero()
     return out
 
 
