@@ -12,7 +12,10 @@ from p3d_cases import camera_case_names, case_params, load_case, raster_args, ra
 from p3d_compare import compare_with_case
 
 import warpraster as wr
+from warpraster.fragments import allocate_fragments
+from warpraster.meshes import pack_meshes
 from warpraster.primitives import ico_sphere
+from warpraster.raster.launch import rasterize_packed
 
 # Float outputs of the slots whose face agrees: PyTorch3D computes them in float32
 # with the same operations; Warp's compiler may contract a*b+c into an FMA, which
@@ -614,3 +617,72 @@ def test_output_stores_wide_and_narrow_match_the_oracle(k, size, wide, device):
             )
     # a second layer over ~25% of the pixels at the checked size, fewer when small
     assert covered[0] > 0.2 and covered[1] < covered[0] < covered[2]
+
+
+@pytest.mark.parametrize(("k", "specialize"), [(1, None), (4, True)],
+                         ids=["k1-flags-read", "k4-wide-flags-compiled"])  # fmt: skip
+def test_workspace_without_dists_leaves_only_them_out(k, specialize, device):
+    """``RasterWorkspace(write_dists=False)`` (the sensor's sharp pass): pix_to_face,
+    zbuf and bary_coords equal the float32 oracle bit for bit, on the one-slot
+    (K = 1) and the 16-byte (K = 4) output pass, with the flags read at run time
+    and compiled in; dists hold NaN (never written) over two calls; the vertex
+    gradients of a loss on zbuf and bary_coords equal those of a workspace that
+    writes dists, bit for bit (the backward recomputes each slot from the faces),
+    in a loop of fresh tapes; and a call with ``out=`` still writes its dists."""
+    rng = np.random.default_rng(77 + k)
+    scene = _random_scene(rng)
+    flags = {"perspective_correct": True, "blur_radius": 0.004}
+    ref = rasterize_reference(**scene, faces_per_pixel=k, **flags, dtype=np.float32)
+    faces = wp.array(scene["faces"], dtype=wp.int32, device=device)
+    first = wp.array(scene["mesh_to_face_first_idx"], dtype=wp.int32, device=device)
+    count = wp.array(scene["num_faces_per_mesh"], dtype=wp.int32, device=device)
+
+    def workspace(write_dists):
+        return wr.RasterWorkspace(
+            num_meshes=3, num_faces=len(scene["faces"]), image_size=scene["image_size"],
+            faces_per_pixel=k, bin_size=8, device=device, requires_grad=True,
+            tuning=wr.Tuning(specialize=specialize), write_dists=write_dists,
+        )  # fmt: skip
+
+    spaces = {w: workspace(w) for w in (False, True)}
+    grads = {}
+    for step in range(2):
+        for w, ws in spaces.items():
+            verts = wp.array(scene["verts"] * (1.0 + 0.01 * step), dtype=wp.vec3, device=device,
+                             requires_grad=True)  # fmt: skip
+            loss = wp.zeros(1, dtype=wp.float32, device=device, requires_grad=True)
+            tape = wp.Tape()
+            with tape:
+                fr = wr.rasterize_meshes(verts, faces, first, count, image_size=scene["image_size"],
+                                         faces_per_pixel=k, bin_size=8, workspace=ws, **flags)  # fmt: skip
+                wp.launch(_zbuf_bary_loss, dim=fr.zbuf.size, device=device,
+                          inputs=[fr.zbuf.flatten(), fr.bary_coords.flatten()], outputs=[loss])  # fmt: skip
+            tape.backward(loss)
+            grads[w] = verts.grad.numpy().copy()
+            out = fr.numpy()
+            if step == 0:
+                np.testing.assert_array_equal(out["pix_to_face"], ref.pix_to_face)
+                for key in ("zbuf", "bary_coords"):
+                    np.testing.assert_array_equal(out[key], getattr(ref, key).astype(np.float32))
+            if w:
+                assert np.isfinite(out["dists"]).all()
+            else:
+                assert np.isnan(out["dists"]).all()
+        assert np.abs(grads[True]).max() > 0.0  # the loss reaches the vertices
+        np.testing.assert_array_equal(grads[False], grads[True])
+    # out= (the torch adapter's form): the caller's arrays get everything
+    mine = allocate_fragments(3, *scene["image_size"], k, device, False)
+    verts = wp.array(scene["verts"], dtype=wp.vec3, device=device)
+    settings = wr.RasterSettings(image_size=scene["image_size"], faces_per_pixel=k, bin_size=8,
+                                 **flags)  # fmt: skip
+    rasterize_packed(pack_meshes(verts, faces, first, count), spaces[False], settings, out=mine)
+    np.testing.assert_array_equal(mine.pix_to_face.numpy(), ref.pix_to_face)
+    np.testing.assert_array_equal(mine.dists.numpy(), ref.dists.astype(np.float32))
+
+
+@wp.kernel
+def _zbuf_bary_loss(zbuf: wp.array(dtype=float), bary: wp.array(dtype=wp.vec3),
+                    loss: wp.array(dtype=float)):  # fmt: skip
+    i = wp.tid()
+    b = bary[i]
+    wp.atomic_add(loss, 0, 0.3 * zbuf[i] + b[0] - 0.5 * b[1] + 0.25 * b[2])

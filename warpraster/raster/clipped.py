@@ -38,6 +38,8 @@ class ClipWorkspace(SettingsViews):
             call on the cpu device) then skips the clip pass when no vertex is
             behind the near plane and the last pass kept every face
             (:class:`~warpraster.clip.ClipBuffers`).
+        write_dists: as for :class:`RasterWorkspace` (False: ``fragments.dists``
+            are not computed and hold NaN).
         **sizing: instead of ``settings``, the keywords ``image_size``,
             ``faces_per_pixel``, ``bin_size``, ``max_faces_per_bin`` and
             ``deterministic``, as for :class:`RasterWorkspace`
@@ -59,6 +61,7 @@ class ClipWorkspace(SettingsViews):
         requires_grad: bool = False,
         tuning: Tuning | None = None,
         static_faces: bool = False,
+        write_dists: bool = True,
         **sizing: Any,
     ):
         settings = RasterSettings.sizing(settings, **sizing)
@@ -71,7 +74,7 @@ class ClipWorkspace(SettingsViews):
             inner = settings.replace(max_faces_per_bin=default_max_faces_per_bin(num_faces))
         self.raster = RasterWorkspace(
             num_meshes=num_meshes, num_faces=2 * num_faces, settings=inner, device=device,
-            requires_grad=requires_grad, tuning=tuning,
+            requires_grad=requires_grad, tuning=tuning, write_dists=write_dists,
         )  # fmt: skip
         frags = self.raster.fragments
         # zbuf, dists and bary_coords are the raster workspace's own arrays: the

@@ -94,8 +94,10 @@ class PassArgs:
     seeded: int
     keys: wp.array(dtype=wp.uint64)
     # Out: the outputs, viewed as (N * H * W, K) rows; zbuf is also the depth queue
-    # of offer. ``out4``: the same outputs, 16 bytes at a time (when ``wide``)
+    # of offer. ``out4``: the same outputs, 16 bytes at a time (when ``wide``);
+    # ``write_dists`` 0: the output pass leaves ``dists`` out
     out: FragmentRows
+    write_dists: int
     wide: int
     out4: WideRows
     # which empty groups of four slots the wide output pass must still fill

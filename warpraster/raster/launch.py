@@ -167,7 +167,8 @@ def _launch_passes(
     slots = n * h * w * k
     wide = ps.wide != 0
     write = write_outputs_kernel(ws.device, settings.perspective_correct,
-                                 settings.clip_barycentric_coords, wide, k, tuning)  # fmt: skip
+                                 settings.clip_barycentric_coords, ps.write_dists != 0, wide, k,
+                                 tuning)  # fmt: skip
     launch("outputs", write, slots // 4 if wide else slots, [ps], key=ps_key)
 
 

@@ -1,5 +1,8 @@
 """The output pass: zbuf, bary_coords and dists of every slot from pix_to_face.
 
+``dists`` are left out (neither computed nor stored) for a workspace made with
+``write_dists=False`` (the sensor's sharp pass, which never reads them).
+
 A separate pass (the alternatives measured slower: docs/PERF.md). One
 thread per four slots writes them in 16-byte stores where K is a multiple of 4
 (``Tuning.wide_outputs``), else one thread per slot. The four-slot pass skips
@@ -27,7 +30,8 @@ def _write_slot(ps: PassArgs, q: int, s: int, p: wp.vec2):
     z, bary, d = face_values(ps, ps.out.pix_to_face[q, s], p)
     ps.out.zbuf[q, s] = z
     ps.out.bary[q, s] = bary
-    ps.out.dists[q, s] = d
+    if ps.write_dists != 0:
+        ps.out.dists[q, s] = d
 
 
 @wp.func
@@ -56,7 +60,8 @@ def write_group(ps: PassArgs, e0: int, f: wp.vec4i):
     z2, b2, d2 = face_values(ps, f[2], p)
     z3, b3, d3 = face_values(ps, f[3], p)
     store4(ps.out4.zbuf, g, wp.vec4(z0, z1, z2, z3))
-    store4(ps.out4.dists, g, wp.vec4(d0, d1, d2, d3))
+    if ps.write_dists != 0:
+        store4(ps.out4.dists, g, wp.vec4(d0, d1, d2, d3))
     store4(ps.out4.bary, 3 * g, wp.vec4(b0[0], b0[1], b0[2], b1[0]))
     store4(ps.out4.bary, 3 * g + 1, wp.vec4(b1[1], b1[2], b2[0], b2[1]))
     store4(ps.out4.bary, 3 * g + 2, wp.vec4(b2[2], b3[0], b3[1], b3[2]))
@@ -73,8 +78,9 @@ def _flat_pixel(ps: PassArgs, e: int) -> wp.vec2:
 def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ...] | None):
     """zbuf, bary_coords, dists of every slot from pix_to_face, one thread per slot
     or, ``wide``, per four slots written in 16-byte stores (``flags`` =
-    (perspective_correct, clip_barycentric_coords[, K when wide]) compiled in, or
-    None: read at run time).
+    (perspective_correct, clip_barycentric_coords, write_dists[, K when wide])
+    compiled in, or None: read at run time; compiled in, a variant without
+    ``dists`` leaves their computation out too).
     """
 
     def write_outputs(ps_in: PassArgs):
@@ -82,9 +88,10 @@ def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ..
         if wp.static(flags is not None):
             ps.perspective_correct = wp.static(flags[0])
             ps.clip_barycentric_coords = wp.static(flags[1])
+            ps.write_dists = wp.static(flags[2])
             if wp.static(wide):
                 # K compiled in too: the slot -> pixel division becomes a shift
-                ps.faces_per_pixel = wp.static(flags[2])
+                ps.faces_per_pixel = wp.static(flags[3])
         i = wp.tid()
         if wp.static(wide):
             f = load4i(ps.out4.pix_to_face, i)
@@ -104,10 +111,11 @@ def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ..
 
 
 def write_outputs_kernel(
-    device, perspective_correct: bool, clip_barycentric_coords: bool, wide: bool, k: int, tuning
+    device, perspective_correct: bool, clip_barycentric_coords: bool, write_dists: bool,
+    wide: bool, k: int, tuning,
 ) -> wp.Kernel:
     """The output-pass kernel for these flags (K compiled in when ``wide``)."""
-    flags = (perspective_correct, clip_barycentric_coords)
+    flags = (perspective_correct, clip_barycentric_coords, write_dists)
     flags = (*flags, k) if wide else flags
     flags = variants.device_flags(device, flags, tuning.specialize)
     return _write_outputs_family(wide, tuning.registers("outputs4" if wide else "outputs"), flags)

@@ -255,6 +255,11 @@ class RasterWorkspace(SettingsViews):
             defaults); ``ws.tuning`` may be reassigned between calls.
         allocate_outputs: False for a workspace whose calls always pass their
             own output arrays (``out=``; the torch adapter): ``fragments`` is None.
+        write_dists: False for a caller that never reads ``fragments.dists``
+            (the sensor's sharp pass): the output pass neither computes nor
+            stores them, and they hold NaN (so a blend that reads them anyway
+            shows it). Calls with ``out=`` still write theirs. Gradients are
+            unaffected: the backward recomputes each slot's values from the faces.
     """
 
     #: its gradient arrays are its own: cleared when a recorded forward writes it
@@ -276,6 +281,7 @@ class RasterWorkspace(SettingsViews):
         deterministic: bool = False,
         tuning: Tuning | None = None,
         allocate_outputs: bool = True,
+        write_dists: bool = True,
     ):
         settings = RasterSettings.sizing(
             settings, image_size=image_size, faces_per_pixel=faces_per_pixel, bin_size=bin_size,
@@ -288,6 +294,7 @@ class RasterWorkspace(SettingsViews):
         self.num_meshes = int(num_meshes)
         self.num_faces = int(num_faces)
         self.requires_grad = bool(requires_grad)
+        self.write_dists = bool(write_dists)
         f_alloc = max(self.num_faces, 1)
         self.face_mesh = wp.empty(f_alloc, dtype=wp.int32, device=self.device)
         self.face_bbox = wp.empty(f_alloc, dtype=wp.vec4, device=self.device)
@@ -334,6 +341,8 @@ class RasterWorkspace(SettingsViews):
                 self.num_meshes, h, w, self.faces_per_pixel, self.device, self.requires_grad,
                 overflow_count=self.overflow if self.binned else None,
             )  # fmt: skip
+            if not self.write_dists:
+                self.fragments.dists.fill_(float("nan"))
         # the workspace's own outputs: which groups of four slots an earlier call
         # left holding values (all at first: the first call writes every slot)
         self.fill_held = None
@@ -484,6 +493,8 @@ def make_pass(meshes, ws: RasterWorkspace, settings: RasterSettings, pix_to_face
     out.pix_to_face = pix_to_face.reshape((-1, k))
     out.zbuf = zbuf.reshape((-1, k))
     ps.wide = 0
+    # the caller's own arrays (not the workspace's) always get theirs
+    ps.write_dists = int(bary is not None and (ws.write_dists or not own))
     if bary is not None:
         out.bary = bary.reshape((-1, k))
         out.dists = dists.reshape((-1, k))

@@ -370,7 +370,7 @@ class CameraSensor(FixedOptions):
 
         det = self.deterministic
 
-        def workspace(k=1, clipped=False):
+        def workspace(k=1, clipped=False, dists=True):
             kw = dict(
                 num_meshes=self.num_images,
                 num_faces=self.faces.shape[0],
@@ -379,6 +379,7 @@ class CameraSensor(FixedOptions):
                 bin_size=self.bin_size,
                 device=dev,
                 requires_grad=rg and not det,  # the deterministic backward needs none
+                write_dists=dists,
             )
             if clipped:
                 return ClipWorkspace(num_verts=self.proj_vertex.shape[0], static_faces=True, **kw)
@@ -402,7 +403,8 @@ class CameraSensor(FixedOptions):
                 device=dev,
                 requires_grad=rg,
             ),
-            workspace=workspace(clipped=self.near_clip > 0.0),
+            # the sharp pass's dists are read by nothing (the outlines use the blurred pass's)
+            workspace=workspace(clipped=self.near_clip > 0.0, dists=False),
             soft_workspace=workspace(SOFT_SLOTS) if self.silhouette_sigma > 0.0 else None,
             ndc_nograd=ndc_nograd,
             hard_color=img(wp.vec3, "color") if self.antialias else None,
