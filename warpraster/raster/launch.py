@@ -145,6 +145,8 @@ def _launch_passes(
         ws.counters.zero_()  # bin counts and cursors, split marks, overflow, any mark
         if nf > 0:
             binning.coarse_bin(ps, ps_key, nf, ws.bin_cursor, launch, small)
+            if ordered:
+                binning.sort_bins(ps, ps_key, launch)
         else:
             ws.bin_offset.zero_()
     per_bin = ws.bin_h * ws.bin_w
@@ -156,36 +158,18 @@ def _launch_passes(
         kernel = register_kernel(k, ws.device, flags, tuning)
         launch("queue", kernel, threads, [ps], key=ps_key, block_dim=block)
     if not register or split:
-
-        def ordered_pass():
-            if split and nf > 0:
-                binning.sort_bins(ps, ps_key, launch)
-            # serving only the split-face bins (usually none): see ORDERED_ONLY_BLOCK
-            ordered_block = ORDERED_ONLY_BLOCK if register else block
-            cap = max(ORDERED_ONLY_THREADS // per_bin, 1) * per_bin  # whole bins a stride
-            count = min(threads, cap) if register else threads
-            launch("queue_ordered", raster_output_queue, count, [ps, threads, count],
-                   key=(ps_key, threads, count), block_dim=ordered_block)  # fmt: skip
-
-        if split and register and _may_branch(ws.device):
-            # both serve only the bins a split face marked: none, usually (no face
-            # cut by the near plane), and then neither runs
-            wp.capture_if(ws.any_split_bin, on_true=ordered_pass)
-        else:
-            ordered_pass()
+        # serving only the split-face bins (usually none): see ORDERED_ONLY_BLOCK
+        ordered_block = ORDERED_ONLY_BLOCK if register else block
+        cap = max(ORDERED_ONLY_THREADS // per_bin, 1) * per_bin  # whole bins a stride
+        ordered = min(threads, cap) if register else threads
+        launch("queue_ordered", raster_output_queue, ordered, [ps, threads, ordered],
+               key=(ps_key, threads, ordered), block_dim=ordered_block)  # fmt: skip
     slots = n * h * w * k
     wide = ps.wide != 0
     write = write_outputs_kernel(ws.device, settings.perspective_correct,
                                  settings.clip_barycentric_coords, ps.write_dists != 0, wide, k,
                                  tuning)  # fmt: skip
     launch("outputs", write, slots // 4 if wide else slots, [ps], key=ps_key)
-
-
-def _may_branch(device) -> bool:
-    """Whether a launch may depend on a device flag (:func:`wp.capture_if`): inside
-    a CUDA graph capture (a conditional node) or on the cpu device (the flag read
-    directly); not in an eager CUDA call, where reading it back would sync."""
-    return device.is_cpu or (device.is_capturing and wp.is_conditional_graph_supported())
 
 
 def rasterize_naive_at(
