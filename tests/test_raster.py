@@ -619,13 +619,13 @@ def test_output_stores_wide_and_narrow_match_the_oracle(k, size, wide, device):
     assert covered[0] > 0.2 and covered[1] < covered[0] < covered[2]
 
 
-@pytest.mark.parametrize(("k", "specialize"), [(1, None), (4, True)],
-                         ids=["k1-flags-read", "k4-wide-flags-compiled"])  # fmt: skip
+@pytest.mark.parametrize(("k", "specialize"), [(1, True), (4, None)],
+                         ids=["k1-flags-compiled", "k4-wide-flags-read"])  # fmt: skip
 def test_workspace_without_dists_leaves_only_them_out(k, specialize, device):
     """``RasterWorkspace(write_dists=False)`` (the sensor's sharp pass): pix_to_face,
     zbuf and bary_coords equal the float32 oracle bit for bit, on the one-slot
-    (K = 1) and the 16-byte (K = 4) output pass, with the flags read at run time
-    and compiled in; dists hold NaN (never written) over two calls; the vertex
+    (K = 1, its flags and K compiled in, CUDA's default) and the 16-byte (K = 4,
+    flags read at run time) output pass; dists hold NaN (never written) over two calls; the vertex
     gradients of a loss on zbuf and bary_coords equal those of a workspace that
     writes dists, bit for bit (the backward recomputes each slot from the faces),
     in a loop of fresh tapes; and a call with ``out=`` still writes its dists."""

@@ -73,13 +73,15 @@ class ClipMap:
     """What the map back from the clipped list reads (views of :class:`ClipBuffers`):
     ``to_unclipped`` (2F,) the input face of each clipped face, ``face_case`` (F,)
     each input face's case and ``conversion`` (2F,) ``mat33``, ``b_original =
-    M @ b_clipped``, ``any_split`` (1,) whether any face was split. Shared by the
+    M @ b_clipped``, ``any_split`` (1,) whether any face was split, ``identity``
+    (1,) whether the list is the input's (:class:`FaceCases`). Shared by the
     copying and the in-place map back and their adjoints."""
 
     to_unclipped: wp.array(dtype=wp.int32)
     face_case: wp.array(dtype=wp.int32)
     conversion: wp.array(dtype=wp.mat33)
     any_split: wp.array(dtype=wp.int32)
+    identity: wp.array(dtype=wp.int32)
 
 
 def _run_to_run(fn, name: str, *, enable_backward: bool = False) -> wp.Kernel:
@@ -200,7 +202,7 @@ class ClipBuffers:
         self.map = new_struct(ClipMap, d, to_unclipped=self.faces_clipped_to_unclipped_idx,
                               face_case=self.face_case,
                               conversion=self.barycentric_conversion,
-                              any_split=self.any_split)  # fmt: skip
+                              any_split=self.any_split, identity=self.identity)  # fmt: skip
         self._inputs = None  # (key, MeshArrays) of the last call's input arrays
         self.no_fill = fill_state(None, False, d)  # every map-back slot written
         self._slot_views = {}  # slot array (ptr, shape) -> its SlotViews

@@ -149,8 +149,10 @@ MAP_BACK_THREADS = 1 << 20
 
 
 @wp.func
-def _unclip_group(slots: SlotPair, m: ClipMap, bary: wp.array(dtype=wp.vec3), j: int, split: bool):
-    """Slots 4j .. 4j + 3 of :func:`_unclip_in_place`."""
+def _unclip_group(slots: SlotPair, m: ClipMap, bary: wp.array(dtype=wp.vec3), j: int, split: bool,
+                  same: bool):  # fmt: skip
+    """Slots 4j .. 4j + 3 of :func:`_unclip_in_place` (``same``: the clipped list is
+    the input's, each face its own input face: no lookup)."""
     if slots.now.on != 0 and slots.fill.on != 0:
         if slots.now.held[j] == wp.uint8(0) and slots.fill.held[j] == wp.uint8(0):
             return  # empty now, and its -1 fill already written
@@ -159,7 +161,9 @@ def _unclip_group(slots: SlotPair, m: ClipMap, bary: wp.array(dtype=wp.vec3), j:
     for lane in range(4):
         q = p[lane]
         if q >= 0:
-            v = m.to_unclipped[q]
+            v = q
+            if not same:
+                v = m.to_unclipped[q]
             u[lane] = v
             if split:
                 if _was_split(m, v):
@@ -186,6 +190,7 @@ def _unclip_in_place(
     slot's 16: 4.5x faster than a 4-d launch on the K = 8 bench scene), four such
     groups a step of a grid-stride loop."""
     split = m.any_split[0] != 0
+    same = m.identity[0] != 0
     skip = slots.now.on != 0 and slots.fill.on != 0
     # four groups a step: their marks read as one word
     for w in range(wp.tid(), (groups + 3) // 4, stride):
@@ -195,7 +200,7 @@ def _unclip_in_place(
         for b in range(4):
             j = 4 * w + b
             if j < groups:
-                _unclip_group(slots, m, bary, j, split)
+                _unclip_group(slots, m, bary, j, split, same)
 
 
 @wp.struct

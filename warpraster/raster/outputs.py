@@ -78,7 +78,7 @@ def _flat_pixel(ps: PassArgs, e: int) -> wp.vec2:
 def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ...] | None):
     """zbuf, bary_coords, dists of every slot from pix_to_face, one thread per slot
     or, ``wide``, per four slots written in 16-byte stores (``flags`` =
-    (perspective_correct, clip_barycentric_coords, write_dists[, K when wide])
+    (perspective_correct, clip_barycentric_coords, write_dists, K)
     compiled in, or None: read at run time; compiled in, a variant without
     ``dists`` leaves their computation out too).
     """
@@ -89,9 +89,8 @@ def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ..
             ps.perspective_correct = wp.static(flags[0])
             ps.clip_barycentric_coords = wp.static(flags[1])
             ps.write_dists = wp.static(flags[2])
-            if wp.static(wide):
-                # K compiled in too: the slot -> pixel division becomes a shift
-                ps.faces_per_pixel = wp.static(flags[3])
+            # K compiled in too: the slot -> pixel division becomes a shift (none at K = 1)
+            ps.faces_per_pixel = wp.static(flags[3])
         i = wp.tid()
         if wp.static(wide):
             f = load4i(ps.out4.pix_to_face, i)
@@ -111,12 +110,16 @@ def _write_outputs_family(wide: bool, max_regs: int | None, flags: tuple[int, ..
 
 
 def write_outputs_kernel(
-    device, perspective_correct: bool, clip_barycentric_coords: bool, write_dists: bool,
-    wide: bool, k: int, tuning,
+    device,
+    perspective_correct: bool,
+    clip_barycentric_coords: bool,
+    write_dists: bool,
+    wide: bool,
+    k: int,
+    tuning,
 ) -> wp.Kernel:
-    """The output-pass kernel for these flags (K compiled in when ``wide``)."""
-    flags = (perspective_correct, clip_barycentric_coords, write_dists)
-    flags = (*flags, k) if wide else flags
+    """The output-pass kernel for these flags (and K, when variants are on)."""
+    flags = (perspective_correct, clip_barycentric_coords, write_dists, k)
     flags = variants.device_flags(device, flags, tuning.specialize)
     return _write_outputs_family(wide, tuning.registers("outputs4" if wide else "outputs"), flags)
 
