@@ -658,7 +658,8 @@ def test_workspace_without_dists_leaves_only_them_out(k, specialize, device):
                                          faces_per_pixel=k, bin_size=8, workspace=ws,
                                          deterministic=True, **flags)  # fmt: skip
                 wp.launch(_zbuf_bary_loss, dim=fr.zbuf.size, device=device,
-                          inputs=[fr.zbuf.flatten(), fr.bary_coords.flatten()], outputs=[loss])  # fmt: skip
+                          inputs=[fr.zbuf.flatten(), fr.bary_coords.flatten()],
+                          outputs=[loss])  # fmt: skip
             tape.backward(loss)
             grads[w] = verts.grad.numpy().copy()
             out = fr.numpy()
