@@ -150,11 +150,14 @@ class FaceWalk:
 @wp.struct
 class FrameArrays:
     """A frame slot's geometry: world points (V,), projected vertices (P,), vertex
-    normals (V,, or (1,) without smooth normals)."""
+    normals (V,, or (1,) without smooth normals); ``uncut`` (1,) 1 when no face of
+    the frame reaches behind the near plane (the clip pass kept its list as the
+    input's: :class:`~warpraster.clip.buffers.FaceCases` ``identity``), else 0."""
 
     points: wp.array(dtype=wp.vec3)
     ndc: wp.array(dtype=wp.vec3)
     vertex_normals: wp.array(dtype=wp.vec3)
+    uncut: wp.array(dtype=wp.int32)
 
 
 @wp.struct
@@ -319,8 +322,12 @@ def frame_structs(sensor, frame) -> tuple[FrameScene, Channels]:
     blurred = sharp
     if frame.soft_workspace is not None:
         blurred = pixel_fragments(frame.soft_workspace.fragments)
+    clip = getattr(frame.workspace, "clip", None)  # a ClipWorkspace's (near_clip > 0)
+    uncut = wp.zeros(1, dtype=wp.int32, device=frame.points.device)
+    if clip is not None:
+        uncut = clip.identity
     arrays = make(FrameArrays, points=frame.points, ndc=frame.ndc,
-                  vertex_normals=frame.vertex_normals)  # fmt: skip
+                  vertex_normals=frame.vertex_normals, uncut=uncut)  # fmt: skip
     scene = make(FrameScene, sharp=sharp, blurred=blurred, view=sensor.view, surface=sensor.surface,
                  look=sensor.look, frame=arrays)  # fmt: skip
     # the arrays the channel kernel writes (with antialias its colour is the hard one)

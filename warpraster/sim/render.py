@@ -404,7 +404,9 @@ def sharp_fragment(scene: FrameScene, n: int, y: int, x: int):
     depth, lose digits there (7.7e-4 relative in depth, measured at 1e-3)."""
     view = scene.view
     w, c, f, b, fwd = pixel_fragment(view, scene.sharp, n, y, x)
-    if f >= 0 and view.near > 0.0:
+    # no face is cut when the clip pass kept the input's list (``frame.uncut``):
+    # then no face's vertices are read for the test
+    if f >= 0 and view.near > 0.0 and scene.frame.uncut[0] == 0:
         faces = scene.surface.faces
         ndc = scene.frame.ndc
         v0 = ndc[faces[f, 0]]
