@@ -8,6 +8,7 @@ every sample (materials, wrapped textures, lights) from the renderer's own fragm
 """
 
 import math
+from dataclasses import replace
 import warnings
 from pathlib import Path
 
@@ -601,6 +602,56 @@ def test_render_device_is_capturable_and_replays_later_frames():
     np.testing.assert_array_equal(got.face_id, want.face_id)
     np.testing.assert_array_equal(got.color, want.color)  # same kernels, same inputs: bit-identical
     np.testing.assert_array_equal(got.depth, want.depth)
+
+
+def test_render_device_replays_its_own_graph_and_follows_every_frame():
+    """``StageRenderer.call_graphs`` (CUDA's default, forced here on the cpu device):
+    from the second call on, ``render_device`` replays its launches as one graph.
+    Over animated frames, a camera moved between frames and a back-and-forth in
+    time, every output equals the launches one by one bit for bit (the same
+    kernels on the same inputs), the graph really replays, and a call on a
+    ``wp.Tape`` launches one by one."""
+    import warp as wp
+
+    stage, _ = _animated_stage()
+    cam = UsdGeom.Camera.Define(stage, "/Cam")
+    cam.AddTranslateOp().Set(Gf.Vec3d(0.5, 0.5, 8.0), 1)
+    cam.GetPrim().GetAttribute("xformOp:translate").Set(Gf.Vec3d(1.0, 0.5, 9.0), 3)
+    scene = wu.load_stage(stage)
+    renderers = {}
+    for mode in (False, True):
+        r = wu.StageRenderer(scene, camera="/Cam", image_size=(20, 24), spp=4, antialias=True,
+                             device=DEVICE)  # fmt: skip
+        r.call_graphs = mode
+        renderers[mode] = r
+    anim = wu.StageAnimation(scene)
+    anim.frame(renderers[True], 3.0)
+    m = np.array(renderers[True].camera.cam_to_world, np.float64)
+    m[3, :3] += (0.3, -0.1, 0.5)
+    moved = replace(renderers[True].camera, cam_to_world=m, focal_length=45.0)
+    replays = 0
+    colors = []
+    for step, t in enumerate((1.0, 1.0, 2.0, 3.0, 3.0, 2.0)):
+        outs = {}
+        for mode, r in renderers.items():
+            anim.frame(r, t)
+            if step == 4:
+                r.set_frame(camera=moved)
+            r.render_device()
+            outs[mode] = r.output()
+        replays += renderers[True]._call_graph._graph is not None
+        colors.append(outs[False].color)
+        for name in ("color", "depth", "face_id", "mesh_id"):
+            np.testing.assert_array_equal(getattr(outs[True], name), getattr(outs[False], name),
+                                          err_msg=f"frame {t} (step {step}) {name}")  # fmt: skip
+    assert replays >= 4  # captured on the second call, replayed from then on
+    # the replays had something to follow: each new frame, and the moved camera
+    for i, j in ((1, 2), (2, 3), (3, 4), (4, 5)):
+        assert not np.array_equal(colors[i], colors[j]), (i, j)
+    assert renderers[False]._call_graph._graph is None
+    with wp.Tape():
+        renderers[True].render_device()  # on a tape: one by one (nothing to replay into)
+    np.testing.assert_array_equal(renderers[True].output().color, outs[True].color)
 
 
 def test_scene_meshes_as_packed_batches_rasterize_like_the_renderer():

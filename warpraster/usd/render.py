@@ -46,8 +46,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import warp as wp
 
+from ..backward.tape import active_tape
 from ..grad_buffers import clear_if_recording
 from ..meshes import store_face_or_point
+from ..raster.workspace import CallGraph
 from ..shading.atlas import Atlas, TextureWrap, sample_atlas
 from ..shading.corner_tables import gather_corner_tables, place_points
 from ..shading.fused import launch_shade_blend, new_inputs
@@ -341,7 +343,9 @@ class StageRenderer:
     Everything is allocated here; :meth:`render_device` then allocates nothing
     and reads nothing back, so it can be captured in a graph (``wp.ScopedCapture``)
     and replayed after :meth:`set_frame` has written a new frame into the same
-    arrays. :meth:`render` is :meth:`render_device` plus a copy to the host.
+    arrays. It does so itself (:attr:`call_graphs`): outside a ``wp.Tape``, a call
+    repeating the last call's objects replays the launches as one captured graph.
+    :meth:`render` is :meth:`render_device` plus a copy to the host.
 
     Args:
         scene: the scene (from :func:`warpraster.usd.load_stage` or built by hand).
@@ -372,6 +376,13 @@ class StageRenderer:
         depth: float32 view depth of the centre sample, ``inf`` where empty.
         face_id, mesh_id: int32 triangle / mesh of the centre sample, -1 empty.
         cameras: the rasterizer's camera (its arrays take the camera's gradients).
+        call_graphs: :meth:`render_device` replays its launches as one captured
+            graph from the second call with the same objects on (a new rasterizer
+            when the projection or the near distance changes, new shading inputs
+            when the number of lights does), never while a ``wp.Tape`` records: None
+            (default) on CUDA, True on every device (the cpu device's graphs are
+            experimental in Warp 1.19), False never
+            (:func:`~warpraster.raster.workspace.graphs_enabled`).
 
     Raises:
         ValueError: a camera path the scene does not have (naming it), bad sizes.
@@ -429,6 +440,8 @@ class StageRenderer:
         self._first = wp.array([0], dtype=wp.int32, device=d)
         self._count = wp.array([nf], dtype=wp.int32, device=d)
         self._structs = StructCache()
+        self.call_graphs: bool | None = None
+        self._call_graph = CallGraph(d)
         self.cameras = None
         self._key = None
         self._inputs = None
@@ -615,7 +628,18 @@ class StageRenderer:
         """Renders the current frame into :attr:`color`, :attr:`depth`, :attr:`face_id`,
         :attr:`mesh_id` (no allocation, no host read: capturable). Recorded on a
         ``wp.Tape`` (``requires_grad=True``), its backward sends the gradient of
-        :attr:`color` to the scene's parameters."""
+        :attr:`color` to the scene's parameters. Outside a tape a repeated call
+        replays the launches as one graph (:attr:`call_graphs`)."""
+        if active_tape() is not None:
+            self._launch()
+            return
+        # the objects whose identity fixes the launches; everything a frame changes
+        # is written into the same arrays (set_frame)
+        key = (self._rasterizer, self._shade_inputs(), self._draw_faces)
+        self._call_graph(key, self._launch, self.call_graphs)
+
+    def _launch(self) -> None:
+        """:meth:`render_device`'s launches."""
         b, work = self.buffers, self._work
         clear_if_recording(work)
         frags = self.fragments()
